@@ -1,0 +1,163 @@
+package partition
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// IDLen is the length of an invocation id in bytes: an 8-byte partition key
+// followed by 16 id bytes.
+const IDLen = 24
+
+// idPrefix starts every printed invocation id.
+const idPrefix = "inv_"
+
+// idEncoding prints ids in lowercase base32 without padding: URL- and
+// header-safe, case-insensitive on input.
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// ErrMalformedID is returned (wrapped) by ParseID for text that is not an
+// invocation id.
+var ErrMalformedID = errors.New("malformed invocation id")
+
+// InvocationID identifies one invocation. Because the partition key is part
+// of it, any node can route a lookup by id without a directory.
+type InvocationID [IDLen]byte
+
+// PartitionKey is the 64-bit key that selects the partition.
+func (id InvocationID) PartitionKey() uint64 { return binary.BigEndian.Uint64(id[:8]) }
+
+// String prints the id as inv_ followed by base32.
+func (id InvocationID) String() string { return idPrefix + idEncoding.EncodeToString(id[:]) }
+
+// Bytes returns the id's wire form.
+func (id InvocationID) Bytes() []byte { return append([]byte(nil), id[:]...) }
+
+// ParseID parses the printed form of an id.
+func ParseID(s string) (InvocationID, error) {
+	var id InvocationID
+	rest, ok := strings.CutPrefix(s, idPrefix)
+	if !ok {
+		return id, fmt.Errorf("%w %q: must start with %q", ErrMalformedID, s, idPrefix)
+	}
+	b, err := idEncoding.DecodeString(strings.ToLower(rest))
+	if err != nil || len(b) != IDLen {
+		return id, fmt.Errorf("%w %q", ErrMalformedID, s)
+	}
+	copy(id[:], b)
+	return id, nil
+}
+
+// IDFromBytes converts the wire form of an id.
+func IDFromBytes(b []byte) (InvocationID, error) {
+	var id InvocationID
+	if len(b) != IDLen {
+		return id, fmt.Errorf("%w: %d bytes, want %d", ErrMalformedID, len(b), IDLen)
+	}
+	copy(id[:], b)
+	return id, nil
+}
+
+// IdempotentID is the id of the invocation of service/handler with the
+// caller's idempotency key: every node computes the same id for the same
+// key, so a retry through any ingress lands on the same partition and is
+// de-duplicated there.
+func IdempotentID(service, handler, key string) InvocationID {
+	h := sha256.New()
+	for _, part := range []string{service, handler, key} {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write([]byte(part))
+	}
+	var id InvocationID
+	copy(id[:], h.Sum(nil))
+	return id
+}
+
+// RandomID returns a fresh id with a random partition key, for invocations
+// without an idempotency key.
+func RandomID() InvocationID {
+	var id InvocationID
+	if _, err := rand.Read(id[:]); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err)) // never fails on supported platforms
+	}
+	return id
+}
+
+// NewRequestID returns a fresh 16-byte request id.
+func NewRequestID() []byte {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err))
+	}
+	return b
+}
+
+// PartitionFor maps a partition key to its partition (1..n): partition i
+// owns the contiguous range [(i-1)·2⁶⁴/n, i·2⁶⁴/n), so a later split is a
+// range change, not a re-hash.
+func PartitionFor(key uint64, n uint32) uint32 {
+	if n <= 1 {
+		return 1
+	}
+	hi, _ := mulHi(key, uint64(n))
+	return uint32(hi) + 1
+}
+
+// KeyRange returns the first and last partition key owned by partition p of n.
+func KeyRange(p, n uint32) (first, last uint64) {
+	if n <= 1 {
+		return 0, ^uint64(0)
+	}
+	first = rangeStart(p-1, n)
+	if p == n {
+		return first, ^uint64(0)
+	}
+	return first, rangeStart(p, n) - 1
+}
+
+// rangeStart is the smallest key k with floor(k·n / 2⁶⁴) >= i.
+func rangeStart(i, n uint32) uint64 {
+	if i == 0 {
+		return 0
+	}
+	// ceil(i·2⁶⁴ / n)
+	q, r := divmod128(uint64(i), 0, uint64(n))
+	if r != 0 {
+		q++
+	}
+	return q
+}
+
+func mulHi(a, b uint64) (hi, lo uint64) {
+	const mask32 = 1<<32 - 1
+	a0, a1 := a&mask32, a>>32
+	b0, b1 := b&mask32, b>>32
+	w0 := a0 * b0
+	t := a1*b0 + w0>>32
+	w1 := t&mask32 + a0*b1
+	hi = a1*b1 + t>>32 + w1>>32
+	lo = a * b
+	return
+}
+
+// divmod128 divides the 128-bit number hi:lo by d (hi < d).
+func divmod128(hi, lo, d uint64) (q, r uint64) {
+	for i := 0; i < 64; i++ {
+		carry := hi >> 63
+		hi = hi<<1 | lo>>63
+		lo <<= 1
+		q <<= 1
+		if carry == 1 || hi >= d {
+			hi -= d
+			q |= 1
+		}
+	}
+	return q, hi
+}

@@ -1,0 +1,146 @@
+package raftlog
+
+// This file fixes raftlog's public API: partition, cmd and ingress code
+// against it. Bodies marked "skeleton" are being replaced by the real
+// implementation; signatures stay.
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/grpc"
+)
+
+// GroupID names a Raft group on a node. MetaGroup holds cluster metadata;
+// partitions are 1..P.
+type GroupID uint32
+
+// MetaGroup is the cluster metadata group, replicated on every node.
+const MetaGroup GroupID = 0
+
+// Entry is one committed log entry handed to a StateMachine. Data is only
+// valid during the Apply call.
+type Entry struct {
+	Index uint64
+	// Term is the term of the leader that appended the entry; a proposer
+	// matches its waiter to the entry by (Index, Term) or by Term plus an id
+	// carried in Data.
+	Term uint64
+	Data []byte
+}
+
+// StateMachine is implemented by the partition processor and the metadata
+// registry. All methods are called on the group's own goroutine, one at a
+// time.
+type StateMachine interface {
+	// Apply applies committed entries that carry data, in log order, inside
+	// the node's write transaction. b is the group's state bucket; the state
+	// machine keeps all its replicated state beneath it. raftlog records the
+	// applied index in the same transaction, so state and applied index
+	// become durable together. Apply must be deterministic: no clock, no
+	// randomness, no local-only state, no map-order effects.
+	//
+	// The returned function (may be nil) runs on the group's goroutine after
+	// the transaction has been fsynced; it reveals effects (wakes waiters)
+	// and must not block. An error stops the group.
+	Apply(b *bolt.Bucket, entries []Entry) (onDurable func(), err error)
+
+	// Restore is called when the group opens and inside the transaction
+	// that replaced the state bucket with a snapshot's content; the state
+	// machine rebuilds its in-memory indexes from b.
+	Restore(b *bolt.Bucket) error
+}
+
+// Proposal says where a proposal was appended to the leader's log.
+type Proposal struct {
+	Index uint64
+	Term  uint64
+}
+
+// LeaderEvent reports a change of a group's leader or term as this node
+// sees it.
+type LeaderEvent struct {
+	Group  GroupID
+	Leader uint64 // 0 when unknown
+	Term   uint64
+	IsSelf bool
+}
+
+// Status is a snapshot of a group's state on this node.
+type Status struct {
+	Group     GroupID
+	Leader    uint64
+	Term      uint64
+	IsLeader  bool
+	Applied   uint64
+	Committed uint64
+	Voters    []uint64
+	// Match is each voter's acknowledged log index; known on the leader only.
+	Match map[uint64]uint64
+}
+
+var (
+	// ErrProposalDropped: raft refused the proposal (for example a leader
+	// transfer is under way or the uncommitted log is full). Nothing was
+	// appended; retry is safe.
+	ErrProposalDropped = errors.New("raftlog: proposal dropped")
+	// ErrStopped: the node or group is closed.
+	ErrStopped = errors.New("raftlog: stopped")
+)
+
+// NotLeaderError: this node does not lead the group. Nothing was appended.
+type NotLeaderError struct {
+	Group  GroupID
+	Leader uint64 // 0 when unknown
+	Term   uint64
+}
+
+func (e *NotLeaderError) Error() string {
+	return fmt.Sprintf("raftlog: group %d: not leader (leader %d, term %d)", e.Group, e.Leader, e.Term)
+}
+
+// Config configures a Node. Zero fields take DefaultConfig's values.
+type Config struct {
+	// NodeID is this node's Raft id (non-zero).
+	NodeID uint64
+	// DataDir holds the node's one bbolt file (raft.db).
+	DataDir string
+	// Peers maps every voter's id (this node's too) to the address the
+	// others dial to reach it.
+	Peers map[uint64]string
+	// DialOptions for connections to peers (TLS credentials go here); when
+	// empty, plaintext.
+	DialOptions []grpc.DialOption
+
+	// TickInterval is the length of one Raft tick.
+	TickInterval time.Duration
+	// ElectionTicks and HeartbeatTicks are counted in ticks.
+	ElectionTicks  int
+	HeartbeatTicks int
+	// SnapshotEntries: compact a group's log once this many entries were
+	// applied since the last snapshot.
+	SnapshotEntries uint64
+	// Raft flow control.
+	MaxSizePerMsg             uint64
+	MaxInflightMsgs           int
+	MaxUncommittedEntriesSize uint64
+
+	// Logger is the parent logger; each group gets a child.
+	Logger zerolog.Logger
+	// Registerer receives raftlog's metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// Knobs are optional testing hooks; nil in production.
+	Knobs *Knobs
+}
+
+// Knobs are testing hooks at durability boundaries. Each may be nil.
+type Knobs struct {
+	// BeforePersist runs before a write batch is committed.
+	BeforePersist func()
+	// AfterApply runs after a group applied entries up to index.
+	AfterApply func(group GroupID, index uint64)
+}
