@@ -23,6 +23,10 @@ var (
 	ErrInvalid = errors.New("invalid request")
 	// ErrOverloaded: back pressure; nothing was done, retry later.
 	ErrOverloaded = errors.New("overloaded")
+	// ErrUnavailable: no leader answered before the request's deadline
+	// (used by the dispatch client, never sent on the wire). Retrying the
+	// same request later is safe.
+	ErrUnavailable = errors.New("partition unavailable")
 )
 
 // NotLeaderError says that nothing was proposed because this node does not
