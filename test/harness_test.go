@@ -1,0 +1,320 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// binary is the raftgate executable built once by TestMain.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "raftgate-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "raftgate")
+	build := exec.Command("go", "build", "-o", binary, "../cmd/raftgate")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building raftgate:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// freePort returns a port on 127.0.0.1 that is free for TCP and UDP (gossip
+// needs both) at the time of the call.
+func freePort(t testing.TB) int {
+	t.Helper()
+	for i := 0; i < 50; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("listen: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		l.Close()
+		if err == nil {
+			u.Close()
+			return port
+		}
+	}
+	t.Fatal("no free TCP+UDP port found")
+	return 0
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval, not synchronisation
+	}
+}
+
+// node is one raftgate server process.
+type node struct {
+	id                               int
+	dataDir, logPath                 string
+	ingressAddr, adminAddr, nodeAddr string
+	gossipAddr                       string
+	extraArgs                        []string
+	cmd                              *exec.Cmd
+	exited                           chan struct{}
+}
+
+func (n *node) ingressURL() string { return "http://" + n.ingressAddr }
+func (n *node) adminURL() string   { return "http://" + n.adminAddr }
+
+// cluster is a set of server processes started by one test.
+type cluster struct {
+	t        testing.TB
+	nodes    []*node
+	initial  string
+	adminTok string
+	mu       sync.Mutex
+}
+
+type clusterOpts struct {
+	nodes      int
+	partitions int
+	extraArgs  func(id int) []string
+}
+
+// startCluster starts opts.nodes servers on free ports and waits until each
+// is ready (a leader known for every partition).
+func startCluster(t testing.TB, opts clusterOpts) *cluster {
+	t.Helper()
+	if opts.nodes == 0 {
+		opts.nodes = 3
+	}
+	c := &cluster{t: t}
+	base := t.TempDir()
+	var initial, gossip []string
+	for i := 1; i <= opts.nodes; i++ {
+		n := &node{
+			id:          i,
+			dataDir:     filepath.Join(base, fmt.Sprintf("node%d", i)),
+			logPath:     filepath.Join(base, fmt.Sprintf("node%d.log", i)),
+			ingressAddr: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+			adminAddr:   fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+			nodeAddr:    fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+			gossipAddr:  fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		}
+		if opts.extraArgs != nil {
+			n.extraArgs = opts.extraArgs(i)
+		}
+		initial = append(initial, fmt.Sprintf("%d=%s", i, n.nodeAddr))
+		gossip = append(gossip, n.gossipAddr)
+		c.nodes = append(c.nodes, n)
+	}
+	c.initial = strings.Join(initial, ",")
+	for _, n := range c.nodes {
+		args := []string{
+			"server",
+			"--node-id", fmt.Sprint(n.id),
+			"--data-dir", n.dataDir,
+			"--ingress-addr", n.ingressAddr,
+			"--admin-addr", n.adminAddr,
+			"--node-addr", n.nodeAddr,
+			"--gossip-addr", n.gossipAddr,
+			"--initial-cluster", c.initial,
+			"--join", strings.Join(gossip, ","),
+			"--shutdown-grace", "5s",
+		}
+		if opts.partitions > 0 {
+			args = append(args, "--partitions", fmt.Sprint(opts.partitions))
+		}
+		n.extraArgs = append(args, n.extraArgs...)
+	}
+	t.Cleanup(c.stopAll)
+	for _, n := range c.nodes {
+		c.start(n)
+	}
+	for _, n := range c.nodes {
+		c.waitReady(n, 30*time.Second)
+	}
+	return c
+}
+
+func (c *cluster) start(n *node) {
+	c.t.Helper()
+	logf, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		c.t.Fatalf("log file: %v", err)
+	}
+	cmd := exec.Command(binary, n.extraArgs...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		c.t.Fatalf("start node %d: %v", n.id, err)
+	}
+	n.cmd = cmd
+	n.exited = make(chan struct{})
+	go func(exited chan struct{}) {
+		cmd.Wait()
+		logf.Close()
+		close(exited)
+	}(n.exited)
+}
+
+// waitReady waits for the node's /readyz.
+func (c *cluster) waitReady(n *node, timeout time.Duration) {
+	c.t.Helper()
+	waitFor(c.t, timeout, fmt.Sprintf("node %d ready", n.id), func() bool {
+		select {
+		case <-n.exited:
+			c.t.Fatalf("node %d exited while starting:\n%s", n.id, tail(n.logPath, 40))
+		default:
+		}
+		resp, err := http.Get(n.adminURL() + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+// signal sends sig to node n's process group.
+func (c *cluster) signal(n *node, sig syscall.Signal) {
+	if n.cmd != nil && n.cmd.Process != nil {
+		syscall.Kill(-n.cmd.Process.Pid, sig)
+	}
+}
+
+// kill stops node n with SIGKILL and waits for it to exit.
+func (c *cluster) kill(n *node) {
+	c.signal(n, syscall.SIGKILL)
+	<-n.exited
+}
+
+// terminate stops node n with SIGTERM and waits up to grace+5s.
+func (c *cluster) terminate(n *node, within time.Duration) {
+	c.t.Helper()
+	c.signal(n, syscall.SIGTERM)
+	select {
+	case <-n.exited:
+	case <-time.After(within):
+		c.kill(n)
+		c.t.Fatalf("node %d did not stop within %v after SIGTERM:\n%s", n.id, within, tail(n.logPath, 40))
+	}
+}
+
+// restart starts node n again from its data dir and waits until ready.
+func (c *cluster) restart(n *node) {
+	c.t.Helper()
+	c.start(n)
+	c.waitReady(n, 30*time.Second)
+}
+
+func (c *cluster) stopAll() {
+	for _, n := range c.nodes {
+		if n.cmd == nil {
+			continue
+		}
+		select {
+		case <-n.exited:
+			continue
+		default:
+		}
+		c.signal(n, syscall.SIGCONT)
+		c.signal(n, syscall.SIGKILL)
+		<-n.exited
+	}
+	if c.t.Failed() {
+		for _, n := range c.nodes {
+			c.t.Logf("---- node %d log tail ----\n%s", n.id, tail(n.logPath, 60))
+		}
+	}
+}
+
+// tail returns the last lines of a file.
+func tail(path string, lines int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	parts := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(parts) > lines {
+		parts = parts[len(parts)-lines:]
+	}
+	return strings.Join(parts, "\n")
+}
+
+// httpClient is shared by the tests; generous timeouts, the tests bound
+// their own waits.
+var httpClient = &http.Client{
+	Timeout:   60 * time.Second,
+	Transport: &http.Transport{MaxIdleConnsPerHost: 256},
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func do(ctx context.Context, method, url string, body []byte, header map[string]string) (*response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("content-type", "application/json")
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	return &response{status: resp.StatusCode, header: resp.Header, body: b}, nil
+}
+
+// registerService registers name at url through node n's admin API and
+// waits until every node's ingress knows it.
+func (c *cluster) registerService(n *node, name, url string) {
+	c.t.Helper()
+	body, _ := json.Marshal(map[string]any{"url": url})
+	waitFor(c.t, 20*time.Second, "service registration", func() bool {
+		r, err := do(context.Background(), http.MethodPut, n.adminURL()+"/services/"+name, body, nil)
+		return err == nil && r.status/100 == 2
+	})
+	for _, m := range c.nodes {
+		waitFor(c.t, 10*time.Second, fmt.Sprintf("node %d sees service %s", m.id, name), func() bool {
+			r, err := do(context.Background(), http.MethodGet, m.adminURL()+"/services/"+name, nil, nil)
+			return err == nil && r.status == http.StatusOK
+		})
+	}
+}
