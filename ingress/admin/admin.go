@@ -1,0 +1,205 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/raftgate/raftgate/rpc"
+)
+
+// Cluster is the node's view of the cluster. Implemented by the node's
+// wiring; called from HTTP handler goroutines, concurrently, so every method
+// must be safe for concurrent use and must not block on the network.
+type Cluster interface {
+	// Nodes lists the known nodes (this one included), ordered by id.
+	Nodes() []NodeStatus
+	// Partitions lists the partitions (and, as id 0, the metadata group if
+	// the wiring includes it), ordered by id.
+	Partitions() []PartitionStatus
+	// Ready reports whether a leader is known for every partition.
+	Ready() bool
+}
+
+// Invocations reaches an invocation's partition leader (through the
+// dispatch client). Errors are rpc errors: rpc.ErrNotFound,
+// *rpc.NotLeaderError, rpc.ErrUnavailable, ...; calls honour ctx.
+type Invocations interface {
+	// Status returns the stored record of the invocation.
+	Status(ctx context.Context, partition uint32, id []byte) (*rpc.InvocationRecord, error)
+	// Cancel completes the invocation with a cancelled result unless it has
+	// already completed. It returns once the cancellation is applied.
+	Cancel(ctx context.Context, partition uint32, id []byte) error
+}
+
+// Registry is the replicated service registry. PutService and DeleteService
+// are forwarded to the metadata group's leader and return once applied;
+// Lookup and List read this node's replica and must not block.
+type Registry interface {
+	PutService(ctx context.Context, svc *rpc.Service) error
+	// DeleteService returns rpc.ErrNotFound for an unknown name.
+	DeleteService(ctx context.Context, name string) error
+	Lookup(name string) (*rpc.Service, bool)
+	List() []*rpc.Service
+}
+
+// Config configures the admin API.
+type Config struct {
+	// Cluster, Invocations and Registry are required.
+	Cluster     Cluster
+	Invocations Invocations
+	Registry    Registry
+	// Partitions is the number of partitions P (ids 1..P), used to route an
+	// invocation id to its partition. Required.
+	Partitions uint32
+	// Token, when set, is the bearer token every request except /healthz
+	// and /readyz must carry.
+	Token string
+	// Metrics serves GET /metrics (typically promhttp.HandlerFor on the
+	// node's registry). Nil answers 404.
+	Metrics http.Handler
+	// EnablePprof serves net/http/pprof under /debug/pprof/.
+	EnablePprof bool
+	// RequestTimeout bounds each call into the cluster. Default 10s.
+	RequestTimeout time.Duration
+	// Now stamps service registrations (UpdatedAtUnixMs). Default time.Now.
+	Now func() time.Time
+	// Logger receives one line per failed request.
+	Logger zerolog.Logger
+}
+
+// DefaultRequestTimeout is used when Config.RequestTimeout is zero.
+const DefaultRequestTimeout = 10 * time.Second
+
+// ErrInvalidConfig is returned (wrapped, naming the field) by New.
+var ErrInvalidConfig = errors.New("invalid admin config")
+
+// Validate checks the required fields.
+func (c Config) Validate() error {
+	switch {
+	case c.Cluster == nil:
+		return fmt.Errorf("%w: Cluster is required", ErrInvalidConfig)
+	case c.Invocations == nil:
+		return fmt.Errorf("%w: Invocations is required", ErrInvalidConfig)
+	case c.Registry == nil:
+		return fmt.Errorf("%w: Registry is required", ErrInvalidConfig)
+	case c.Partitions == 0:
+		return fmt.Errorf("%w: Partitions must be at least 1", ErrInvalidConfig)
+	case c.RequestTimeout < 0:
+		return fmt.Errorf("%w: RequestTimeout must not be negative", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// server holds the handlers' shared configuration; it is immutable after New.
+type server struct {
+	cfg Config
+	log zerolog.Logger
+}
+
+// New returns the admin API as an http.Handler.
+func New(cfg Config) (http.Handler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &server{cfg: cfg, log: cfg.Logger.With().Str("component", "admin").Logger()}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("/services", s.methods(route{get: s.listServices}))
+	mux.HandleFunc("/services/{name}", s.methods(route{get: s.getService, put: s.putService, delete: s.deleteService}))
+	mux.HandleFunc("/cluster", s.methods(route{get: s.getCluster}))
+	mux.HandleFunc("/invocations/{id}", s.methods(route{get: s.getInvocation, delete: s.cancelInvocation}))
+	mux.HandleFunc("/metrics", s.methods(route{get: s.metrics}))
+	mux.HandleFunc("/healthz", s.methods(route{get: s.healthz}))
+	mux.HandleFunc("/readyz", s.methods(route{get: s.readyz}))
+	if cfg.EnablePprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, http.StatusNotFound, fmt.Sprintf("no admin endpoint %s", r.URL.Path))
+	})
+	return s.authenticate(mux), nil
+}
+
+// route names the handler of each method a path supports.
+type route struct {
+	get, put, delete http.HandlerFunc
+}
+
+// methods dispatches by method and answers 405 with an Allow header (and a
+// JSON body, unlike ServeMux's own 405) for the others. HEAD is served as
+// GET.
+func (s *server) methods(rt route) http.HandlerFunc {
+	allow := ""
+	add := func(h http.HandlerFunc, m string) {
+		if h == nil {
+			return
+		}
+		if allow != "" {
+			allow += ", "
+		}
+		allow += m
+	}
+	add(rt.get, "GET, HEAD")
+	add(rt.put, http.MethodPut)
+	add(rt.delete, http.MethodDelete)
+	return func(w http.ResponseWriter, r *http.Request) {
+		var h http.HandlerFunc
+		switch r.Method {
+		case http.MethodGet, http.MethodHead:
+			h = rt.get
+		case http.MethodPut:
+			h = rt.put
+		case http.MethodDelete:
+			h = rt.delete
+		}
+		if h == nil {
+			w.Header().Set("Allow", allow)
+			s.writeError(w, r, http.StatusMethodNotAllowed,
+				fmt.Sprintf("method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow))
+			return
+		}
+		h(w, r)
+	}
+}
+
+// callContext bounds a call into the cluster by RequestTimeout.
+func (s *server) callContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+}
+
+func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
+	if !s.cfg.Cluster.Ready() {
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready: a partition has no known leader"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func (s *server) metrics(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Metrics == nil {
+		s.writeError(w, r, http.StatusNotFound, "metrics are not enabled on this node")
+		return
+	}
+	s.cfg.Metrics.ServeHTTP(w, r)
+}

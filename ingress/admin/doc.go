@@ -1,0 +1,12 @@
+// Package admin serves raftgate's admin HTTP API for operators (see API.md,
+// "Admin"): the service registry (PUT/GET/DELETE /services/{name},
+// GET /services), the cluster view (GET /cluster), invocation status and
+// cancellation (GET/DELETE /invocations/{id}), Prometheus metrics, health and
+// readiness probes, and pprof behind a flag.
+//
+// It owns no state: the node's wiring supplies the cluster view, the
+// invocation calls (through the dispatch client) and the registry as three
+// small interfaces declared here, and New turns them into an http.Handler.
+// Errors are JSON {"code","message","source":"admin"}; an optional bearer
+// token guards every endpoint except /healthz and /readyz.
+package admin
