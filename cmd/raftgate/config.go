@@ -1,0 +1,252 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// ServerConfig is everything `raftgate server` needs to run one node. Each
+// field maps to the flag named in its comment.
+type ServerConfig struct {
+	// NodeID is this node's Raft id (--node-id); must be a key of
+	// InitialCluster.
+	NodeID uint64
+	// DataDir holds the node's Raft logs and state (--data-dir).
+	DataDir string
+
+	// IngressAddr is where the ingress HTTP API listens (--ingress-addr).
+	IngressAddr string
+	// AdminAddr is where the admin HTTP API listens (--admin-addr).
+	AdminAddr string
+	// NodeAddr is where this node's gRPC (Raft transport and dispatch)
+	// listens (--node-addr). It may differ from this node's entry in
+	// InitialCluster (behind a proxy or NAT); never derive one from the other.
+	NodeAddr string
+	// GossipAddr is where memberlist listens, TCP and UDP (--gossip-addr).
+	GossipAddr string
+	// AdvertiseGossipAddr is the gossip address others should use, when it
+	// differs from GossipAddr (--advertise-gossip-addr; empty = GossipAddr).
+	AdvertiseGossipAddr string
+
+	// InitialCluster maps every voter's id to the address the other nodes
+	// dial to reach it (--initial-cluster "1=host:port,2=..."); the same on
+	// every node.
+	InitialCluster map[uint64]string
+	// Join lists gossip addresses to join at start (--join).
+	Join []string
+	// Partitions is the number of partitions, fixed at bootstrap
+	// (--partitions).
+	Partitions uint32
+	// Retention is how long completed results are kept (--retention).
+	Retention time.Duration
+
+	// ShutdownGrace bounds the graceful part of shutdown (--shutdown-grace).
+	ShutdownGrace time.Duration
+	// RequestTimeout is the ingress's deadline for one request, retries
+	// included (--request-timeout).
+	RequestTimeout time.Duration
+	// MaxConcurrent caps the ingress's concurrent requests; over it, 429
+	// (--max-concurrent).
+	MaxConcurrent int
+	// MaxBodyBytes caps an ingress request body; over it, 413
+	// (--max-body-bytes).
+	MaxBodyBytes int64
+
+	// TLSCert and TLSKey (PEM files) enable TLS on node-to-node gRPC
+	// (--tls-cert, --tls-key); TLSCA additionally requires and verifies
+	// peer certificates signed by it (mutual TLS, --tls-ca).
+	TLSCert, TLSKey, TLSCA string
+	// GossipKey encrypts memberlist traffic: 16, 24 or 32 bytes, given
+	// base64-encoded (--gossip-key); nil = unencrypted.
+	GossipKey []byte
+	// AdminToken, when set, is required as a bearer token by the admin
+	// API except its health probes (--admin-token).
+	AdminToken string
+	// Pprof serves /debug/pprof on the admin port (--pprof).
+	Pprof bool
+
+	// LogFormat is json or console (--log-format).
+	LogFormat string
+	// LogLevel is trace, debug, info, warn or error (--log-level).
+	LogLevel string
+}
+
+// Defaults of `raftgate server`, also used by `dev` for node 1.
+const (
+	DefaultIngressAddr = "127.0.0.1:8080"
+	DefaultAdminAddr   = "127.0.0.1:9070"
+	DefaultNodeAddr    = "127.0.0.1:5122"
+	DefaultGossipAddr  = "127.0.0.1:7946"
+	// DefaultPartitions is small on purpose: each partition is a Raft
+	// group with its own fsyncs and ticks.
+	DefaultPartitions = 4
+	// maxPartitions keeps a typo from creating thousands of Raft groups.
+	maxPartitions = 1024
+)
+
+// DefaultServerConfig is a single-node cluster (node 1) on the default
+// addresses; DataDir is left empty because it must be chosen.
+func DefaultServerConfig() ServerConfig {
+	return ServerConfig{
+		NodeID:         1,
+		IngressAddr:    DefaultIngressAddr,
+		AdminAddr:      DefaultAdminAddr,
+		NodeAddr:       DefaultNodeAddr,
+		GossipAddr:     DefaultGossipAddr,
+		InitialCluster: map[uint64]string{1: DefaultNodeAddr},
+		Partitions:     DefaultPartitions,
+		Retention:      24 * time.Hour,
+		ShutdownGrace:  10 * time.Second,
+		RequestTimeout: 30 * time.Second,
+		MaxConcurrent:  1024,
+		MaxBodyBytes:   10 << 20,
+		LogFormat:      "json",
+		LogLevel:       "info",
+	}
+}
+
+// ErrInvalidConfig is wrapped by every Validate error.
+var ErrInvalidConfig = errors.New("invalid configuration")
+
+func invalid(flag, format string, args ...any) error {
+	return fmt.Errorf("%w: --%s: %s", ErrInvalidConfig, flag, fmt.Sprintf(format, args...))
+}
+
+// Validate checks the config; each error names the flag to fix.
+func (c ServerConfig) Validate() error {
+	if c.NodeID == 0 {
+		return invalid("node-id", "must be at least 1")
+	}
+	if strings.TrimSpace(c.DataDir) == "" {
+		return invalid("data-dir", "required: the directory for this node's Raft logs and state")
+	}
+	for _, a := range []struct{ flag, addr string }{
+		{"ingress-addr", c.IngressAddr}, {"admin-addr", c.AdminAddr},
+		{"node-addr", c.NodeAddr}, {"gossip-addr", c.GossipAddr},
+	} {
+		if err := checkHostPort(a.addr); err != nil {
+			return invalid(a.flag, "%v", err)
+		}
+	}
+	if c.AdvertiseGossipAddr != "" {
+		if err := checkHostPort(c.AdvertiseGossipAddr); err != nil {
+			return invalid("advertise-gossip-addr", "%v", err)
+		}
+	}
+	if len(c.InitialCluster) == 0 {
+		return invalid("initial-cluster", `required: every voter as id=host:port, like "1=127.0.0.1:5122"`)
+	}
+	seen := make(map[string]uint64, len(c.InitialCluster))
+	for _, id := range slices.Sorted(maps.Keys(c.InitialCluster)) {
+		addr := c.InitialCluster[id]
+		if id == 0 {
+			return invalid("initial-cluster", "node ids must be at least 1")
+		}
+		if err := checkHostPort(addr); err != nil {
+			return invalid("initial-cluster", "node %d: %v", id, err)
+		}
+		if other, dup := seen[addr]; dup {
+			return invalid("initial-cluster", "nodes %d and %d have the same address %s", other, id, addr)
+		}
+		seen[addr] = id
+	}
+	if _, ok := c.InitialCluster[c.NodeID]; !ok {
+		return invalid("node-id", "%d must be in --initial-cluster (%s)", c.NodeID, formatInitialCluster(c.InitialCluster))
+	}
+	for _, j := range c.Join {
+		if err := checkHostPort(j); err != nil {
+			return invalid("join", "%v", err)
+		}
+	}
+	if c.Partitions == 0 || c.Partitions > maxPartitions {
+		return invalid("partitions", "%d is out of range 1..%d", c.Partitions, maxPartitions)
+	}
+	if c.Retention <= 0 {
+		return invalid("retention", "must be positive, like 24h")
+	}
+	if c.ShutdownGrace < 0 {
+		return invalid("shutdown-grace", "must not be negative")
+	}
+	if c.RequestTimeout <= 0 {
+		return invalid("request-timeout", "must be positive, like 30s")
+	}
+	if c.MaxConcurrent <= 0 {
+		return invalid("max-concurrent", "must be at least 1")
+	}
+	if c.MaxBodyBytes <= 0 {
+		return invalid("max-body-bytes", "must be at least 1")
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return invalid("tls-cert", "--tls-cert and --tls-key go together")
+	}
+	if c.TLSCA != "" && c.TLSCert == "" {
+		return invalid("tls-ca", "mutual TLS needs this node's own --tls-cert and --tls-key too")
+	}
+	switch len(c.GossipKey) {
+	case 0, 16, 24, 32:
+	default:
+		return invalid("gossip-key", "decodes to %d bytes; memberlist needs 16, 24 or 32", len(c.GossipKey))
+	}
+	if c.LogFormat != "json" && c.LogFormat != "console" {
+		return invalid("log-format", "%q is not json or console", c.LogFormat)
+	}
+	if _, err := zerolog.ParseLevel(c.LogLevel); err != nil || c.LogLevel == "" {
+		return invalid("log-level", "%q is not one of trace, debug, info, warn, error", c.LogLevel)
+	}
+	return nil
+}
+
+func checkHostPort(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", addr)
+	}
+	if host == "" {
+		return fmt.Errorf("%q has no host (use 0.0.0.0 to listen on every interface)", addr)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("%q: port must be 1..65535", addr)
+	}
+	return nil
+}
+
+// parseInitialCluster reads "1=host:port,2=host:port".
+func parseInitialCluster(s string) (map[uint64]string, error) {
+	out := make(map[uint64]string)
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		idText, addr, ok := strings.Cut(part, "=")
+		if !ok {
+			return nil, fmt.Errorf("%q is not id=host:port", part)
+		}
+		id, err := strconv.ParseUint(strings.TrimSpace(idText), 10, 64)
+		if err != nil || id == 0 {
+			return nil, fmt.Errorf("%q: node id must be a positive integer", part)
+		}
+		if _, dup := out[id]; dup {
+			return nil, fmt.Errorf("node %d is listed twice", id)
+		}
+		out[id] = strings.TrimSpace(addr)
+	}
+	return out, nil
+}
+
+// formatInitialCluster prints the map in --initial-cluster form, by id.
+func formatInitialCluster(m map[uint64]string) string {
+	parts := make([]string, 0, len(m))
+	for _, id := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%d=%s", id, m[id]))
+	}
+	return strings.Join(parts, ",")
+}

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/raftgate/raftgate/ingress/admin"
+)
+
+// devPortStep separates the ports of dev nodes: node 2 listens on the
+// defaults + 100, node 3 on + 200 (as in API.md's --initial-cluster).
+const devPortStep = 100
+
+// devReadyTimeout bounds the wait for the dev cluster to elect leaders.
+const devReadyTimeout = 2 * time.Minute
+
+// devConfigs returns the configs of a local n-node cluster with data under
+// dataDir/node-<id>.
+func devConfigs(n int, dataDir string) []ServerConfig {
+	shift := func(addr string, i int) string {
+		host, port, _ := net.SplitHostPort(addr) // the defaults are valid
+		p, _ := strconv.Atoi(port)
+		return net.JoinHostPort(host, strconv.Itoa(p+devPortStep*i))
+	}
+	cluster := make(map[uint64]string, n)
+	for i := range n {
+		cluster[uint64(i+1)] = shift(DefaultNodeAddr, i)
+	}
+	cfgs := make([]ServerConfig, n)
+	for i := range n {
+		c := DefaultServerConfig()
+		c.NodeID = uint64(i + 1)
+		c.DataDir = filepath.Join(dataDir, fmt.Sprintf("node-%d", i+1))
+		c.IngressAddr = shift(DefaultIngressAddr, i)
+		c.AdminAddr = shift(DefaultAdminAddr, i)
+		c.NodeAddr = shift(DefaultNodeAddr, i)
+		c.GossipAddr = shift(DefaultGossipAddr, i)
+		c.InitialCluster = maps.Clone(cluster)
+		c.Join = nil
+		for j := range n {
+			if j != i {
+				c.Join = append(c.Join, shift(DefaultGossipAddr, j))
+			}
+		}
+		c.LogFormat = "console"
+		cfgs[i] = c
+	}
+	return cfgs
+}
+
+func newDevCmd(env cliEnv, runNode serverRunner) *cobra.Command {
+	var (
+		dataDir  string
+		nodes    int
+		logLevel string
+	)
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "run a local cluster with an example Greeter service and print commands to try",
+		Long: `dev starts a 1- or 3-node cluster on the default ports (node 2 and 3 at +100
+and +200), an example Greeter service, registers it, and prints curl
+commands to try. Data lives under --data-dir, or a temporary directory that
+is removed on exit.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if nodes != 1 && nodes != 3 {
+				return fmt.Errorf("--nodes: %d: want 1 or 3", nodes)
+			}
+			logger, err := newLogger(env.stderr, "console", logLevel)
+			if err != nil {
+				return err
+			}
+			dir := dataDir
+			if dir == "" {
+				if dir, err = os.MkdirTemp("", "raftgate-dev-*"); err != nil {
+					return fmt.Errorf("dev: temp data dir: %w", err)
+				}
+				defer func() {
+					if err := os.RemoveAll(dir); err != nil {
+						logger.Warn().Err(err).Str("dir", dir).Msg("removing dev data dir")
+					}
+				}()
+			}
+			cfgs := devConfigs(nodes, dir)
+			for i := range cfgs {
+				cfgs[i].LogLevel = logLevel
+				if err := cfgs[i].Validate(); err != nil {
+					return err
+				}
+			}
+			return runDev(cmd.Context(), env.stdout, logger, cfgs, dataDir == "", runNode)
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data-dir", "", "keep data here (default: a temp dir removed on exit)")
+	cmd.Flags().IntVar(&nodes, "nodes", 1, "cluster size: 1 or 3")
+	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: trace, debug, info, warn or error")
+	return cmd
+}
+
+// runDev runs the nodes and the example service until ctx ends or a node
+// stops, and registers the service once the cluster is ready.
+func runDev(ctx context.Context, out io.Writer, logger zerolog.Logger, cfgs []ServerConfig, tempDir bool, runNode serverRunner) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait() // after cancel (deferred later, runs first)
+	defer cancel()
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("dev: example service: %w", err)
+	}
+	greeter := &http.Server{Handler: newGreeter(logger.With().Str("component", "greeter").Logger()), ReadHeaderTimeout: 10 * time.Second}
+	wg.Go(func() { _ = greeter.Serve(ln) }) // returns on Shutdown
+	defer func() {
+		shutdownCtx, stop := context.WithTimeout(context.Background(), 5*time.Second)
+		defer stop()
+		_ = greeter.Shutdown(shutdownCtx)
+	}()
+	greeterURL := "http://" + ln.Addr().String()
+
+	nodeDone := make(chan error, len(cfgs))
+	for _, cfg := range cfgs {
+		nodeLog := logger.With().Uint64("node", cfg.NodeID).Logger()
+		wg.Go(func() {
+			err := runNode(ctx, cfg, nodeLog)
+			if err == nil && ctx.Err() == nil {
+				err = errors.New("stopped on its own")
+			}
+			if err != nil {
+				err = fmt.Errorf("node %d: %w", cfg.NodeID, err)
+			}
+			nodeDone <- err
+		})
+	}
+
+	registered := make(chan error, 1)
+	wg.Go(func() {
+		c := &adminClient{base: "http://" + cfgs[0].AdminAddr, http: &http.Client{Timeout: 5 * time.Second}}
+		registered <- registerWhenReady(ctx, c, greeterURL, devReadyTimeout, 100*time.Millisecond)
+	})
+
+	for {
+		select {
+		case <-ctx.Done():
+			logger.Info().Msg("stopping dev cluster")
+			return nil
+		case err := <-nodeDone:
+			if err != nil {
+				return err
+			}
+		case err := <-registered:
+			if err != nil {
+				return fmt.Errorf("dev: registering the example service: %w", err)
+			}
+			printDevHelp(out, cfgs, greeterURL, tempDir)
+		}
+	}
+}
+
+// registerWhenReady waits until the admin API reports ready, then registers
+// the Greeter service, retrying what is retryable, within timeout.
+func registerWhenReady(ctx context.Context, c *adminClient, greeterURL string, timeout, poll time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	req := admin.ServiceRequest{URL: greeterURL, Handlers: []string{"greet"}}
+	var lastErr error
+	for {
+		if lastErr = c.do(ctx, "GET", "/readyz", nil, nil); lastErr == nil {
+			lastErr = c.do(ctx, "PUT", "/services/"+greeterName, req, nil)
+			if lastErr == nil {
+				return nil
+			}
+			var apiErr *apiError
+			if errors.As(lastErr, &apiErr) && apiErr.Status != http.StatusServiceUnavailable && apiErr.Status != http.StatusTooManyRequests {
+				return lastErr
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("cluster not ready after %v: %w", timeout, lastErr)
+			}
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+func printDevHelp(out io.Writer, cfgs []ServerConfig, greeterURL string, tempDir bool) {
+	ingress := "http://" + cfgs[0].IngressAddr
+	data := filepath.Dir(cfgs[0].DataDir)
+	if tempDir {
+		data += " (removed on exit)"
+	}
+	fmt.Fprintf(out, `
+raftgate dev: %d node(s) up, data in %s
+Example service %s at %s, registered.
+
+Try:
+  # call and wait for the result
+  curl -s %[5]s/Greeter/greet -H 'content-type: application/json' -d '"Ada"'
+  # send without waiting: answers the invocation id
+  curl -s %[5]s/Greeter/greet/send -H 'content-type: application/json' -d '"Ada"'
+  # attach to it (long-poll) or read its output (470 while not ready)
+  curl -s %[5]s/restate/invocation/<inv_id>/attach
+  curl -s %[5]s/restate/invocation/<inv_id>/output
+  # an idempotency key de-duplicates: run it twice, get one invocation
+  curl -s %[5]s/Greeter/greet -H 'idempotency-key: order-42' -H 'content-type: application/json' -d '"Ada"'
+  curl -s %[5]s/restate/invocation/Greeter/greet/order-42/output
+  # run no earlier than in 10 seconds
+  curl -s '%[5]s/Greeter/greet/send?delay=10s' -H 'content-type: application/json' -d '"Ada"'
+  # the cluster and the registry
+  raftgate status --admin http://%[6]s
+  raftgate services list --admin http://%[6]s
+`, len(cfgs), data, greeterName, greeterURL, ingress, cfgs[0].AdminAddr)
+	if len(cfgs) > 1 {
+		fmt.Fprintf(out, "  # every node's ingress serves every invocation: also")
+		for _, c := range cfgs[1:] {
+			fmt.Fprintf(out, " http://%s", c.IngressAddr)
+		}
+		fmt.Fprintln(out)
+	}
+	fmt.Fprintf(out, "\nCtrl-C stops the cluster.\n")
+}

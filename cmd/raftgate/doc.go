@@ -1,0 +1,10 @@
+// Command raftgate is the one raftgate binary: `server` runs a node, `dev`
+// runs a local cluster with an example service, and `status`, `services`,
+// `invoke` and `bench` talk to a running cluster over its admin and ingress
+// HTTP APIs (see API.md, "Command line").
+//
+// This package maps flags, RAFTGATE_* environment variables and a config
+// file to configs (precedence: flag > env > file > default), and holds the
+// operator tools; the components themselves live in library packages and
+// are composed in node.go.
+package main

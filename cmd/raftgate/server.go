@@ -1,0 +1,104 @@
+package main
+
+import (
+	"encoding/base64"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// serverFlags binds the server's flags; the two fields that need parsing
+// are kept as text until toConfig.
+type serverFlags struct {
+	cfg            ServerConfig
+	initialCluster string
+	gossipKey      string
+	configFile     string
+}
+
+func newServerFlags(fs *pflag.FlagSet) *serverFlags {
+	d := DefaultServerConfig()
+	sf := &serverFlags{}
+	c := &sf.cfg
+	fs.Uint64Var(&c.NodeID, "node-id", d.NodeID, "this node's Raft id; must be in --initial-cluster")
+	fs.StringVar(&c.DataDir, "data-dir", "", "directory for this node's Raft logs and state (required)")
+	fs.StringVar(&c.IngressAddr, "ingress-addr", d.IngressAddr, "listen address of the ingress HTTP API")
+	fs.StringVar(&c.AdminAddr, "admin-addr", d.AdminAddr, "listen address of the admin HTTP API")
+	fs.StringVar(&c.NodeAddr, "node-addr", d.NodeAddr, "listen address of node-to-node gRPC (Raft and dispatch)")
+	fs.StringVar(&c.GossipAddr, "gossip-addr", d.GossipAddr, "listen address of gossip (TCP and UDP)")
+	fs.StringVar(&c.AdvertiseGossipAddr, "advertise-gossip-addr", "", "gossip address other nodes use, when not --gossip-addr (NAT, proxy)")
+	fs.StringVar(&sf.initialCluster, "initial-cluster", formatInitialCluster(d.InitialCluster),
+		"every voter as id=host:port, the address the others dial; the same on every node")
+	fs.StringSliceVar(&c.Join, "join", nil, "gossip addresses to join, comma-separated")
+	fs.Uint32Var(&c.Partitions, "partitions", d.Partitions, "number of partitions, fixed when the cluster is first started")
+	fs.DurationVar(&c.Retention, "retention", d.Retention, "how long completed results are kept")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", d.ShutdownGrace, "time allowed for in-flight requests to finish on shutdown")
+	fs.DurationVar(&c.RequestTimeout, "request-timeout", d.RequestTimeout, "ingress deadline of one request, retries included")
+	fs.IntVar(&c.MaxConcurrent, "max-concurrent", d.MaxConcurrent, "ingress concurrency limit; beyond it requests get 429")
+	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", d.MaxBodyBytes, "largest ingress request body; larger ones get 413")
+	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate for node-to-node TLS")
+	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key for --tls-cert")
+	fs.StringVar(&c.TLSCA, "tls-ca", "", "PEM CA bundle: require and verify peer certificates (mutual TLS)")
+	fs.StringVar(&sf.gossipKey, "gossip-key", "", "base64 key (16, 24 or 32 bytes) encrypting gossip")
+	fs.StringVar(&c.AdminToken, "admin-token", "", "bearer token required by the admin API (health probes excepted)")
+	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the admin address")
+	fs.StringVar(&c.LogFormat, "log-format", d.LogFormat, "log format: json or console")
+	fs.StringVar(&c.LogLevel, "log-level", d.LogLevel, "log level: trace, debug, info, warn or error")
+	fs.StringVar(&sf.configFile, "config", "", "TOML or YAML config file; keys are flag names (flags and env win)")
+	return sf
+}
+
+// toConfig parses the text-valued flags and validates the result.
+func (sf *serverFlags) toConfig() (ServerConfig, error) {
+	cfg := sf.cfg
+	cfg.Join = append([]string(nil), sf.cfg.Join...)
+	ic, err := parseInitialCluster(sf.initialCluster)
+	if err != nil {
+		return cfg, fmt.Errorf("%w: --initial-cluster: %v", ErrInvalidConfig, err)
+	}
+	cfg.InitialCluster = ic
+	if k := strings.TrimSpace(sf.gossipKey); k != "" {
+		key, err := base64.StdEncoding.DecodeString(k)
+		if err != nil {
+			return cfg, fmt.Errorf("%w: --gossip-key: not base64: %v", ErrInvalidConfig, err)
+		}
+		cfg.GossipKey = key
+	}
+	return cfg, cfg.Validate()
+}
+
+func newServerCmd(env cliEnv, runNode serverRunner) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "run one raftgate node",
+		Example: `  raftgate server --node-id 1 --data-dir /var/lib/raftgate \
+    --initial-cluster 1=10.0.0.1:5122,2=10.0.0.2:5122,3=10.0.0.3:5122 \
+    --join 10.0.0.2:7946,10.0.0.3:7946`,
+		Args: cobra.NoArgs,
+	}
+	sf := newServerFlags(cmd.Flags())
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		// Flags and env are applied by now (root PersistentPreRunE); the
+		// file fills the rest.
+		if sf.configFile != "" {
+			if err := applyConfigFile(cmd.Flags(), sf.configFile); err != nil {
+				return err
+			}
+		}
+		cfg, err := sf.toConfig()
+		if err != nil {
+			return err
+		}
+		logger, err := newLogger(env.stderr, cfg.LogFormat, cfg.LogLevel)
+		if err != nil {
+			return err
+		}
+		logger.Info().Uint64("node", cfg.NodeID).Str("data_dir", cfg.DataDir).
+			Str("ingress", cfg.IngressAddr).Str("admin", cfg.AdminAddr).Str("node_addr", cfg.NodeAddr).
+			Str("gossip", cfg.GossipAddr).Uint32("partitions", cfg.Partitions).Msg("starting raftgate node")
+		return runNode(cmd.Context(), cfg, logger)
+	}
+	return cmd
+}

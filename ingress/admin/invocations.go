@@ -1,0 +1,167 @@
+package admin
+
+import (
+	"fmt"
+	"net/http"
+	"unicode/utf8"
+
+	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/rpc"
+)
+
+// maxBodyPreview bounds the result body shown in a status answer.
+const maxBodyPreview = 1024
+
+// InvocationView is the JSON form of GET /invocations/{id}.
+type InvocationView struct {
+	ID             string `json:"id"`
+	Partition      uint32 `json:"partition"`
+	Service        string `json:"service,omitempty"`
+	Handler        string `json:"handler,omitempty"`
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
+	// Status is pending, running or completed.
+	Status    string `json:"status"`
+	Attempts  uint32 `json:"attempts"`
+	LastError string `json:"lastError,omitempty"`
+	// Timestamps are RFC 3339 in UTC; omitted when not (yet) known.
+	AcceptedAt    string         `json:"acceptedAt,omitempty"`
+	ExecutionTime string         `json:"executionTime,omitempty"`
+	NextRetryAt   string         `json:"nextRetryAt,omitempty"`
+	CompletedAt   string         `json:"completedAt,omitempty"`
+	Result        *ResultSummary `json:"result,omitempty"`
+}
+
+// ResultSummary describes a recorded result without necessarily carrying
+// all of its body.
+type ResultSummary struct {
+	Status      uint32 `json:"status"`
+	Failed      bool   `json:"failed"`
+	Error       string `json:"error,omitempty"`
+	ContentType string `json:"contentType,omitempty"`
+	BodyBytes   int    `json:"bodyBytes"`
+	// Body is the body when it is text, cut to 1 KiB (BodyTruncated).
+	Body          string `json:"body,omitempty"`
+	BodyTruncated bool   `json:"bodyTruncated,omitempty"`
+}
+
+func stateName(s rpc.InvocationRecord_State) string {
+	switch s {
+	case rpc.InvocationRecord_PENDING:
+		return "pending"
+	case rpc.InvocationRecord_RUNNING:
+		return "running"
+	case rpc.InvocationRecord_COMPLETED:
+		return "completed"
+	default:
+		return "unknown"
+	}
+}
+
+// invocationView renders a record; it reads only the record, so it is the
+// same on every node.
+func invocationView(id partition.InvocationID, p uint32, rec *rpc.InvocationRecord) InvocationView {
+	inv := rec.GetInvoke()
+	v := InvocationView{
+		ID:             id.String(),
+		Partition:      p,
+		Service:        inv.GetService(),
+		Handler:        inv.GetHandler(),
+		IdempotencyKey: inv.GetIdempotencyKey(),
+		Status:         stateName(rec.GetState()),
+		Attempts:       rec.GetAttempts(),
+		LastError:      rec.GetLastError(),
+	}
+	accepted := rec.GetAcceptedAtUnixMs()
+	if accepted == 0 {
+		accepted = inv.GetProposedAtUnixMs()
+	}
+	v.AcceptedAt = optionalTime(accepted)
+	v.ExecutionTime = optionalTime(inv.GetNotBeforeUnixMs())
+	if rec.GetState() != rpc.InvocationRecord_COMPLETED {
+		v.NextRetryAt = optionalTime(rec.GetRetryAtUnixMs())
+	}
+	v.CompletedAt = optionalTime(rec.GetCompletedAtUnixMs())
+	if res := rec.GetResult(); res != nil {
+		v.Result = resultSummary(res)
+	}
+	return v
+}
+
+func resultSummary(res *rpc.Result) *ResultSummary {
+	body := res.GetBody()
+	sum := &ResultSummary{
+		Status:      res.GetStatus(),
+		Failed:      res.GetFailed(),
+		Error:       res.GetError(),
+		ContentType: res.GetContentType(),
+		BodyBytes:   len(body),
+	}
+	if len(body) > maxBodyPreview {
+		body = body[:maxBodyPreview]
+		// Do not cut a UTF-8 sequence in half.
+		for len(body) > 0 && !utf8.Valid(body) {
+			body = body[:len(body)-1]
+		}
+		sum.BodyTruncated = true
+	}
+	if utf8.Valid(body) {
+		sum.Body = string(body)
+	}
+	return sum
+}
+
+func optionalTime(ms int64) string {
+	if ms <= 0 {
+		return ""
+	}
+	return formatTime(ms)
+}
+
+// parseInvocationID reads {id} and routes it to its partition.
+func (s *server) parseInvocationID(w http.ResponseWriter, r *http.Request) (partition.InvocationID, uint32, bool) {
+	id, err := partition.ParseID(r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, http.StatusBadRequest, fmt.Sprintf("%v: an invocation id looks like inv_… as returned in x-restate-id", err))
+		return id, 0, false
+	}
+	return id, partition.PartitionFor(id.PartitionKey(), s.cfg.Partitions), true
+}
+
+func (s *server) getInvocation(w http.ResponseWriter, r *http.Request) {
+	id, p, ok := s.parseInvocationID(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := s.callContext(r)
+	defer cancel()
+	rec, err := s.cfg.Invocations.Status(ctx, p, id.Bytes())
+	if err != nil {
+		s.writeCallError(w, r, fmt.Sprintf("invocation %s", id), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, invocationView(id, p, rec))
+}
+
+// cancelInvocation cancels, then answers with the invocation's status after
+// the cancellation (completed, with the cancelled result unless it had
+// completed before). If that status cannot be read, it answers 202.
+func (s *server) cancelInvocation(w http.ResponseWriter, r *http.Request) {
+	id, p, ok := s.parseInvocationID(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := s.callContext(r)
+	defer cancel()
+	if err := s.cfg.Invocations.Cancel(ctx, p, id.Bytes()); err != nil {
+		s.writeCallError(w, r, fmt.Sprintf("cancel invocation %s", id), err)
+		return
+	}
+	rec, err := s.cfg.Invocations.Status(ctx, p, id.Bytes())
+	if err != nil {
+		s.log.Debug().Err(err).Str("invocation", id.String()).Msg("status after cancel unavailable")
+		// Cancel returned once applied, so the invocation is completed.
+		writeJSON(w, http.StatusAccepted, InvocationView{ID: id.String(), Partition: p, Status: "completed"})
+		return
+	}
+	writeJSON(w, http.StatusOK, invocationView(id, p, rec))
+}
