@@ -27,32 +27,45 @@ const devPortStep = 100
 // devReadyTimeout bounds the wait for the dev cluster to elect leaders.
 const devReadyTimeout = 2 * time.Minute
 
+// devAddrs are node 1's listen addresses in dev; node i+1 uses each port
+// plus devPortStep·i.
+type devAddrs struct {
+	ingress, admin, node, gossip string
+}
+
+func defaultDevAddrs() devAddrs {
+	return devAddrs{ingress: DefaultIngressAddr, admin: DefaultAdminAddr, node: DefaultNodeAddr, gossip: DefaultGossipAddr}
+}
+
 // devConfigs returns the configs of a local n-node cluster with data under
 // dataDir/node-<id>.
-func devConfigs(n int, dataDir string) []ServerConfig {
+func devConfigs(n int, dataDir string, base devAddrs) []ServerConfig {
 	shift := func(addr string, i int) string {
-		host, port, _ := net.SplitHostPort(addr) // the defaults are valid
-		p, _ := strconv.Atoi(port)
+		host, port, err := net.SplitHostPort(addr)
+		p, perr := strconv.Atoi(port)
+		if err != nil || perr != nil {
+			return addr // left for Validate to name
+		}
 		return net.JoinHostPort(host, strconv.Itoa(p+devPortStep*i))
 	}
 	cluster := make(map[uint64]string, n)
 	for i := range n {
-		cluster[uint64(i+1)] = shift(DefaultNodeAddr, i)
+		cluster[uint64(i+1)] = shift(base.node, i)
 	}
 	cfgs := make([]ServerConfig, n)
 	for i := range n {
 		c := DefaultServerConfig()
 		c.NodeID = uint64(i + 1)
 		c.DataDir = filepath.Join(dataDir, fmt.Sprintf("node-%d", i+1))
-		c.IngressAddr = shift(DefaultIngressAddr, i)
-		c.AdminAddr = shift(DefaultAdminAddr, i)
-		c.NodeAddr = shift(DefaultNodeAddr, i)
-		c.GossipAddr = shift(DefaultGossipAddr, i)
+		c.IngressAddr = shift(base.ingress, i)
+		c.AdminAddr = shift(base.admin, i)
+		c.NodeAddr = shift(base.node, i)
+		c.GossipAddr = shift(base.gossip, i)
 		c.InitialCluster = maps.Clone(cluster)
 		c.Join = nil
 		for j := range n {
 			if j != i {
-				c.Join = append(c.Join, shift(DefaultGossipAddr, j))
+				c.Join = append(c.Join, shift(base.gossip, j))
 			}
 		}
 		c.LogFormat = "console"
@@ -66,6 +79,7 @@ func newDevCmd(env cliEnv, runNode serverRunner) *cobra.Command {
 		dataDir  string
 		nodes    int
 		logLevel string
+		addrs    = defaultDevAddrs()
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -94,7 +108,7 @@ is removed on exit.`,
 					}
 				}()
 			}
-			cfgs := devConfigs(nodes, dir)
+			cfgs := devConfigs(nodes, dir, addrs)
 			for i := range cfgs {
 				cfgs[i].LogLevel = logLevel
 				if err := cfgs[i].Validate(); err != nil {
@@ -107,6 +121,10 @@ is removed on exit.`,
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "keep data here (default: a temp dir removed on exit)")
 	cmd.Flags().IntVar(&nodes, "nodes", 1, "cluster size: 1 or 3")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: trace, debug, info, warn or error")
+	cmd.Flags().StringVar(&addrs.ingress, "ingress-addr", addrs.ingress, "node 1's ingress address (node 2 and 3: port +100, +200)")
+	cmd.Flags().StringVar(&addrs.admin, "admin-addr", addrs.admin, "node 1's admin address")
+	cmd.Flags().StringVar(&addrs.node, "node-addr", addrs.node, "node 1's node-to-node gRPC address")
+	cmd.Flags().StringVar(&addrs.gossip, "gossip-addr", addrs.gossip, "node 1's gossip address")
 	return cmd
 }
 

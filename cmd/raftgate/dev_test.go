@@ -20,12 +20,12 @@ import (
 )
 
 func TestDevConfigs(t *testing.T) {
-	one := devConfigs(1, "/data")
+	one := devConfigs(1, "/data", defaultDevAddrs())
 	if len(one) != 1 || one[0].IngressAddr != DefaultIngressAddr || one[0].AdminAddr != DefaultAdminAddr ||
 		one[0].DataDir != "/data/node-1" || len(one[0].Join) != 0 || one[0].LogFormat != "console" {
 		t.Fatalf("1 node: %+v", one)
 	}
-	three := devConfigs(3, "/data")
+	three := devConfigs(3, "/data", defaultDevAddrs())
 	n2 := three[1]
 	if n2.NodeID != 2 || n2.IngressAddr != "127.0.0.1:8180" || n2.AdminAddr != "127.0.0.1:9170" || n2.NodeAddr != "127.0.0.1:5222" ||
 		n2.GossipAddr != "127.0.0.1:8046" || !slices.Equal(n2.Join, []string{"127.0.0.1:7946", "127.0.0.1:8146"}) {
@@ -105,7 +105,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 func TestRunDevRegistersTheGreeter(t *testing.T) {
 	reg := &testRegistry{svcs: map[string]*rpc.Service{}}
 	adminURL := startAdmin(t, "", reg)
-	cfgs := devConfigs(3, t.TempDir())
+	cfgs := devConfigs(3, t.TempDir(), defaultDevAddrs())
 	cfgs[0].AdminAddr = strings.TrimPrefix(adminURL, "http://")
 
 	var running atomic.Int32
@@ -154,7 +154,7 @@ func TestRunDevRegistersTheGreeter(t *testing.T) {
 }
 
 func TestRunDevFailsWhenANodeFails(t *testing.T) {
-	cfgs := devConfigs(1, t.TempDir())
+	cfgs := devConfigs(1, t.TempDir(), defaultDevAddrs())
 	cfgs[0].AdminAddr = "127.0.0.1:1" // never ready
 	err := runDev(context.Background(), io.Discard, zerolog.Nop(), cfgs, true,
 		func(context.Context, ServerConfig, zerolog.Logger) error { return errors.New("boom") })
