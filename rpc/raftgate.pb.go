@@ -1455,6 +1455,11 @@ type DispatchRequest struct {
 	RequestId []byte `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// 0 is the metadata group, 1..P the partitions.
 	Partition uint32 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	// How long the caller still waits for this attempt, in milliseconds
+	// (0 = no limit). The server cancels the request's work after it, so that
+	// a waiter the caller abandoned (an attach that timed out) does not hold
+	// server resources. Relative, so clocks need not agree.
+	TimeoutMs int64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
 	// Types that are valid to be assigned to Body:
 	//
 	//	*DispatchRequest_Append
@@ -1516,6 +1521,13 @@ func (x *DispatchRequest) GetRequestId() []byte {
 func (x *DispatchRequest) GetPartition() uint32 {
 	if x != nil {
 		return x.Partition
+	}
+	return 0
+}
+
+func (x *DispatchRequest) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
 	}
 	return 0
 }
@@ -2385,12 +2397,14 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aPENDING\x10\x01\x12\v\n" +
 	"\aRUNNING\x10\x02\x12\r\n" +
-	"\tCOMPLETED\x10\x03\"\x8d\x04\n" +
+	"\tCOMPLETED\x10\x03\"\xac\x04\n" +
 	"\x0fDispatchRequest\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x04R\rcorrelationId\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\fR\trequestId\x12\x1c\n" +
-	"\tpartition\x18\x03 \x01(\rR\tpartition\x127\n" +
+	"\tpartition\x18\x03 \x01(\rR\tpartition\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\x127\n" +
 	"\x06append\x18\n" +
 	" \x01(\v2\x1d.raftgate.v1.AppendInvocationH\x00R\x06append\x120\n" +
 	"\x06output\x18\v \x01(\v2\x16.raftgate.v1.GetOutputH\x00R\x06output\x127\n" +

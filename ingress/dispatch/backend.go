@@ -1,0 +1,25 @@
+package dispatch
+
+import (
+	"context"
+
+	"github.com/raftgate/raftgate/rpc"
+)
+
+// Backend executes dispatch requests on this node. The binary implements it
+// over the node's partition processors (partition 0 is the metadata group).
+//
+// Every method is called from many goroutines at once, one per request, and
+// must return when ctx ends (the stream broke, the caller's timeout passed,
+// or the server is closing). Errors are the rpc package's typed errors
+// (*rpc.NotLeaderError, rpc.ErrLostLeadership, rpc.ErrNotFound, ...), wrapped
+// or not; anything else reaches the caller as an UNKNOWN error with its text.
+type Backend interface {
+	Append(ctx context.Context, partition uint32, inv *rpc.Invoke) (*rpc.Appended, error)
+	Output(ctx context.Context, partition uint32, id []byte) (*rpc.InvocationResult, error)
+	Attach(ctx context.Context, partition uint32, id []byte) (*rpc.InvocationResult, error)
+	Status(ctx context.Context, partition uint32, id []byte) (*rpc.InvocationRecord, error)
+	Cancel(ctx context.Context, partition uint32, requestID, id []byte) error
+	PutService(ctx context.Context, svc *rpc.Service) error
+	DeleteService(ctx context.Context, name string) error
+}

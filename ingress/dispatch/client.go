@@ -1,0 +1,333 @@
+package dispatch
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/raftgate/raftgate/rpc"
+)
+
+// ErrClosed is returned by calls on a closed Client.
+var ErrClosed = errors.New("dispatch: client closed")
+
+// errUnexpectedAnswer: the server answered with a body that does not fit
+// the request (a version mismatch or a bug); not retried.
+var errUnexpectedAnswer = errors.New("dispatch: unexpected answer")
+
+// Resolver tells the client which node leads a partition. It is satisfied
+// by *leadership.Membership. Both methods are called from many goroutines
+// and must not block.
+type Resolver interface {
+	// Leader returns the partition's leader as far as known; ok is false
+	// when none is.
+	Leader(partition uint32) (leader, term uint64, ok bool)
+	// Hint records the leader a NOT_LEADER answer named (leader > 0).
+	Hint(partition uint32, leader, term uint64)
+}
+
+// ClientConfig configures a Client. Zero durations and bounds take the
+// defaults of DefaultClientConfig.
+type ClientConfig struct {
+	// Self is this node's id: with no leader known, it is tried first.
+	Self uint64
+	// Peers maps every node id to the gRPC address to dial (the
+	// --initial-cluster list). Required.
+	Peers map[uint64]string
+	// DialOptions are added to every connection (TLS credentials,
+	// keepalive...). Without transport credentials among them, connections
+	// are insecure.
+	DialOptions []grpc.DialOption
+	// Resolver gives the leader to try first; nil tries nodes in turn.
+	Resolver Resolver
+	// MaxInFlightPerNode bounds attempts waiting on one node; past it a
+	// call fails at once with rpc.ErrOverloaded.
+	MaxInFlightPerNode int
+	// BackoffBase and BackoffMax shape the delay between retries.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// DefaultTimeout bounds calls whose context has no deadline (Attach
+	// excepted: it waits as long as its context).
+	DefaultTimeout time.Duration
+	Logger         zerolog.Logger
+	// Registerer receives the client's metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// DefaultClientConfig returns the defaults (Peers still to be filled in).
+func DefaultClientConfig() ClientConfig {
+	return ClientConfig{
+		MaxInFlightPerNode: 4096,
+		BackoffBase:        50 * time.Millisecond,
+		BackoffMax:         time.Second,
+		DefaultTimeout:     30 * time.Second,
+		Logger:             zerolog.Nop(),
+	}
+}
+
+// ErrInvalidConfig is wrapped by NewClient's config errors.
+var ErrInvalidConfig = errors.New("dispatch: invalid config")
+
+// Validate names the first bad field (after defaults are applied).
+func (c ClientConfig) Validate() error {
+	c = c.withDefaults()
+	if len(c.Peers) == 0 {
+		return fmt.Errorf("%w: Peers is empty", ErrInvalidConfig)
+	}
+	for id, addr := range c.Peers {
+		if id == 0 || addr == "" {
+			return fmt.Errorf("%w: Peers entry %d=%q", ErrInvalidConfig, id, addr)
+		}
+	}
+	if c.BackoffMax < c.BackoffBase {
+		return fmt.Errorf("%w: BackoffMax must be >= BackoffBase", ErrInvalidConfig)
+	}
+	return nil
+}
+
+func (c ClientConfig) withDefaults() ClientConfig {
+	d := DefaultClientConfig()
+	if c.MaxInFlightPerNode <= 0 {
+		c.MaxInFlightPerNode = d.MaxInFlightPerNode
+	}
+	if c.BackoffBase <= 0 {
+		c.BackoffBase = d.BackoffBase
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = d.BackoffMax
+	}
+	if c.DefaultTimeout <= 0 {
+		c.DefaultTimeout = d.DefaultTimeout
+	}
+	return c
+}
+
+// Client sends dispatch requests to the node that leads each partition,
+// over one pipelined stream per node, and retries them as described in the
+// package comment. Safe for concurrent use.
+type Client struct {
+	cfg         ClientConfig
+	log         zerolog.Logger
+	metrics     *clientMetrics
+	dialOptions []grpc.DialOption
+	// order is the node ids in the order tried when no leader is known:
+	// Self first, then ascending.
+	order []uint64
+	peers map[uint64]*peer
+
+	// ctx ends when the client closes; streams live under it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// mu orders spawn against Close; closed is set under it.
+	mu     sync.Mutex
+	closed atomic.Bool
+	// wg tracks stream opens and stream send/receive loops.
+	wg sync.WaitGroup
+}
+
+// spawn runs f on a goroutine tracked by Close, unless the client is
+// closed.
+func (c *Client) spawn(f func()) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() {
+		return false
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// NewClient returns a client; connections are dialled on first use.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	c := &Client{
+		cfg:   cfg,
+		log:   cfg.Logger.With().Str("component", "dispatch-client").Logger(),
+		peers: map[uint64]*peer{},
+	}
+	c.metrics = newClientMetrics(cfg.Registerer, c.log)
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	// Reconnect quickly to a node that comes back (gRPC's default backoff
+	// grows to 2 minutes); caller options come later and win.
+	c.dialOptions = append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           grpcbackoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: 2 * time.Second,
+		}),
+	}, cfg.DialOptions...)
+	for id, addr := range cfg.Peers {
+		c.peers[id] = &peer{c: c, id: id, addr: addr}
+		if id != cfg.Self {
+			c.order = append(c.order, id)
+		}
+	}
+	slices.Sort(c.order)
+	if _, ok := cfg.Peers[cfg.Self]; ok {
+		c.order = append([]uint64{cfg.Self}, c.order...)
+	}
+	return c, nil
+}
+
+// Close fails every call in progress with ErrClosed, closes streams and
+// connections and waits for the client's goroutines.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	already := c.closed.Swap(true)
+	c.mu.Unlock()
+	if already {
+		return nil
+	}
+	c.cancel()
+	c.wg.Wait()
+	var errs []error
+	for _, p := range c.peers {
+		if err := p.close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Append asks the partition's leader to append an invocation and answers
+// once it is applied. The request id is inv.RequestId, or a fresh one (on a
+// copy of inv) when it has none; every retry reuses it.
+func (c *Client) Append(ctx context.Context, partitionID uint32, inv *rpc.Invoke) (*rpc.Appended, error) {
+	if inv == nil {
+		return nil, fmt.Errorf("%w: nil invoke", rpc.ErrInvalid)
+	}
+	if len(inv.RequestId) == 0 {
+		inv = proto.Clone(inv).(*rpc.Invoke)
+		inv.RequestId = newRequestID()
+	}
+	resp, err := c.call(ctx, opAppend, &rpc.DispatchRequest{
+		RequestId: inv.RequestId,
+		Partition: partitionID,
+		Body:      &rpc.DispatchRequest_Append{Append: &rpc.AppendInvocation{Invoke: inv}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if a := resp.GetAppended(); a != nil {
+		return a, nil
+	}
+	return nil, unexpected(opAppend, resp)
+}
+
+// Output returns the invocation's result if it has one (rpc.ErrNotReady
+// otherwise), read linearizably at the leader.
+func (c *Client) Output(ctx context.Context, partitionID uint32, id []byte) (*rpc.InvocationResult, error) {
+	resp, err := c.call(ctx, opOutput, &rpc.DispatchRequest{
+		RequestId: newRequestID(),
+		Partition: partitionID,
+		Body:      &rpc.DispatchRequest_Output{Output: &rpc.GetOutput{InvocationId: id}},
+	})
+	return resultOf(opOutput, resp, err)
+}
+
+// Attach waits for the invocation's result, as long as ctx allows (no
+// default timeout), across leader changes.
+func (c *Client) Attach(ctx context.Context, partitionID uint32, id []byte) (*rpc.InvocationResult, error) {
+	resp, err := c.call(ctx, opAttach, &rpc.DispatchRequest{
+		RequestId: newRequestID(),
+		Partition: partitionID,
+		Body:      &rpc.DispatchRequest_Attach{Attach: &rpc.AttachInvocation{InvocationId: id}},
+	})
+	return resultOf(opAttach, resp, err)
+}
+
+// Status returns the invocation's stored record.
+func (c *Client) Status(ctx context.Context, partitionID uint32, id []byte) (*rpc.InvocationRecord, error) {
+	resp, err := c.call(ctx, opStatus, &rpc.DispatchRequest{
+		RequestId: newRequestID(),
+		Partition: partitionID,
+		Body:      &rpc.DispatchRequest_Status{Status: &rpc.GetStatus{InvocationId: id}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if s := resp.GetStatus(); s != nil && s.Record != nil {
+		return s.Record, nil
+	}
+	return nil, unexpected(opStatus, resp)
+}
+
+// Cancel cancels the invocation (completes it with a cancelled result
+// unless it completed already).
+func (c *Client) Cancel(ctx context.Context, partitionID uint32, id []byte) error {
+	return c.callDone(ctx, opCancel, &rpc.DispatchRequest{
+		Partition: partitionID,
+		Body:      &rpc.DispatchRequest_Cancel{Cancel: &rpc.CancelInvocation{InvocationId: id}},
+	})
+}
+
+// PutService registers or updates a service (metadata group, partition 0).
+func (c *Client) PutService(ctx context.Context, svc *rpc.Service) error {
+	if svc == nil {
+		return fmt.Errorf("%w: nil service", rpc.ErrInvalid)
+	}
+	return c.callDone(ctx, opPutService, &rpc.DispatchRequest{
+		Body: &rpc.DispatchRequest_PutService{PutService: &rpc.PutService{Service: svc}},
+	})
+}
+
+// DeleteService removes a service (metadata group, partition 0).
+func (c *Client) DeleteService(ctx context.Context, name string) error {
+	return c.callDone(ctx, opDeleteService, &rpc.DispatchRequest{
+		Body: &rpc.DispatchRequest_DeleteService{DeleteService: &rpc.DeleteService{Name: name}},
+	})
+}
+
+func (c *Client) callDone(ctx context.Context, op string, req *rpc.DispatchRequest) error {
+	req.RequestId = newRequestID()
+	resp, err := c.call(ctx, op, req)
+	if err != nil {
+		return err
+	}
+	if resp.GetDone() == nil {
+		return unexpected(op, resp)
+	}
+	return nil
+}
+
+// newRequestID returns a fresh 16-byte request id, the format of
+// partition.NewRequestID (not imported: the client must not pull in the
+// partition processor and its storage).
+func newRequestID() []byte {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on supported platforms
+	return b
+}
+
+func resultOf(op string, resp *rpc.DispatchResponse, err error) (*rpc.InvocationResult, error) {
+	if err != nil {
+		return nil, err
+	}
+	if r := resp.GetResult(); r != nil {
+		return r, nil
+	}
+	return nil, unexpected(op, resp)
+}
+
+func unexpected(op string, resp *rpc.DispatchResponse) error {
+	return fmt.Errorf("%w to %s: %T", errUnexpectedAnswer, op, resp.GetBody())
+}

@@ -1,0 +1,40 @@
+// Package dispatch is the pipelined gRPC dispatch stream between an
+// ingress (or admin API) and the nodes that lead partitions: the client
+// every node's ingress uses, and the server every node runs.
+//
+// One bidirectional stream per (client, node) pair carries many requests at
+// once. Each request names an opaque correlation id; the server handles
+// requests concurrently and answers on the same stream in any order, and
+// the client matches answers to waiting callers by that id. The server
+// assumes nothing about the ids (order, density, uniqueness across
+// streams); the client draws a fresh random id for every attempt and drops
+// an answer whose id nobody waits for.
+//
+// Failure handling is event-driven, never by timeout: when a stream breaks,
+// every request in flight on it fails at once on both sides (the server
+// cancels the requests' contexts; the client retries them), and a server
+// that closes answers everything in flight with LOST_LEADERSHIP first.
+//
+// The client retries NOT_LEADER (following the leader it names),
+// LOST_LEADERSHIP and broken or unreachable nodes with the same request id
+// and a fresh correlation id, re-resolving the leader each time, with
+// exponential backoff and jitter, until the caller's deadline; then it
+// returns an error wrapping rpc.ErrUnavailable. Retrying is safe because the
+// partition de-duplicates on the invocation and request ids.
+//
+// Both sides bound what is in flight (per stream and per node on the
+// server, per node on the client) and answer rpc.ErrOverloaded at once past
+// the bound instead of queueing.
+//
+// Operating notes:
+//   - Shut a node down with Server.Close before grpc.Server.GracefulStop:
+//     dispatch streams are long-lived and GracefulStop waits for them.
+//     Server.Close waits for backend calls, which must honour ctx.
+//   - A peer that vanishes without closing its TCP connection is only
+//     noticed by gRPC keepalive: give the client keepalive.ClientParameters
+//     in DialOptions and the server a matching EnforcementPolicy.
+//   - Attach carries the caller's remaining deadline (timeout_ms) so the
+//     server drops the wait when the caller gives up; a caller that cancels
+//     without a deadline leaves the server's wait in place until the
+//     invocation completes or the stream ends.
+package dispatch

@@ -1,0 +1,112 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/raftgate/raftgate/rpc"
+)
+
+// Operation names, used in metrics and logs.
+const (
+	opAppend        = "append"
+	opOutput        = "output"
+	opAttach        = "attach"
+	opStatus        = "status"
+	opCancel        = "cancel"
+	opPutService    = "put_service"
+	opDeleteService = "delete_service"
+	opUnknown       = "unknown"
+)
+
+// errEmptyAnswer is sent when a backend returns neither a value nor an error.
+var errEmptyAnswer = errors.New("dispatch: backend returned no answer")
+
+// opOf names the operation of a request.
+func opOf(req *rpc.DispatchRequest) string {
+	switch req.Body.(type) {
+	case *rpc.DispatchRequest_Append:
+		return opAppend
+	case *rpc.DispatchRequest_Output:
+		return opOutput
+	case *rpc.DispatchRequest_Attach:
+		return opAttach
+	case *rpc.DispatchRequest_Status:
+		return opStatus
+	case *rpc.DispatchRequest_Cancel:
+		return opCancel
+	case *rpc.DispatchRequest_PutService:
+		return opPutService
+	case *rpc.DispatchRequest_DeleteService:
+		return opDeleteService
+	default:
+		return opUnknown
+	}
+}
+
+// execute runs one request against the backend and builds its answer
+// (without correlation id).
+func execute(ctx context.Context, b Backend, req *rpc.DispatchRequest) *rpc.DispatchResponse {
+	p := req.Partition
+	var resp *rpc.DispatchResponse
+	var err error
+	switch r := req.Body.(type) {
+	case *rpc.DispatchRequest_Append:
+		if r.Append.GetInvoke() == nil {
+			return errorResponse(fmt.Errorf("%w: append without invoke", rpc.ErrInvalid))
+		}
+		var a *rpc.Appended
+		if a, err = b.Append(ctx, p, r.Append.Invoke); a != nil {
+			resp = &rpc.DispatchResponse{Body: &rpc.DispatchResponse_Appended{Appended: a}}
+		}
+	case *rpc.DispatchRequest_Output:
+		var res *rpc.InvocationResult
+		if res, err = b.Output(ctx, p, r.Output.GetInvocationId()); res != nil {
+			resp = resultResponse(res)
+		}
+	case *rpc.DispatchRequest_Attach:
+		var res *rpc.InvocationResult
+		if res, err = b.Attach(ctx, p, r.Attach.GetInvocationId()); res != nil {
+			resp = resultResponse(res)
+		}
+	case *rpc.DispatchRequest_Status:
+		var rec *rpc.InvocationRecord
+		if rec, err = b.Status(ctx, p, r.Status.GetInvocationId()); rec != nil {
+			resp = &rpc.DispatchResponse{Body: &rpc.DispatchResponse_Status{Status: &rpc.InvocationStatus{Record: rec}}}
+		}
+	case *rpc.DispatchRequest_Cancel:
+		err = b.Cancel(ctx, p, req.RequestId, r.Cancel.GetInvocationId())
+		resp = doneResponse()
+	case *rpc.DispatchRequest_PutService:
+		if r.PutService.GetService() == nil {
+			return errorResponse(fmt.Errorf("%w: put_service without service", rpc.ErrInvalid))
+		}
+		err = b.PutService(ctx, r.PutService.Service)
+		resp = doneResponse()
+	case *rpc.DispatchRequest_DeleteService:
+		err = b.DeleteService(ctx, r.DeleteService.GetName())
+		resp = doneResponse()
+	default:
+		return errorResponse(fmt.Errorf("%w: empty or unknown request body", rpc.ErrInvalid))
+	}
+	switch {
+	case err != nil:
+		return errorResponse(err)
+	case resp == nil:
+		return errorResponse(errEmptyAnswer)
+	}
+	return resp
+}
+
+func resultResponse(r *rpc.InvocationResult) *rpc.DispatchResponse {
+	return &rpc.DispatchResponse{Body: &rpc.DispatchResponse_Result{Result: r}}
+}
+
+func doneResponse() *rpc.DispatchResponse {
+	return &rpc.DispatchResponse{Body: &rpc.DispatchResponse_Done{Done: &rpc.Done{}}}
+}
+
+func errorResponse(err error) *rpc.DispatchResponse {
+	return &rpc.DispatchResponse{Body: &rpc.DispatchResponse_Error{Error: rpc.ToProto(err)}}
+}

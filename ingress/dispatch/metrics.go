@@ -1,0 +1,115 @@
+package dispatch
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// serverMetrics are a Server's collectors (one set per Server, registered
+// on its Registerer when there is one).
+type serverMetrics struct {
+	requests   *prometheus.CounterVec // op, code
+	inFlight   prometheus.Gauge
+	streams    prometheus.Gauge
+	overloaded prometheus.Counter
+	seconds    *prometheus.HistogramVec // op
+}
+
+func newServerMetrics(reg prometheus.Registerer, log zerolog.Logger) *serverMetrics {
+	m := &serverMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "raftgate_dispatch_server_requests_total",
+			Help: "Dispatch requests answered by this node, by operation and answer code (ok or a DispatchError code).",
+		}, []string{"op", "code"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "raftgate_dispatch_server_in_flight",
+			Help: "Dispatch requests being handled by this node.",
+		}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "raftgate_dispatch_server_streams",
+			Help: "Open dispatch streams.",
+		}),
+		overloaded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "raftgate_dispatch_server_overloaded_total",
+			Help: "Dispatch requests refused with OVERLOADED because an in-flight bound was reached.",
+		}),
+		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "raftgate_dispatch_server_request_seconds",
+			Help:    "Time from receiving a dispatch request to queueing its answer.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+		}, []string{"op"}),
+	}
+	register(reg, log, m.requests, m.inFlight, m.streams, m.overloaded, m.seconds)
+	return m
+}
+
+// clientMetrics are a Client's collectors.
+type clientMetrics struct {
+	calls     *prometheus.CounterVec // op, result
+	retries   *prometheus.CounterVec // reason
+	seconds   *prometheus.HistogramVec
+	inFlight  prometheus.Gauge
+	opened    prometheus.Counter
+	broken    prometheus.Counter
+	dropped   prometheus.Counter
+	overloads prometheus.Counter
+}
+
+func newClientMetrics(reg prometheus.Registerer, log zerolog.Logger) *clientMetrics {
+	m := &clientMetrics{
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "raftgate_dispatch_client_calls_total",
+			Help: "Dispatch calls by operation and result (ok, or the error kind the caller got).",
+		}, []string{"op", "result"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "raftgate_dispatch_client_retries_total",
+			Help: "Dispatch attempts that were retried, by reason.",
+		}, []string{"reason"}),
+		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "raftgate_dispatch_client_call_seconds",
+			Help:    "Duration of dispatch calls, retries included.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+		}, []string{"op"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "raftgate_dispatch_client_in_flight",
+			Help: "Dispatch attempts waiting for an answer, all nodes.",
+		}),
+		opened: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "raftgate_dispatch_client_streams_opened_total",
+			Help: "Dispatch streams opened.",
+		}),
+		broken: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "raftgate_dispatch_client_streams_broken_total",
+			Help: "Dispatch streams that broke (every request in flight on them was retried).",
+		}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "raftgate_dispatch_client_dropped_responses_total",
+			Help: "Answers for correlation ids nobody waited for any more.",
+		}),
+		overloads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "raftgate_dispatch_client_overloaded_total",
+			Help: "Calls refused at once because a node's in-flight bound was reached.",
+		}),
+	}
+	register(reg, log, m.calls, m.retries, m.seconds, m.inFlight, m.opened, m.broken, m.dropped, m.overloads)
+	return m
+}
+
+// register registers collectors, tolerating a registry that already has
+// them (a second client or server in one process keeps its own, unexported
+// counts).
+func register(reg prometheus.Registerer, log zerolog.Logger, cs ...prometheus.Collector) {
+	if reg == nil {
+		return
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			var already prometheus.AlreadyRegisteredError
+			if !errors.As(err, &already) {
+				log.Warn().Err(err).Msg("registering dispatch metrics")
+			}
+		}
+	}
+}

@@ -1,0 +1,309 @@
+package leadership
+
+import (
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/rs/zerolog"
+)
+
+// ErrClosed is returned by Join after Close.
+var ErrClosed = errors.New("leadership: closed")
+
+// Membership is this node's view of the cluster: members and the partition
+// leader table. Its methods are safe for concurrent use.
+type Membership struct {
+	cfg   Config
+	log   zerolog.Logger
+	meta  []byte
+	list  *memberlist.Memberlist
+	queue *memberlist.TransmitLimitedQueue
+
+	// mu guards the leader table, the member map and the watcher set.
+	mu        sync.Mutex
+	leaders   table
+	members   map[uint64]Member
+	watchers  map[int]*watcher
+	nextWatch int
+
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start binds gossip, joins the configured addresses (a failure is logged
+// and retried in the background) and returns the running Membership.
+func Start(cfg Config) (*Membership, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := &Membership{
+		cfg:      cfg,
+		log:      cfg.Logger.With().Str("component", "leadership").Uint64("node", cfg.Self.ID).Logger(),
+		meta:     encodeNodeInfo(cfg.Self),
+		leaders:  table{},
+		members:  map[uint64]Member{cfg.Self.ID: {NodeInfo: cfg.Self, Alive: true}},
+		watchers: map[int]*watcher{},
+		stop:     make(chan struct{}),
+	}
+	mc, err := m.memberlistConfig()
+	if err != nil {
+		return nil, err
+	}
+	m.queue = &memberlist.TransmitLimitedQueue{
+		NumNodes:       m.numAlive,
+		RetransmitMult: cfg.RetransmitMult,
+	}
+	list, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("leadership: start gossip on %s: %w", cfg.BindAddr, err)
+	}
+	m.list = list
+	if len(cfg.Join) > 0 {
+		if n, err := m.Join(cfg.Join...); err != nil {
+			m.log.Warn().Err(err).Int("joined", n).Strs("join", cfg.Join).Msg("join failed, retrying in background")
+		}
+	}
+	m.wg.Add(1)
+	go m.rejoinLoop()
+	m.log.Info().Str("bind", cfg.BindAddr).Msg("gossip started")
+	return m, nil
+}
+
+func (m *Membership) memberlistConfig() (*memberlist.Config, error) {
+	c := memberlist.DefaultLANConfig()
+	c.Name = "raftgate-" + strconv.FormatUint(m.cfg.Self.ID, 10)
+	host, port, err := splitHostPort(m.cfg.BindAddr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: BindAddr: %v", ErrInvalidConfig, err)
+	}
+	c.BindAddr, c.BindPort = host, port
+	c.AdvertisePort = port
+	if m.cfg.AdvertiseAddr != "" {
+		c.AdvertiseAddr, c.AdvertisePort, _ = splitHostPort(m.cfg.AdvertiseAddr)
+	}
+	if len(m.cfg.SecretKey) > 0 {
+		c.SecretKey = slices.Clone(m.cfg.SecretKey)
+	}
+	c.GossipInterval = m.cfg.GossipInterval
+	c.ProbeInterval = m.cfg.ProbeInterval
+	c.ProbeTimeout = m.cfg.ProbeTimeout
+	c.PushPullInterval = m.cfg.PushPullInterval
+	c.SuspicionMult = m.cfg.SuspicionMult
+	c.RetransmitMult = m.cfg.RetransmitMult
+	c.TCPTimeout = m.cfg.TCPTimeout
+	c.DeadNodeReclaimTime = m.cfg.DeadNodeReclaimTime
+	c.GossipToTheDeadTime = 10 * m.cfg.ProbeInterval
+	c.Delegate = delegate{m}
+	c.Events = events{m}
+	c.Logger = log.New(memberlistLog{m.cfg.Logger.With().Str("component", "memberlist").Logger()}, "", 0)
+	return c, nil
+}
+
+// Join joins the cluster through the given gossip addresses and returns how
+// many were reached. Start calls it with Config.Join.
+func (m *Membership) Join(addrs ...string) (int, error) {
+	select {
+	case <-m.stop:
+		return 0, ErrClosed
+	default:
+	}
+	n, err := m.list.Join(addrs)
+	if err != nil {
+		return n, fmt.Errorf("leadership: join %v: %w", addrs, err)
+	}
+	return n, nil
+}
+
+// rejoinLoop periodically joins the configured addresses that are not alive
+// members, so that a node that was cut off (or started before its peers)
+// finds the cluster again.
+func (m *Membership) rejoinLoop() {
+	defer m.wg.Done()
+	if len(m.cfg.Join) == 0 {
+		return
+	}
+	t := time.NewTicker(m.cfg.RejoinInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		if missing := m.joinAddrsNotAlive(); len(missing) > 0 {
+			if _, err := m.list.Join(missing); err != nil {
+				m.log.Debug().Err(err).Strs("addrs", missing).Msg("rejoin failed")
+			}
+		}
+	}
+}
+
+// joinAddrsNotAlive lists the join addresses no alive member gossips from.
+func (m *Membership) joinAddrsNotAlive() []string {
+	alive := map[string]bool{m.list.LocalNode().Address(): true}
+	for _, n := range m.list.Members() {
+		alive[n.Address()] = true
+	}
+	var missing []string
+	for _, a := range m.cfg.Join {
+		addr := a
+		if ua, err := net.ResolveUDPAddr("udp", a); err == nil {
+			addr = ua.String()
+		}
+		if !alive[addr] {
+			missing = append(missing, a)
+		}
+	}
+	return missing
+}
+
+// SetLocal records a leadership change this node's Raft reported for a
+// partition (leader 0: no leader known at term) and spreads it.
+func (m *Membership) SetLocal(partition uint32, leader, term uint64) {
+	m.update(Update{Partition: partition, Entry: Entry{Leader: leader, Term: term}}, true)
+}
+
+// Hint records the leader a NOT_LEADER answer named and spreads it if it is
+// news.
+func (m *Membership) Hint(partition uint32, leader, term uint64) {
+	m.update(Update{Partition: partition, Entry: Entry{Leader: leader, Term: term}}, true)
+}
+
+// Leader returns the partition's leader as far as this node knows; ok is
+// false when no leader is known.
+func (m *Membership) Leader(partition uint32) (leader, term uint64, ok bool) {
+	m.mu.Lock()
+	e := m.leaders[partition]
+	m.mu.Unlock()
+	return e.Leader, e.Term, e.Leader != 0
+}
+
+// Leaders returns the whole table, sorted by partition.
+func (m *Membership) Leaders() []Update {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.leaders.updates()
+}
+
+// Members returns every node seen, alive or not, sorted by ID.
+func (m *Membership) Members() []Member {
+	m.mu.Lock()
+	out := make([]Member, 0, len(m.members))
+	for _, mem := range m.members {
+		out = append(out, mem)
+	}
+	m.mu.Unlock()
+	slices.SortFunc(out, func(a, b Member) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// numAlive counts alive members; it sizes broadcast retransmits. It reads
+// the member map rather than memberlist, which calls it during Create.
+func (m *Membership) numAlive() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, mem := range m.members {
+		if mem.Alive {
+			n++
+		}
+	}
+	return n
+}
+
+// Node returns one member by id.
+func (m *Membership) Node(id uint64) (Member, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mem, ok := m.members[id]
+	return mem, ok
+}
+
+// Close leaves the cluster (bounded by LeaveTimeout), stops gossip and
+// waits for the background goroutines, watchers included.
+func (m *Membership) Close() error {
+	m.closeOnce.Do(func() {
+		close(m.stop)
+		if err := m.list.Leave(m.cfg.LeaveTimeout); err != nil {
+			m.log.Warn().Err(err).Msg("leave")
+		}
+		if err := m.list.Shutdown(); err != nil {
+			m.closeErr = fmt.Errorf("leadership: shutdown gossip: %w", err)
+		}
+		m.mu.Lock()
+		ws := m.watchers
+		m.watchers = map[int]*watcher{}
+		m.mu.Unlock()
+		for _, w := range ws {
+			w.stop()
+		}
+		m.wg.Wait()
+	})
+	return m.closeErr
+}
+
+// update merges one update; a change is broadcast when spread is true and
+// handed to the watchers.
+func (m *Membership) update(u Update, spread bool) {
+	m.mu.Lock()
+	changed := m.leaders.apply(u)
+	if changed {
+		u.Entry = m.leaders[u.Partition]
+		m.notifyLocked([]Update{u})
+	}
+	m.mu.Unlock()
+	if changed && spread {
+		m.broadcast(u)
+	}
+}
+
+func (m *Membership) mergeAll(us []Update, spread bool) {
+	m.mu.Lock()
+	changed := m.leaders.applyAll(us)
+	m.notifyLocked(changed)
+	m.mu.Unlock()
+	if spread {
+		for _, u := range changed {
+			m.broadcast(u)
+		}
+	}
+}
+
+func (m *Membership) broadcast(u Update) {
+	m.queue.QueueBroadcast(leaderBroadcast{
+		name: "leader/" + strconv.FormatUint(uint64(u.Partition), 10),
+		msg:  encodeUpdates([]Update{u}),
+	})
+}
+
+// leaderBroadcast carries one partition's entry; a newer one for the same
+// partition replaces it in the queue (NamedBroadcast).
+type leaderBroadcast struct {
+	name string
+	msg  []byte
+}
+
+func (b leaderBroadcast) Invalidates(other memberlist.Broadcast) bool {
+	o, ok := other.(leaderBroadcast)
+	return ok && o.name == b.name
+}
+func (b leaderBroadcast) Name() string    { return b.name }
+func (b leaderBroadcast) Message() []byte { return b.msg }
+func (b leaderBroadcast) Finished()       {}

@@ -1,0 +1,239 @@
+package leadership
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// lockedBuffer collects one node's logs, printed when the test fails.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// freeGossipAddr returns a 127.0.0.1 port that was free for both TCP and UDP.
+func freeGossipAddr(t *testing.T) string {
+	t.Helper()
+	for range 20 {
+		tl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := tl.Addr().String()
+		ul, err := net.ListenPacket("udp", addr)
+		tl.Close()
+		if err == nil {
+			ul.Close()
+			return addr
+		}
+	}
+	t.Fatal("no port free for both TCP and UDP")
+	return ""
+}
+
+// startNode starts a member with the local profile, retrying once on a
+// fresh port if the one picked was taken meanwhile.
+func startNode(t *testing.T, id uint64, key []byte, join ...string) *Membership {
+	t.Helper()
+	logs := &lockedBuffer{}
+	var m *Membership
+	var err error
+	for attempt := 0; attempt < 2; attempt++ {
+		cfg := DefaultLocalConfig()
+		cfg.BindAddr = freeGossipAddr(t)
+		cfg.Self = NodeInfo{ID: id, NodeAddr: fmt.Sprintf("127.0.0.1:%d", 5000+id), IngressAddr: fmt.Sprintf("127.0.0.1:%d", 8000+id), AdminAddr: fmt.Sprintf("127.0.0.1:%d", 9000+id)}
+		cfg.Join = join
+		cfg.SecretKey = key
+		cfg.Logger = zerolog.New(logs).Level(zerolog.DebugLevel).With().Timestamp().Logger()
+		if m, err = Start(cfg); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("start node %d: %v", id, err)
+	}
+	t.Cleanup(func() {
+		m.Close()
+		if t.Failed() {
+			t.Logf("node %d logs:\n%s", id, tail(logs.String(), 60))
+		}
+	})
+	return m
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// waitFor polls cond until it holds or the timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func gossipAddr(m *Membership) string { return m.cfg.BindAddr }
+
+func startCluster(t *testing.T) []*Membership {
+	n1 := startNode(t, 1, nil)
+	n2 := startNode(t, 2, nil, gossipAddr(n1))
+	n3 := startNode(t, 3, nil, gossipAddr(n1))
+	nodes := []*Membership{n1, n2, n3}
+	waitFor(t, 10*time.Second, "three alive members on every node", func() bool {
+		for _, n := range nodes {
+			ms := n.Members()
+			if len(ms) != 3 {
+				return false
+			}
+			for i, m := range ms {
+				if m.ID != uint64(i+1) || !m.Alive {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	return nodes
+}
+
+func TestClusterConvergesOnMembersAndLeaders(t *testing.T) {
+	nodes := startCluster(t)
+	for _, n := range nodes {
+		got, ok := n.Node(2)
+		want := NodeInfo{ID: 2, NodeAddr: "127.0.0.1:5002", IngressAddr: "127.0.0.1:8002", AdminAddr: "127.0.0.1:9002"}
+		if !ok || got.NodeInfo != want {
+			t.Fatalf("node %d sees node 2 as %+v, %v; want %+v", n.cfg.Self.ID, got, ok, want)
+		}
+	}
+
+	type change struct {
+		p            uint32
+		leader, term uint64
+	}
+	var mu sync.Mutex
+	var seen []change
+	cancel := nodes[2].Watch(func(p uint32, leader, term uint64) {
+		mu.Lock()
+		seen = append(seen, change{p, leader, term})
+		mu.Unlock()
+	})
+	defer cancel()
+
+	start := time.Now()
+	nodes[0].SetLocal(1, 1, 3)
+	nodes[1].SetLocal(2, 2, 4)
+	nodes[2].Hint(3, 1, 2)
+	expect := func(want map[uint32]Entry) func() bool {
+		return func() bool {
+			for _, n := range nodes {
+				for p, e := range want {
+					leader, term, ok := n.Leader(p)
+					if !ok || leader != e.Leader || term != e.Term {
+						return false
+					}
+				}
+			}
+			return true
+		}
+	}
+	waitFor(t, 5*time.Second, "leader table on every node", expect(map[uint32]Entry{1: {1, 3}, 2: {2, 4}, 3: {1, 2}}))
+	t.Logf("leader table converged in %v", time.Since(start))
+
+	// A stale (lower-term) entry never overwrites; a newer one spreads.
+	nodes[2].SetLocal(1, 3, 2)
+	nodes[1].SetLocal(1, 2, 5)
+	waitFor(t, 5*time.Second, "term 5 leader of partition 1 everywhere", expect(map[uint32]Entry{1: {2, 5}}))
+	if leader, term, _ := nodes[2].Leader(1); leader != 2 || term != 5 {
+		t.Fatalf("node 3 partition 1: leader %d term %d", leader, term)
+	}
+	waitFor(t, 5*time.Second, "watcher to see partition 1 at term 5", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := len(seen) - 1; i >= 0; i-- {
+			if seen[i].p == 1 {
+				return seen[i] == change{1, 2, 5}
+			}
+		}
+		return false
+	})
+	mu.Lock()
+	for _, c := range seen {
+		if c.p == 1 && c.term < 3 {
+			t.Errorf("watcher saw a stale entry %+v", c)
+		}
+	}
+	mu.Unlock()
+}
+
+func TestLeavingNodeIsNotAlive(t *testing.T) {
+	nodes := startCluster(t)
+	if err := nodes[2].Close(); err != nil {
+		t.Fatalf("close node 3: %v", err)
+	}
+	waitFor(t, 5*time.Second, "node 3 not alive on nodes 1 and 2", func() bool {
+		for _, n := range nodes[:2] {
+			m, ok := n.Node(3)
+			if !ok || m.Alive {
+				return false
+			}
+		}
+		return true
+	})
+	if ms := nodes[0].Members(); len(ms) != 3 {
+		t.Fatalf("members after leave: %+v (a departed node stays listed, not alive)", ms)
+	}
+}
+
+func TestWrongSecretKeyCannotJoin(t *testing.T) {
+	key := bytes.Repeat([]byte{1}, 32)
+	other := bytes.Repeat([]byte{2}, 32)
+	n1 := startNode(t, 1, key)
+	n2 := startNode(t, 2, key, gossipAddr(n1))
+	waitFor(t, 5*time.Second, "node 2 with the right key to join", func() bool {
+		m, ok := n1.Node(2)
+		return ok && m.Alive
+	})
+	intruder := startNode(t, 9, other)
+	if _, err := intruder.Join(gossipAddr(n1)); err == nil {
+		t.Fatal("join with the wrong key succeeded")
+	}
+	if _, err := intruder.Join(gossipAddr(n2)); err == nil {
+		t.Fatal("join with the wrong key succeeded")
+	}
+	for _, n := range []*Membership{n1, n2} {
+		if _, ok := n.Node(9); ok {
+			t.Fatalf("node %d lists the intruder", n.cfg.Self.ID)
+		}
+	}
+	if ms := intruder.Members(); len(ms) != 1 {
+		t.Fatalf("intruder sees %+v", ms)
+	}
+}
