@@ -1,0 +1,72 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"time"
+
+	"github.com/raftgate/raftgate/ingress"
+	"github.com/raftgate/raftgate/ingress/client"
+	"github.com/raftgate/raftgate/rpc"
+)
+
+// An ingress over an in-memory cluster whose Greeter/greet answers
+// "hello, " + body; a real deployment points the client at a raftgate node.
+func exampleIngress() *httptest.Server {
+	cluster := newMemCluster(func(inv *rpc.Invoke) *rpc.Result {
+		return &rpc.Result{Status: 200, Body: append([]byte("hello, "), inv.Body...), ContentType: "text/plain"}
+	})
+	cfg := ingress.DefaultConfig()
+	cfg.Dispatcher = cluster
+	cfg.Services = registry{"Greeter": {Name: "Greeter", Url: "http://127.0.0.1:1"}}
+	h, err := ingress.New(cfg)
+	if err != nil {
+		panic(err)
+	}
+	return httptest.NewServer(h)
+}
+
+func Example() {
+	srv := exampleIngress()
+	defer srv.Close()
+	ctx := context.Background()
+
+	c, err := client.New(srv.URL)
+	if err != nil {
+		panic(err)
+	}
+
+	// Call and wait for the result. The idempotency key makes a retry safe.
+	resp, err := c.Call(ctx, "Greeter", "greet", []byte("ann"),
+		client.WithContentType("text/plain"), client.WithIdempotencyKey("greet-ann"))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(resp.Status, string(resp.Body))
+
+	// Send without waiting, then fetch the result by id.
+	sent, err := c.Send(ctx, "Greeter", "greet", []byte("bob"), client.WithContentType("text/plain"))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(sent.Status)
+	out, err := c.Attach(ctx, sent.InvocationID, client.WithTimeout(5*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(string(out.Body))
+
+	// Errors are typed.
+	_, err = c.Call(ctx, "Nobody", "greet", nil)
+	var e *client.Error
+	if errors.As(err, &e) {
+		fmt.Println(e.Code, e.Source, errors.Is(err, client.ErrNotFound))
+	}
+	// Output:
+	// 200 hello, ann
+	// Accepted
+	// hello, bob
+	// 404 ingress true
+}

@@ -1,0 +1,117 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/raftgate/raftgate/ingress"
+)
+
+// tsScript drives the ingress with Restate's TypeScript client
+// (@restatedev/restate-sdk-clients) and prints what it saw as JSON.
+const tsScript = `
+const clients = require("@restatedev/restate-sdk-clients");
+(async () => {
+  const out = {};
+  const rs = clients.connect({ url: process.env.INGRESS_URL });
+  const greeter = rs.serviceClient({ name: "Greeter" });
+  out.call = await greeter.greet({ name: "ann" });
+  out.keyedCall = await greeter.greet({ name: "bob" }, clients.Opts.from({ idempotencyKey: "k1" }));
+  const sender = rs.serviceSendClient({ name: "Greeter" });
+  const sent = await sender.greet({ name: "cy" }, clients.SendOpts.from({ delay: 1500, idempotencyKey: "k2" }));
+  out.send = { status: sent.status, prefix: sent.invocationId.slice(0, 4), attachable: sent.attachable };
+  const again = await sender.greet({ name: "cy" }, clients.SendOpts.from({ idempotencyKey: "k2" }));
+  out.sendAgain = { status: again.status, same: again.invocationId === sent.invocationId };
+  out.result = await rs.result(sent);
+  try {
+    await rs.serviceClient({ name: "Nope" }).greet({});
+  } catch (e) {
+    out.unknown = { status: e.status, body: JSON.parse(e.responseText) };
+  }
+  try {
+    await greeter.wave({});
+  } catch (e) {
+    out.unknownHandler = { status: e.status };
+  }
+  console.log(JSON.stringify(out));
+})().catch((e) => { console.error(e); process.exit(1); });
+`
+
+// TestTypeScriptClient checks compatibility with Restate's TypeScript
+// client. It runs only when RAFTGATE_TS_CLIENT_DIR names a directory whose
+// node_modules holds @restatedev/restate-sdk-clients (npm install it there)
+// and node is installed.
+func TestTypeScriptClient(t *testing.T) {
+	dir := os.Getenv("RAFTGATE_TS_CLIENT_DIR")
+	if dir == "" {
+		t.Skip("RAFTGATE_TS_CLIENT_DIR not set")
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not installed")
+	}
+	srv := startIngress(t, newMemCluster(echo), func(c *ingress.Config) {
+		c.Services = registry{"Greeter": {Name: "Greeter", Url: "http://127.0.0.1:1", Handlers: []string{"greet"}}}
+	})
+	script := filepath.Join(t.TempDir(), "drive.cjs")
+	if err := os.WriteFile(script, []byte(tsScript), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, script)
+	cmd.Env = append(os.Environ(), "INGRESS_URL="+srv.URL, "NODE_PATH="+filepath.Join(dir, "node_modules"))
+	outb, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("node: %v\n%s\n%s", err, outb, stderr)
+	}
+	var got struct {
+		Call      map[string]string `json:"call"`
+		KeyedCall map[string]string `json:"keyedCall"`
+		Send      struct {
+			Status     string `json:"status"`
+			Prefix     string `json:"prefix"`
+			Attachable bool   `json:"attachable"`
+		} `json:"send"`
+		SendAgain struct {
+			Status string `json:"status"`
+			Same   bool   `json:"same"`
+		} `json:"sendAgain"`
+		Result  map[string]string `json:"result"`
+		Unknown struct {
+			Status int `json:"status"`
+			Body   struct {
+				Code    int    `json:"code"`
+				Message string `json:"message"`
+				Source  string `json:"source"`
+			} `json:"body"`
+		} `json:"unknown"`
+		UnknownHandler struct {
+			Status int `json:"status"`
+		} `json:"unknownHandler"`
+	}
+	if err := json.Unmarshal(outb, &got); err != nil {
+		t.Fatalf("node printed %q: %v", outb, err)
+	}
+	t.Logf("TypeScript client saw: %s", outb)
+	if got.Call["name"] != "ann" || got.KeyedCall["name"] != "bob" || got.Result["name"] != "cy" {
+		t.Fatalf("results: %+v", got)
+	}
+	if got.Send.Status != "Accepted" || got.Send.Prefix != "inv_" || !got.Send.Attachable ||
+		got.SendAgain.Status != "PreviouslyAccepted" || !got.SendAgain.Same {
+		t.Fatalf("sends: %+v %+v", got.Send, got.SendAgain)
+	}
+	if got.Unknown.Status != 404 || got.Unknown.Body.Code != 404 || got.Unknown.Body.Source != "ingress" ||
+		got.UnknownHandler.Status != 404 {
+		t.Fatalf("errors: %+v %+v", got.Unknown, got.UnknownHandler)
+	}
+}

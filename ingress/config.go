@@ -1,0 +1,130 @@
+package ingress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/raftgate/raftgate/rpc"
+)
+
+// Dispatcher reaches the leader of a partition. It is implemented by
+// ingress/dispatch.Client.
+//
+// Every method may be called from many goroutines at once. A method retries
+// on NOT_LEADER, LOST_LEADERSHIP and broken streams with the same request
+// until ctx is done, then returns an error wrapping rpc.ErrUnavailable.
+// rpc.ErrNotFound, ErrNotReady, ErrInvalid and ErrOverloaded come back at
+// once. The ingress does not keep or modify inv after Append returns.
+type Dispatcher interface {
+	// Append proposes inv to its partition and returns once the entry has
+	// been applied (or was already there: PreviouslyAccepted).
+	Append(ctx context.Context, partition uint32, inv *rpc.Invoke) (*rpc.Appended, error)
+	// Output returns the result if it exists, rpc.ErrNotReady if the
+	// invocation exists without one, rpc.ErrNotFound otherwise.
+	Output(ctx context.Context, partition uint32, id []byte) (*rpc.InvocationResult, error)
+	// Attach waits until the invocation has a result (rpc.ErrNotFound if
+	// there is no such invocation).
+	Attach(ctx context.Context, partition uint32, id []byte) (*rpc.InvocationResult, error)
+}
+
+// ServiceLookup reads the replicated service registry. Lookup is a local
+// read, called on every call and send, from many goroutines at once.
+type ServiceLookup interface {
+	Lookup(name string) (*rpc.Service, bool)
+}
+
+// Config configures a Handler. Start from DefaultConfig.
+type Config struct {
+	// Partitions is the number of partitions (1..Partitions), fixed at
+	// cluster bootstrap.
+	Partitions uint32
+	// Dispatcher reaches partition leaders.
+	Dispatcher Dispatcher
+	// Services is the service registry.
+	Services ServiceLookup
+	// Retention is how long completed results are kept; it sets the
+	// idempotency-expires header (completed_at + Retention).
+	Retention time.Duration
+	// MaxBodyBytes bounds a request body; larger bodies get 413.
+	MaxBodyBytes int64
+	// MaxConcurrent bounds the requests served at once (long-polls
+	// included); beyond it requests are shed with 429 + Retry-After, never
+	// queued.
+	MaxConcurrent int
+	// RequestTimeout bounds reaching the cluster: an append (call or send)
+	// or an output read that has not been acknowledged by then gets 503 +
+	// Retry-After.
+	RequestTimeout time.Duration
+	// DefaultCallTimeout bounds how long a call or attach waits for the
+	// result when the client gave no timeout; 0 waits until the client goes
+	// away. When it passes the answer is 470 with x-restate-id, as for a
+	// client timeout.
+	DefaultCallTimeout time.Duration
+	// RetryAfter is the Retry-After sent with 429 and 503 (rounded up to
+	// whole seconds, at least 1).
+	RetryAfter time.Duration
+	// ForwardHeaders names request headers copied into the invocation and
+	// so sent to the service (e.g. "authorization", "traceparent"). Empty:
+	// none, which keeps log entries small.
+	ForwardHeaders []string
+	// Clock stamps proposals (proposed_at, not_before). nil means time.Now.
+	Clock func() time.Time
+	// Logger receives the ingress's logs.
+	Logger zerolog.Logger
+	// Registerer receives the metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// ErrInvalidConfig is returned (wrapped) by Config.Validate and New.
+var ErrInvalidConfig = errors.New("invalid ingress config")
+
+// DefaultConfig returns a config with production defaults; Dispatcher and
+// Services must still be set.
+func DefaultConfig() Config {
+	return Config{
+		Partitions:         1,
+		Retention:          24 * time.Hour,
+		MaxBodyBytes:       10 << 20,
+		MaxConcurrent:      4096,
+		RequestTimeout:     10 * time.Second,
+		DefaultCallTimeout: 0,
+		RetryAfter:         time.Second,
+		Clock:              time.Now,
+		Logger:             zerolog.Nop(),
+	}
+}
+
+// Validate reports the first field that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.Partitions < 1:
+		return fmt.Errorf("%w: Partitions must be at least 1", ErrInvalidConfig)
+	case c.Dispatcher == nil:
+		return fmt.Errorf("%w: Dispatcher is nil", ErrInvalidConfig)
+	case c.Services == nil:
+		return fmt.Errorf("%w: Services is nil", ErrInvalidConfig)
+	case c.Retention < 0:
+		return fmt.Errorf("%w: Retention %v is negative", ErrInvalidConfig, c.Retention)
+	case c.MaxBodyBytes <= 0:
+		return fmt.Errorf("%w: MaxBodyBytes must be positive, got %d", ErrInvalidConfig, c.MaxBodyBytes)
+	case c.MaxConcurrent <= 0:
+		return fmt.Errorf("%w: MaxConcurrent must be positive, got %d", ErrInvalidConfig, c.MaxConcurrent)
+	case c.RequestTimeout <= 0:
+		return fmt.Errorf("%w: RequestTimeout must be positive, got %v", ErrInvalidConfig, c.RequestTimeout)
+	case c.DefaultCallTimeout < 0:
+		return fmt.Errorf("%w: DefaultCallTimeout %v is negative (0 means none)", ErrInvalidConfig, c.DefaultCallTimeout)
+	case c.RetryAfter < 0:
+		return fmt.Errorf("%w: RetryAfter %v is negative", ErrInvalidConfig, c.RetryAfter)
+	}
+	for _, name := range c.ForwardHeaders {
+		if name == "" {
+			return fmt.Errorf("%w: ForwardHeaders contains an empty name", ErrInvalidConfig)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,28 @@
+// Package ingress is raftgate's HTTP ingress: the API that clients, curl
+// scripts and Restate's TypeScript client call (see docs in shared/API.md).
+//
+// It owns:
+//   - routing and parsing of the ingress paths (call, send, attach, output,
+//     health), the delay/timeout duration syntax (Go and ISO-8601), the
+//     idempotency-key header and the JSON error format;
+//   - choosing the invocation id and the request id before the first attempt,
+//     so that every retry of one HTTP request inside the cluster is the same
+//     request (see ARCHITECTURE.md, "Identity and routing");
+//   - mapping dispatch errors (rpc.Err*) to HTTP statuses in one place
+//     (errors.go), load shedding (429), graceful drain (503) and metrics.
+//
+// It keeps no durable state. Reaching a partition's leader, with retries, is
+// the Dispatcher's job (implemented by ingress/dispatch); the service
+// registry is read through ServiceLookup.
+//
+// Request flow of a call:
+//
+//  1. parse path and headers, look the service up, read the body (bounded);
+//  2. compute the invocation id (IdempotentID with a key, RandomID without)
+//     and a request id, both reused on every retry;
+//  3. Dispatcher.Append with a deadline of Config.RequestTimeout; the
+//     dispatcher retries the same request until the deadline;
+//  4. Dispatcher.Attach until the result exists, the client timeout passes
+//     (470) or the client goes away;
+//  5. answer with the result's status, body and content type.
+package ingress

@@ -1,0 +1,157 @@
+package ingress
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/rpc"
+)
+
+// invoke serves POST /{service}/{handler} and .../send.
+func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, rt route) int {
+	start := time.Now()
+	send := rt.kind == routeSend
+	svc, ok := h.cfg.Services.Lookup(rt.service)
+	if !ok || svc == nil {
+		return h.writeError(w, errNotFound(fmt.Sprintf(
+			"service '%s' not found: register it first (raftgate services add %s URL, or PUT /services/%s on the admin API)",
+			rt.service, rt.service, rt.service)))
+	}
+	if len(svc.Handlers) > 0 && !slices.Contains(svc.Handlers, rt.handler) {
+		return h.writeError(w, errNotFound(fmt.Sprintf(
+			"the service '%s' exists, but has no handler '%s': its registration lists %v",
+			rt.service, rt.handler, svc.Handlers)))
+	}
+	key, e := idempotencyKey(r.Header)
+	if e != nil {
+		return h.writeError(w, e)
+	}
+	delay, hasDelay, e := delayParam(r)
+	if e != nil {
+		return h.writeError(w, e)
+	}
+	if hasDelay && !send {
+		return h.writeError(w, errBadRequest(
+			"the delay query parameter works only with send (POST /{service}/{handler}/send?delay=10s): a call waits for the result"))
+	}
+	timeout, e := clientTimeout(r)
+	if e != nil {
+		return h.writeError(w, e)
+	}
+	body, e := h.readBody(w, r)
+	if e != nil {
+		return h.writeError(w, e)
+	}
+	contentType := r.Header.Get(headerContentType)
+	if e := checkJSON(contentType, body); e != nil {
+		return h.writeError(w, e)
+	}
+
+	// The id and the request id are fixed before the first attempt, so that
+	// every retry inside the cluster is the same request.
+	var id partition.InvocationID
+	if key != "" {
+		id = partition.IdempotentID(rt.service, rt.handler, key)
+	} else {
+		id = partition.RandomID()
+	}
+	part := partition.PartitionFor(id.PartitionKey(), h.cfg.Partitions)
+	now := h.cfg.Clock()
+	inv := &rpc.Invoke{
+		InvocationId:     id[:],
+		RequestId:        partition.NewRequestID(),
+		Service:          rt.service,
+		Handler:          rt.handler,
+		Body:             body,
+		ContentType:      contentType,
+		Headers:          h.forwardHeaders(r.Header),
+		IdempotencyKey:   key,
+		ProposedAtUnixMs: now.UnixMilli(),
+	}
+	if delay > 0 {
+		inv.NotBeforeUnixMs = now.Add(delay).UnixMilli()
+	}
+
+	appendTimeout := h.cfg.RequestTimeout
+	if timeout > 0 && timeout < appendTimeout {
+		appendTimeout = timeout
+	}
+	actx, cancel := context.WithTimeoutCause(r.Context(), appendTimeout, errAppendDeadline)
+	appended, err := h.cfg.Dispatcher.Append(actx, part, inv)
+	cancel()
+	if err != nil {
+		ae, ok := appendError(actx, r.Context(), err, part, key, id)
+		if !ok {
+			return statusClientGone
+		}
+		if ae.code >= 500 {
+			h.log.Warn().Err(err).Uint32("partition", part).Stringer("invocation", id).Msg("append failed")
+		}
+		return h.writeError(w, ae)
+	}
+	if send {
+		if key != "" && appended.GetCompletedAtUnixMs() > 0 {
+			h.setIdempotencyExpires(w.Header(), appended.GetCompletedAtUnixMs())
+		}
+		return h.writeSendResponse(w, id, key != "" && appended.GetPreviouslyAccepted(), appended.GetNotBeforeUnixMs())
+	}
+	return h.waitResult(w, r, start, timeout, part, id, key)
+}
+
+// forwardHeaders copies the configured headers into the invocation.
+func (h *Handler) forwardHeaders(hdr http.Header) []*rpc.Header {
+	if len(h.forward) == 0 {
+		return nil
+	}
+	var out []*rpc.Header
+	for canonical, lower := range h.forward {
+		for _, v := range hdr[canonical] {
+			out = append(out, &rpc.Header{Name: lower, Value: v})
+		}
+	}
+	// Map order is random; the log entry should not be.
+	slices.SortStableFunc(out, func(a, b *rpc.Header) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// writeSendResponse answers a send with 202 and
+// {"invocationId","status"[,"executionTime"]}. previously is only reported
+// for a caller's idempotency key: without one, a duplicate can only be this
+// request's own retry inside the cluster.
+func (h *Handler) writeSendResponse(w http.ResponseWriter, id partition.InvocationID, previously bool, notBeforeMs int64) int {
+	idText := id.String()
+	b := make([]byte, 0, 128)
+	b = append(b, `{"invocationId":"`...)
+	b = append(b, idText...)
+	b = append(b, `","status":"`...)
+	if previously {
+		b = append(b, "PreviouslyAccepted"...)
+	} else {
+		b = append(b, "Accepted"...)
+	}
+	b = append(b, '"')
+	if notBeforeMs > 0 {
+		b = append(b, `,"executionTime":"`...)
+		b = time.UnixMilli(notBeforeMs).UTC().AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
+	}
+	b = append(b, '}')
+	hdr := w.Header()
+	hdr.Set(headerContentType, "application/json")
+	hdr.Set(headerInvocationID, idText)
+	w.WriteHeader(http.StatusAccepted)
+	_, _ = w.Write(b)
+	return http.StatusAccepted
+}

@@ -1,0 +1,141 @@
+package ingress
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/rpc"
+)
+
+// parseInvocationID parses a printed invocation id as the ingress accepts
+// it: partition.ParseID, plus canonical form (base32 leaves 3 spare bits in
+// the last character; two spellings of one id would otherwise both parse).
+func parseInvocationID(s string) (partition.InvocationID, error) {
+	id, err := partition.ParseID(s)
+	if err != nil {
+		return id, err
+	}
+	if !strings.EqualFold(id.String(), s) {
+		return partition.InvocationID{}, partition.ErrMalformedID
+	}
+	return id, nil
+}
+
+// lookup serves GET /restate/invocation/.../attach and .../output.
+func (h *Handler) lookup(w http.ResponseWriter, r *http.Request, rt route) int {
+	start := time.Now()
+	var id partition.InvocationID
+	if rt.byKey() {
+		id = partition.IdempotentID(rt.service, rt.handler, rt.key)
+	} else {
+		var err error
+		if id, err = parseInvocationID(rt.id); err != nil {
+			return h.writeError(w, errBadRequest("malformed invocation id "+quotePath(rt.id)+
+				": expected inv_ followed by 39 base32 characters, as returned in x-restate-id"))
+		}
+	}
+	part := partition.PartitionFor(id.PartitionKey(), h.cfg.Partitions)
+	if rt.kind == routeAttach {
+		timeout, e := clientTimeout(r)
+		if e != nil {
+			return h.writeError(w, e)
+		}
+		return h.waitResult(w, r, start, timeout, part, id, "")
+	}
+	ctx, cancel := context.WithTimeoutCause(r.Context(), h.cfg.RequestTimeout, errAppendDeadline)
+	defer cancel()
+	res, err := h.cfg.Dispatcher.Output(ctx, part, id[:])
+	if err != nil {
+		return h.lookupFailed(w, ctx, r.Context(), err, part, id)
+	}
+	return h.writeResult(w, id, "", res)
+}
+
+// waitResult attaches to invocation id until its result exists, the wait
+// timeout (client's, else DefaultCallTimeout, counted from start) passes, or
+// the client goes away.
+func (h *Handler) waitResult(w http.ResponseWriter, r *http.Request, start time.Time, timeout time.Duration, part uint32, id partition.InvocationID, key string) int {
+	if timeout <= 0 {
+		timeout = h.cfg.DefaultCallTimeout
+	}
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	stop := context.AfterFunc(h.stopWaiting, func() { cancel(errStopWaiting) })
+	defer stop()
+	if timeout > 0 {
+		var cancelTimeout context.CancelFunc
+		ctx, cancelTimeout = context.WithDeadlineCause(ctx, start.Add(timeout), errWaitDeadline)
+		defer cancelTimeout()
+	}
+	res, err := h.cfg.Dispatcher.Attach(ctx, part, id[:])
+	if err != nil {
+		return h.lookupFailed(w, ctx, r.Context(), err, part, id)
+	}
+	return h.writeResult(w, id, key, res)
+}
+
+func (h *Handler) lookupFailed(w http.ResponseWriter, ctx, reqCtx context.Context, err error, part uint32, id partition.InvocationID) int {
+	ae, ok := lookupError(ctx, reqCtx, err, part, id)
+	if !ok {
+		return statusClientGone
+	}
+	if ae.code >= 500 {
+		h.log.Warn().Err(err).Uint32("partition", part).Stringer("invocation", id).Msg("result lookup failed")
+	}
+	return h.writeError(w, ae)
+}
+
+// writeResult answers with an invocation's result. key is the caller's
+// idempotency key of a call, if any.
+func (h *Handler) writeResult(w http.ResponseWriter, id partition.InvocationID, key string, ir *rpc.InvocationResult) int {
+	res := ir.GetResult()
+	if res == nil {
+		h.log.Error().Stringer("invocation", id).Msg("dispatcher returned a result without a Result")
+		return h.writeError(w, &apiError{code: http.StatusInternalServerError, id: id.String(),
+			msg: "internal error: the cluster returned an empty result; retrying is safe"})
+	}
+	hdr := w.Header()
+	hdr.Set(headerInvocationID, id.String())
+	if (key != "" || ir.GetIdempotencyKey() != "") && ir.GetCompletedAtUnixMs() > 0 {
+		h.setIdempotencyExpires(hdr, ir.GetCompletedAtUnixMs())
+	}
+	status := int(res.GetStatus())
+	if res.GetFailed() {
+		if status < 400 || status > 599 {
+			status = http.StatusInternalServerError
+		}
+		if res.GetError() != "" {
+			// raftgate produced the failure (retries exhausted, cancelled).
+			writeJSONError(w, status, res.GetError(), sourceInvocation)
+			return status
+		}
+		hdr.Set(headerErrorSource, sourceInvocation)
+	} else if status < 200 || status > 299 {
+		status = http.StatusOK
+	}
+	if ct := res.GetContentType(); ct != "" {
+		hdr.Set(headerContentType, ct)
+	} else {
+		hdr[headerContentType] = nil // no sniffing: the service gave none
+	}
+	body := res.GetBody()
+	if status == http.StatusNoContent || status == http.StatusNotModified {
+		w.WriteHeader(status) // no body allowed
+		return status
+	}
+	hdr.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+	return status
+}
+
+// setIdempotencyExpires sets idempotency-expires: when the result of an
+// invocation completed at completedMs stops being kept.
+func (h *Handler) setIdempotencyExpires(hdr http.Header, completedMs int64) {
+	expires := time.UnixMilli(completedMs).Add(h.cfg.Retention).UTC()
+	hdr.Set(headerIdempotencyExpires, expires.Format(time.RFC3339Nano))
+}

@@ -1,0 +1,170 @@
+package ingress
+
+import (
+	"net/url"
+	"strings"
+)
+
+// routeKind is what a request path asks for.
+type routeKind uint8
+
+const (
+	routeOther routeKind = iota // unknown; only used as a metrics label
+	routeCall
+	routeSend
+	routeAttach
+	routeOutput
+	routeHealth
+)
+
+// label names the route in metrics.
+func (k routeKind) label() string {
+	switch k {
+	case routeCall:
+		return "call"
+	case routeSend:
+		return "send"
+	case routeAttach:
+		return "attach"
+	case routeOutput:
+		return "output"
+	case routeHealth:
+		return "health"
+	default:
+		return "other"
+	}
+}
+
+// route is a parsed request path. Segments are percent-decoded.
+type route struct {
+	kind routeKind
+	// service and handler: call and send, and attach/output by idempotency
+	// key.
+	service, handler string
+	// key is the idempotency key of attach/output by key.
+	key string
+	// id is the printed invocation id of attach/output by id (not yet
+	// validated: parseInvocationID does that).
+	id string
+}
+
+// byKey reports whether an attach/output route addresses the invocation by
+// idempotency key.
+func (r route) byKey() bool { return r.id == "" && r.key != "" }
+
+// Path errors. Messages say what the ingress expects.
+const (
+	msgBadServicePath    = "bad path: expected POST /{service}/{handler} (call) or POST /{service}/{handler}/send (send)"
+	msgBadInvocationPath = "bad path: expected GET /restate/invocation/{invocationId}/attach, /restate/invocation/{invocationId}/output, /restate/invocation/{service}/{handler}/{idempotencyKey}/attach or /restate/invocation/{service}/{handler}/{idempotencyKey}/output"
+)
+
+// maxSegments bounds the segments the parser looks at; no route has more
+// than 6.
+const maxSegments = 7
+
+// parsePath parses an escaped request path (url.URL.EscapedPath). One
+// trailing slash is ignored, as Restate's ingress does. Errors are 400 for a
+// malformed path and 404 for a path that names no endpoint.
+func parsePath(escaped string) (route, *apiError) {
+	if !strings.HasPrefix(escaped, "/") {
+		return route{}, errBadRequest(msgBadServicePath)
+	}
+	p := escaped[1:]
+	p = strings.TrimSuffix(p, "/")
+	if p == "" {
+		return route{}, errNotFound("no endpoint at /: call a handler with POST /{service}/{handler}")
+	}
+	var seg [maxSegments]string
+	n := 0
+	for {
+		i := strings.IndexByte(p, '/')
+		part := p
+		if i >= 0 {
+			part = p[:i]
+		}
+		if n == maxSegments {
+			return route{}, tooManySegments(seg[0])
+		}
+		if part == "" {
+			return route{}, errBadRequest("bad path: empty path segment (double slash) in " + quotePath(escaped))
+		}
+		if strings.IndexByte(part, '%') >= 0 {
+			dec, err := url.PathUnescape(part)
+			if err != nil || dec == "" {
+				return route{}, errBadRequest("bad path: invalid percent-encoding in segment " + quotePath(part))
+			}
+			part = dec
+		}
+		seg[n] = part
+		n++
+		if i < 0 {
+			break
+		}
+		p = p[i+1:]
+	}
+	if seg[0] == "restate" {
+		return parseRestatePath(seg[:n])
+	}
+	switch {
+	case n == 2:
+		return route{kind: routeCall, service: seg[0], handler: seg[1]}, nil
+	case n == 3 && seg[2] == "send":
+		return route{kind: routeSend, service: seg[0], handler: seg[1]}, nil
+	default:
+		return route{}, errBadRequest(msgBadServicePath)
+	}
+}
+
+func tooManySegments(first string) *apiError {
+	if first == "restate" {
+		return errBadRequest(msgBadInvocationPath)
+	}
+	return errBadRequest(msgBadServicePath)
+}
+
+// parseRestatePath parses the paths under /restate/.
+func parseRestatePath(seg []string) (route, *apiError) {
+	if len(seg) < 2 {
+		return route{}, errNotFound("no endpoint at /restate: see /restate/health and /restate/invocation/...")
+	}
+	switch seg[1] {
+	case "health":
+		if len(seg) == 2 {
+			return route{kind: routeHealth}, nil
+		}
+	case "invocation":
+		return parseInvocationPath(seg[2:])
+	}
+	return route{}, errNotFound("no endpoint at /restate/" + seg[1] + ": the ingress serves /restate/health and /restate/invocation/...")
+}
+
+// parseInvocationPath parses what follows /restate/invocation/.
+func parseInvocationPath(seg []string) (route, *apiError) {
+	var r route
+	switch len(seg) {
+	case 2:
+		r.id = seg[0]
+	case 4:
+		r.service, r.handler, r.key = seg[0], seg[1], seg[2]
+	default:
+		return route{}, errBadRequest(msgBadInvocationPath)
+	}
+	switch seg[len(seg)-1] {
+	case "attach":
+		r.kind = routeAttach
+	case "output":
+		r.kind = routeOutput
+	default:
+		return route{}, errBadRequest(msgBadInvocationPath)
+	}
+	return r, nil
+}
+
+// quotePath shortens and quotes user input echoed in an error message.
+func quotePath(s string) string {
+	const max = 200
+	if len(s) > max {
+		s = s[:max] + "…"
+	}
+	return "'" + s + "'"
+}
