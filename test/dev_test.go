@@ -31,8 +31,9 @@ func TestDevAnswersGreeter(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-exited
@@ -41,8 +42,8 @@ func TestDevAnswersGreeter(t *testing.T) {
 	var body string
 	waitFor(t, 30*time.Second, "Greeter answering through dev's ingress", func() bool {
 		select {
-		case err := <-exited:
-			t.Fatalf("dev exited: %v\n%s", err, out.String())
+		case <-exited:
+			t.Fatalf("dev exited: %v\n%s", waitErr, out.String())
 		default:
 		}
 		r, err := do(context.Background(), http.MethodPost, "http://"+ingress+"/Greeter/greet", []byte(`"Ada"`), nil)

@@ -3,19 +3,312 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/raftgate/raftgate/ingress"
+	"github.com/raftgate/raftgate/ingress/admin"
+	"github.com/raftgate/raftgate/ingress/dispatch"
+	"github.com/raftgate/raftgate/leadership"
+	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/raftlog"
 )
+
+// maxGRPCMessage bounds one gRPC message between nodes: an ingress body of
+// up to --max-body-bytes travels inside one dispatch request and one Raft
+// entry, plus framing.
+func maxGRPCMessage(cfg ServerConfig) int {
+	return int(cfg.MaxBodyBytes) + 4<<20
+}
 
 // runServer runs one raftgate node with cfg until ctx is done, then shuts
 // it down within cfg.ShutdownGrace and returns nil; it returns an error if
-// the node cannot start or fails. cfg has passed Validate.
-//
-// Helpers for the wiring: startHTTP / (*httpService).Shutdown serve the
-// ingress and admin handlers; nodeTLS builds the gRPC TLS configs.
-//
-// Stub: the lead's wiring (raftlog node + partitions + leadership +
-// dispatch + ingress + admin) replaces this file.
+// the node cannot start. cfg has passed Validate.
 func runServer(ctx context.Context, cfg ServerConfig, logger zerolog.Logger) error {
-	return errors.New("server: not wired yet")
+	n, err := startNode(cfg, logger)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return n.shutdown()
+}
+
+// node is one running server: every component, in start order.
+type node struct {
+	cfg     ServerConfig
+	log     zerolog.Logger
+	raft    *raftlog.Node
+	members *leadership.Membership
+	grpc    *grpc.Server
+	served  chan error
+
+	registry   *partition.Registry
+	processors []*partition.Processor // index = partition id; [0] unused
+
+	dispatchServer *dispatch.Server
+	dispatchClient *dispatch.Client
+	ingress        *ingress.Handler
+	ingressHTTP    *httpService
+	adminHTTP      *httpService
+	stopWatch      func()
+}
+
+// startNode starts the components bottom-up: storage and Raft groups,
+// gossip, the node's gRPC server (Raft transport + dispatch), then the
+// ingress and admin HTTP APIs. On error it closes what it started.
+func startNode(cfg ServerConfig, logger zerolog.Logger) (n *node, err error) {
+	n = &node{cfg: cfg, log: logger.With().Uint64("node", cfg.NodeID).Logger()}
+	defer func() {
+		if err != nil {
+			n.closeAll()
+			n = nil
+		}
+	}()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	serverTLS, clientTLS, err := nodeTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	serverCreds, clientCreds := insecure.NewCredentials(), insecure.NewCredentials()
+	if serverTLS != nil {
+		serverCreds, clientCreds = credentials.NewTLS(serverTLS), credentials.NewTLS(clientTLS)
+	}
+	dialOpts := []grpc.DialOption{
+		grpc.WithTransportCredentials(clientCreds),
+		// Notice a peer that vanished without closing its connection.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Second, Timeout: 3 * time.Second, PermitWithoutStream: true}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxGRPCMessage(cfg)), grpc.MaxCallSendMsgSize(maxGRPCMessage(cfg))),
+	}
+	n.grpc = grpc.NewServer(
+		grpc.Creds(serverCreds),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 2 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 5 * time.Second, Timeout: 3 * time.Second}),
+		grpc.MaxRecvMsgSize(maxGRPCMessage(cfg)),
+		grpc.MaxSendMsgSize(maxGRPCMessage(cfg)),
+	)
+	lis, err := net.Listen("tcp", cfg.NodeAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--node-addr: listen %s: %w", cfg.NodeAddr, err)
+	}
+
+	rcfg := raftlog.DefaultConfig()
+	rcfg.NodeID = cfg.NodeID
+	rcfg.DataDir = cfg.DataDir
+	rcfg.Peers = cfg.InitialCluster
+	rcfg.DialOptions = dialOpts
+	rcfg.Logger = n.log.With().Str("component", "raftlog").Logger()
+	rcfg.Registerer = reg
+	if n.raft, err = raftlog.Open(rcfg); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("--data-dir: %w", err)
+	}
+	n.raft.RegisterGRPC(n.grpc)
+
+	lcfg := leadership.DefaultConfig()
+	lcfg.Self = leadership.NodeInfo{ID: cfg.NodeID, IngressAddr: cfg.IngressAddr, AdminAddr: cfg.AdminAddr, NodeAddr: cfg.InitialCluster[cfg.NodeID]}
+	lcfg.BindAddr = cfg.GossipAddr
+	lcfg.AdvertiseAddr = cfg.AdvertiseGossipAddr
+	lcfg.Join = cfg.Join
+	lcfg.SecretKey = cfg.GossipKey
+	lcfg.Logger = n.log.With().Str("component", "gossip").Logger()
+	if n.members, err = leadership.Start(lcfg); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("gossip: %w", err)
+	}
+
+	// State machines first, then the leadership watch, then the groups: no
+	// leadership event can reach a processor that does not exist yet.
+	n.registry = partition.NewRegistry(n.log.With().Str("component", "registry").Logger())
+	n.processors = make([]*partition.Processor, cfg.Partitions+1)
+	for p := uint32(1); p <= cfg.Partitions; p++ {
+		pc := partition.DefaultConfig()
+		pc.Partition = p
+		pc.Retention = cfg.Retention
+		pc.Services = n.registry
+		pc.Logger = n.log
+		pc.Registerer = reg
+		if n.processors[p], err = partition.New(pc); err != nil {
+			lis.Close()
+			return nil, err
+		}
+	}
+	n.stopWatch = n.raft.Watch(n.onLeadership)
+	voters := make([]uint64, 0, len(cfg.InitialCluster))
+	for id := range cfg.InitialCluster {
+		voters = append(voters, id)
+	}
+	slices.Sort(voters)
+	meta, err := n.raft.AddGroup(raftlog.MetaGroup, voters, n.registry)
+	if err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("metadata group: %w", err)
+	}
+	n.registry.Start(meta)
+	for p := uint32(1); p <= cfg.Partitions; p++ {
+		g, err := n.raft.AddGroup(raftlog.GroupID(p), voters, n.processors[p])
+		if err != nil {
+			lis.Close()
+			return nil, fmt.Errorf("partition %d: %w", p, err)
+		}
+		n.processors[p].Start(g)
+	}
+
+	scfg := dispatch.DefaultServerConfig()
+	scfg.Logger = n.log.With().Str("component", "dispatch").Logger()
+	scfg.Registerer = reg
+	n.dispatchServer = dispatch.NewServer(backend{registry: n.registry, processors: n.processors}, scfg)
+	n.dispatchServer.Register(n.grpc)
+	n.served = make(chan error, 1)
+	go func() { n.served <- n.grpc.Serve(lis) }()
+
+	ccfg := dispatch.DefaultClientConfig()
+	ccfg.Self = cfg.NodeID
+	ccfg.Peers = cfg.InitialCluster
+	ccfg.DialOptions = dialOpts
+	ccfg.Resolver = n.members
+	ccfg.DefaultTimeout = cfg.RequestTimeout
+	ccfg.Logger = n.log.With().Str("component", "dispatch-client").Logger()
+	ccfg.Registerer = reg
+	if n.dispatchClient, err = dispatch.NewClient(ccfg); err != nil {
+		return nil, err
+	}
+
+	icfg := ingress.DefaultConfig()
+	icfg.Partitions = cfg.Partitions
+	icfg.Dispatcher = n.dispatchClient
+	icfg.Services = n.registry
+	icfg.Retention = cfg.Retention
+	icfg.MaxBodyBytes = cfg.MaxBodyBytes
+	icfg.MaxConcurrent = cfg.MaxConcurrent
+	icfg.RequestTimeout = cfg.RequestTimeout
+	icfg.Logger = n.log.With().Str("component", "ingress").Logger()
+	icfg.Registerer = reg
+	if n.ingress, err = ingress.New(icfg); err != nil {
+		return nil, err
+	}
+	adminHandler, err := admin.New(admin.Config{
+		Cluster:        clusterView{n: n},
+		Invocations:    n.dispatchClient,
+		Registry:       registryView{client: n.dispatchClient, registry: n.registry},
+		Partitions:     cfg.Partitions,
+		Token:          cfg.AdminToken,
+		Metrics:        promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		EnablePprof:    cfg.Pprof,
+		RequestTimeout: cfg.RequestTimeout,
+		Logger:         n.log.With().Str("component", "admin").Logger(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if n.ingressHTTP, err = startHTTP("ingress", cfg.IngressAddr, n.ingress, n.log); err != nil {
+		return nil, fmt.Errorf("--ingress-addr: %w", err)
+	}
+	if n.adminHTTP, err = startHTTP("admin", cfg.AdminAddr, adminHandler, n.log); err != nil {
+		return nil, fmt.Errorf("--admin-addr: %w", err)
+	}
+	n.log.Info().Uint32("partitions", cfg.Partitions).Str("ingress", cfg.IngressAddr).Str("admin", cfg.AdminAddr).
+		Str("node", cfg.NodeAddr).Msg("raftgate node started")
+	return n, nil
+}
+
+// onLeadership fans a Raft leadership event out to gossip and to the
+// group's state machine. It runs on raftlog goroutines and must not block.
+func (n *node) onLeadership(ev raftlog.LeaderEvent) {
+	n.members.SetLocal(uint32(ev.Group), ev.Leader, ev.Term)
+	if ev.Group == raftlog.MetaGroup {
+		n.registry.OnLeadership(ev)
+		return
+	}
+	if int(ev.Group) < len(n.processors) && n.processors[ev.Group] != nil {
+		n.processors[ev.Group].OnLeadership(ev)
+	}
+}
+
+// shutdown stops the node gracefully within cfg.ShutdownGrace: it stops
+// taking new HTTP requests, hands leadership of every group it leads to a
+// peer (which fails this node's pending requests with the retry-safe
+// LOST_LEADERSHIP, so ingresses resend them to the new leader), lets
+// in-flight HTTP requests finish, then closes everything and flushes
+// storage.
+func (n *node) shutdown() error {
+	start := time.Now()
+	deadline := start.Add(n.cfg.ShutdownGrace)
+	n.log.Info().Dur("grace", n.cfg.ShutdownGrace).Msg("shutting down")
+	n.ingress.Drain()
+
+	transferCtx, cancel := context.WithDeadline(context.Background(), start.Add(n.cfg.ShutdownGrace/2))
+	if err := n.raft.TransferAll(transferCtx); err != nil {
+		n.log.Warn().Err(err).Msg("leadership transfer incomplete; peers will elect after the election timeout")
+	}
+	cancel()
+
+	// Requests still waiting for a result get a retry-safe 503 shortly
+	// before the grace ends, rather than a dropped connection.
+	httpCtx, cancel := context.WithDeadline(context.Background(), deadline.Add(-n.cfg.ShutdownGrace/10))
+	err := n.ingressHTTP.Shutdown(httpCtx)
+	cancel()
+	if err != nil {
+		n.ingress.StopWaiting()
+	}
+	n.ingressHTTP = nil
+	err = errors.Join(err, n.closeAll())
+	n.log.Info().Dur("took", time.Since(start)).Msg("stopped")
+	return err
+}
+
+// closeAll closes whatever was started, top-down. Safe on a node that
+// started only partly.
+func (n *node) closeAll() error {
+	var errs []error
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if n.ingressHTTP != nil {
+		errs = append(errs, n.ingressHTTP.Shutdown(ctx))
+	}
+	if n.adminHTTP != nil {
+		errs = append(errs, n.adminHTTP.Shutdown(ctx))
+	}
+	if n.dispatchServer != nil {
+		n.dispatchServer.Close()
+	}
+	if n.dispatchClient != nil {
+		errs = append(errs, n.dispatchClient.Close())
+	}
+	for _, p := range n.processors {
+		if p != nil {
+			errs = append(errs, p.Close())
+		}
+	}
+	if n.grpc != nil {
+		stopped := make(chan struct{})
+		go func() { n.grpc.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			n.grpc.Stop()
+		}
+	}
+	if n.stopWatch != nil {
+		n.stopWatch()
+	}
+	if n.members != nil {
+		errs = append(errs, n.members.Close())
+	}
+	if n.raft != nil {
+		errs = append(errs, n.raft.Close())
+	}
+	return errors.Join(errs...)
 }

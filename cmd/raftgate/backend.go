@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/raftgate/raftgate/ingress/admin"
+	"github.com/raftgate/raftgate/ingress/dispatch"
+	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/raftlog"
+	"github.com/raftgate/raftgate/rpc"
+)
+
+// backend serves the dispatch stream from this node's state machines.
+type backend struct {
+	registry   *partition.Registry
+	processors []*partition.Processor
+}
+
+var _ dispatch.Backend = backend{}
+
+func (b backend) processor(p uint32) (*partition.Processor, error) {
+	if p == 0 || int(p) >= len(b.processors) {
+		return nil, fmt.Errorf("%w: no partition %d on this cluster (1..%d)", rpc.ErrInvalid, p, len(b.processors)-1)
+	}
+	return b.processors[p], nil
+}
+
+func (b backend) Append(ctx context.Context, p uint32, inv *rpc.Invoke) (*rpc.Appended, error) {
+	proc, err := b.processor(p)
+	if err != nil {
+		return nil, err
+	}
+	return proc.Append(ctx, inv)
+}
+
+func (b backend) Output(ctx context.Context, p uint32, id []byte) (*rpc.InvocationResult, error) {
+	proc, err := b.processor(p)
+	if err != nil {
+		return nil, err
+	}
+	return proc.Output(ctx, id)
+}
+
+func (b backend) Attach(ctx context.Context, p uint32, id []byte) (*rpc.InvocationResult, error) {
+	proc, err := b.processor(p)
+	if err != nil {
+		return nil, err
+	}
+	return proc.Attach(ctx, id)
+}
+
+func (b backend) Status(ctx context.Context, p uint32, id []byte) (*rpc.InvocationRecord, error) {
+	proc, err := b.processor(p)
+	if err != nil {
+		return nil, err
+	}
+	return proc.Status(ctx, id)
+}
+
+func (b backend) Cancel(ctx context.Context, p uint32, requestID, id []byte) error {
+	proc, err := b.processor(p)
+	if err != nil {
+		return err
+	}
+	return proc.Cancel(ctx, requestID, id)
+}
+
+func (b backend) PutService(ctx context.Context, svc *rpc.Service) error {
+	return b.registry.Put(ctx, svc)
+}
+
+func (b backend) DeleteService(ctx context.Context, name string) error {
+	return b.registry.Delete(ctx, name)
+}
+
+// registryView is the admin API's service registry: writes go through the
+// dispatch client to the metadata group's leader, reads are local.
+type registryView struct {
+	client   *dispatch.Client
+	registry *partition.Registry
+}
+
+func (r registryView) PutService(ctx context.Context, svc *rpc.Service) error {
+	return r.client.PutService(ctx, svc)
+}
+
+func (r registryView) DeleteService(ctx context.Context, name string) error {
+	return r.client.DeleteService(ctx, name)
+}
+
+func (r registryView) Lookup(name string) (*rpc.Service, bool) { return r.registry.Lookup(name) }
+func (r registryView) List() []*rpc.Service                    { return r.registry.List() }
+
+// clusterView is the admin API's view of the cluster from this node.
+type clusterView struct{ n *node }
+
+func (c clusterView) Nodes() []admin.NodeStatus {
+	members := c.n.members.Members()
+	out := make([]admin.NodeStatus, 0, len(members))
+	for _, m := range members {
+		out = append(out, admin.NodeStatus{ID: m.ID, IngressAddr: m.IngressAddr, AdminAddr: m.AdminAddr, NodeAddr: m.NodeAddr, Alive: m.Alive})
+	}
+	return out
+}
+
+func (c clusterView) Partitions() []admin.PartitionStatus {
+	out := make([]admin.PartitionStatus, 0, c.n.cfg.Partitions+1)
+	for id := uint32(0); id <= c.n.cfg.Partitions; id++ {
+		g := c.n.raft.Group(raftlog.GroupID(id))
+		if g == nil {
+			continue
+		}
+		st := g.Status()
+		ps := admin.PartitionStatus{ID: id, Leader: st.Leader, Term: st.Term, AppliedIndex: st.Applied}
+		if id > 0 {
+			ps.FirstKey, ps.LastKey = partition.KeyRange(id, c.n.cfg.Partitions)
+		}
+		if st.IsLeader {
+			for _, voter := range st.Voters {
+				match := st.Match[voter]
+				var lag uint64
+				if st.Committed > match {
+					lag = st.Committed - match
+				}
+				ps.Replicas = append(ps.Replicas, admin.ReplicaStatus{NodeID: voter, Match: match, Lag: lag})
+			}
+			if id > 0 {
+				depth := c.n.processors[id].OutboxDepth()
+				ps.OutboxDepth = &depth
+			}
+		}
+		out = append(out, ps)
+	}
+	return out
+}
+
+// Ready: this node can serve when it knows a leader for every group.
+func (c clusterView) Ready() bool {
+	for id := uint32(0); id <= c.n.cfg.Partitions; id++ {
+		g := c.n.raft.Group(raftlog.GroupID(id))
+		if g == nil || g.Status().Leader == 0 {
+			return false
+		}
+	}
+	return true
+}
