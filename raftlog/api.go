@@ -1,8 +1,7 @@
 package raftlog
 
-// This file fixes raftlog's public API: partition, cmd and ingress code
-// against it. Bodies marked "skeleton" are being replaced by the real
-// implementation; signatures stay.
+// This file holds raftlog's public types: partition, cmd and ingress code
+// against them. Node and Group are in node.go and group.go.
 
 import (
 	"errors"
@@ -34,8 +33,11 @@ type Entry struct {
 }
 
 // StateMachine is implemented by the partition processor and the metadata
-// registry. All methods are called on the group's own goroutine, one at a
-// time.
+// registry. Its methods are called one at a time, never concurrently, and
+// in a happens-before order: Restore on the AddGroup caller's goroutine when
+// the group opens; Apply, Restore (snapshot install) and the onDurable
+// functions on the node's write goroutine, which serves every group (so
+// none of them may block).
 type StateMachine interface {
 	// Apply applies committed entries that carry data, in log order, inside
 	// the node's write transaction. b is the group's state bucket; the state
@@ -44,9 +46,9 @@ type StateMachine interface {
 	// become durable together. Apply must be deterministic: no clock, no
 	// randomness, no local-only state, no map-order effects.
 	//
-	// The returned function (may be nil) runs on the group's goroutine after
-	// the transaction has been fsynced; it reveals effects (wakes waiters)
-	// and must not block. An error stops the group.
+	// The returned function (may be nil) runs after the transaction has been
+	// fsynced, before the next Apply; it reveals effects (wakes waiters) and
+	// must not block. An error stops the group.
 	Apply(b *bolt.Bucket, entries []Entry) (onDurable func(), err error)
 
 	// Restore is called when the group opens and inside the transaction
@@ -124,10 +126,20 @@ type Config struct {
 	// SnapshotEntries: compact a group's log once this many entries were
 	// applied since the last snapshot.
 	SnapshotEntries uint64
+	// SnapshotCatchUpEntries: entries kept behind the applied index when
+	// the log is compacted, so a follower that lags a little catches up
+	// from the log instead of a snapshot.
+	SnapshotCatchUpEntries uint64
 	// Raft flow control.
 	MaxSizePerMsg             uint64
 	MaxInflightMsgs           int
 	MaxUncommittedEntriesSize uint64
+	// EntryCacheBytes bounds each group's in-memory cache of recent log
+	// entries (the hot tail that replication reads).
+	EntryCacheBytes uint64
+	// PeerQueueMessages bounds the messages queued for one peer; beyond it
+	// messages are dropped and raft is told the peer is unreachable.
+	PeerQueueMessages int
 
 	// Logger is the parent logger; each group gets a child.
 	Logger zerolog.Logger
@@ -143,4 +155,7 @@ type Knobs struct {
 	BeforePersist func()
 	// AfterApply runs after a group applied entries up to index.
 	AfterApply func(group GroupID, index uint64)
+	// ManualTicks: the node starts no ticker; the test advances Raft time
+	// with Node.Tick.
+	ManualTicks bool
 }

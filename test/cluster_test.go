@@ -116,6 +116,7 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 		before := count()
 		waitFor(t, 20*time.Second, "progress before the restart", func() bool { return count() >= before+30 })
 		c.terminate(n, 20*time.Second)
+		t.Logf("node %d stopped; %d acknowledged so far", n.id, count())
 		before = count()
 		waitFor(t, 20*time.Second, "progress while a node is stopped", func() bool { return count() >= before+30 })
 		c.restart(n)

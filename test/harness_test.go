@@ -233,6 +233,7 @@ func (c *cluster) restart(n *node) {
 }
 
 func (c *cluster) stopAll() {
+	failed := c.t.Failed()
 	for _, n := range c.nodes {
 		if n.cmd == nil {
 			continue
@@ -243,12 +244,33 @@ func (c *cluster) stopAll() {
 		default:
 		}
 		c.signal(n, syscall.SIGCONT)
+		if failed {
+			if r, err := do(context.Background(), http.MethodGet, n.adminURL()+"/cluster", nil, nil); err == nil {
+				c.t.Logf("node %d /cluster: %s", n.id, r.body)
+			}
+			// A goroutine dump in the node's log shows where it was stuck.
+			c.signal(n, syscall.SIGQUIT)
+			select {
+			case <-n.exited:
+			case <-time.After(5 * time.Second):
+			}
+		}
 		c.signal(n, syscall.SIGKILL)
 		<-n.exited
 	}
-	if c.t.Failed() {
-		for _, n := range c.nodes {
-			c.t.Logf("---- node %d log tail ----\n%s", n.id, tail(n.logPath, 60))
+	if !failed {
+		return
+	}
+	keep := os.Getenv("RAFTGATE_E2E_LOGDIR")
+	for _, n := range c.nodes {
+		c.t.Logf("---- node %d log tail ----\n%s", n.id, tail(n.logPath, 30))
+		if keep != "" {
+			if b, err := os.ReadFile(n.logPath); err == nil {
+				dst := filepath.Join(keep, fmt.Sprintf("%s-node%d.log", strings.ReplaceAll(c.t.Name(), "/", "_"), n.id))
+				if err := os.WriteFile(dst, b, 0o644); err == nil {
+					c.t.Logf("node %d full log kept at %s", n.id, dst)
+				}
+			}
 		}
 	}
 }

@@ -1,0 +1,125 @@
+package outbox
+
+import (
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Outcome is what an answer of a service means for its invocation.
+type Outcome int
+
+const (
+	// Success: the answer is the invocation's result.
+	Success Outcome = iota
+	// Terminal: a failure retrying cannot fix; recorded as the result.
+	Terminal
+	// Retry: a transient failure; deliver again after a backoff.
+	Retry
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Success:
+		return "success"
+	case Terminal:
+		return "terminal"
+	default:
+		return "retry"
+	}
+}
+
+// Classify maps an HTTP status of a service's answer to an outcome: 2xx
+// succeed, 408, 429 and 5xx are retried, anything else (other 4xx, 1xx, 3xx)
+// is a terminal failure.
+func Classify(status int) Outcome {
+	switch {
+	case status >= 200 && status < 300:
+		return Success
+	case status == http.StatusRequestTimeout, status == http.StatusTooManyRequests, status >= 500:
+		return Retry
+	default:
+		return Terminal
+	}
+}
+
+// Policy is the retry rule for failed deliveries.
+type Policy struct {
+	// MaxAttempts is the number of deliveries tried before a transient
+	// failure becomes terminal (>= 1).
+	MaxAttempts uint32
+	// BackoffBase is the delay after the first failed attempt; it doubles
+	// with every further attempt up to BackoffMax.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// MaxRetryAfter caps how long a service's Retry-After may postpone the
+	// next attempt.
+	MaxRetryAfter time.Duration
+}
+
+// DefaultPolicy returns production retry settings.
+func DefaultPolicy() Policy {
+	return Policy{MaxAttempts: 10, BackoffBase: 100 * time.Millisecond, BackoffMax: 30 * time.Second, MaxRetryAfter: 5 * time.Minute}
+}
+
+// Validate names the first bad field.
+func (p Policy) Validate() error {
+	switch {
+	case p.MaxAttempts < 1:
+		return errors.New("outbox: MaxAttempts must be >= 1")
+	case p.BackoffBase <= 0:
+		return errors.New("outbox: BackoffBase must be > 0")
+	case p.BackoffMax < p.BackoffBase:
+		return errors.New("outbox: BackoffMax must be >= BackoffBase")
+	case p.MaxRetryAfter < 0:
+		return errors.New("outbox: MaxRetryAfter must be >= 0")
+	}
+	return nil
+}
+
+// Exhausted reports whether failed attempt number attempt (1-based) was the
+// last one allowed.
+func (p Policy) Exhausted(attempt uint32) bool { return attempt >= p.MaxAttempts }
+
+// Delay returns how long to wait after failed attempt number attempt
+// (1-based): exponential backoff with "equal jitter" (half fixed, half
+// random, so retries of many invocations spread out but never come back at
+// once), or the service's Retry-After when that is longer (capped by
+// MaxRetryAfter). rnd supplies the jitter; it is the caller's so that tests
+// can seed it.
+func (p Policy) Delay(attempt uint32, retryAfter time.Duration, rnd *rand.Rand) time.Duration {
+	d := p.BackoffBase
+	for i := uint32(1); i < attempt && d < p.BackoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, p.BackoffMax)
+	if half := int64(d / 2); half > 0 {
+		d = time.Duration(half + rnd.Int64N(half+1))
+	}
+	if retryAfter > d {
+		d = min(retryAfter, p.MaxRetryAfter)
+	}
+	return d
+}
+
+// ParseRetryAfter reads a Retry-After header value: delay-seconds or an
+// HTTP date (relative to now). It reports false when absent or malformed.
+func ParseRetryAfter(value string, now time.Time) (time.Duration, bool) {
+	value = strings.TrimSpace(value)
+	if value == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseInt(value, 10, 64); err == nil {
+		if secs < 0 {
+			return 0, false
+		}
+		return time.Duration(min(secs, int64(24*time.Hour/time.Second))) * time.Second, true
+	}
+	if at, err := http.ParseTime(value); err == nil {
+		return max(at.Sub(now), 0), true
+	}
+	return 0, false
+}

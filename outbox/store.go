@@ -1,0 +1,155 @@
+package outbox
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// queueBucket: due (8 bytes big-endian unix ms) ‖ id → attempts (4 bytes
+// big-endian) ‖ service name, so a scan can apply per-service limits
+// without reading invocation records.
+// There is no index by id: the caller (the state machine) keeps each
+// entry's due time in its invocation record, so every change touches one
+// key, near the queue's ends, instead of a random one.
+var queueBucket = []byte("outbox")
+
+// ErrCorrupt is returned (wrapped) when a stored entry cannot be decoded.
+var ErrCorrupt = errors.New("outbox: corrupt entry")
+
+// Entry is one delivery waiting in the queue.
+type Entry struct {
+	ID []byte
+	// Due is the earliest time (unix ms) to deliver it.
+	Due int64
+	// Attempts counts the failed delivery attempts recorded so far.
+	Attempts uint32
+	// Service is the invoked service's name.
+	Service string
+}
+
+// Init creates the outbox's bucket beneath parent (a writable bucket).
+func Init(parent *bolt.Bucket) error {
+	if _, err := parent.CreateBucketIfNotExists(queueBucket); err != nil {
+		return fmt.Errorf("outbox: create bucket: %w", err)
+	}
+	return nil
+}
+
+// Put queues e. parent must have been Init-ed.
+func Put(parent *bolt.Bucket, e Entry) error {
+	q := parent.Bucket(queueBucket)
+	if q == nil {
+		return fmt.Errorf("outbox: put: %w", bolt.ErrBucketNotFound)
+	}
+	v := make([]byte, 4+len(e.Service))
+	binary.BigEndian.PutUint32(v, e.Attempts)
+	copy(v[4:], e.Service)
+	if err := q.Put(queueKey(e.Due, e.ID), v); err != nil {
+		return fmt.Errorf("outbox: put: %w", err)
+	}
+	return nil
+}
+
+// Move reschedules the delivery of e.ID queued at oldDue to e.Due and
+// e.Attempts. It reports whether it was queued at oldDue (it is queued
+// afterwards either way).
+func Move(parent *bolt.Bucket, oldDue int64, e Entry) (bool, error) {
+	removed, err := Remove(parent, oldDue, e.ID)
+	if err != nil {
+		return false, err
+	}
+	return removed, Put(parent, e)
+}
+
+// Remove drops the delivery of id queued at due. It reports whether one
+// was queued.
+func Remove(parent *bolt.Bucket, due int64, id []byte) (bool, error) {
+	q := parent.Bucket(queueBucket)
+	if q == nil {
+		return false, nil
+	}
+	key := queueKey(due, id)
+	if q.Get(key) == nil {
+		return false, nil
+	}
+	if err := q.Delete(key); err != nil {
+		return false, fmt.Errorf("outbox: remove: %w", err)
+	}
+	return true, nil
+}
+
+// Get returns the delivery of id queued at due.
+func Get(parent *bolt.Bucket, due int64, id []byte) (Entry, bool, error) {
+	q := parent.Bucket(queueBucket)
+	if q == nil {
+		return Entry{}, false, nil
+	}
+	key := queueKey(due, id)
+	v := q.Get(key)
+	if v == nil {
+		return Entry{}, false, nil
+	}
+	e, err := decode(key, v)
+	return e, err == nil, err
+}
+
+// Scan calls fn for queued deliveries in (due, id) order, starting at the
+// first, until fn returns false or the queue ends. The Entry's ID is a copy
+// that fn may keep.
+func Scan(parent *bolt.Bucket, fn func(Entry) bool) error {
+	q := parent.Bucket(queueBucket)
+	if q == nil {
+		return nil
+	}
+	c := q.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		e, err := decode(k, v)
+		if err != nil {
+			return err
+		}
+		if !fn(e) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// Count returns the number of queued deliveries. It walks the queue, so
+// call it only when (re)building a counter.
+func Count(parent *bolt.Bucket) int {
+	q := parent.Bucket(queueBucket)
+	if q == nil {
+		return 0
+	}
+	n := 0
+	c := q.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		n++
+	}
+	return n
+}
+
+func queueKey(due int64, id []byte) []byte {
+	k := make([]byte, 8+len(id))
+	binary.BigEndian.PutUint64(k, uint64(clampDue(due)))
+	copy(k[8:], id)
+	return k
+}
+
+func decode(k, v []byte) (Entry, error) {
+	if len(k) <= 8 || len(v) < 4 {
+		return Entry{}, fmt.Errorf("%w: key %x", ErrCorrupt, k)
+	}
+	return Entry{
+		ID:       append([]byte(nil), k[8:]...),
+		Due:      int64(binary.BigEndian.Uint64(k)),
+		Attempts: binary.BigEndian.Uint32(v),
+		Service:  string(v[4:]),
+	}, nil
+}
+
+// clampDue keeps keys ordered: times before the epoch sort as the epoch.
+func clampDue(due int64) int64 { return max(due, 0) }

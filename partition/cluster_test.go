@@ -1,0 +1,285 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/raftgate/raftgate/raftlog"
+	"github.com/raftgate/raftgate/rpc"
+	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/grpc"
+)
+
+// raftNode is one in-process raftgate node over real raftlog, bbolt (fsync
+// on) and gRPC on 127.0.0.1: the metadata group with the Registry and
+// partition 1 with a Processor.
+type raftNode struct {
+	id    uint64
+	node  *raftlog.Node
+	srv   *grpc.Server
+	reg   *Registry
+	proc  *Processor
+	meta  *raftlog.Group
+	group *raftlog.Group
+}
+
+type raftCluster struct {
+	nodes []*raftNode
+}
+
+func newRaftCluster(tb testing.TB, size int, configure func(*Config)) *raftCluster {
+	tb.Helper()
+	var ids []uint64
+	peers := map[uint64]string{}
+	listeners := map[uint64]net.Listener{}
+	for i := 1; i <= size; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		id := uint64(i)
+		ids = append(ids, id)
+		peers[id], listeners[id] = l.Addr().String(), l
+	}
+	c := &raftCluster{}
+	for _, id := range ids {
+		logger := zerolog.New(zerolog.NewTestWriter(tb)).Level(zerolog.WarnLevel).With().Uint64("node", id).Logger()
+		node, err := raftlog.Open(raftlog.Config{
+			NodeID:       id,
+			DataDir:      tb.TempDir(),
+			Peers:        peers,
+			TickInterval: 20 * time.Millisecond,
+			Logger:       logger,
+		})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		srv := grpc.NewServer()
+		node.RegisterGRPC(srv)
+		go func() { _ = srv.Serve(listeners[id]) }()
+		reg := NewRegistry(logger)
+		cfg := DefaultConfig()
+		cfg.Services = reg
+		cfg.Logger = logger
+		cfg.Invoker.IdleRecheck = 20 * time.Millisecond
+		if configure != nil {
+			configure(&cfg)
+		}
+		proc, err := New(cfg)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		meta, err := node.AddGroup(raftlog.MetaGroup, ids, reg)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		group, err := node.AddGroup(raftlog.GroupID(cfg.Partition), ids, proc)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		reg.Start(meta)
+		proc.Start(group)
+		node.Watch(func(ev raftlog.LeaderEvent) {
+			if ev.Group == raftlog.MetaGroup {
+				reg.OnLeadership(ev)
+			} else {
+				proc.OnLeadership(ev)
+			}
+		})
+		c.nodes = append(c.nodes, &raftNode{id: id, node: node, srv: srv, reg: reg, proc: proc, meta: meta, group: group})
+	}
+	tb.Cleanup(func() {
+		for _, n := range c.nodes {
+			_ = n.proc.Close()
+		}
+		for _, n := range c.nodes {
+			n.srv.Stop()
+			if err := n.node.Close(); err != nil {
+				tb.Errorf("close node %d: %v", n.id, err)
+			}
+		}
+	})
+	return c
+}
+
+// partitionLeader returns the node whose processor believes it leads, or
+// nil (cheap: no call into the raft loop).
+func (c *raftCluster) partitionLeader() *raftNode {
+	for _, n := range c.nodes {
+		if leading, _, _ := n.proc.tracker.leadership(); leading {
+			return n
+		}
+	}
+	return nil
+}
+
+// leaderOf returns the node leading group g as the nodes see it, or nil.
+func (c *raftCluster) leaderOf(g raftlog.GroupID) *raftNode {
+	for _, n := range c.nodes {
+		if n.node.Group(g).Status().IsLeader {
+			return n
+		}
+	}
+	return nil
+}
+
+// register puts a service through the metadata leader and waits until every
+// node's registry has it.
+func (c *raftCluster) register(tb testing.TB, svc *rpc.Service) {
+	tb.Helper()
+	waitFor(tb, 20*time.Second, "service registered", func() bool {
+		lead := c.leaderOf(raftlog.MetaGroup)
+		if lead == nil {
+			return false
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return lead.reg.Put(ctx, svc) == nil
+	})
+	waitFor(tb, 20*time.Second, "registry replicated", func() bool {
+		for _, n := range c.nodes {
+			if _, ok := n.reg.Lookup(svc.Name); !ok {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// submit appends inv at whichever node leads, retrying the same request
+// on NOT_LEADER, LOST_LEADERSHIP and OVERLOADED as the ingress does.
+func (c *raftCluster) submit(ctx context.Context, inv *rpc.Invoke) (*rpc.Appended, error) {
+	backoff := time.Millisecond
+	for {
+		var nl *rpc.NotLeaderError
+		target := c.nodes[0]
+		if lead := c.partitionLeader(); lead != nil {
+			target = lead
+		}
+		a, err := target.proc.Append(ctx, inv)
+		switch {
+		case err == nil:
+			return a, nil
+		case errors.As(err, &nl), errors.Is(err, rpc.ErrLostLeadership), errors.Is(err, rpc.ErrOverloaded):
+		default:
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("last error %v: %w", err, ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 50*time.Millisecond)
+	}
+}
+
+func TestRaftClusterEveryInvocationHasExactlyOneResult(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three-node cluster over gRPC")
+	}
+	svc := newRecordingService(t)
+	c := newRaftCluster(t, 3, nil)
+	c.register(t, &rpc.Service{Name: "greeter", Url: svc.srv.URL})
+
+	const total, submitters = 1000, 32
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	invs := make([]*rpc.Invoke, total)
+	for i := range invs {
+		invs[i] = newInvoke("greeter", i)
+	}
+	var acked atomic.Int64
+	var wg sync.WaitGroup
+	next := atomic.Int64{}
+	for range submitters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= total {
+					return
+				}
+				if _, err := c.submit(ctx, invs[i]); err != nil {
+					t.Errorf("invocation %d: %v", i, err)
+					return
+				}
+				acked.Add(1)
+			}
+		}()
+	}
+	// Move leadership twice while invocations are submitted and run.
+	moves := 0
+	for _, at := range []int64{total / 3, 2 * total / 3} {
+		waitFor(t, 60*time.Second, fmt.Sprintf("%d acknowledged", at), func() bool { return acked.Load() >= at })
+		var lead *raftNode
+		waitFor(t, 10*time.Second, "a partition leader", func() bool { lead = c.leaderOf(1); return lead != nil })
+		to := c.nodes[(int(lead.id))%len(c.nodes)].id
+		tctx, tcancel := context.WithTimeout(ctx, 10*time.Second)
+		err := lead.group.TransferLeadership(tctx, to)
+		tcancel()
+		if err != nil {
+			t.Fatalf("transfer from %d to %d: %v", lead.id, to, err)
+		}
+		t.Logf("leadership moved from node %d at %d acknowledged", lead.id, acked.Load())
+		moves++
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	waitFor(t, 60*time.Second, "every outbox drained", func() bool {
+		for _, n := range c.nodes {
+			if n.proc.OutboxDepth() != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	// Every invocation has its own result, and all replicas agree on it.
+	var dumps []string
+	for _, n := range c.nodes {
+		var b []byte
+		err := n.group.View(func(bk *bolt.Bucket) error {
+			for _, inv := range invs {
+				res, found, err := getResult(bk, inv.InvocationId)
+				if err != nil {
+					return err
+				}
+				if !found {
+					return fmt.Errorf("node %d: no result for %x", n.id, inv.InvocationId)
+				}
+				if want := "echo:" + string(inv.Body); string(res.Result.Body) != want || res.Result.Failed {
+					return fmt.Errorf("node %d: result %q, want %q", n.id, res.Result.Body, want)
+				}
+				b = append(b, fmt.Sprintf("%x=%d;", inv.InvocationId, res.CompletedAtUnixMs)...)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dumps = append(dumps, string(b))
+	}
+	if dumps[0] != dumps[1] || dumps[1] != dumps[2] {
+		t.Fatal("replicas recorded different results")
+	}
+	ids, deliveries := svc.total()
+	if ids != total {
+		t.Fatalf("service saw %d distinct invocations, want %d", ids, total)
+	}
+	for _, inv := range invs {
+		id, _ := IDFromBytes(inv.InvocationId)
+		if svc.count(id) < 1 {
+			t.Fatalf("%v never delivered", id)
+		}
+	}
+	t.Logf("%d invocations, %d deliveries (%d repeated across %d leader changes)", total, deliveries, deliveries-total, moves)
+}

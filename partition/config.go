@@ -1,0 +1,184 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/raftgate/raftgate/outbox"
+	"github.com/raftgate/raftgate/raftlog"
+	"github.com/raftgate/raftgate/rpc"
+	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Log is what the processor needs of its Raft group; *raftlog.Group
+// satisfies it. All methods are safe for concurrent use.
+type Log interface {
+	// Propose appends data if this node leads; fails at once with
+	// *raftlog.NotLeaderError, raftlog.ErrProposalDropped or
+	// raftlog.ErrStopped.
+	Propose(ctx context.Context, data []byte) (raftlog.Proposal, error)
+	// ReadIndex returns once this node, still leader, applied everything
+	// committed before the call.
+	ReadIndex(ctx context.Context) error
+	// View runs fn in a read transaction over the group's state bucket.
+	View(fn func(b *bolt.Bucket) error) error
+	// Status returns the group's state on this node.
+	Status() raftlog.Status
+}
+
+// ServiceLookup resolves a registered service by name (the Registry).
+// Lookup is called from the invoker's goroutines and must be safe for
+// concurrent use.
+type ServiceLookup interface {
+	Lookup(name string) (*rpc.Service, bool)
+}
+
+// InvokerConfig configures how the leader runs invocations.
+type InvokerConfig struct {
+	// Retry is the retry rule for failed deliveries.
+	Retry outbox.Policy
+	// Concurrency bounds deliveries in flight per partition.
+	Concurrency int
+	// ServiceConcurrency bounds deliveries in flight per service within
+	// the partition.
+	ServiceConcurrency int
+	// HTTPTimeout bounds one delivery attempt.
+	HTTPTimeout time.Duration
+	// MaxResultBytes bounds a service's answer body; a longer one is a
+	// terminal failure.
+	MaxResultBytes int64
+	// ScanLimit bounds the outbox entries read in one scan, so a backlog
+	// of a saturated service costs bounded work per scan.
+	ScanLimit int
+	// IdleRecheck is the longest the invoker waits without rescanning the
+	// outbox (guards against clock jumps and missed wake-ups).
+	IdleRecheck time.Duration
+}
+
+// Config configures a Processor. Zero fields are invalid; start from
+// DefaultConfig.
+type Config struct {
+	// Partition is this processor's partition (1..P).
+	Partition uint32
+	// Retention is how long results are kept after completion.
+	Retention time.Duration
+	// SweepInterval is how often the leader proposes Purge for expired
+	// results; results live between Retention and Retention+SweepInterval.
+	SweepInterval time.Duration
+	// Invoker configures delivery to services.
+	Invoker InvokerConfig
+
+	// MaxPending bounds requests waiting for their entry to apply;
+	// further requests fail with rpc.ErrOverloaded.
+	MaxPending int
+	// MaxAttachWaiters bounds attach long-polls.
+	MaxAttachWaiters int
+	// MaxBatchCommands and MaxBatchBytes bound one log entry's batch.
+	MaxBatchCommands int
+	MaxBatchBytes    int
+	// ProposeTimeout bounds one Propose call.
+	ProposeTimeout time.Duration
+
+	// Services resolves service names for the invoker.
+	Services ServiceLookup
+	// HTTPClient calls services; nil uses a client with keep-alive
+	// connections sized for Invoker.Concurrency.
+	HTTPClient *http.Client
+	// Clock stamps commands and schedules deliveries; nil is time.Now.
+	Clock func() time.Time
+	// Logger is the parent logger; the processor adds its partition.
+	Logger zerolog.Logger
+	// Registerer receives the processor's metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// Knobs are testing hooks; nil in production.
+	Knobs *Knobs
+}
+
+// Knobs are optional testing hooks at the invoker's boundaries.
+type Knobs struct {
+	// BeforeOutboxSend runs before a delivery's HTTP request.
+	BeforeOutboxSend func(id []byte, attempt uint32)
+	// AfterServiceAnswer runs after a delivery finished and before its
+	// outcome is proposed; returning false drops the outcome, as if the
+	// leader crashed between the service's answer and Complete.
+	AfterServiceAnswer func(id []byte, attempt uint32) bool
+	// JitterSeed seeds the backoff jitter (0 picks one).
+	JitterSeed uint64
+}
+
+// DefaultConfig returns production defaults for partition 1.
+func DefaultConfig() Config {
+	return Config{
+		Partition:     1,
+		Retention:     24 * time.Hour,
+		SweepInterval: time.Minute,
+		Invoker: InvokerConfig{
+			Retry:              outbox.DefaultPolicy(),
+			Concurrency:        256,
+			ServiceConcurrency: 128,
+			HTTPTimeout:        30 * time.Second,
+			MaxResultBytes:     10 << 20,
+			ScanLimit:          8192,
+			IdleRecheck:        time.Second,
+		},
+		MaxPending:       16384,
+		MaxAttachWaiters: 16384,
+		MaxBatchCommands: 512,
+		MaxBatchBytes:    512 << 10,
+		ProposeTimeout:   5 * time.Second,
+		Logger:           zerolog.Nop(),
+	}
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.Partition == 0:
+		return errors.New("partition: Partition must be >= 1")
+	case c.Retention <= 0:
+		return errors.New("partition: Retention must be > 0")
+	case c.SweepInterval <= 0:
+		return errors.New("partition: SweepInterval must be > 0")
+	case c.Invoker.Concurrency < 1:
+		return errors.New("partition: Invoker.Concurrency must be >= 1")
+	case c.Invoker.ServiceConcurrency < 1:
+		return errors.New("partition: Invoker.ServiceConcurrency must be >= 1")
+	case c.Invoker.HTTPTimeout <= 0:
+		return errors.New("partition: Invoker.HTTPTimeout must be > 0")
+	case c.Invoker.MaxResultBytes <= 0:
+		return errors.New("partition: Invoker.MaxResultBytes must be > 0")
+	case c.Invoker.ScanLimit < 1:
+		return errors.New("partition: Invoker.ScanLimit must be >= 1")
+	case c.Invoker.IdleRecheck <= 0:
+		return errors.New("partition: Invoker.IdleRecheck must be > 0")
+	case c.MaxPending < 1:
+		return errors.New("partition: MaxPending must be >= 1")
+	case c.MaxAttachWaiters < 1:
+		return errors.New("partition: MaxAttachWaiters must be >= 1")
+	case c.MaxBatchCommands < 1:
+		return errors.New("partition: MaxBatchCommands must be >= 1")
+	case c.MaxBatchBytes < 1:
+		return errors.New("partition: MaxBatchBytes must be >= 1")
+	case c.ProposeTimeout <= 0:
+		return errors.New("partition: ProposeTimeout must be > 0")
+	case c.Services == nil:
+		return errors.New("partition: Services must be set")
+	}
+	if err := c.Invoker.Retry.Validate(); err != nil {
+		return fmt.Errorf("partition: Invoker.Retry: %w", err)
+	}
+	return nil
+}
+
+// Compile-time checks of the contracts with raftlog.
+var (
+	_ Log                  = (*raftlog.Group)(nil)
+	_ raftlog.StateMachine = (*Processor)(nil)
+	_ raftlog.StateMachine = (*Registry)(nil)
+	_ ServiceLookup        = (*Registry)(nil)
+)

@@ -1,0 +1,322 @@
+package partition
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/raftgate/raftgate/outbox"
+	"github.com/raftgate/raftgate/rpc"
+	bolt "go.etcd.io/bbolt"
+)
+
+// invoker runs the outbox on the leader. It reads the outbox (never pops
+// it), reserves due deliveries in memory, calls the services and proposes
+// the outcome (Complete or AttemptFailed); the reservation ends when that
+// command applies, so an entry is never delivered twice concurrently by one
+// leader. A new leader starts with no reservations: whatever the old one was
+// doing is delivered again (at-least-once), and the first Complete in the
+// log wins (exactly-once result).
+type invoker struct {
+	p    *Processor
+	cfg  InvokerConfig
+	wake chan struct{} // cap 1
+
+	rndMu sync.Mutex
+	rnd   *rand.Rand // guarded by rndMu; backoff jitter
+
+	mu sync.Mutex
+	// inflight holds reserved ids (delivering, or outcome proposed but not
+	// yet applied); its size is the partition's concurrency. Guarded by mu.
+	inflight map[string]struct{}
+	// delivering holds ids whose HTTP call is under way. Guarded by mu.
+	delivering map[string]struct{}
+	// done holds ids whose outcome applied since the current scan began,
+	// so a scan that read an older view does not reserve them again.
+	// Guarded by mu.
+	done map[string]struct{}
+	// perService counts HTTP calls under way per service. Guarded by mu.
+	perService map[string]int
+}
+
+func newInvoker(p *Processor) *invoker {
+	seed := uint64(time.Now().UnixNano())
+	if p.cfg.Knobs != nil && p.cfg.Knobs.JitterSeed != 0 {
+		seed = p.cfg.Knobs.JitterSeed
+	}
+	iv := &invoker{p: p, cfg: p.cfg.Invoker, wake: make(chan struct{}, 1), rnd: rand.New(rand.NewPCG(seed, uint64(p.cfg.Partition)))}
+	iv.reset()
+	return iv
+}
+
+func (iv *invoker) reset() {
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	iv.inflight = make(map[string]struct{})
+	iv.delivering = make(map[string]struct{})
+	iv.done = make(map[string]struct{})
+	iv.perService = make(map[string]int)
+}
+
+func (iv *invoker) kick() {
+	select {
+	case iv.wake <- struct{}{}:
+	default:
+	}
+}
+
+// applied ends the reservations of ids whose outcome applied. Called from
+// onDurable; never blocks.
+func (iv *invoker) applied(ids [][]byte, added bool) {
+	if len(ids) > 0 {
+		iv.mu.Lock()
+		for _, id := range ids {
+			delete(iv.inflight, string(id))
+			iv.done[string(id)] = struct{}{}
+		}
+		iv.mu.Unlock()
+	}
+	if len(ids) > 0 || added {
+		iv.kick()
+	}
+}
+
+func (iv *invoker) release(id []byte) {
+	iv.mu.Lock()
+	delete(iv.inflight, string(id))
+	iv.mu.Unlock()
+	iv.kick()
+}
+
+func (iv *invoker) isDelivering(id []byte) bool {
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	_, ok := iv.delivering[string(id)]
+	return ok
+}
+
+func (iv *invoker) reserved(id []byte) bool {
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	_, ok := iv.inflight[string(id)]
+	return ok
+}
+
+// run delivers due outbox entries until ctx ends (leadership lost).
+func (iv *invoker) run(ctx context.Context, term uint64) {
+	iv.reset()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	// Catch up with everything earlier leaders committed before reading
+	// the outbox, so finished deliveries are not repeated needlessly.
+	for {
+		err := iv.p.log.ReadIndex(ctx)
+		if err == nil {
+			break
+		}
+		iv.p.logger.Debug().Err(err).Msg("invoker: read barrier failed")
+		if !iv.sleep(ctx, min(iv.cfg.IdleRecheck, 50*time.Millisecond)) {
+			return
+		}
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		next := iv.scan(ctx, term, &wg)
+		wait := iv.cfg.IdleRecheck
+		if next > 0 {
+			d := time.Duration(next-iv.p.now().UnixMilli()) * time.Millisecond
+			wait = max(min(wait, d), time.Millisecond)
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-iv.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+func (iv *invoker) sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// scan reserves and starts due deliveries up to the concurrency limits. It
+// returns the due time (unix ms) of the first entry not yet due, 0 if none.
+func (iv *invoker) scan(ctx context.Context, term uint64, wg *sync.WaitGroup) int64 {
+	if ctx.Err() != nil {
+		return 0
+	}
+	now := iv.p.now().UnixMilli()
+	iv.mu.Lock()
+	clear(iv.done)
+	free := iv.cfg.Concurrency - len(iv.inflight)
+	busy := make(map[string]int, len(iv.perService))
+	for s, n := range iv.perService {
+		busy[s] = n
+	}
+	iv.mu.Unlock()
+	if free <= 0 {
+		return 0
+	}
+	// Pick from the queue's keys alone; read records only for picks.
+	var picks []outbox.Entry
+	var next int64
+	var recs []*rpc.InvocationRecord
+	err := iv.p.log.View(func(b *bolt.Bucket) error {
+		scanned := 0
+		err := outbox.Scan(b, func(e outbox.Entry) bool {
+			if e.Due > now {
+				next = e.Due
+				return false
+			}
+			if scanned++; scanned > iv.cfg.ScanLimit {
+				return false
+			}
+			if busy[e.Service] >= iv.cfg.ServiceConcurrency || iv.reserved(e.ID) {
+				return true
+			}
+			busy[e.Service]++
+			picks = append(picks, e)
+			return len(picks) < free
+		})
+		if err != nil {
+			return err
+		}
+		for _, e := range picks {
+			rec, found, err := getRecord(b, e.ID)
+			if err != nil {
+				return err
+			}
+			if found && rec.State != rpc.InvocationRecord_COMPLETED {
+				recs = append(recs, rec)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		iv.p.logger.Error().Err(err).Msg("invoker: outbox scan failed")
+		return 0
+	}
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	for _, rec := range recs {
+		id := string(rec.Invoke.InvocationId)
+		if _, ok := iv.done[id]; ok {
+			continue // its outcome applied after our view was taken
+		}
+		if _, ok := iv.inflight[id]; ok {
+			continue
+		}
+		iv.inflight[id] = struct{}{}
+		iv.delivering[id] = struct{}{}
+		iv.perService[rec.Invoke.Service]++
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			iv.deliver(ctx, term, rec)
+		}()
+	}
+	return next
+}
+
+// deliver makes one attempt and proposes its outcome.
+func (iv *invoker) deliver(ctx context.Context, term uint64, rec *rpc.InvocationRecord) {
+	inv := rec.Invoke
+	id := inv.InvocationId
+	attempt := rec.Attempts + 1
+	if k := iv.p.cfg.Knobs; k != nil && k.BeforeOutboxSend != nil {
+		k.BeforeOutboxSend(id, attempt)
+	}
+	out := iv.call(ctx, inv, attempt)
+
+	iv.mu.Lock()
+	delete(iv.delivering, string(id))
+	if iv.perService[inv.Service]--; iv.perService[inv.Service] <= 0 {
+		delete(iv.perService, inv.Service)
+	}
+	iv.mu.Unlock()
+	iv.kick() // a service slot is free
+
+	if ctx.Err() != nil {
+		iv.release(id) // leadership lost: the next leader delivers again
+		return
+	}
+	if k := iv.p.cfg.Knobs; k != nil && k.AfterServiceAnswer != nil && !k.AfterServiceAnswer(id, attempt) {
+		return // simulated crash: keep the reservation, propose nothing
+	}
+	iv.p.metrics.delivered(out.outcome)
+	if out.outcome != outbox.Success {
+		iv.p.logger.Debug().Str("invocation", idString(id)).Uint32("attempt", attempt).
+			Stringer("outcome", out.outcome).Str("reason", out.reason).Msg("delivery failed")
+	}
+	now := iv.p.now()
+	var cmd *rpc.Command
+	switch {
+	case out.outcome == outbox.Success || out.outcome == outbox.Terminal:
+		out.result.Attempts = attempt
+		cmd = completeCmd(&rpc.Complete{InvocationId: id, Result: out.result, ProposerTerm: term, ProposedAtUnixMs: now.UnixMilli()})
+	case iv.cfg.Retry.Exhausted(attempt):
+		res := out.result
+		res.Failed = true
+		res.Attempts = attempt
+		res.Error = "gave up after " + itoa(attempt) + " attempts: " + out.reason
+		cmd = completeCmd(&rpc.Complete{InvocationId: id, Result: res, ProposerTerm: term, ProposedAtUnixMs: now.UnixMilli()})
+	default:
+		iv.rndMu.Lock()
+		delay := iv.cfg.Retry.Delay(attempt, out.retryAfter, iv.rnd)
+		iv.rndMu.Unlock()
+		cmd = attemptFailedCmd(&rpc.AttemptFailed{
+			InvocationId:     id,
+			Attempt:          attempt,
+			Error:            out.reason,
+			RetryAtUnixMs:    now.Add(delay).UnixMilli(),
+			ProposedAtUnixMs: now.UnixMilli(),
+		})
+	}
+	// Propose the outcome. A refusal while we still lead (a leader transfer
+	// under way, a full uncommitted log) is retried rather than released:
+	// releasing would deliver the invocation again for nothing.
+	for try := 0; ; try++ {
+		proposed := make(chan error, 1)
+		iv.p.submit(ctx, cmd, func(err error) { proposed <- err })
+		var err error
+		select {
+		case err = <-proposed:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		if err == nil {
+			return // the reservation ends when the command applies
+		}
+		if ctx.Err() != nil || try >= outcomeProposeTries || !iv.sleep(ctx, outcomeRetryDelay) {
+			iv.release(id)
+			return
+		}
+	}
+}
+
+// How a refused outcome proposal is retried before the delivery is
+// released (and repeated later).
+const (
+	outcomeProposeTries = 20
+	outcomeRetryDelay   = 25 * time.Millisecond
+)
+
+func idString(b []byte) string {
+	id, err := IDFromBytes(b)
+	if err != nil {
+		return fmt.Sprintf("%x", b)
+	}
+	return id.String()
+}

@@ -1,0 +1,181 @@
+package partition
+
+import (
+	"bytes"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/raftgate/raftgate/raftlog"
+	"github.com/raftgate/raftgate/rpc"
+	bolt "go.etcd.io/bbolt"
+)
+
+func TestRetryAfterHonoured(t *testing.T) {
+	clock := newManualClock()
+	svc := newRecordingService(t)
+	svc.answer = func(id string, attempt int, body []byte) (int, http.Header, []byte) {
+		if attempt == 1 {
+			return http.StatusTooManyRequests, http.Header{"Retry-After": {"30"}}, nil
+		}
+		return http.StatusOK, nil, body
+	}
+	c := newFakeCluster(t, 1, func(_ int, cfg *Config) {
+		cfg.Clock = clock.Now
+		cfg.Services = svc.lookup("greeter")
+		cfg.Invoker.Retry.MaxRetryAfter = time.Minute
+	})
+	c.setLeader(0, false)
+	p := c.replicas[0].p
+	inv := newInvoke("greeter", 1)
+	if _, err := p.Append(ctxT(t), inv); err != nil {
+		t.Fatal(err)
+	}
+	var rec *rpc.InvocationRecord
+	waitFor(t, 5*time.Second, "attempt 1 recorded", func() bool {
+		r, err := p.Status(ctxT(t), inv.InvocationId)
+		rec = r
+		return err == nil && r.Attempts == 1
+	})
+	if wait := rec.RetryAtUnixMs - clock.Now().UnixMilli(); wait < 30_000 {
+		t.Fatalf("retry in %d ms, Retry-After asked for 30 s", wait)
+	}
+	if !strings.Contains(rec.LastError, "429") {
+		t.Fatalf("last error %q", rec.LastError)
+	}
+	clock.Advance(29 * time.Second)
+	if _, err := p.Output(ctxT(t), inv.InvocationId); err == nil {
+		t.Fatal("completed before Retry-After")
+	}
+	clock.Advance(2 * time.Second)
+	if r := awaitOutput(t, p, inv.InvocationId).Result; r.Status != 200 || r.Attempts != 2 {
+		t.Fatalf("result = %v", r)
+	}
+}
+
+func TestTerminalFailuresRaftgateProduces(t *testing.T) {
+	slow := newRecordingService(t)
+	slow.block = make(chan struct{}) // never answers
+	t.Cleanup(func() { close(slow.block) })
+	big := newRecordingService(t)
+	big.answer = func(string, int, []byte) (int, http.Header, []byte) {
+		return 200, nil, bytes.Repeat([]byte("x"), 2048)
+	}
+	c := newFakeCluster(t, 1, func(_ int, cfg *Config) {
+		cfg.Services = staticServices{
+			"slow":       {Name: "slow", Url: slow.srv.URL},
+			"big":        {Name: "big", Url: big.srv.URL},
+			"restricted": {Name: "restricted", Url: big.srv.URL, Handlers: []string{"other"}},
+		}
+		cfg.Invoker.HTTPTimeout = 50 * time.Millisecond
+		cfg.Invoker.Retry.MaxAttempts = 2
+		cfg.Invoker.MaxResultBytes = 1024
+	})
+	c.setLeader(0, false)
+	p := c.replicas[0].p
+	ids := map[string][]byte{}
+	for _, name := range []string{"slow", "big", "restricted"} {
+		inv := newInvoke(name, 0)
+		if _, err := p.Append(ctxT(t), inv); err != nil {
+			t.Fatal(err)
+		}
+		ids[name] = inv.InvocationId
+	}
+	for name, want := range map[string]struct {
+		status   uint32
+		attempts uint32
+		text     string
+	}{
+		"slow":       {504, 2, "gave up after 2 attempts: no answer within"},
+		"big":        {502, 1, "larger than 1024 bytes"},
+		"restricted": {404, 1, "handler \"greet\""},
+	} {
+		r := awaitOutput(t, p, ids[name]).Result
+		if r.Status != want.status || !r.Failed || r.Attempts != want.attempts || !strings.Contains(r.Error, want.text) {
+			t.Errorf("%s: result %v, want status %d attempts %d error containing %q", name, r, want.status, want.attempts, want.text)
+		}
+	}
+}
+
+// A 20k backlog: the invoker holds at most Concurrency reservations and
+// works through it page by page (checked over the first 2,000).
+func TestLargeBacklogBounded(t *testing.T) {
+	svc := newRecordingService(t)
+	c := newFakeCluster(t, 1, func(_ int, cfg *Config) {
+		cfg.Services = svc.lookup("greeter")
+		cfg.Invoker.Concurrency = 16
+		cfg.Invoker.ScanLimit = 512
+	})
+	const backlog = 20000
+	// Build the backlog straight into the log before anyone leads.
+	for i := 0; i < backlog; i += 500 {
+		var cmds []*rpc.Command
+		for j := i; j < i+500; j++ {
+			inv := newInvoke("greeter", j)
+			inv.ProposedAtUnixMs = time.Now().UnixMilli()
+			cmds = append(cmds, invokeCmd(inv))
+		}
+		data, err := EncodeBatch(cmds...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.appendRaw(data)
+	}
+	c.waitApplied()
+	p := c.replicas[0].p
+	if d := p.OutboxDepth(); d != backlog {
+		t.Fatalf("outbox depth %d", d)
+	}
+	maxReserved := 0
+	c.setLeader(0, false)
+	const done = 2000
+	waitFor(t, 60*time.Second, "2000 of the backlog done", func() bool {
+		p.invoker.mu.Lock()
+		maxReserved = max(maxReserved, len(p.invoker.inflight))
+		p.invoker.mu.Unlock()
+		return p.OutboxDepth() <= backlog-done
+	})
+	if maxReserved > 16 {
+		t.Fatalf("%d reservations, limit 16", maxReserved)
+	}
+	if ids, _ := svc.total(); ids < done {
+		t.Fatalf("service saw %d invocations", ids)
+	}
+	svc.mu.Lock()
+	defer svc.mu.Unlock()
+	if svc.maxInfl > 16 {
+		t.Fatalf("%d concurrent calls, limit 16", svc.maxInfl)
+	}
+}
+
+// FuzzApply: arbitrary entry bytes never panic Apply; they apply or fail
+// with an error (which stops the group).
+func FuzzApply(f *testing.F) {
+	for _, e := range mixedLog(f) {
+		f.Add(e.Data)
+	}
+	f.Add([]byte{})
+	f.Add([]byte{0x08, 0x02})
+	db, err := bolt.Open(f.TempDir()+"/f.db", 0o600, &bolt.Options{NoSync: true})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer db.Close()
+	errRollback := errors.New("rollback")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var m machine
+		err := db.Update(func(tx *bolt.Tx) error {
+			b, err := tx.CreateBucket(stateBucket)
+			if err != nil {
+				return err
+			}
+			_, _ = m.apply(b, []raftlog.Entry{{Index: 1, Term: 1, Data: data}})
+			return errRollback // every input starts from an empty state
+		})
+		if !errors.Is(err, errRollback) {
+			t.Fatal(err)
+		}
+	})
+}

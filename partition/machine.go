@@ -1,0 +1,284 @@
+package partition
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/raftgate/raftgate/outbox"
+	"github.com/raftgate/raftgate/raftlog"
+	"github.com/raftgate/raftgate/results"
+	"github.com/raftgate/raftgate/rpc"
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+)
+
+// invocationsBucket: id → marshalled rpc.InvocationRecord (without its
+// result, which the results package stores under the record's completion
+// time and id).
+var invocationsBucket = []byte("invocations")
+
+// Result of a cancelled invocation: 409 Conflict, as Restate reports a
+// cancellation, with failed=true so callers see a terminal failure.
+const (
+	cancelledStatus = 409
+	cancelledError  = "cancelled"
+)
+
+// reply is what a tracked request learns when its entry applies.
+type reply struct {
+	requestID string
+	term      uint64 // term of the entry that produced the reply
+	appended  *rpc.Appended
+	err       error
+}
+
+// effects are what applying a run of entries reveals once durable. Apply
+// only collects them; the processor acts on them after fsync.
+type effects struct {
+	replies   []reply
+	completed []*rpc.InvocationResult
+	// outboxDone lists ids whose delivery was removed or rescheduled.
+	outboxDone  [][]byte
+	outboxAdded bool
+	outboxDelta int
+	commands    int
+	applied     map[string]int // commands by kind, for metrics
+}
+
+// machine is the deterministic part of the processor: a function of (state
+// bucket, entries). It has no goroutine, clock, randomness or I/O besides
+// its bucket, and keeps no entry bytes past the call.
+type machine struct{}
+
+func (m *machine) apply(b *bolt.Bucket, entries []raftlog.Entry) (*effects, error) {
+	if err := initBuckets(b); err != nil {
+		return nil, err
+	}
+	fx := &effects{applied: make(map[string]int)}
+	for _, e := range entries {
+		batch, err := DecodeBatch(e.Data)
+		if err != nil {
+			return nil, fmt.Errorf("entry %d: %w", e.Index, err)
+		}
+		for i, c := range batch.Commands {
+			if err := m.applyCommand(b, e.Term, c, fx); err != nil {
+				return nil, fmt.Errorf("entry %d command %d: %w", e.Index, i, err)
+			}
+		}
+	}
+	return fx, nil
+}
+
+func initBuckets(b *bolt.Bucket) error {
+	if _, err := b.CreateBucketIfNotExists(invocationsBucket); err != nil {
+		return fmt.Errorf("partition: create bucket: %w", err)
+	}
+	if err := results.Init(b); err != nil {
+		return err
+	}
+	return outbox.Init(b)
+}
+
+func (m *machine) applyCommand(b *bolt.Bucket, term uint64, c *rpc.Command, fx *effects) error {
+	fx.commands++
+	switch cmd := c.Cmd.(type) {
+	case *rpc.Command_Invoke:
+		fx.applied["invoke"]++
+		return m.invoke(b, term, cmd.Invoke, fx)
+	case *rpc.Command_Complete:
+		fx.applied["complete"]++
+		return m.complete(b, cmd.Complete, fx)
+	case *rpc.Command_Cancel:
+		fx.applied["cancel"]++
+		return m.cancel(b, term, cmd.Cancel, fx)
+	case *rpc.Command_Purge:
+		fx.applied["purge"]++
+		return m.purge(b, cmd.Purge)
+	case *rpc.Command_AttemptFailed:
+		fx.applied["attempt_failed"]++
+		return m.attemptFailed(b, cmd.AttemptFailed, fx)
+	default:
+		return fmt.Errorf("partition: unexpected command %T", c.Cmd)
+	}
+}
+
+// invoke records a new invocation and queues its delivery; an id that
+// exists is a no-op reporting the existing invocation.
+func (m *machine) invoke(b *bolt.Bucket, term uint64, c *rpc.Invoke, fx *effects) error {
+	r := reply{requestID: string(c.RequestId), term: term}
+	if len(c.InvocationId) != IDLen || c.Service == "" || c.Handler == "" {
+		r.err = fmt.Errorf("partition: malformed invoke: %w", rpc.ErrInvalid)
+		fx.replies = append(fx.replies, r)
+		return nil
+	}
+	rec, found, err := getRecord(b, c.InvocationId)
+	if err != nil {
+		return err
+	}
+	if found {
+		r.appended = &rpc.Appended{
+			InvocationId: c.InvocationId,
+			// A retry of the request that created it is not "previously
+			// accepted": it is the same logical request.
+			PreviouslyAccepted: !bytes.Equal(rec.Invoke.GetRequestId(), c.RequestId),
+			NotBeforeUnixMs:    rec.Invoke.GetNotBeforeUnixMs(),
+			CompletedAtUnixMs:  rec.CompletedAtUnixMs,
+		}
+		fx.replies = append(fx.replies, r)
+		return nil
+	}
+	rec = &rpc.InvocationRecord{Invoke: c, State: rpc.InvocationRecord_PENDING, AcceptedAtUnixMs: c.ProposedAtUnixMs}
+	if err := putRecord(b, rec); err != nil {
+		return err
+	}
+	if err := outbox.Put(b, outbox.Entry{ID: c.InvocationId, Due: dueOf(rec), Service: c.Service}); err != nil {
+		return err
+	}
+	fx.outboxAdded = true
+	fx.outboxDelta++
+	r.appended = &rpc.Appended{InvocationId: c.InvocationId, NotBeforeUnixMs: c.NotBeforeUnixMs}
+	fx.replies = append(fx.replies, r)
+	return nil
+}
+
+// complete records the result of a pending invocation and removes its
+// delivery; completing a completed (or purged) invocation is a no-op, so
+// the first Complete in log order wins.
+func (m *machine) complete(b *bolt.Bucket, c *rpc.Complete, fx *effects) error {
+	rec, found, err := getRecord(b, c.InvocationId)
+	if err != nil || !found || rec.State == rpc.InvocationRecord_COMPLETED {
+		return err
+	}
+	return m.finish(b, rec, c.Result, c.ProposedAtUnixMs, fx)
+}
+
+func (m *machine) cancel(b *bolt.Bucket, term uint64, c *rpc.Cancel, fx *effects) error {
+	r := reply{requestID: string(c.RequestId), term: term}
+	rec, found, err := getRecord(b, c.InvocationId)
+	switch {
+	case err != nil:
+		return err
+	case !found:
+		r.err = fmt.Errorf("partition: cancel: %w", rpc.ErrNotFound)
+	case rec.State != rpc.InvocationRecord_COMPLETED:
+		res := &rpc.Result{Status: cancelledStatus, Failed: true, Error: cancelledError, Attempts: rec.Attempts}
+		if err := m.finish(b, rec, res, c.ProposedAtUnixMs, fx); err != nil {
+			return err
+		}
+	}
+	fx.replies = append(fx.replies, r)
+	return nil
+}
+
+func (m *machine) finish(b *bolt.Bucket, rec *rpc.InvocationRecord, res *rpc.Result, at int64, fx *effects) error {
+	id := rec.Invoke.InvocationId
+	due := dueOf(rec)
+	rec.State = rpc.InvocationRecord_COMPLETED
+	rec.CompletedAtUnixMs = at
+	rec.RetryAtUnixMs = 0
+	rec.Invoke.Body = nil // no longer needed; the result is what is kept
+	if err := putRecord(b, rec); err != nil {
+		return err
+	}
+	ir := &rpc.InvocationResult{InvocationId: id, Result: res, IdempotencyKey: rec.Invoke.IdempotencyKey, CompletedAtUnixMs: at}
+	if err := results.Put(b, ir); err != nil {
+		return err
+	}
+	removed, err := outbox.Remove(b, due, id)
+	if err != nil {
+		return err
+	}
+	if removed {
+		fx.outboxDelta--
+	}
+	fx.outboxDone = append(fx.outboxDone, id)
+	fx.completed = append(fx.completed, ir)
+	return nil
+}
+
+// purge drops results completed before the command's time, with their
+// records; every replica drops the same ones at the same log position.
+func (m *machine) purge(b *bolt.Bucket, c *rpc.Purge) error {
+	inv := b.Bucket(invocationsBucket)
+	_, err := results.Purge(b, c.BeforeUnixMs, func(id []byte) error {
+		if err := inv.Delete(id); err != nil {
+			return fmt.Errorf("partition: purge: %w", err)
+		}
+		return nil
+	})
+	return err
+}
+
+// attemptFailed records a failed delivery attempt and reschedules the
+// delivery. An attempt number not above the recorded one is stale (an old
+// leader's report of an attempt a new leader repeated) and ignored.
+func (m *machine) attemptFailed(b *bolt.Bucket, c *rpc.AttemptFailed, fx *effects) error {
+	rec, found, err := getRecord(b, c.InvocationId)
+	if err != nil || !found || rec.State == rpc.InvocationRecord_COMPLETED || c.Attempt <= rec.Attempts {
+		return err
+	}
+	oldDue := dueOf(rec)
+	rec.Attempts = c.Attempt
+	rec.LastError = c.Error
+	rec.RetryAtUnixMs = c.RetryAtUnixMs
+	if err := putRecord(b, rec); err != nil {
+		return err
+	}
+	moved, err := outbox.Move(b, oldDue, outbox.Entry{ID: c.InvocationId, Due: dueOf(rec), Attempts: c.Attempt, Service: rec.Invoke.Service})
+	if err != nil {
+		return err
+	}
+	if !moved {
+		fx.outboxDelta++
+	}
+	fx.outboxDone = append(fx.outboxDone, c.InvocationId)
+	return nil
+}
+
+// dueOf is when a pending invocation's delivery is due: its retry time
+// after a failed attempt, else its not-before time, else when it was
+// accepted. The outbox key is derived from it, so the outbox needs no index
+// by id.
+func dueOf(rec *rpc.InvocationRecord) int64 {
+	if rec.Attempts > 0 {
+		return rec.RetryAtUnixMs
+	}
+	return max(rec.Invoke.GetNotBeforeUnixMs(), rec.AcceptedAtUnixMs)
+}
+
+func getRecord(b *bolt.Bucket, id []byte) (*rpc.InvocationRecord, bool, error) {
+	inv := b.Bucket(invocationsBucket)
+	if inv == nil {
+		return nil, false, nil
+	}
+	data := inv.Get(id)
+	if data == nil {
+		return nil, false, nil
+	}
+	rec := &rpc.InvocationRecord{}
+	if err := proto.Unmarshal(data, rec); err != nil {
+		return nil, false, fmt.Errorf("partition: record %x: %w", id, err)
+	}
+	return rec, true, nil
+}
+
+func putRecord(b *bolt.Bucket, rec *rpc.InvocationRecord) error {
+	data, err := marshalOpts.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("partition: marshal record: %w", err)
+	}
+	if err := b.Bucket(invocationsBucket).Put(rec.Invoke.InvocationId, data); err != nil {
+		return fmt.Errorf("partition: put record: %w", err)
+	}
+	return nil
+}
+
+// getResult reads the stored result of id: through its record, which
+// holds the completion time the result is keyed by.
+func getResult(b *bolt.Bucket, id []byte) (*rpc.InvocationResult, bool, error) {
+	rec, found, err := getRecord(b, id)
+	if err != nil || !found || rec.State != rpc.InvocationRecord_COMPLETED {
+		return nil, false, err
+	}
+	return results.Get(b, rec.CompletedAtUnixMs, id)
+}

@@ -1,0 +1,415 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/raftgate/raftgate/outbox"
+	"github.com/raftgate/raftgate/raftlog"
+	"github.com/raftgate/raftgate/results"
+	"github.com/raftgate/raftgate/rpc"
+	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+)
+
+// Processor is one partition's state machine (it implements
+// raftlog.StateMachine) plus its leader-side request tracker, attach
+// waiters, retention sweeper and outbox invoker. See doc.go for the order of
+// events.
+type Processor struct {
+	cfg     Config
+	logger  zerolog.Logger
+	now     func() time.Time
+	client  *http.Client
+	machine machine
+	tracker *tracker
+	attach  *results.Waiters
+	invoker *invoker
+	metrics *metrics
+
+	// queue feeds the proposer loop; its capacity bounds queued commands.
+	queue    chan proposal
+	leaderCh chan struct{} // cap 1: leadership changed
+	started  chan struct{} // closed by Start
+	stop     chan struct{} // closed by Close
+	wg       sync.WaitGroup
+
+	log       Log // set once by Start, before started is closed
+	depth     atomic.Int64
+	startOnce sync.Once
+	closeOnce sync.Once
+}
+
+// proposal is one command waiting for the proposer loop. Tracked commands
+// carry the ticket of their waiter; untracked ones (invoker, sweeper) may
+// carry done, called with the outcome of their Propose.
+type proposal struct {
+	cmd  *rpc.Command
+	tk   ticket
+	done func(error)
+}
+
+// New returns a processor for cfg.Partition. Hand it to raftlog's AddGroup,
+// then call Start with the returned group.
+func New(cfg Config) (*Processor, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Processor{
+		cfg:      cfg,
+		logger:   cfg.Logger.With().Str("component", "partition").Uint32("partition", cfg.Partition).Logger(),
+		now:      cfg.Clock,
+		client:   cfg.HTTPClient,
+		tracker:  newTracker(cfg.MaxPending),
+		attach:   results.NewWaiters(cfg.MaxAttachWaiters),
+		queue:    make(chan proposal, cfg.MaxPending),
+		leaderCh: make(chan struct{}, 1),
+		started:  make(chan struct{}),
+		stop:     make(chan struct{}),
+	}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	if p.client == nil {
+		p.client = &http.Client{Transport: &http.Transport{
+			MaxIdleConns:        cfg.Invoker.Concurrency,
+			MaxIdleConnsPerHost: cfg.Invoker.Concurrency,
+			IdleConnTimeout:     90 * time.Second,
+		}}
+	}
+	p.invoker = newInvoker(p)
+	m, err := newMetrics(cfg.Registerer, cfg.Partition, p)
+	if err != nil {
+		return nil, err
+	}
+	p.metrics = m
+	return p, nil
+}
+
+// Start begins the processor's loops over log (the group AddGroup
+// returned). Call once.
+func (p *Processor) Start(log Log) {
+	p.startOnce.Do(func() {
+		p.log = log
+		if _, _, term := p.tracker.leadership(); term == 0 {
+			// No leadership event yet: start from what the group knows.
+			st := log.Status()
+			p.tracker.setLeadership(st.Leader, st.Term, st.IsLeader)
+		}
+		close(p.started)
+		p.wg.Add(2)
+		go func() { defer p.wg.Done(); p.proposeLoop() }()
+		go func() { defer p.wg.Done(); p.leaderLoop() }()
+		p.signalLeadership()
+	})
+}
+
+// OnLeadership records a leadership change of this partition's group. Any
+// loss of leadership fails every pending request and attach waiter at once
+// with rpc.ErrLostLeadership. Never blocks.
+func (p *Processor) OnLeadership(ev raftlog.LeaderEvent) {
+	if uint32(ev.Group) != p.cfg.Partition {
+		return
+	}
+	if p.tracker.setLeadership(ev.Leader, ev.Term, ev.IsSelf) {
+		p.attach.FailAll(rpc.ErrLostLeadership)
+	}
+	p.signalLeadership()
+}
+
+func (p *Processor) signalLeadership() {
+	select {
+	case p.leaderCh <- struct{}{}:
+	default:
+	}
+}
+
+// Append proposes inv and returns once its entry applied in this leader's
+// term. inv.InvocationId (24 bytes) and inv.RequestId (the same on every
+// retry) are chosen by the caller; the processor stamps the proposer term
+// and time. A retry while the first attempt is pending takes over its reply.
+func (p *Processor) Append(ctx context.Context, inv *rpc.Invoke) (*rpc.Appended, error) {
+	if err := validateInvoke(inv); err != nil {
+		return nil, err
+	}
+	r, err := p.request(ctx, inv.RequestId, func(term uint64) *rpc.Command {
+		cmd := proto.Clone(inv).(*rpc.Invoke)
+		cmd.ProposerTerm = term
+		cmd.ProposedAtUnixMs = p.now().UnixMilli()
+		return invokeCmd(cmd)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r.appended, r.err
+}
+
+// Cancel completes a pending invocation with a cancelled result (status
+// 409, failed). Cancelling a completed invocation does nothing;
+// rpc.ErrNotFound for an unknown or purged one.
+func (p *Processor) Cancel(ctx context.Context, requestID, id []byte) error {
+	if len(id) != IDLen || len(requestID) == 0 || len(requestID) > maxRequestIDLen {
+		return fmt.Errorf("partition: cancel: malformed id: %w", rpc.ErrInvalid)
+	}
+	r, err := p.request(ctx, requestID, func(term uint64) *rpc.Command {
+		return cancelCmd(&rpc.Cancel{InvocationId: id, RequestId: requestID, ProposerTerm: term, ProposedAtUnixMs: p.now().UnixMilli()})
+	})
+	if err != nil {
+		return err
+	}
+	return r.err
+}
+
+// request registers a waiter for requestID, proposes the command build
+// makes (unless a pending attempt of the same request is taken over) and
+// waits for its reply.
+func (p *Processor) request(ctx context.Context, requestID []byte, build func(term uint64) *rpc.Command) (reply, error) {
+	if !p.isStarted() {
+		return reply{}, p.tracker.notLeader()
+	}
+	tk, propose, err := p.tracker.register(string(requestID))
+	if err != nil {
+		return reply{}, err
+	}
+	if propose {
+		select {
+		case p.queue <- proposal{cmd: build(tk.term), tk: tk}:
+		default:
+			err := fmt.Errorf("partition: proposal queue full: %w", rpc.ErrOverloaded)
+			p.tracker.fail([]ticket{tk}, err)
+		}
+	}
+	select {
+	case r := <-tk.ch:
+		return r, r.err
+	case <-ctx.Done():
+		p.tracker.forget(tk)
+		select {
+		case r := <-tk.ch: // answered meanwhile
+			return r, r.err
+		default:
+			return reply{}, ctx.Err()
+		}
+	}
+}
+
+// Output returns the invocation's result: linearizable (leader, after a
+// ReadIndex). rpc.ErrNotReady while it has none, rpc.ErrNotFound when the
+// id is unknown or its result was purged.
+func (p *Processor) Output(ctx context.Context, id []byte) (*rpc.InvocationResult, error) {
+	if err := p.readBarrier(ctx, id); err != nil {
+		return nil, err
+	}
+	return p.readResult(id)
+}
+
+// Attach waits until the invocation has a result, ctx ends or this node
+// loses leadership (rpc.ErrLostLeadership).
+func (p *Processor) Attach(ctx context.Context, id []byte) (*rpc.InvocationResult, error) {
+	leading, _, term := p.tracker.leadership()
+	if !leading || !p.isStarted() {
+		return nil, p.tracker.notLeader()
+	}
+	wt, err := p.attach.Add(id)
+	if err != nil {
+		return nil, err
+	}
+	defer p.attach.Remove(wt)
+	// Registered first, so a Complete applied from here on wakes us; a
+	// leadership change from here on fails us. One before is seen here.
+	if leadingNow, _, termNow := p.tracker.leadership(); !leadingNow || termNow != term {
+		return nil, rpc.ErrLostLeadership
+	}
+	res, err := p.Output(ctx, id)
+	var nl *rpc.NotLeaderError
+	switch {
+	case errors.As(err, &nl):
+		// We led when the attach began: leadership was lost meanwhile.
+		return nil, fmt.Errorf("partition: attach: %w", rpc.ErrLostLeadership)
+	case !errors.Is(err, rpc.ErrNotReady):
+		return res, err
+	}
+	return p.attach.Wait(ctx, wt)
+}
+
+// Status returns the invocation's record, its result included when
+// completed; linearizable like Output. State is RUNNING while the leader is
+// delivering it.
+func (p *Processor) Status(ctx context.Context, id []byte) (*rpc.InvocationRecord, error) {
+	if err := p.readBarrier(ctx, id); err != nil {
+		return nil, err
+	}
+	var rec *rpc.InvocationRecord
+	err := p.log.View(func(b *bolt.Bucket) error {
+		r, found, err := getRecord(b, id)
+		if err != nil || !found {
+			return err
+		}
+		if r.State == rpc.InvocationRecord_COMPLETED {
+			res, ok, err := results.Get(b, r.CompletedAtUnixMs, id)
+			if err != nil {
+				return err
+			}
+			if ok {
+				r.Result = res.Result
+			}
+		}
+		rec = r
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("partition: status: %w", err)
+	}
+	if rec == nil {
+		return nil, fmt.Errorf("partition: status: %w", rpc.ErrNotFound)
+	}
+	if rec.State == rpc.InvocationRecord_PENDING && p.invoker.isDelivering(id) {
+		rec.State = rpc.InvocationRecord_RUNNING
+	}
+	return rec, nil
+}
+
+// OutboxDepth returns the number of deliveries queued in this replica's
+// outbox (as of the last durable apply).
+func (p *Processor) OutboxDepth() int { return int(p.depth.Load()) }
+
+// Close fails every pending request and attach waiter with
+// rpc.ErrLostLeadership, stops the loops and waits for them. It does not
+// close the Log (raftlog owns it).
+func (p *Processor) Close() error {
+	p.closeOnce.Do(func() {
+		p.tracker.close()
+		p.attach.FailAll(rpc.ErrLostLeadership)
+		close(p.stop)
+		p.wg.Wait()
+		p.client.CloseIdleConnections()
+	})
+	return nil
+}
+
+// Apply implements raftlog.StateMachine. It is deterministic (see
+// machine); its effects (replies, attach wake-ups, outbox changes) are
+// revealed by the returned function once the transaction is durable.
+func (p *Processor) Apply(b *bolt.Bucket, entries []raftlog.Entry) (func(), error) {
+	fx, err := p.machine.apply(b, entries)
+	if err != nil {
+		p.logger.Error().Err(err).Msg("apply failed; the group stops")
+		return nil, fmt.Errorf("partition %d: %w", p.cfg.Partition, err)
+	}
+	return func() { p.reveal(fx) }, nil
+}
+
+// Restore implements raftlog.StateMachine: it rebuilds the in-memory
+// outbox counter from b and makes the invoker rescan.
+func (p *Processor) Restore(b *bolt.Bucket) error {
+	p.depth.Store(int64(outbox.Count(b)))
+	p.invoker.kick()
+	return nil
+}
+
+func (p *Processor) reveal(fx *effects) {
+	for _, r := range fx.replies {
+		p.tracker.resolve(r)
+	}
+	for _, res := range fx.completed {
+		p.attach.Complete(res)
+	}
+	p.depth.Add(int64(fx.outboxDelta))
+	p.invoker.applied(fx.outboxDone, fx.outboxAdded)
+	p.metrics.applied(fx)
+}
+
+func (p *Processor) isStarted() bool {
+	select {
+	case <-p.started:
+		return true
+	default:
+		return false
+	}
+}
+
+// readBarrier checks leadership and waits for a ReadIndex.
+func (p *Processor) readBarrier(ctx context.Context, id []byte) error {
+	if len(id) != IDLen {
+		return fmt.Errorf("partition: malformed id: %w", rpc.ErrInvalid)
+	}
+	if leading, _, _ := p.tracker.leadership(); !leading || !p.isStarted() {
+		return p.tracker.notLeader()
+	}
+	if err := p.log.ReadIndex(ctx); err != nil {
+		return p.mapLogError(err)
+	}
+	return nil
+}
+
+func (p *Processor) readResult(id []byte) (*rpc.InvocationResult, error) {
+	var res *rpc.InvocationResult
+	err := p.log.View(func(b *bolt.Bucket) error {
+		rec, found, err := getRecord(b, id)
+		switch {
+		case err != nil:
+			return err
+		case !found:
+			return rpc.ErrNotFound
+		case rec.State != rpc.InvocationRecord_COMPLETED:
+			return rpc.ErrNotReady
+		}
+		r, ok, err := results.Get(b, rec.CompletedAtUnixMs, id)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return rpc.ErrNotFound
+		}
+		res = r
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("partition: output: %w", err)
+	}
+	return res, nil
+}
+
+// mapLogError turns raftlog's errors into the dispatch errors callers
+// branch on. Nothing was proposed for any of them but a context error.
+func (p *Processor) mapLogError(err error) error {
+	var nl *raftlog.NotLeaderError
+	switch {
+	case errors.As(err, &nl):
+		return &rpc.NotLeaderError{Leader: nl.Leader, Term: nl.Term}
+	case errors.Is(err, raftlog.ErrProposalDropped):
+		// A leader mid-transfer or with a full uncommitted log.
+		st := p.log.Status()
+		return &rpc.NotLeaderError{Leader: st.Leader, Term: st.Term}
+	case errors.Is(err, raftlog.ErrStopped):
+		_, _, term := p.tracker.leadership()
+		return &rpc.NotLeaderError{Term: term}
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	default:
+		return fmt.Errorf("partition %d: %w", p.cfg.Partition, err)
+	}
+}
+
+// maxRequestIDLen bounds request ids (16 bytes from NewRequestID).
+const maxRequestIDLen = 64
+
+func validateInvoke(inv *rpc.Invoke) error {
+	switch {
+	case inv == nil:
+		return fmt.Errorf("partition: nil invoke: %w", rpc.ErrInvalid)
+	case len(inv.InvocationId) != IDLen:
+		return fmt.Errorf("partition: invocation id has %d bytes, want %d: %w", len(inv.InvocationId), IDLen, rpc.ErrInvalid)
+	case len(inv.RequestId) == 0 || len(inv.RequestId) > maxRequestIDLen:
+		return fmt.Errorf("partition: request id has %d bytes: %w", len(inv.RequestId), rpc.ErrInvalid)
+	case inv.Service == "" || inv.Handler == "":
+		return fmt.Errorf("partition: service and handler are required: %w", rpc.ErrInvalid)
+	}
+	return nil
+}

@@ -1,0 +1,311 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/raftgate/raftgate/raftlog"
+	"github.com/raftgate/raftgate/rpc"
+	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+)
+
+// servicesBucket: service name → marshalled rpc.Service.
+var servicesBucket = []byte("services")
+
+// recentOutcomes is how many applied entries' outcomes the registry keeps
+// for proposers whose entry applied before Propose returned.
+const recentOutcomes = 1024
+
+// Registry is the metadata group's state machine: the service registry. It
+// implements raftlog.StateMachine; Lookup and List read the applied state
+// from memory and are safe for concurrent use.
+type Registry struct {
+	logger zerolog.Logger
+	now    func() time.Time
+	log    Log
+	ready  chan struct{} // closed by Start
+
+	mu       sync.RWMutex
+	services map[string]*rpc.Service // guarded by mu; replaced, never mutated
+
+	wmu sync.Mutex
+	// waiters and outcomes match proposals to applied entries by index and
+	// term. Guarded by wmu.
+	waiters  map[uint64]*registryWaiter
+	outcomes map[uint64]entryOutcome
+	applied  uint64
+}
+
+type registryWaiter struct {
+	term uint64
+	ch   chan error // buffered 1
+}
+
+type entryOutcome struct {
+	term uint64
+	err  error
+}
+
+// NewRegistry returns an empty registry; raftlog's AddGroup restores it.
+func NewRegistry(logger zerolog.Logger) *Registry {
+	return &Registry{
+		logger:   logger.With().Str("component", "registry").Logger(),
+		now:      time.Now,
+		ready:    make(chan struct{}),
+		services: make(map[string]*rpc.Service),
+		waiters:  make(map[uint64]*registryWaiter),
+		outcomes: make(map[uint64]entryOutcome),
+	}
+}
+
+// Start lets the registry propose through log (the metadata group).
+func (r *Registry) Start(log Log) {
+	r.log = log
+	close(r.ready)
+}
+
+// OnLeadership fails pending Put/Delete calls when this node stops leading
+// the metadata group. Never blocks.
+func (r *Registry) OnLeadership(ev raftlog.LeaderEvent) {
+	if ev.Group != raftlog.MetaGroup || ev.IsSelf {
+		return
+	}
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	for idx, w := range r.waiters {
+		w.ch <- rpc.ErrLostLeadership
+		delete(r.waiters, idx)
+	}
+}
+
+// Put registers or replaces a service and returns once the change applied.
+// Leader only (*rpc.NotLeaderError otherwise).
+func (r *Registry) Put(ctx context.Context, svc *rpc.Service) error {
+	if err := validateService(svc); err != nil {
+		return err
+	}
+	svc = proto.Clone(svc).(*rpc.Service)
+	svc.UpdatedAtUnixMs = r.now().UnixMilli()
+	return r.propose(ctx, &rpc.Command{Cmd: &rpc.Command_PutService{PutService: &rpc.PutService{Service: svc}}})
+}
+
+// Delete removes a service; rpc.ErrNotFound if it is not registered.
+func (r *Registry) Delete(ctx context.Context, name string) error {
+	if name == "" {
+		return fmt.Errorf("registry: empty service name: %w", rpc.ErrInvalid)
+	}
+	return r.propose(ctx, &rpc.Command{Cmd: &rpc.Command_DeleteService{DeleteService: &rpc.DeleteService{Name: name}}})
+}
+
+// Lookup returns the applied registration of name.
+func (r *Registry) Lookup(name string) (*rpc.Service, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	svc, ok := r.services[name]
+	return svc, ok
+}
+
+// List returns every registered service, sorted by name.
+func (r *Registry) List() []*rpc.Service {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]*rpc.Service, 0, len(r.services))
+	for _, s := range r.services {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (r *Registry) propose(ctx context.Context, cmd *rpc.Command) error {
+	select {
+	case <-r.ready:
+	default:
+		return &rpc.NotLeaderError{}
+	}
+	st := r.log.Status()
+	if !st.IsLeader {
+		return &rpc.NotLeaderError{Leader: st.Leader, Term: st.Term}
+	}
+	data, err := EncodeBatch(cmd)
+	if err != nil {
+		return err
+	}
+	prop, err := r.log.Propose(ctx, data)
+	if err != nil {
+		var nl *raftlog.NotLeaderError
+		switch {
+		case errors.As(err, &nl):
+			return &rpc.NotLeaderError{Leader: nl.Leader, Term: nl.Term}
+		case errors.Is(err, raftlog.ErrProposalDropped), errors.Is(err, raftlog.ErrStopped):
+			st := r.log.Status()
+			return &rpc.NotLeaderError{Leader: st.Leader, Term: st.Term}
+		}
+		return fmt.Errorf("registry: propose: %w", err)
+	}
+	r.wmu.Lock()
+	if o, ok := r.outcomes[prop.Index]; ok || prop.Index <= r.applied {
+		r.wmu.Unlock()
+		if !ok || o.term != prop.Term {
+			return rpc.ErrLostLeadership
+		}
+		return o.err
+	}
+	w := &registryWaiter{term: prop.Term, ch: make(chan error, 1)}
+	r.waiters[prop.Index] = w
+	r.wmu.Unlock()
+	select {
+	case err := <-w.ch:
+		return err
+	case <-ctx.Done():
+		r.wmu.Lock()
+		if r.waiters[prop.Index] == w {
+			delete(r.waiters, prop.Index)
+		}
+		r.wmu.Unlock()
+		return ctx.Err()
+	}
+}
+
+// Apply implements raftlog.StateMachine.
+func (r *Registry) Apply(b *bolt.Bucket, entries []raftlog.Entry) (func(), error) {
+	sb, err := b.CreateBucketIfNotExists(servicesBucket)
+	if err != nil {
+		return nil, fmt.Errorf("registry: create bucket: %w", err)
+	}
+	type change struct {
+		name string
+		svc  *rpc.Service // nil: deleted
+	}
+	var changes []change
+	outcomes := make([]entryOutcome, len(entries))
+	indexes := make([]uint64, len(entries))
+	for i, e := range entries {
+		indexes[i] = e.Index
+		outcomes[i].term = e.Term
+		batch, err := DecodeBatch(e.Data)
+		if err != nil {
+			return nil, fmt.Errorf("registry: entry %d: %w", e.Index, err)
+		}
+		for _, c := range batch.Commands {
+			switch cmd := c.Cmd.(type) {
+			case *rpc.Command_PutService:
+				svc := cmd.PutService.Service
+				if validateService(svc) != nil {
+					outcomes[i].err = fmt.Errorf("registry: malformed service: %w", rpc.ErrInvalid)
+					continue
+				}
+				data, err := marshalOpts.Marshal(svc)
+				if err != nil {
+					return nil, fmt.Errorf("registry: marshal: %w", err)
+				}
+				if err := sb.Put([]byte(svc.Name), data); err != nil {
+					return nil, fmt.Errorf("registry: put: %w", err)
+				}
+				changes = append(changes, change{svc.Name, svc})
+			case *rpc.Command_DeleteService:
+				name := []byte(cmd.DeleteService.Name)
+				if sb.Get(name) == nil {
+					outcomes[i].err = fmt.Errorf("registry: service %q: %w", cmd.DeleteService.Name, rpc.ErrNotFound)
+					continue
+				}
+				if err := sb.Delete(name); err != nil {
+					return nil, fmt.Errorf("registry: delete: %w", err)
+				}
+				changes = append(changes, change{name: cmd.DeleteService.Name})
+			default:
+				return nil, fmt.Errorf("registry: entry %d: unexpected command %T", e.Index, c.Cmd)
+			}
+		}
+	}
+	return func() {
+		if len(changes) > 0 {
+			r.mu.Lock()
+			next := make(map[string]*rpc.Service, len(r.services)+1)
+			for k, v := range r.services {
+				next[k] = v
+			}
+			for _, c := range changes {
+				if c.svc == nil {
+					delete(next, c.name)
+				} else {
+					next[c.name] = c.svc
+				}
+			}
+			r.services = next
+			r.mu.Unlock()
+		}
+		r.resolve(indexes, outcomes)
+	}, nil
+}
+
+func (r *Registry) resolve(indexes []uint64, outcomes []entryOutcome) {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	for i, idx := range indexes {
+		r.outcomes[idx] = outcomes[i]
+		r.applied = max(r.applied, idx)
+	}
+	for idx, w := range r.waiters {
+		if idx > r.applied {
+			continue
+		}
+		o, ok := r.outcomes[idx]
+		if ok && o.term == w.term {
+			w.ch <- o.err
+		} else {
+			w.ch <- rpc.ErrLostLeadership // another entry took the index
+		}
+		delete(r.waiters, idx)
+	}
+	for idx := range r.outcomes {
+		if idx+recentOutcomes < r.applied {
+			delete(r.outcomes, idx)
+		}
+	}
+}
+
+// Restore implements raftlog.StateMachine: it reloads the in-memory
+// registry from b.
+func (r *Registry) Restore(b *bolt.Bucket) error {
+	next := make(map[string]*rpc.Service)
+	if sb := b.Bucket(servicesBucket); sb != nil {
+		err := sb.ForEach(func(k, v []byte) error {
+			svc := &rpc.Service{}
+			if err := proto.Unmarshal(v, svc); err != nil {
+				return fmt.Errorf("registry: service %q: %w", k, err)
+			}
+			next[svc.Name] = svc
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	r.mu.Lock()
+	r.services = next
+	r.mu.Unlock()
+	return nil
+}
+
+func validateService(svc *rpc.Service) error {
+	if svc == nil || svc.Name == "" {
+		return fmt.Errorf("registry: service name required: %w", rpc.ErrInvalid)
+	}
+	u, err := url.Parse(svc.Url)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("registry: service %q: url %q must be http(s)://host[:port][/path]: %w", svc.Name, svc.Url, rpc.ErrInvalid)
+	}
+	if slices.Contains(svc.Handlers, "") {
+		return fmt.Errorf("registry: service %q: empty handler name: %w", svc.Name, rpc.ErrInvalid)
+	}
+	return nil
+}

@@ -1,0 +1,132 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/raftgate/raftgate/raftlog"
+	"github.com/raftgate/raftgate/rpc"
+	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
+)
+
+// metaLog is a single-node metadata group that applies each proposal
+// synchronously before Propose returns (the entry-before-reply race).
+type metaLog struct {
+	mu     sync.Mutex
+	db     *bolt.DB
+	sm     raftlog.StateMachine
+	index  uint64
+	term   uint64
+	leader bool
+	hold   bool // append without applying
+}
+
+func (l *metaLog) Propose(ctx context.Context, data []byte) (raftlog.Proposal, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.leader {
+		return raftlog.Proposal{}, &raftlog.NotLeaderError{Leader: 2, Term: l.term}
+	}
+	l.index++
+	if l.hold {
+		return raftlog.Proposal{Index: l.index, Term: l.term}, nil
+	}
+	var onDurable func()
+	err := l.db.Update(func(tx *bolt.Tx) error {
+		var err error
+		onDurable, err = l.sm.Apply(tx.Bucket(stateBucket), []raftlog.Entry{{Index: l.index, Term: l.term, Data: data}})
+		return err
+	})
+	if err != nil {
+		return raftlog.Proposal{}, err
+	}
+	onDurable()
+	return raftlog.Proposal{Index: l.index, Term: l.term}, nil
+}
+
+func (l *metaLog) ReadIndex(context.Context) error { return nil }
+func (l *metaLog) View(fn func(b *bolt.Bucket) error) error {
+	return l.db.View(func(tx *bolt.Tx) error { return fn(tx.Bucket(stateBucket)) })
+}
+func (l *metaLog) Status() raftlog.Status {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := raftlog.Status{Group: raftlog.MetaGroup, Term: l.term, IsLeader: l.leader, Leader: 2}
+	if l.leader {
+		st.Leader = 1
+	}
+	return st
+}
+
+func TestRegistry(t *testing.T) {
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "meta.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket(stateBucket); return err }); err != nil {
+		t.Fatal(err)
+	}
+	reg := NewRegistry(zerolog.Nop())
+	log := &metaLog{db: db, sm: reg, term: 1, leader: true}
+	reg.Start(log)
+	ctx := context.Background()
+	for _, name := range []string{"zeta", "alpha"} {
+		if err := reg.Put(ctx, &rpc.Service{Name: name, Url: "http://127.0.0.1:9/" + name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := reg.Put(ctx, &rpc.Service{Name: "bad", Url: "ftp://x"}); !errors.Is(err, rpc.ErrInvalid) {
+		t.Fatalf("bad url = %v", err)
+	}
+	if svc, ok := reg.Lookup("alpha"); !ok || svc.Url != "http://127.0.0.1:9/alpha" || svc.UpdatedAtUnixMs == 0 {
+		t.Fatalf("lookup = %v %v", svc, ok)
+	}
+	if l := reg.List(); len(l) != 2 || l[0].Name != "alpha" || l[1].Name != "zeta" {
+		t.Fatalf("list = %v", l)
+	}
+	if err := reg.Delete(ctx, "zeta"); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Delete(ctx, "zeta"); !errors.Is(err, rpc.ErrNotFound) {
+		t.Fatalf("second delete = %v", err)
+	}
+	if _, ok := reg.Lookup("zeta"); ok {
+		t.Fatal("deleted service still found")
+	}
+	// A fresh registry restores from the bucket.
+	again := NewRegistry(zerolog.Nop())
+	if err := db.View(func(tx *bolt.Tx) error { return again.Restore(tx.Bucket(stateBucket)) }); err != nil {
+		t.Fatal(err)
+	}
+	if l := again.List(); len(l) != 1 || l[0].Name != "alpha" {
+		t.Fatalf("restored list = %v", l)
+	}
+	// A pending Put fails when leadership is lost.
+	log.mu.Lock()
+	log.hold = true
+	log.mu.Unlock()
+	errc := make(chan error, 1)
+	go func() { errc <- reg.Put(ctx, &rpc.Service{Name: "pending", Url: "http://127.0.0.1:9"}) }()
+	waitFor(t, 5*time.Second, "put pending", func() bool {
+		reg.wmu.Lock()
+		defer reg.wmu.Unlock()
+		return len(reg.waiters) == 1
+	})
+	reg.OnLeadership(raftlog.LeaderEvent{Group: raftlog.MetaGroup, Leader: 2, Term: 2})
+	if err := <-errc; !errors.Is(err, rpc.ErrLostLeadership) {
+		t.Fatalf("pending put on step-down = %v", err)
+	}
+	log.mu.Lock()
+	log.leader = false
+	log.mu.Unlock()
+	var nl *rpc.NotLeaderError
+	if err := reg.Put(ctx, &rpc.Service{Name: "x", Url: "http://127.0.0.1:9"}); !errors.As(err, &nl) || nl.Leader != 2 {
+		t.Fatalf("follower put = %v", err)
+	}
+}

@@ -1,0 +1,113 @@
+// Package raftlog runs the Raft groups of one raftgate node on
+// go.etcd.io/raft/v3: a bbolt-backed raft.Storage shared by all groups in
+// one file (DataDir/raft.db), one group-commit write path, a batched gRPC
+// transport with snapshot streaming, log compaction, leadership events and
+// leader transfer. It knows nothing about what the entries mean: a
+// StateMachine per group applies them to its own bbolt bucket.
+//
+// # Goroutines
+//
+// Each group has one goroutine (Group.run) that owns its raft.RawNode and
+// its logStore; nothing else touches them, so there is no lock on raft
+// state. Callers reach it through an inbox (proposals, read barriers,
+// control closures, received messages, ticks, finished writes), each item
+// carrying its reply channel. A goroutine per group, rather than one for
+// all, keeps a slow group (a large snapshot install, a long Apply) from
+// stalling the others, and costs little: groups are few (partitions + 1).
+//
+// One writer goroutine per node owns every bbolt write transaction. It takes
+// everything the groups queued since its last commit and writes it in ONE
+// transaction with ONE commit (fsync): that is the group commit. Each
+// group's loop drains its whole inbox per iteration and steps all queued
+// proposals as one MsgProp, so one Ready, and so one write, carries many
+// entries.
+//
+// Raft runs with AsyncStorageWrites: a Ready's local writes arrive as
+// MsgStorageAppend / MsgStorageApply messages whose responses raft must see
+// only once the write is durable. This lets a group hand a write to the
+// writer and keep stepping messages (and emit more Readys) while the fsync
+// is in flight.
+//
+// # The order of one Ready
+//
+//  1. Send. Messages that promise nothing about local state (a leader's
+//     MsgApp and heartbeats, vote requests, snapshots) go to the transport
+//     at once, so a leader replicates in parallel with its own fsync (Raft
+//     thesis §10.2.1, as etcd does). Its own log counts toward the quorum
+//     only after step 3.
+//  2. Persist and apply. The MsgStorageAppend (entries, HardState,
+//     snapshot) and MsgStorageApply (committed entries) of the Ready become
+//     one write request. In the writer's next transaction: a snapshot is
+//     installed (state bucket replaced, StateMachine.Restore called), the
+//     entries are appended (replacing any conflicting tail), the HardState
+//     is written, then StateMachine.Apply runs on the committed entries that
+//     carry data and the applied index and term are written beside the
+//     state, then a due compaction deletes old entries. Then the
+//     transaction commits: one fsync makes all of it durable for every group
+//     in the batch, so a state machine's state and its applied index can
+//     never disagree after a crash.
+//  3. After the fsync, the writer sends the responses raft attached to the
+//     append that are addressed to peers (MsgAppResp, vote responses): a
+//     follower acknowledges an entry or grants a vote only once it is on
+//     disk, which is what makes an acknowledged entry survive the loss of
+//     any minority, and a vote unforgettable. Then, on the group's
+//     goroutine, the logStore learns the new entries (only now may raft read
+//     them from Storage) and raft's own MsgStorageAppendResp is stepped.
+//  4. Right after the commit, still on the writer goroutine and before its
+//     next transaction, the Apply's onDurable functions run (in log order).
+//     Then, on the group's goroutine, the applied index is published
+//     (Status, metrics, Knobs.AfterApply), read barriers whose read index is
+//     now applied return, and the MsgStorageApplyResp is stepped (raft's
+//     equivalent of Advance; RawNode.Advance is not used in this mode).
+//
+// So a StateMachine observes: Apply inside the write transaction (effects
+// in the bucket, invisible to readers until commit), then onDurable after
+// the commit. results and outbox may reveal an applied index to anyone
+// only from onDurable. Apply, Restore-on-install and onDurable all run on
+// the node's writer goroutine, so one StateMachine never sees two calls at
+// once (Restore at open runs on the AddGroup caller before the group
+// starts); none of them may block, as the writer serves every group.
+//
+// A failing Apply stops only its group: the whole transaction is rolled
+// back and run again without that group's request; every other state
+// machine whose Apply already ran in the rolled-back transaction gets
+// Restore first (in the new transaction), so its in-memory indexes match
+// its bucket again before Apply sees the same entries a second time.
+//
+// # Lazy writes
+//
+// A write that nobody waits for — a follower's apply, a commit-index-only
+// HardState, a compaction — does not start a commit on its own: it rides
+// with the next urgent write or goes after 5 ms. That saves fsyncs, which
+// cost real CPU on small machines. Everything that gates an
+// acknowledgement (new entries, votes, terms, a leader's apply) is urgent.
+//
+// # Storage
+//
+// Groups live in one bbolt file; see layout.go for the buckets. A new
+// group starts, on every replica alike, from an empty snapshot at index 1,
+// term 1 whose ConfState lists the voters, so replicas agree without
+// replicating configuration entries and elect at once (a lone voter
+// campaigns immediately). The log's hot tail is cached in memory
+// (Config.EntryCacheBytes per group) so replication reads no bbolt.
+//
+// # Snapshots and compaction
+//
+// After Config.SnapshotEntries applied entries the log is compacted up to
+// applied - SnapshotCatchUpEntries. No snapshot data is materialised: when
+// raft needs to send one, the sender opens a bbolt read transaction, reads
+// the applied index and term stored with the state and streams the state
+// bucket (nested buckets, keys, sequences; see snapshot.go) in chunks on the
+// Raft.Snapshot RPC. bbolt's MVCC gives a consistent view at that index.
+// The receiver spools it to a file and installs it in a write transaction.
+//
+// # Transport
+//
+// One Raft.Send stream per peer carries batches of messages of all groups;
+// it reconnects with exponential backoff (50 ms to 1 s, jittered). Queues
+// are bounded (Config.PeerQueueMessages): beyond them, and while a peer is
+// down, messages are dropped and raft is told (ReportUnreachable; a failed
+// snapshot is reported with ReportSnapshot). Inbound messages addressed to
+// another node, or from a node that is not a configured voter, are logged
+// and dropped.
+package raftlog

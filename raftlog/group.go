@@ -1,0 +1,376 @@
+package raftlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// ErrEmptyProposal: Propose was given no data (empty entries are raft's
+// no-ops and are never handed to Apply).
+var ErrEmptyProposal = errors.New("raftlog: empty proposal")
+
+// maxInboxMessages bounds the raft messages queued for one group; beyond it
+// incoming messages are dropped (raft retransmits).
+const maxInboxMessages = 16384
+
+// Group is one Raft group on this node. Its methods are safe for
+// concurrent use.
+//
+// One goroutine (run, in loop.go) owns the RawNode, the logStore and every
+// field marked "loop-owned"; other goroutines reach it only through the
+// inbox, whose items carry their own reply channels.
+type Group struct {
+	id     GroupID
+	n      *Node
+	sm     StateMachine
+	voters []uint64
+	log    zerolog.Logger
+
+	// mu guards in (the inbox) and changed.
+	mu sync.Mutex
+	in inbox
+	// spare is the loop's emptied previous inbox (loop-owned).
+	spare inbox
+	// changed is closed and replaced on every leadership change.
+	changed chan struct{}
+
+	wake     chan struct{}
+	stopc    chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
+
+	// leader is the latest LeaderEvent, published for lock-free reads.
+	leader atomic.Pointer[LeaderEvent]
+	// applied is the durable applied index, published for Status.
+	applied atomic.Uint64
+	// writeFailed: a write of this group failed; the writer skips the rest.
+	writeFailed atomic.Bool
+
+	// Loop-owned.
+	rn          *raft.RawNode
+	store       *logStore
+	appliedTerm uint64
+	isLeader    bool
+	accepted    []*proposal
+	readSeq     uint64
+	readIssued  map[uint64]*readBatch
+	readAwait   []*readBatch
+	compacting  bool
+	appliedGge  prometheus.Gauge
+	outBuf      []*pb.Message
+	propBuf     []*pb.Entry
+	// snapFiles are spooled snapshots stepped into raft this iteration;
+	// those raft did not take are deleted after the next Ready.
+	snapFiles    []string
+	keepSnapshot string
+
+	// Writer-owned scratch for Apply batches.
+	applyBuf []Entry
+}
+
+type inbox struct {
+	done    []*writeReq
+	ticks   int
+	msgs    []*pb.Message
+	reports []func()
+	control []func()
+	reads   []*readWaiter
+	props   []*proposal
+}
+
+// reset empties the inbox for reuse, dropping references it held.
+func (in inbox) reset() inbox {
+	clear(in.done)
+	clear(in.msgs)
+	clear(in.reports)
+	clear(in.control)
+	clear(in.reads)
+	clear(in.props)
+	return inbox{
+		done: in.done[:0], msgs: in.msgs[:0], reports: in.reports[:0],
+		control: in.control[:0], reads: in.reads[:0], props: in.props[:0],
+	}
+}
+
+type proposal struct {
+	ctx   context.Context
+	data  []byte
+	reply chan proposeResult
+}
+
+type proposeResult struct {
+	p   Proposal
+	err error
+}
+
+type readWaiter struct{ reply chan error }
+
+type readBatch struct {
+	waiters []*readWaiter
+	index   uint64
+}
+
+func newGroup(n *Node, id GroupID, pg persistedGroup, sm StateMachine) (*Group, error) {
+	g := &Group{
+		id: id, n: n, sm: sm,
+		voters:     slices.Clone(pg.conf.GetVoters()),
+		log:        n.log.With().Uint32("group", uint32(id)).Logger(),
+		changed:    make(chan struct{}),
+		wake:       make(chan struct{}, 1),
+		stopc:      make(chan struct{}),
+		done:       make(chan struct{}),
+		readIssued: make(map[uint64]*readBatch),
+		appliedGge: n.metrics.appliedGauge(id),
+	}
+	g.store = newLogStore(n.db, id, pg, n.cfg.EntryCacheBytes)
+	g.appliedTerm = pg.appliedTm
+	g.applied.Store(pg.appliedIdx)
+	g.appliedGge.Set(float64(pg.appliedIdx))
+	rn, err := raft.NewRawNode(n.cfg.raftConfig(g.store, pg.appliedIdx, raftLogger{g.log}))
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: group %d: %w", id, err)
+	}
+	g.rn = rn
+	g.leader.Store(&LeaderEvent{Group: id, Term: pg.hard.GetTerm()})
+	if len(g.voters) == 1 && g.voters[0] == n.cfg.NodeID {
+		// A lone voter need not wait an election timeout.
+		if err := rn.Campaign(); err != nil {
+			return nil, fmt.Errorf("raftlog: group %d: campaign: %w", id, err)
+		}
+	}
+	return g, nil
+}
+
+// ID returns the group's id.
+func (g *Group) ID() GroupID { return g.id }
+
+// Propose appends data to the log if this node leads the group, and returns
+// where it was appended as soon as raft accepted it (not when it commits:
+// the state machine sees it in Apply). Fails at once with *NotLeaderError,
+// ErrProposalDropped or ErrStopped; never hangs past ctx.
+func (g *Group) Propose(ctx context.Context, data []byte) (Proposal, error) {
+	if err := ctx.Err(); err != nil {
+		return Proposal{}, err
+	}
+	if len(data) == 0 {
+		// Empty entries are raft's own no-ops and never reach Apply.
+		return Proposal{}, ErrEmptyProposal
+	}
+	if ev := g.leader.Load(); !ev.IsSelf {
+		g.n.metrics.proposalErrors.Inc()
+		return Proposal{}, &NotLeaderError{Group: g.id, Leader: ev.Leader, Term: ev.Term}
+	}
+	p := &proposal{ctx: ctx, data: data, reply: make(chan proposeResult, 1)}
+	if !g.enqueue(func(in *inbox) { in.props = append(in.props, p) }) {
+		return Proposal{}, ErrStopped
+	}
+	select {
+	case r := <-p.reply:
+		return r.p, r.err
+	case <-ctx.Done():
+		return Proposal{}, ctx.Err()
+	case <-g.done:
+		return Proposal{}, ErrStopped
+	}
+}
+
+// ReadIndex is a linearizable read barrier: it returns nil once this node,
+// still the leader, has applied everything committed before the call.
+// Concurrent calls are batched into one raft ReadIndex round. It fails with
+// *NotLeaderError when this node does not lead the group or loses the
+// leadership before the read index is confirmed.
+func (g *Group) ReadIndex(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if ev := g.leader.Load(); !ev.IsSelf {
+		return &NotLeaderError{Group: g.id, Leader: ev.Leader, Term: ev.Term}
+	}
+	w := &readWaiter{reply: make(chan error, 1)}
+	if !g.enqueue(func(in *inbox) { in.reads = append(in.reads, w) }) {
+		return ErrStopped
+	}
+	select {
+	case err := <-w.reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-g.done:
+		return ErrStopped
+	}
+}
+
+// View runs fn in a read transaction over the group's state bucket.
+func (g *Group) View(fn func(b *bolt.Bucket) error) error {
+	select {
+	case <-g.done:
+		return ErrStopped
+	default:
+	}
+	return g.n.db.View(func(tx *bolt.Tx) error {
+		gb, err := openGroupBuckets(tx, g.id)
+		if err != nil {
+			return err
+		}
+		return fn(gb.state)
+	})
+}
+
+// Status returns the group's current state on this node. Once the group has
+// stopped it reports the last known leader and applied index.
+func (g *Group) Status() Status {
+	var st Status
+	err := g.call(context.Background(), func() {
+		rs := g.rn.Status()
+		st = Status{
+			Group:     g.id,
+			Leader:    rs.Lead,
+			Term:      rs.GetTerm(),
+			IsLeader:  rs.RaftState == raft.StateLeader,
+			Applied:   g.applied.Load(),
+			Committed: rs.GetCommit(),
+			Voters:    slices.Clone(g.voters),
+		}
+		if st.IsLeader {
+			st.Match = make(map[uint64]uint64, len(rs.Progress))
+			for id, pr := range rs.Progress {
+				st.Match[id] = pr.Match
+			}
+		}
+	})
+	if err != nil {
+		ev := g.leader.Load()
+		return Status{Group: g.id, Leader: ev.Leader, Term: ev.Term, Applied: g.applied.Load(), Voters: slices.Clone(g.voters)}
+	}
+	return st
+}
+
+// TransferLeadership asks raft to hand leadership to voter to and returns
+// when another node leads or ctx ends.
+func (g *Group) TransferLeadership(ctx context.Context, to uint64) error {
+	if !slices.Contains(g.voters, to) || to == g.n.cfg.NodeID {
+		return fmt.Errorf("raftlog: group %d: transfer target %d is not another voter", g.id, to)
+	}
+	retry := time.Duration(g.n.cfg.ElectionTicks) * g.n.cfg.TickInterval
+	timer := time.NewTimer(retry)
+	defer timer.Stop()
+	for {
+		g.mu.Lock()
+		changed := g.changed
+		g.mu.Unlock()
+		if ev := g.leader.Load(); ev.Leader != 0 && !ev.IsSelf {
+			return nil
+		}
+		if !g.enqueueControl(func() { g.rn.TransferLeader(to) }) {
+			return ErrStopped
+		}
+		timer.Reset(retry)
+		select {
+		case <-changed:
+		case <-timer.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-g.done:
+			return ErrStopped
+		}
+	}
+}
+
+// transferTarget picks the voter with the most log acknowledged.
+func (g *Group) transferTarget() uint64 {
+	st := g.Status()
+	var best, bestMatch uint64
+	for _, v := range st.Voters {
+		if v == g.n.cfg.NodeID {
+			continue
+		}
+		if m := st.Match[v]; best == 0 || m > bestMatch {
+			best, bestMatch = v, m
+		}
+	}
+	return best
+}
+
+func (g *Group) leaderEvent() LeaderEvent { return *g.leader.Load() }
+
+// enqueue adds work to the inbox and wakes the loop; false once stopped.
+func (g *Group) enqueue(fn func(*inbox)) bool {
+	select {
+	case <-g.stopc:
+		return false
+	default:
+	}
+	g.mu.Lock()
+	fn(&g.in)
+	g.mu.Unlock()
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+func (g *Group) enqueueControl(fn func()) bool {
+	return g.enqueue(func(in *inbox) { in.control = append(in.control, fn) })
+}
+
+func (g *Group) enqueueReport(fn func()) {
+	g.enqueue(func(in *inbox) { in.reports = append(in.reports, fn) })
+}
+
+func (g *Group) enqueueMessage(m *pb.Message) bool {
+	ok := true
+	queued := g.enqueue(func(in *inbox) {
+		if len(in.msgs) >= maxInboxMessages {
+			ok = false
+			return
+		}
+		in.msgs = append(in.msgs, m)
+	})
+	return ok && queued
+}
+
+func (g *Group) addTick() { g.enqueue(func(in *inbox) { in.ticks++ }) }
+
+// writeDone is called by the writer once r is durable (or failed).
+func (g *Group) writeDone(r *writeReq) {
+	g.mu.Lock()
+	g.in.done = append(g.in.done, r)
+	g.mu.Unlock()
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
+// call runs fn on the loop and waits for it.
+func (g *Group) call(ctx context.Context, fn func()) error {
+	done := make(chan struct{})
+	if !g.enqueueControl(func() { fn(); close(done) }) {
+		return ErrStopped
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-g.done:
+		return ErrStopped
+	}
+}
+
+func (g *Group) stop() {
+	g.stopOnce.Do(func() { close(g.stopc) })
+	<-g.done
+}

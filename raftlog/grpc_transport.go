@@ -1,0 +1,280 @@
+package raftlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/raftgate/raftgate/rpc"
+)
+
+const (
+	backoffMin = 50 * time.Millisecond
+	backoffMax = time.Second
+)
+
+// grpcTransport keeps one Raft.Send stream per peer. A peer's sender
+// goroutine drains everything queued for it (messages of all groups) into
+// one RaftBatch per stream write, so a busy node sends few, large frames.
+type grpcTransport struct {
+	n      *Node
+	ctx    context.Context
+	cancel context.CancelFunc
+	peers  map[uint64]*peerSender
+	wg     sync.WaitGroup
+}
+
+type outbound struct {
+	group GroupID
+	msg   *pb.Message
+}
+
+type peerSender struct {
+	t      *grpcTransport
+	id     uint64
+	addr   string
+	log    zerolog.Logger
+	conn   *grpc.ClientConn
+	client rpc.RaftClient
+
+	// mu guards queue.
+	mu    sync.Mutex
+	queue []outbound
+	wake  chan struct{}
+}
+
+func newGRPCTransport(n *Node) *grpcTransport {
+	ctx, cancel := context.WithCancel(context.Background())
+	t := &grpcTransport{n: n, ctx: ctx, cancel: cancel, peers: make(map[uint64]*peerSender)}
+	opts := n.cfg.DialOptions
+	if len(opts) == 0 {
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	for id, addr := range n.cfg.Peers {
+		if id == n.cfg.NodeID {
+			continue
+		}
+		p := &peerSender{t: t, id: id, addr: addr, wake: make(chan struct{}, 1),
+			log: n.log.With().Uint64("peer", id).Str("addr", addr).Logger()}
+		conn, err := grpc.NewClient(addr, opts...)
+		if err != nil {
+			// NewClient fails only on a malformed target or options; the
+			// peer stays unreachable and raft is told so on every send.
+			p.log.Error().Err(err).Msg("raft peer client")
+		} else {
+			p.conn, p.client = conn, rpc.NewRaftClient(conn)
+		}
+		t.peers[id] = p
+		t.wg.Add(1)
+		go p.run()
+	}
+	return t
+}
+
+func (t *grpcTransport) send(group GroupID, msgs []*pb.Message) {
+	var unreachable []uint64
+	for _, m := range msgs {
+		p := t.peers[m.GetTo()]
+		if p == nil || !p.enqueue(group, m) {
+			t.n.metrics.droppedMsgs.Inc()
+			unreachable = append(unreachable, m.GetTo())
+		}
+	}
+	for _, id := range unreachable {
+		t.n.reportUnreachable(group, id)
+	}
+}
+
+func (p *peerSender) enqueue(group GroupID, m *pb.Message) bool {
+	p.mu.Lock()
+	if len(p.queue) >= p.t.n.cfg.PeerQueueMessages || p.client == nil {
+		p.mu.Unlock()
+		return false
+	}
+	p.queue = append(p.queue, outbound{group: group, msg: m})
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// run sends queued messages, reopening the stream with backoff after an
+// error. Messages queued while the peer is down are dropped and reported:
+// raft retransmits, and an unbounded backlog would only be stale.
+func (p *peerSender) run() {
+	defer p.t.wg.Done()
+	var (
+		stream  rpc.Raft_SendClient
+		batch   []outbound
+		buf     []byte
+		backoff = backoffMin
+	)
+	defer func() {
+		if stream != nil {
+			_ = stream.CloseSend()
+		}
+	}()
+	for {
+		select {
+		case <-p.wake:
+		case <-p.t.ctx.Done():
+			return
+		}
+		p.mu.Lock()
+		batch, p.queue = p.queue, batch[:0]
+		p.mu.Unlock()
+		if len(batch) == 0 {
+			continue
+		}
+		if stream == nil {
+			var err error
+			stream, err = p.client.Send(p.t.ctx)
+			if err != nil {
+				stream = nil
+				p.fail(batch, err)
+				if !p.sleep(&backoff) {
+					return
+				}
+				continue
+			}
+		}
+		env := make([]*rpc.RaftEnvelope, len(batch))
+		buf = buf[:0]
+		for i, o := range batch {
+			start := len(buf)
+			var err error
+			buf, err = proto.MarshalOptions{}.MarshalAppend(buf, o.msg)
+			if err != nil {
+				p.log.Error().Err(err).Msg("marshal raft message")
+			}
+			env[i] = &rpc.RaftEnvelope{Group: uint32(o.group), Message: buf[start:len(buf):len(buf)]}
+		}
+		err := stream.Send(&rpc.RaftBatch{From: p.t.n.cfg.NodeID, To: p.id, Messages: env})
+		if err != nil {
+			_ = stream.CloseSend()
+			stream = nil
+			p.fail(batch, err)
+			if !p.sleep(&backoff) {
+				return
+			}
+			continue
+		}
+		backoff = backoffMin
+		clear(batch)
+		if cap(buf) > 8<<20 {
+			buf = nil // don't pin a huge buffer after a burst
+		}
+	}
+}
+
+// fail reports every group of a lost batch as unable to reach the peer.
+func (p *peerSender) fail(batch []outbound, err error) {
+	if p.t.ctx.Err() != nil {
+		return
+	}
+	p.log.Debug().Err(err).Int("messages", len(batch)).Msg("raft peer send failed")
+	p.t.n.metrics.droppedMsgs.Add(float64(len(batch)))
+	seen := make(map[GroupID]bool)
+	for _, o := range batch {
+		if !seen[o.group] {
+			seen[o.group] = true
+			p.t.n.reportUnreachable(o.group, p.id)
+		}
+		if o.msg.GetType() == pb.MsgSnap {
+			p.t.n.reportSnapshot(o.group, p.id, false)
+		}
+	}
+	clear(batch)
+}
+
+// sleep waits out the backoff (with jitter), dropping what is queued in
+// the meantime; false when the transport closes.
+func (p *peerSender) sleep(backoff *time.Duration) bool {
+	d := *backoff/2 + rand.N(*backoff/2+1)
+	*backoff = min(*backoff*2, backoffMax)
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-p.t.ctx.Done():
+		return false
+	}
+	p.mu.Lock()
+	dropped := p.queue
+	p.queue = nil
+	p.mu.Unlock()
+	if len(dropped) > 0 {
+		p.fail(dropped, errors.New("peer in backoff"))
+	}
+	return true
+}
+
+// sendSnapshot streams one snapshot on its own Raft.Snapshot call.
+func (t *grpcTransport) sendSnapshot(group GroupID, m *pb.Message) {
+	p := t.peers[m.GetTo()]
+	if p == nil || p.client == nil {
+		t.n.reportSnapshot(group, m.GetTo(), false)
+		return
+	}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		err := p.streamSnapshot(group, m)
+		if err != nil && t.ctx.Err() == nil {
+			p.log.Warn().Err(err).Uint32("group", uint32(group)).Msg("snapshot send failed")
+		}
+		t.n.reportSnapshot(group, m.GetTo(), err == nil)
+	}()
+}
+
+func (p *peerSender) streamSnapshot(group GroupID, m *pb.Message) error {
+	ctx, cancel := context.WithCancel(p.t.ctx)
+	defer cancel()
+	stream, err := p.client.Snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	err = p.t.n.streamSnapshot(group, m, func(msg *pb.Message, data []byte, last bool) error {
+		chunk := &rpc.SnapshotChunk{Group: uint32(group), From: p.t.n.cfg.NodeID, To: p.id, Data: data, Last: last}
+		if msg != nil {
+			b, err := proto.Marshal(msg)
+			if err != nil {
+				return err
+			}
+			chunk.Message = b
+		}
+		return stream.Send(chunk)
+	})
+	if err != nil {
+		return err
+	}
+	ack, err := stream.CloseAndRecv()
+	if err != nil {
+		return err
+	}
+	if !ack.GetOk() {
+		return fmt.Errorf("raftlog: peer refused snapshot: %s", ack.GetError())
+	}
+	return nil
+}
+
+func (t *grpcTransport) close() {
+	t.cancel()
+	t.wg.Wait()
+	for _, p := range t.peers {
+		if p.conn != nil {
+			_ = p.conn.Close()
+		}
+	}
+}

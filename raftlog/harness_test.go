@@ -1,0 +1,307 @@
+package raftlog
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
+)
+
+var seedFlag = flag.Uint64("seed", 0, "seed for the in-memory network's faults (0: from RAFTLOG_SEED or the clock)")
+
+// testSeed picks the fault seed and prints it when the test fails.
+func testSeed(t *testing.T) uint64 {
+	seed := *seedFlag
+	if seed == 0 {
+		if s, err := strconv.ParseUint(os.Getenv("RAFTLOG_SEED"), 10, 64); err == nil {
+			seed = s
+		}
+	}
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("replay with -seed=%d (or RAFTLOG_SEED=%d)", seed, seed)
+		}
+	})
+	return seed
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// recordingSM appends every entry's data to a nested bucket "entries" under
+// a sequence number, so replicas can be compared byte for byte, and counts
+// applied entries in the root bucket.
+type recordingSM struct {
+	mu      sync.Mutex
+	applied uint64 // durable applied index (set in onDurable)
+	count   uint64 // entries in the bucket (rebuilt by Restore)
+	failOn  string // Apply fails on an entry with this data
+}
+
+var bucketEntries = []byte("entries")
+
+func (s *recordingSM) Apply(b *bolt.Bucket, ents []Entry) (func(), error) {
+	eb, err := b.CreateBucketIfNotExists(bucketEntries)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		if s.failOn != "" && string(e.Data) == s.failOn {
+			return nil, errors.New("recordingSM: told to fail")
+		}
+		seq, err := eb.NextSequence()
+		if err != nil {
+			return nil, err
+		}
+		if err := eb.Put(binary.BigEndian.AppendUint64(nil, seq), e.Data); err != nil {
+			return nil, err
+		}
+	}
+	n := uint64(len(ents))
+	last := ents[len(ents)-1].Index
+	total := eb.Sequence()
+	if err := b.Put([]byte("count"), binary.BigEndian.AppendUint64(nil, total)); err != nil {
+		return nil, err
+	}
+	_ = n
+	return func() {
+		s.mu.Lock()
+		s.applied, s.count = last, total
+		s.mu.Unlock()
+	}, nil
+}
+
+func (s *recordingSM) Restore(b *bolt.Bucket) error {
+	var count uint64
+	if v := b.Get([]byte("count")); v != nil {
+		count = binary.BigEndian.Uint64(v)
+	}
+	s.mu.Lock()
+	s.count = count
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *recordingSM) appliedIndex() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.applied
+}
+
+// entries reads the recorded sequence of a group on one node.
+func entriesOf(t testing.TB, g *Group) []string {
+	t.Helper()
+	var out []string
+	err := g.View(func(b *bolt.Bucket) error {
+		eb := b.Bucket(bucketEntries)
+		if eb == nil {
+			return nil
+		}
+		return eb.ForEach(func(_, v []byte) error {
+			out = append(out, string(v))
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatalf("view group %d: %v", g.ID(), err)
+	}
+	return out
+}
+
+// cluster is a set of nodes over the in-memory network.
+type cluster struct {
+	t      testing.TB
+	nw     *memNetwork
+	ids    []uint64
+	groups []GroupID
+	dirs   map[uint64]string
+	nodes  map[uint64]*Node
+	sms    map[uint64]map[GroupID]*recordingSM
+	tune   func(*Config)
+}
+
+func newCluster(t testing.TB, seed uint64, size int, groups []GroupID, tune func(*Config)) *cluster {
+	c := &cluster{
+		t: t, nw: newMemNetwork(seed), groups: groups, tune: tune,
+		dirs: make(map[uint64]string), nodes: make(map[uint64]*Node),
+		sms: make(map[uint64]map[GroupID]*recordingSM),
+	}
+	for i := 1; i <= size; i++ {
+		id := uint64(i)
+		c.ids = append(c.ids, id)
+		c.dirs[id] = t.TempDir()
+	}
+	for _, id := range c.ids {
+		c.start(id)
+	}
+	t.Cleanup(func() {
+		for _, id := range c.ids {
+			c.stop(id)
+		}
+	})
+	return c
+}
+
+func (c *cluster) config(id uint64) Config {
+	peers := make(map[uint64]string)
+	for _, p := range c.ids {
+		peers[p] = fmt.Sprintf("mem-%d", p)
+	}
+	cfg := Config{
+		NodeID:          id,
+		DataDir:         c.dirs[id],
+		Peers:           peers,
+		TickInterval:    20 * time.Millisecond,
+		ElectionTicks:   10,
+		HeartbeatTicks:  1,
+		SnapshotEntries: 100000,
+		Logger:          zerolog.New(zerolog.NewTestWriter(c.t)).Level(zerolog.WarnLevel),
+	}
+	if c.tune != nil {
+		c.tune(&cfg)
+	}
+	return cfg
+}
+
+func (c *cluster) start(id uint64) {
+	c.t.Helper()
+	n, err := open(c.config(id), c.nw.transportFor)
+	if err != nil {
+		c.t.Fatalf("open node %d: %v", id, err)
+	}
+	c.nodes[id] = n
+	c.sms[id] = make(map[GroupID]*recordingSM)
+	for _, gid := range c.groups {
+		sm := &recordingSM{}
+		if _, err := n.AddGroup(gid, c.ids, sm); err != nil {
+			c.t.Fatalf("node %d add group %d: %v", id, gid, err)
+		}
+		c.sms[id][gid] = sm
+	}
+}
+
+func (c *cluster) stop(id uint64) {
+	if n := c.nodes[id]; n != nil {
+		if err := n.Close(); err != nil {
+			c.t.Errorf("close node %d: %v", id, err)
+		}
+		delete(c.nodes, id)
+	}
+}
+
+// leader waits until the running nodes among among agree on one leader of
+// gid and returns it.
+func (c *cluster) leader(gid GroupID, among []uint64, timeout time.Duration) uint64 {
+	c.t.Helper()
+	var lead uint64
+	waitFor(c.t, timeout, fmt.Sprintf("a leader of group %d among %v", gid, among), func() bool {
+		lead = 0
+		for _, id := range among {
+			n := c.nodes[id]
+			if n == nil {
+				continue
+			}
+			ev := n.Group(gid).leaderEvent()
+			if ev.Leader == 0 || !slices.Contains(among, ev.Leader) {
+				return false
+			}
+			if lead != 0 && ev.Leader != lead {
+				return false
+			}
+			lead = ev.Leader
+		}
+		return lead != 0 && c.nodes[lead].Group(gid).leaderEvent().IsSelf
+	})
+	return lead
+}
+
+// proposeAnywhere proposes data on whichever node leads gid, retrying
+// (whole) when leadership moves, until one node applied it as leader. A
+// retried entry may appear twice; tests compare replicas, not counts.
+func (c *cluster) proposeAnywhere(gid GroupID, data string) error {
+	var err error
+	for range 10 {
+		lead := c.leader(gid, c.running(), 10*time.Second)
+		if err = c.propose(lead, gid, data); err == nil {
+			return nil
+		}
+	}
+	return err
+}
+
+func (c *cluster) running() []uint64 {
+	var out []uint64
+	for _, id := range c.ids {
+		if c.nodes[id] != nil {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// propose proposes data on node id and waits until that node applied it.
+func (c *cluster) propose(id uint64, gid GroupID, data string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	p, err := c.nodes[id].Group(gid).Propose(ctx, []byte(data))
+	if err != nil {
+		return err
+	}
+	sm := c.sms[id][gid]
+	for sm.appliedIndex() < p.Index {
+		if ctx.Err() != nil {
+			return fmt.Errorf("entry %d not applied: %w", p.Index, ctx.Err())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+// converged waits until every running node recorded the same sequence for
+// gid, of at least min entries, and returns it.
+func (c *cluster) converged(gid GroupID, minLen int, timeout time.Duration) []string {
+	c.t.Helper()
+	var ref []string
+	waitFor(c.t, timeout, fmt.Sprintf("replicas of group %d to converge", gid), func() bool {
+		ref = nil
+		first := true
+		for _, id := range c.ids {
+			n := c.nodes[id]
+			if n == nil {
+				continue
+			}
+			got := entriesOf(c.t, n.Group(gid))
+			if first {
+				ref, first = got, false
+				continue
+			}
+			if !slices.Equal(got, ref) {
+				return false
+			}
+		}
+		return len(ref) >= minLen
+	})
+	return ref
+}

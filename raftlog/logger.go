@@ -1,0 +1,45 @@
+package raftlog
+
+import (
+	"fmt"
+
+	"github.com/rs/zerolog"
+	"go.etcd.io/raft/v3"
+)
+
+// raftLogger adapts a zerolog logger to raft.Logger so that each group's
+// raft instance logs through its own child logger (never raft.SetLogger,
+// which is process-global).
+type raftLogger struct{ zl zerolog.Logger }
+
+var _ raft.Logger = raftLogger{}
+
+func (l raftLogger) Debug(v ...any)                 { l.zl.Debug().Msg(fmt.Sprint(v...)) }
+func (l raftLogger) Debugf(format string, v ...any) { l.zl.Debug().Msgf(format, v...) }
+func (l raftLogger) Info(v ...any)                  { l.zl.Info().Msg(fmt.Sprint(v...)) }
+func (l raftLogger) Infof(format string, v ...any)  { l.zl.Info().Msgf(format, v...) }
+func (l raftLogger) Warning(v ...any)               { l.zl.Warn().Msg(fmt.Sprint(v...)) }
+func (l raftLogger) Warningf(format string, v ...any) {
+	l.zl.Warn().Msgf(format, v...)
+}
+func (l raftLogger) Error(v ...any)                 { l.zl.Error().Msg(fmt.Sprint(v...)) }
+func (l raftLogger) Errorf(format string, v ...any) { l.zl.Error().Msgf(format, v...) }
+
+// Fatal and Panic both panic: raft calls them on broken invariants, and a
+// library must not exit the process.
+func (l raftLogger) Fatal(v ...any) { l.Panic(v...) }
+func (l raftLogger) Fatalf(format string, v ...any) {
+	l.Panicf(format, v...)
+}
+
+func (l raftLogger) Panic(v ...any) {
+	msg := fmt.Sprint(v...)
+	l.zl.Error().Msg(msg)
+	panic(msg)
+}
+
+func (l raftLogger) Panicf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	l.zl.Error().Msg(msg)
+	panic(msg)
+}

@@ -1,0 +1,191 @@
+package raftlog
+
+import (
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// memNetwork is an in-memory network between nodes of one test, with
+// faults driven by a seeded RNG: cut links, drop a percentage, delay.
+type memNetwork struct {
+	// mu guards every field below.
+	mu      sync.Mutex
+	nodes   map[uint64]*Node
+	cut     map[[2]uint64]bool
+	dropPct int
+	delay   time.Duration
+	rng     *rand.Rand
+}
+
+func newMemNetwork(seed uint64) *memNetwork {
+	return &memNetwork{
+		nodes: make(map[uint64]*Node),
+		cut:   make(map[[2]uint64]bool),
+		rng:   rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+	}
+}
+
+func (nw *memNetwork) attach(n *Node) {
+	nw.mu.Lock()
+	nw.nodes[n.cfg.NodeID] = n
+	nw.mu.Unlock()
+}
+
+func (nw *memNetwork) detach(id uint64, n *Node) {
+	nw.mu.Lock()
+	if nw.nodes[id] == n {
+		delete(nw.nodes, id)
+	}
+	nw.mu.Unlock()
+}
+
+// isolate cuts every link to and from id.
+func (nw *memNetwork) isolate(id uint64, all []uint64) {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	for _, o := range all {
+		if o != id {
+			nw.cut[[2]uint64{id, o}] = true
+			nw.cut[[2]uint64{o, id}] = true
+		}
+	}
+}
+
+// partition cuts every link between side a and side b.
+func (nw *memNetwork) partition(a, b []uint64) {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	for _, x := range a {
+		for _, y := range b {
+			nw.cut[[2]uint64{x, y}] = true
+			nw.cut[[2]uint64{y, x}] = true
+		}
+	}
+}
+
+func (nw *memNetwork) heal() {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	clear(nw.cut)
+	nw.dropPct, nw.delay = 0, 0
+}
+
+func (nw *memNetwork) setFaults(dropPct int, delay time.Duration) {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	nw.dropPct, nw.delay = dropPct, delay
+}
+
+// route decides one message's fate: its destination (nil = lost) and delay.
+func (nw *memNetwork) route(from, to uint64) (*Node, time.Duration) {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	dst := nw.nodes[to]
+	if dst == nil || nw.cut[[2]uint64{from, to}] {
+		return nil, 0
+	}
+	if nw.dropPct > 0 && nw.rng.IntN(100) < nw.dropPct {
+		return nil, 0
+	}
+	var d time.Duration
+	if nw.delay > 0 {
+		d = time.Duration(nw.rng.Int64N(int64(nw.delay)))
+	}
+	return dst, d
+}
+
+// memTransport is one node's endpoint. Messages are marshalled and
+// unmarshalled as on the wire, so no pointer is shared between nodes.
+type memTransport struct {
+	nw   *memNetwork
+	n    *Node
+	wg   sync.WaitGroup
+	stop chan struct{}
+}
+
+func (nw *memNetwork) transportFor(n *Node) transport {
+	t := &memTransport{nw: nw, n: n, stop: make(chan struct{})}
+	nw.attach(n)
+	return t
+}
+
+func (t *memTransport) send(group GroupID, msgs []*pb.Message) {
+	for _, m := range msgs {
+		dst, d := t.nw.route(t.n.cfg.NodeID, m.GetTo())
+		if dst == nil {
+			t.n.reportUnreachable(group, m.GetTo())
+			continue
+		}
+		b, err := proto.Marshal(m)
+		if err != nil {
+			panic(err)
+		}
+		deliver := func() {
+			cp := &pb.Message{}
+			if err := proto.Unmarshal(b, cp); err != nil {
+				panic(err)
+			}
+			dst.deliver(group, cp)
+		}
+		if d == 0 {
+			deliver()
+			continue
+		}
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			timer := time.NewTimer(d)
+			defer timer.Stop()
+			select {
+			case <-timer.C:
+				deliver()
+			case <-t.stop:
+			}
+		}()
+	}
+}
+
+func (t *memTransport) sendSnapshot(group GroupID, m *pb.Message) {
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		t.n.reportSnapshot(group, m.GetTo(), t.streamSnapshot(group, m))
+	}()
+}
+
+func (t *memTransport) streamSnapshot(group GroupID, m *pb.Message) bool {
+	dst, _ := t.nw.route(t.n.cfg.NodeID, m.GetTo())
+	if dst == nil {
+		return false
+	}
+	var sink *snapshotSink
+	err := t.n.streamSnapshot(group, m, func(msg *pb.Message, data []byte, last bool) error {
+		if msg != nil {
+			var err error
+			if sink, err = dst.newSnapshotSink(group, proto.Clone(msg).(*pb.Message)); err != nil {
+				return err
+			}
+		}
+		if err := sink.write(data); err != nil {
+			return err
+		}
+		if last {
+			return sink.finish()
+		}
+		return nil
+	})
+	if err != nil && sink != nil {
+		sink.abort()
+	}
+	return err == nil
+}
+
+func (t *memTransport) close() {
+	t.nw.detach(t.n.cfg.NodeID, t.n)
+	close(t.stop)
+	t.wg.Wait()
+}

@@ -1,0 +1,339 @@
+package raftlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+)
+
+// ErrGroupExists: AddGroup was called twice for one id.
+var ErrGroupExists = errors.New("raftlog: group already added")
+
+// Node hosts this process's Raft groups, their shared bbolt file and write
+// loop, and the gRPC transport to peers.
+type Node struct {
+	cfg     Config
+	log     zerolog.Logger
+	db      *bolt.DB
+	w       *writer
+	tr      transport
+	server  *raftServer
+	metrics *metrics
+
+	// mu guards groups and closed.
+	mu     sync.RWMutex
+	groups map[GroupID]*Group
+	closed bool
+
+	// watchMu guards watchers and watchSeq.
+	watchMu  sync.Mutex
+	watchers map[uint64]*watcher
+	watchSeq uint64
+
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+type watcher struct {
+	fn        func(LeaderEvent)
+	cancelled atomic.Bool
+}
+
+// Open opens (or creates) the node's storage. Call RegisterGRPC on the
+// server that listens at Peers[NodeID], then AddGroup for every group.
+func Open(cfg Config) (*Node, error) {
+	return open(cfg, func(n *Node) transport { return newGRPCTransport(n) })
+}
+
+// open lets tests swap the transport (see the in-memory network in tests).
+func open(cfg Config, newTransport func(*Node) transport) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	snapDir := filepath.Join(cfg.DataDir, snapDirName)
+	// Spooled snapshots of a previous run were never installed (an
+	// installed one is deleted), so they are garbage.
+	if err := os.RemoveAll(snapDir); err != nil {
+		return nil, fmt.Errorf("raftlog: clear snapshot spool: %w", err)
+	}
+	if err := os.MkdirAll(snapDir, 0o700); err != nil {
+		return nil, fmt.Errorf("raftlog: create data dir: %w", err)
+	}
+	db, err := bolt.Open(filepath.Join(cfg.DataDir, "raft.db"), 0o600, &bolt.Options{
+		Timeout:        2 * time.Second,
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
+		// A large initial mapping avoids remaps, which wait for every read
+		// transaction (a snapshot being streamed) to finish.
+		InitialMmapSize: 1 << 30,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: open raft.db: %w", err)
+	}
+	n := &Node{
+		cfg:      cfg,
+		log:      cfg.Logger.With().Str("component", "raftlog").Uint64("node", cfg.NodeID).Logger(),
+		db:       db,
+		metrics:  newMetrics(cfg.Registerer),
+		groups:   make(map[GroupID]*Group),
+		watchers: make(map[uint64]*watcher),
+		stop:     make(chan struct{}),
+	}
+	n.server = &raftServer{n: n}
+	n.tr = newTransport(n)
+	n.w = newWriter(db, n.log, n.metrics, cfg.Knobs, n.tr, cfg.NodeID)
+	if cfg.Knobs == nil || !cfg.Knobs.ManualTicks {
+		n.wg.Add(1)
+		go n.tickLoop()
+	}
+	return n, nil
+}
+
+// RegisterGRPC registers the Raft transport service on s.
+func (n *Node) RegisterGRPC(s grpc.ServiceRegistrar) { n.server.register(s) }
+
+// AddGroup starts group id with the given voters (used only to bootstrap a
+// group that has no state on disk) and state machine. sm.Restore is called
+// before AddGroup returns.
+func (n *Node) AddGroup(id GroupID, voters []uint64, sm StateMachine) (*Group, error) {
+	if sm == nil {
+		return nil, fmt.Errorf("raftlog: group %d: nil state machine", id)
+	}
+	voters = slices.Clone(voters)
+	slices.Sort(voters)
+	voters = slices.Compact(voters)
+	if len(voters) == 0 || !slices.Contains(voters, n.cfg.NodeID) {
+		return nil, fmt.Errorf("raftlog: group %d: voters %v must include node %d", id, voters, n.cfg.NodeID)
+	}
+	for _, v := range voters {
+		if _, ok := n.cfg.Peers[v]; !ok {
+			return nil, fmt.Errorf("raftlog: group %d: voter %d not in Config.Peers", id, v)
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil, ErrStopped
+	}
+	if _, ok := n.groups[id]; ok {
+		return nil, fmt.Errorf("%w: %d", ErrGroupExists, id)
+	}
+	pg, _, err := ensureGroup(n.db, id, voters)
+	if err != nil {
+		return nil, err
+	}
+	err = n.db.View(func(tx *bolt.Tx) error {
+		gb, err := openGroupBuckets(tx, id)
+		if err != nil {
+			return err
+		}
+		return sm.Restore(gb.state)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: group %d: restore: %w", id, err)
+	}
+	g, err := newGroup(n, id, pg, sm)
+	if err != nil {
+		return nil, err
+	}
+	n.groups[id] = g
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		g.run()
+	}()
+	return g, nil
+}
+
+// Group returns a started group, or nil.
+func (n *Node) Group(id GroupID) *Group {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.groups[id]
+}
+
+func (n *Node) groupList() []*Group {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	out := make([]*Group, 0, len(n.groups))
+	for _, g := range n.groups {
+		out = append(out, g)
+	}
+	slices.SortFunc(out, func(a, b *Group) int { return int(a.id) - int(b.id) })
+	return out
+}
+
+// Watch calls fn for every leadership change of every group, and once at
+// once for each group's current state. fn runs on group goroutines and must
+// not block. cancel stops further calls.
+func (n *Node) Watch(fn func(LeaderEvent)) (cancel func()) {
+	w := &watcher{fn: fn}
+	n.watchMu.Lock()
+	n.watchSeq++
+	id := n.watchSeq
+	n.watchers[id] = w
+	n.watchMu.Unlock()
+	for _, g := range n.groupList() {
+		g.enqueueControl(func() {
+			if !w.cancelled.Load() {
+				fn(g.leaderEvent())
+			}
+		})
+	}
+	return func() {
+		w.cancelled.Store(true)
+		n.watchMu.Lock()
+		delete(n.watchers, id)
+		n.watchMu.Unlock()
+	}
+}
+
+func (n *Node) notify(ev LeaderEvent) {
+	n.watchMu.Lock()
+	ws := make([]*watcher, 0, len(n.watchers))
+	for _, w := range n.watchers {
+		ws = append(ws, w)
+	}
+	n.watchMu.Unlock()
+	for _, w := range ws {
+		if !w.cancelled.Load() {
+			w.fn(ev)
+		}
+	}
+}
+
+// TransferAll moves the leadership of every group this node leads to
+// another voter (graceful shutdown) and returns when none is led here or ctx
+// ends.
+func (n *Node) TransferAll(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(n.groupList()))
+	for _, g := range n.groupList() {
+		if !g.leaderEvent().IsSelf {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			to := g.transferTarget()
+			if to == 0 {
+				errs <- fmt.Errorf("raftlog: group %d: no other voter to transfer to", g.id)
+				return
+			}
+			if err := g.TransferLeadership(ctx, to); err != nil {
+				errs <- fmt.Errorf("raftlog: group %d: %w", g.id, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
+}
+
+// Tick advances every group's Raft clock by one tick. It is the time source
+// when Knobs.ManualTicks is set (tests); otherwise a ticker calls it every
+// TickInterval.
+func (n *Node) Tick() {
+	for _, g := range n.groupList() {
+		g.addTick()
+	}
+}
+
+func (n *Node) tickLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(n.cfg.TickInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			n.Tick()
+		case <-n.stop:
+			return
+		}
+	}
+}
+
+// Close stops every group, the transport and the write loop, and closes
+// the bbolt file. Safe to call twice.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		n.mu.Lock()
+		n.closed = true
+		groups := make([]*Group, 0, len(n.groups))
+		for _, g := range n.groups {
+			groups = append(groups, g)
+		}
+		n.mu.Unlock()
+		// Groups and the writer first: they are the transport's senders.
+		// Then the transport (its snapshot streams read bbolt).
+		close(n.stop)
+		for _, g := range groups {
+			g.stop()
+		}
+		n.wg.Wait()
+		n.w.close()
+		n.tr.close()
+		n.closeErr = n.db.Close()
+	})
+	return n.closeErr
+}
+
+// deliver hands a message received from a peer to its group. It returns
+// false when the group is unknown or its inbox is full (raft recovers lost
+// messages).
+func (n *Node) deliver(id GroupID, m *pb.Message) bool {
+	g := n.Group(id)
+	if g == nil {
+		return false
+	}
+	return g.enqueueMessage(m)
+}
+
+func (n *Node) isClosed() bool {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.closed
+}
+
+// reportUnreachable tells group id that a message to peer was lost.
+func (n *Node) reportUnreachable(id GroupID, peer uint64) {
+	if g := n.Group(id); g != nil {
+		g.enqueueReport(func() { g.rn.ReportUnreachable(peer) })
+	}
+}
+
+// reportSnapshot tells group id how sending a snapshot to peer ended.
+func (n *Node) reportSnapshot(id GroupID, peer uint64, ok bool) {
+	status := raft.SnapshotFinish
+	if !ok {
+		status = raft.SnapshotFailure
+	}
+	if g := n.Group(id); g != nil {
+		g.enqueueReport(func() { g.rn.ReportSnapshot(peer, status) })
+	}
+}
+
+// isVoter says whether peer is a configured voter other than this node.
+func (n *Node) isPeer(id uint64) bool {
+	_, ok := n.cfg.Peers[id]
+	return ok && id != n.cfg.NodeID
+}

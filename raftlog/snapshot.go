@@ -1,0 +1,355 @@
+package raftlog
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+
+	bolt "go.etcd.io/bbolt"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Snapshots carry a group's state bucket, serialised generically so raftlog
+// needs to know nothing about the state machine:
+//
+//	"RLSNAP1\n" record* 'Z' crc32(everything before 'Z', 4 bytes BE)
+//	record := 'K' uvarint(len) key uvarint(len) value   a key in the current bucket
+//	        | 'B' uvarint(len) name                     enter a nested bucket
+//	        | 'S' uvarint(seq)                          the current bucket's sequence
+//	        | 'E'                                       leave the nested bucket
+//
+// The leader's raft.Storage.Snapshot returns metadata only. When raft emits
+// MsgSnap, the sender opens a bbolt read transaction, reads the applied
+// index and term stored with the state, rewrites the message's metadata to
+// them and streams the bucket in chunks from that one consistent view. The
+// receiver spools the chunks to a file under DataDir/snapshots and steps the
+// MsgSnap with Data = the file's path; the writer installs it from there.
+
+const (
+	snapMagic     = "RLSNAP1\n"
+	snapChunkSize = 256 << 10
+	snapDirName   = "snapshots"
+)
+
+var errBadSnapshot = errors.New("raftlog: bad snapshot")
+
+// snapshotChunkFunc receives the snapshot stream: msg (the rewritten
+// MsgSnap) with the first chunk only, then data chunks; last marks the end.
+type snapshotChunkFunc func(msg *pb.Message, data []byte, last bool) error
+
+// streamSnapshot serialises group id's state for MsgSnap m.
+func (n *Node) streamSnapshot(id GroupID, m *pb.Message, emit snapshotChunkFunc) error {
+	return n.db.View(func(tx *bolt.Tx) error {
+		gb, err := openGroupBuckets(tx, id)
+		if err != nil {
+			return err
+		}
+		idx, term, err := decodePair(gb.meta.Get(keyApplied))
+		if err != nil {
+			return err
+		}
+		conf := &pb.ConfState{}
+		if err := proto.Unmarshal(gb.meta.Get(keyConf), conf); err != nil {
+			return fmt.Errorf("conf state: %w", err)
+		}
+		msg := proto.Clone(m).(*pb.Message)
+		msg.Snapshot = &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(idx), Term: new(term), ConfState: conf}}
+		return encodeSnapshotStream(&chunkWriter{emit: emit, first: msg}, gb.state)
+	})
+}
+
+// encodeSnapshotStream writes b's serialisation through cw in chunks.
+func encodeSnapshotStream(cw *chunkWriter, b *bolt.Bucket) error {
+	crc := crc32.NewIEEE()
+	bw := bufio.NewWriterSize(cw, snapChunkSize)
+	enc := snapEncoder{w: io.MultiWriter(bw, crc)}
+	enc.raw([]byte(snapMagic))
+	enc.bucket(b)
+	if enc.err != nil {
+		return enc.err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	var trailer [5]byte
+	trailer[0] = 'Z'
+	crc.Write(trailer[:1])
+	binary.BigEndian.PutUint32(trailer[1:], crc.Sum32())
+	cw.pending = append(cw.pending, trailer[:]...)
+	return cw.finish()
+}
+
+// chunkWriter turns a byte stream into chunks handed to emit.
+type chunkWriter struct {
+	emit    snapshotChunkFunc
+	first   *pb.Message
+	pending []byte
+}
+
+func (c *chunkWriter) Write(p []byte) (int, error) {
+	if len(c.pending) > 0 {
+		if err := c.send(false); err != nil {
+			return 0, err
+		}
+	}
+	c.pending = append(c.pending[:0], p...)
+	return len(p), nil
+}
+
+func (c *chunkWriter) send(last bool) error {
+	msg := c.first
+	c.first = nil
+	err := c.emit(msg, c.pending, last)
+	c.pending = c.pending[:0]
+	return err
+}
+
+func (c *chunkWriter) finish() error { return c.send(true) }
+
+type snapEncoder struct {
+	w   io.Writer
+	buf []byte
+	err error
+}
+
+func (e *snapEncoder) raw(p []byte) {
+	if e.err == nil {
+		_, e.err = e.w.Write(p)
+	}
+}
+
+func (e *snapEncoder) record(tag byte, fields ...[]byte) {
+	e.buf = append(e.buf[:0], tag)
+	for _, f := range fields {
+		e.buf = binary.AppendUvarint(e.buf, uint64(len(f)))
+		e.buf = append(e.buf, f...)
+	}
+	e.raw(e.buf)
+}
+
+func (e *snapEncoder) bucket(b *bolt.Bucket) {
+	if seq := b.Sequence(); seq != 0 {
+		e.buf = binary.AppendUvarint(append(e.buf[:0], 'S'), seq)
+		e.raw(e.buf)
+	}
+	c := b.Cursor()
+	for k, v := c.First(); k != nil && e.err == nil; k, v = c.Next() {
+		if v != nil {
+			e.record('K', k, v)
+			continue
+		}
+		e.record('B', k)
+		e.bucket(b.Bucket(k))
+		e.raw([]byte{'E'})
+	}
+}
+
+// decodeSnapshotInto fills the empty bucket b from r.
+func decodeSnapshotInto(r io.Reader, b *bolt.Bucket) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	d := &snapDecoder{r: br, crc: crc32.NewIEEE()}
+	magic := d.bytes(len(snapMagic))
+	if d.err != nil || string(magic) != snapMagic {
+		return fmt.Errorf("%w: header", errBadSnapshot)
+	}
+	stack := []*bolt.Bucket{b}
+	for d.err == nil {
+		tag := d.byte()
+		if d.err != nil {
+			break
+		}
+		cur := stack[len(stack)-1]
+		switch tag {
+		case 'K':
+			k := d.field()
+			v := d.field()
+			if d.err == nil {
+				d.err = cur.Put(k, v)
+			}
+		case 'B':
+			name := d.field()
+			if d.err == nil {
+				var nb *bolt.Bucket
+				nb, d.err = cur.CreateBucket(name)
+				stack = append(stack, nb)
+			}
+		case 'S':
+			seq := d.uvarint()
+			if d.err == nil {
+				d.err = cur.SetSequence(seq)
+			}
+		case 'E':
+			if len(stack) == 1 {
+				return fmt.Errorf("%w: unbalanced bucket end", errBadSnapshot)
+			}
+			stack = stack[:len(stack)-1]
+		case 'Z':
+			want := d.crc.Sum32()
+			var got [4]byte
+			if _, err := io.ReadFull(br, got[:]); err != nil {
+				return fmt.Errorf("%w: trailer: %w", errBadSnapshot, err)
+			}
+			if binary.BigEndian.Uint32(got[:]) != want || len(stack) != 1 {
+				return fmt.Errorf("%w: checksum", errBadSnapshot)
+			}
+			return nil
+		default:
+			return fmt.Errorf("%w: record tag %q", errBadSnapshot, tag)
+		}
+	}
+	return fmt.Errorf("%w: %w", errBadSnapshot, d.err)
+}
+
+type snapDecoder struct {
+	r   *bufio.Reader
+	crc interface {
+		io.Writer
+		Sum32() uint32
+	}
+	err error
+}
+
+func (d *snapDecoder) byte() byte {
+	if d.err != nil {
+		return 0
+	}
+	c, err := d.r.ReadByte()
+	if err != nil {
+		d.err = err
+		return 0
+	}
+	d.crc.Write([]byte{c})
+	return c
+}
+
+func (d *snapDecoder) uvarint() uint64 {
+	var x uint64
+	var s uint
+	for i := 0; i < binary.MaxVarintLen64; i++ {
+		c := d.byte()
+		if d.err != nil {
+			return 0
+		}
+		if c < 0x80 {
+			return x | uint64(c)<<s
+		}
+		x |= uint64(c&0x7f) << s
+		s += 7
+	}
+	d.err = fmt.Errorf("%w: varint", errBadSnapshot)
+	return 0
+}
+
+func (d *snapDecoder) bytes(n int) []byte {
+	if d.err != nil {
+		return nil
+	}
+	p := make([]byte, n)
+	if _, err := io.ReadFull(d.r, p); err != nil {
+		d.err = err
+		return nil
+	}
+	d.crc.Write(p)
+	return p
+}
+
+func (d *snapDecoder) field() []byte {
+	n := d.uvarint()
+	if d.err == nil && n > 1<<30 {
+		d.err = fmt.Errorf("%w: field length %d", errBadSnapshot, n)
+	}
+	return d.bytes(int(n))
+}
+
+// snapshotSink spools one incoming snapshot to a file.
+type snapshotSink struct {
+	n     *Node
+	group GroupID
+	msg   *pb.Message
+	f     *os.File
+}
+
+func (n *Node) newSnapshotSink(group GroupID, msg *pb.Message) (*snapshotSink, error) {
+	if msg.GetType() != pb.MsgSnap || msg.GetSnapshot().GetMetadata() == nil {
+		return nil, fmt.Errorf("%w: first chunk is not a MsgSnap", errBadSnapshot)
+	}
+	f, err := os.CreateTemp(filepath.Join(n.cfg.DataDir, snapDirName),
+		fmt.Sprintf("g%d-%d-*.snap", group, msg.GetSnapshot().GetMetadata().GetIndex()))
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: snapshot spool: %w", err)
+	}
+	return &snapshotSink{n: n, group: group, msg: msg, f: f}, nil
+}
+
+func (s *snapshotSink) write(p []byte) error {
+	_, err := s.f.Write(p)
+	return err
+}
+
+// finish closes the file and steps the MsgSnap into the group.
+func (s *snapshotSink) finish() error {
+	if err := s.f.Close(); err != nil {
+		_ = os.Remove(s.f.Name())
+		return err
+	}
+	s.msg.Snapshot.Data = []byte(s.f.Name())
+	if !s.n.deliver(s.group, s.msg) {
+		_ = os.Remove(s.f.Name())
+		return fmt.Errorf("raftlog: group %d: not accepting snapshot", s.group)
+	}
+	s.n.metrics.snapshotsRecv.Inc()
+	return nil
+}
+
+func (s *snapshotSink) abort() {
+	_ = s.f.Close()
+	_ = os.Remove(s.f.Name())
+}
+
+// installSnapshot replaces the group's state bucket and log with snap,
+// inside the writer's transaction, and calls StateMachine.Restore there.
+func (g *Group) installSnapshot(tx *bolt.Tx, gb groupBuckets, snap *pb.Snapshot) (groupBuckets, error) {
+	meta := snap.GetMetadata()
+	f, err := os.Open(string(snap.GetData()))
+	if err != nil {
+		return gb, fmt.Errorf("raftlog: group %d: open snapshot: %w", g.id, err)
+	}
+	defer f.Close()
+	for _, name := range [][]byte{bucketState, bucketLog} {
+		if err := gb.root.DeleteBucket(name); err != nil {
+			return gb, err
+		}
+		if _, err := gb.root.CreateBucket(name); err != nil {
+			return gb, err
+		}
+	}
+	if gb, err = openGroupBuckets(tx, g.id); err != nil {
+		return gb, err
+	}
+	if err := decodeSnapshotInto(f, gb.state); err != nil {
+		return gb, fmt.Errorf("raftlog: group %d: %w", g.id, err)
+	}
+	conf, err := proto.Marshal(meta.GetConfState())
+	if err != nil {
+		return gb, err
+	}
+	for k, v := range map[string][]byte{
+		string(keyConf):    conf,
+		string(keySnap):    encodePair(meta.GetIndex(), meta.GetTerm()),
+		string(keyApplied): encodePair(meta.GetIndex(), meta.GetTerm()),
+	} {
+		if err := gb.meta.Put([]byte(k), v); err != nil {
+			return gb, err
+		}
+	}
+	if err := g.sm.Restore(gb.state); err != nil {
+		return gb, fmt.Errorf("raftlog: group %d: restore snapshot: %w", g.id, err)
+	}
+	return gb, nil
+}

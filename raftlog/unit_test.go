@@ -1,0 +1,283 @@
+package raftlog
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	bolt "go.etcd.io/bbolt"
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+func TestConfigValidateNamesTheBadField(t *testing.T) {
+	good := Config{NodeID: 1, DataDir: "/tmp/x", Peers: map[uint64]string{1: "a:1"}}
+	if err := good.Validate(); err != nil {
+		t.Fatalf("zero-defaulted config invalid: %v", err)
+	}
+	cases := map[string]func(*Config){
+		"NodeID":                 func(c *Config) { c.NodeID = 0 },
+		"DataDir":                func(c *Config) { c.DataDir = "" },
+		"Peers":                  func(c *Config) { c.Peers = map[uint64]string{2: "b:1"} },
+		"ElectionTicks":          func(c *Config) { c.ElectionTicks, c.HeartbeatTicks = 2, 2 },
+		"TickInterval":           func(c *Config) { c.TickInterval = time.Microsecond },
+		"SnapshotCatchUpEntries": func(c *Config) { c.SnapshotEntries, c.SnapshotCatchUpEntries = 10, 10 },
+		"MaxInflightMsgs":        func(c *Config) { c.MaxInflightMsgs = -1 },
+	}
+	for field, mutate := range cases {
+		c := good
+		c.Peers = map[uint64]string{1: "a:1"}
+		mutate(&c)
+		err := c.Validate()
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: Validate() = %v", field, err)
+		}
+	}
+	d := DefaultConfig()
+	if d.TickInterval*time.Duration(d.ElectionTicks) > time.Second {
+		t.Errorf("default election timeout %v exceeds 1s", d.TickInterval*time.Duration(d.ElectionTicks))
+	}
+}
+
+// TestSnapshotCodecRoundTrip serialises nested buckets with sequences and
+// installs them elsewhere; a flipped byte must be refused.
+func TestSnapshotCodecRoundTrip(t *testing.T) {
+	src, err := bolt.Open(filepath.Join(t.TempDir(), "src.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	err = src.Update(func(tx *bolt.Tx) error {
+		root, _ := tx.CreateBucket([]byte("root"))
+		_ = root.Put([]byte("k"), []byte("v"))
+		_ = root.Put([]byte("empty"), []byte{})
+		inner, _ := root.CreateBucket([]byte("inner"))
+		_ = inner.SetSequence(42)
+		for i := range 2000 {
+			_ = inner.Put([]byte(fmt.Sprintf("key%05d", i)), bytes.Repeat([]byte{byte(i)}, 300))
+		}
+		deeper, _ := inner.CreateBucket([]byte("deeper"))
+		return deeper.Put([]byte("x"), []byte("y"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stream bytes.Buffer
+	chunks := 0
+	err = src.View(func(tx *bolt.Tx) error {
+		cw := &chunkWriter{emit: func(_ *pb.Message, data []byte, _ bool) error {
+			chunks++
+			stream.Write(data)
+			return nil
+		}}
+		return encodeSnapshotStream(cw, tx.Bucket([]byte("root")))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if chunks < 2 {
+		t.Errorf("600 KB snapshot sent in %d chunk(s)", chunks)
+	}
+	dst, err := bolt.Open(filepath.Join(t.TempDir(), "dst.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	err = dst.Update(func(tx *bolt.Tx) error {
+		b, _ := tx.CreateBucket([]byte("copy"))
+		return decodeSnapshotInto(bytes.NewReader(stream.Bytes()), b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = dst.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("copy"))
+		inner := b.Bucket([]byte("inner"))
+		switch {
+		case string(b.Get([]byte("k"))) != "v":
+			return errors.New("k lost")
+		case inner == nil || inner.Sequence() != 42 || inner.Stats().KeyN < 2000:
+			return errors.New("inner bucket lost")
+		case string(inner.Bucket([]byte("deeper")).Get([]byte("x"))) != "y":
+			return errors.New("deeper lost")
+		case !bytes.Equal(inner.Get([]byte("key01999")), bytes.Repeat([]byte{byte(1999 % 256)}, 300)):
+			return errors.New("value differs")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	corrupt := bytes.Clone(stream.Bytes())
+	corrupt[len(corrupt)/2] ^= 0xff
+	err = dst.Update(func(tx *bolt.Tx) error {
+		b, _ := tx.CreateBucket([]byte("bad"))
+		return decodeSnapshotInto(bytes.NewReader(corrupt), b)
+	})
+	if !errors.Is(err, errBadSnapshot) {
+		t.Fatalf("corrupt snapshot: %v, want errBadSnapshot", err)
+	}
+}
+
+func TestReadIndexBatchesAndWaitsForApply(t *testing.T) {
+	c := newCluster(t, testSeed(t), 3, []GroupID{1}, nil)
+	lead := c.leader(1, c.ids, 5*time.Second)
+	for i := range 10 {
+		if err := c.propose(lead, 1, fmt.Sprintf("e%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := c.nodes[lead].Group(1)
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := g.ReadIndex(ctx); err != nil {
+				errs <- err
+				return
+			}
+			if st := g.Status(); st.Applied < 11 {
+				errs <- fmt.Errorf("read returned at applied %d", st.Applied)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	var rounds uint64
+	if err := g.call(context.Background(), func() { rounds = g.readSeq }); err != nil {
+		t.Fatal(err)
+	}
+	if rounds >= 50 {
+		t.Errorf("50 concurrent reads took %d raft ReadIndex rounds; want them batched", rounds)
+	}
+	t.Logf("50 concurrent reads in %d ReadIndex rounds", rounds)
+	// A leader cut off from its quorum cannot confirm a read index.
+	c.nw.isolate(lead, c.ids)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := g.ReadIndex(ctx)
+	var nl *NotLeaderError
+	if !errors.As(err, &nl) {
+		t.Fatalf("isolated leader ReadIndex = %v, want NotLeaderError", err)
+	}
+}
+
+func TestWatchStopAndErrStopped(t *testing.T) {
+	c := newCluster(t, testSeed(t), 1, []GroupID{MetaGroup, 1}, nil)
+	c.leader(1, c.ids, 2*time.Second)
+	n := c.nodes[1]
+	var mu sync.Mutex
+	seen := map[GroupID]LeaderEvent{}
+	cancel := n.Watch(func(ev LeaderEvent) {
+		mu.Lock()
+		seen[ev.Group] = ev
+		mu.Unlock()
+	})
+	waitFor(t, 2*time.Second, "an initial event per group", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) == 2 && seen[1].IsSelf && seen[1].Leader == 1 && seen[MetaGroup].IsSelf
+	})
+	cancel()
+	if _, err := n.Group(1).Propose(context.Background(), nil); !errors.Is(err, ErrEmptyProposal) {
+		t.Fatalf("empty Propose = %v, want ErrEmptyProposal", err)
+	}
+	if _, err := n.AddGroup(1, []uint64{1}, &recordingSM{}); !errors.Is(err, ErrGroupExists) {
+		t.Fatalf("second AddGroup = %v", err)
+	}
+	g := n.Group(1)
+	c.stop(1)
+	if _, err := g.Propose(context.Background(), []byte("x")); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Propose after Close = %v, want ErrStopped", err)
+	}
+	if err := g.ReadIndex(context.Background()); !errors.Is(err, ErrStopped) {
+		t.Fatalf("ReadIndex after Close = %v, want ErrStopped", err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// TestManualTicksDriveElections: with Knobs.ManualTicks raft time moves
+// only when the test calls Node.Tick, so elections happen on cue.
+func TestManualTicksDriveElections(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := newCluster(t, testSeed(t), 3, []GroupID{1}, func(cfg *Config) {
+		cfg.Knobs = &Knobs{ManualTicks: true}
+		if cfg.NodeID == 1 {
+			cfg.Registerer = reg
+		}
+	})
+	// sync waits until every node's loop handled what was queued so far.
+	sync := func() {
+		for _, id := range c.ids {
+			if err := c.nodes[id].Group(1).call(context.Background(), func() {}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	noLeader := func() bool {
+		for _, id := range c.ids {
+			if c.nodes[id].Group(1).leaderEvent().Leader != 0 {
+				return false
+			}
+		}
+		return true
+	}
+	// Below ElectionTicks nobody may campaign.
+	for range 9 {
+		for _, id := range c.ids {
+			c.nodes[id].Tick()
+		}
+	}
+	sync()
+	if !noLeader() {
+		t.Fatal("a leader was elected before any election timeout elapsed")
+	}
+	ticks := 9
+	for noLeader() && ticks < 200 {
+		for _, id := range c.ids {
+			c.nodes[id].Tick()
+		}
+		ticks++
+		// Votes go out after an fsync, so give each round two passes.
+		sync()
+		sync()
+	}
+	lead := c.leader(1, c.ids, 5*time.Second)
+	t.Logf("leader %d elected after %d manual ticks", lead, ticks)
+	if ticks < 10 {
+		t.Errorf("election after %d ticks, before ElectionTicks", ticks)
+	}
+	// Metrics land on the node's own registry.
+	if err := c.propose(lead, 1, "counted"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "node 1 to apply", func() bool { return len(entriesOf(t, c.nodes[1].Group(1))) == 1 })
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, mf := range mfs {
+		found[mf.GetName()] = true
+	}
+	for _, name := range []string{"raftlog_applied_entries_total", "raftlog_write_commit_seconds", "raftlog_applied_index", "raftlog_leader_changes_total"} {
+		if !found[name] {
+			t.Errorf("metric %s not registered", name)
+		}
+	}
+}

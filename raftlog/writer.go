@@ -1,0 +1,441 @@
+package raftlog
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// writeReq is one group's share of a write transaction: the raft
+// MsgStorageAppend (entries, hard state, snapshot) and/or MsgStorageApply
+// (committed entries) of one Ready, or a log compaction. The writer fills the
+// result fields; the group's loop reads them after the transaction is
+// durable (the done hand-off orders the two).
+type writeReq struct {
+	g       *Group
+	append  *pb.Message
+	apply   *pb.Message
+	compact *compaction
+	// lazy requests promise nothing anyone waits for (a follower's apply,
+	// a commit-index-only hard state, a compaction): they ride along with
+	// the next urgent commit or go after lazyDelay, saving fsyncs.
+	lazy bool
+	// leaderAppend: a leader's new entries (an apply will follow soon);
+	// leaderApply: a leader's apply (proposers wait on it).
+	leaderAppend, leaderApply bool
+
+	// Results.
+	onDurable  []func()
+	appliedIdx uint64
+	appliedTrm uint64
+	applyCount int
+	err        error
+	// applyCalled: Apply ran in the current transaction (so a retry after a
+	// rollback must Restore first).
+	applyCalled bool
+}
+
+type compaction struct {
+	index, term uint64
+	more        bool // set by the writer: entries <= index remain on disk
+}
+
+// writer is the node's single write path (group commit): it drains every
+// queued writeReq of every group into ONE bbolt transaction, so ONE commit
+// (fsync) makes log appends, hard states and applied state of many groups
+// durable together.
+type writer struct {
+	db      *bolt.DB
+	log     zerolog.Logger
+	metrics *metrics
+	knobs   *Knobs
+
+	mu            sync.Mutex
+	queue         []*writeReq
+	firstQueued   time.Time // when queue last became non-empty
+	urgent        int       // non-lazy requests in queue
+	leaderApplies int       // requests in queue carrying a leader's apply
+	stopped       bool
+
+	wake chan struct{}
+	stop chan struct{}
+	done chan struct{}
+
+	tr   transport
+	self uint64
+
+	keyBuf []byte
+	outBuf         []*pb.Message
+}
+
+// sendRemote sends the responses raft attached to r's append that are
+// addressed to peers.
+func (w *writer) sendRemote(r *writeReq) {
+	out := w.outBuf[:0]
+	for _, resp := range r.append.GetResponses() {
+		if resp.GetTo() != w.self {
+			out = append(out, resp)
+		}
+	}
+	if len(out) > 0 {
+		w.tr.send(r.g.id, out)
+	}
+	clear(out)
+	w.outBuf = out[:0]
+}
+
+func newWriter(db *bolt.DB, lg zerolog.Logger, m *metrics, k *Knobs, tr transport, self uint64) *writer {
+	w := &writer{db: db, log: lg, metrics: m, knobs: k, tr: tr, self: self,
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+// submit queues r; it never blocks. It returns false once the writer stopped.
+func (w *writer) submit(r *writeReq) bool {
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return false
+	}
+	if len(w.queue) == 0 {
+		w.firstQueued = time.Now()
+	}
+	w.queue = append(w.queue, r)
+	if !r.lazy {
+		w.urgent++
+	}
+	if r.leaderApply {
+		w.leaderApplies++
+	}
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// close stops the writer after the batch in progress and fails what is
+// still queued with ErrStopped.
+func (w *writer) close() {
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		<-w.done
+		return
+	}
+	w.stopped = true
+	w.mu.Unlock()
+	close(w.stop)
+	<-w.done
+}
+
+// lazyDelay bounds how long a lazy request waits for an urgent one.
+const lazyDelay = 5 * time.Millisecond
+
+// applyLinger: after a commit that appended a leader's entries, the next
+// commit waits up to this long for that leader's apply (its followers'
+// acknowledgements are typically in flight, their fsync having run in
+// parallel with ours), so the apply rides the next commit instead of
+// waiting a whole extra one behind it.
+const applyLinger = 500 * time.Microsecond
+
+func (w *writer) run() {
+	defer close(w.done)
+	var (
+		batch       []*writeReq
+		lingerUntil time.Time
+	)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		// Decide: commit now, or sleep until woken or until a deadline.
+		w.mu.Lock()
+		queued, urgent, applies, first := len(w.queue), w.urgent, w.leaderApplies, w.firstQueued
+		w.mu.Unlock()
+		now := time.Now()
+		var wakeAt time.Time
+		switch {
+		case queued == 0:
+		case urgent > 0 && (applies > 0 || !now.Before(lingerUntil)):
+		case urgent > 0:
+			wakeAt = lingerUntil
+		case now.Before(first.Add(lazyDelay)):
+			wakeAt = first.Add(lazyDelay)
+		}
+		if queued == 0 || !wakeAt.IsZero() {
+			var timerC <-chan time.Time
+			if !wakeAt.IsZero() {
+				timer.Reset(wakeAt.Sub(now))
+				timerC = timer.C
+			}
+			select {
+			case <-w.wake:
+			case <-timerC:
+			case <-w.stop:
+				timer.Stop()
+				w.failQueued()
+				return
+			}
+			timer.Stop()
+			continue
+		}
+		w.mu.Lock()
+		batch, w.queue = w.queue, batch[:0]
+		w.urgent, w.leaderApplies = 0, 0
+		w.mu.Unlock()
+		expectApply := false
+		for _, r := range batch {
+			expectApply = expectApply || r.leaderAppend
+		}
+		w.commit(batch)
+		// onDurable runs here, before the next transaction calls Apply
+		// again, so a state machine never sees two calls at once.
+		// Remote responses (MsgAppResp, votes) leave straight from here: what
+		// they promise is now on disk, and skipping the hop through the
+		// group's goroutine shortens every commit's critical path.
+		for _, r := range batch {
+			for _, fn := range r.onDurable {
+				fn()
+			}
+			r.onDurable = nil
+			if r.err == nil && r.append != nil {
+				w.sendRemote(r)
+			}
+		}
+		for i, r := range batch {
+			r.g.writeDone(r)
+			batch[i] = nil
+		}
+		lingerUntil = time.Time{}
+		if expectApply {
+			lingerUntil = time.Now().Add(applyLinger)
+		}
+	}
+}
+
+// failQueued answers everything still queued with ErrStopped.
+func (w *writer) failQueued() {
+	w.mu.Lock()
+	rest := w.queue
+	w.queue = nil
+	w.mu.Unlock()
+	for _, r := range rest {
+		r.err = ErrStopped
+		r.g.writeDone(r)
+	}
+}
+
+// commit runs batch in one transaction. When one request fails (a
+// StateMachine.Apply error, a corrupt entry), the transaction is rolled back
+// and run again without it; the failed request carries its error back to
+// its group, which stops. State machines whose Apply already ran in the
+// rolled-back transaction get Restore first, so their in-memory indexes match
+// the bucket again before Apply sees the same entries a second time.
+func (w *writer) commit(batch []*writeReq) {
+	live := batch
+	for attempt := 0; len(live) > 0; attempt++ {
+		failed, err := w.tryCommit(live, attempt > 0)
+		if err == nil {
+			return
+		}
+		if failed == nil {
+			// The commit itself failed (disk error): nothing is durable.
+			for _, r := range live {
+				r.err = err
+				r.onDurable = nil
+			}
+			w.log.Error().Err(err).Msg("raftlog write transaction failed")
+			return
+		}
+		failed.err = err
+		failed.onDurable = nil
+		failed.g.writeFailed.Store(true)
+		next := live[:0:0]
+		for _, r := range live {
+			if r != failed {
+				next = append(next, r)
+			}
+		}
+		live = next
+	}
+}
+
+func (w *writer) tryCommit(batch []*writeReq, retry bool) (*writeReq, error) {
+	tx, err := w.db.Begin(true)
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: begin write: %w", err)
+	}
+	entries := 0
+	for _, r := range batch {
+		r.onDurable = r.onDurable[:0]
+		if r.g.writeFailed.Load() {
+			// An earlier write of this group failed: nothing after it may
+			// be applied (that would skip entries).
+			r.err = errGroupStopped
+			continue
+		}
+		if err := w.exec(tx, r, retry); err != nil {
+			_ = tx.Rollback()
+			return r, err
+		}
+		entries += len(r.append.GetEntries())
+	}
+	if w.knobs != nil && w.knobs.BeforePersist != nil {
+		w.knobs.BeforePersist()
+	}
+	start := time.Now()
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("raftlog: commit: %w", err)
+	}
+	w.metrics.fsyncSeconds.Observe(time.Since(start).Seconds())
+	w.metrics.batchEntries.Observe(float64(entries))
+	w.metrics.batchGroups.Observe(float64(len(batch)))
+	return nil, nil
+}
+
+// exec writes one request: snapshot install, then log append and hard
+// state, then the apply of committed entries, then compaction.
+func (w *writer) exec(tx *bolt.Tx, r *writeReq, retry bool) error {
+	gb, err := openGroupBuckets(tx, r.g.id)
+	if err != nil {
+		return err
+	}
+	if retry && r.applyCalled {
+		if err := r.g.sm.Restore(gb.state); err != nil {
+			return fmt.Errorf("raftlog: group %d: restore after rollback: %w", r.g.id, err)
+		}
+	}
+	r.applyCalled = false
+	if m := r.append; m != nil {
+		if snap := m.GetSnapshot(); !raft.IsEmptySnap(snap) {
+			if gb, err = r.g.installSnapshot(tx, gb, snap); err != nil {
+				return err
+			}
+			r.applyCalled = true
+		}
+		if err := w.appendEntries(gb, m.GetEntries()); err != nil {
+			return err
+		}
+		if m.Term != nil || m.Vote != nil || m.Commit != nil {
+			hs := &pb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
+			if err := gb.meta.Put(keyHard, encodeHardState(hs)); err != nil {
+				return err
+			}
+		}
+	}
+	if m := r.apply; m != nil && len(m.GetEntries()) > 0 {
+		if err := w.applyEntries(gb, r, m.GetEntries()); err != nil {
+			return err
+		}
+	}
+	if c := r.compact; c != nil {
+		if err := compactLog(gb, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *writer) appendEntries(gb groupBuckets, ents []*pb.Entry) error {
+	if len(ents) == 0 {
+		return nil
+	}
+	first := ents[0].GetIndex()
+	// A follower whose log diverged replaces its tail: drop every entry at
+	// or after the first new index.
+	c := gb.log.Cursor()
+	w.keyBuf = indexKey(w.keyBuf, first)
+	for k, _ := c.Seek(w.keyBuf); k != nil; k, _ = c.Seek(w.keyBuf) {
+		if err := c.Delete(); err != nil {
+			return err
+		}
+	}
+	for _, e := range ents {
+		// bbolt keeps the key and value slices until the transaction
+		// commits: each Put needs its own, never a reused buffer.
+		if err := gb.log.Put(indexKey(nil, e.GetIndex()), appendEntryValue(nil, e)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyEntries hands committed entries that carry data to the state
+// machine and records the applied index in the same transaction.
+func (w *writer) applyEntries(gb groupBuckets, r *writeReq, ents []*pb.Entry) error {
+	g := r.g
+	batch := g.applyBuf[:0]
+	for _, e := range ents {
+		if e.GetType() != pb.EntryNormal || len(e.GetData()) == 0 {
+			// Empty entries are new leaders' no-ops; configuration changes
+			// are never proposed (voters are fixed at bootstrap).
+			continue
+		}
+		batch = append(batch, Entry{Index: e.GetIndex(), Term: e.GetTerm(), Data: e.GetData()})
+	}
+	g.applyBuf = batch[:0]
+	if len(batch) > 0 {
+		start := time.Now()
+		r.applyCalled = true
+		fn, err := g.sm.Apply(gb.state, batch)
+		w.metrics.applySeconds.Observe(time.Since(start).Seconds())
+		clear(batch)
+		if err != nil {
+			return fmt.Errorf("raftlog: group %d: apply: %w", g.id, err)
+		}
+		if fn != nil {
+			r.onDurable = append(r.onDurable, fn)
+		}
+	}
+	last := ents[len(ents)-1]
+	r.appliedIdx, r.appliedTrm, r.applyCount = last.GetIndex(), last.GetTerm(), len(batch)
+	return gb.meta.Put(keyApplied, encodePair(r.appliedIdx, r.appliedTrm))
+}
+
+// maxCompactDeletes bounds the log keys one transaction deletes, so a
+// compaction does not turn one group commit into a long stall. Keys left
+// below the compaction point are garbage nobody reads; the next compaction
+// request continues with them.
+const maxCompactDeletes = 1024
+
+// compactLog records the compaction point and deletes up to
+// maxCompactDeletes entries <= c.index; c.more reports leftovers.
+func compactLog(gb groupBuckets, c *compaction) error {
+	if err := gb.meta.Put(keySnap, encodePair(c.index, c.term)); err != nil {
+		return err
+	}
+	keys := make([][]byte, 0, 64)
+	cur := gb.log.Cursor()
+	for k, _ := cur.First(); k != nil && beUint64(k) <= c.index; k, _ = cur.Next() {
+		if len(keys) == maxCompactDeletes {
+			c.more = true
+			break
+		}
+		keys = append(keys, append([]byte(nil), k...))
+	}
+	for _, k := range keys {
+		if err := gb.log.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func beUint64(b []byte) uint64 {
+	if len(b) != 8 {
+		return 0
+	}
+	return uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
+		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
+}
+
+// errGroupStopped marks a request whose group stopped before it ran.
+var errGroupStopped = errors.New("raftlog: group stopped")

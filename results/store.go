@@ -1,0 +1,120 @@
+package results
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/raftgate/raftgate/rpc"
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+)
+
+// resultBucket: completed_at (8 bytes big-endian unix ms) ‖ id → marshalled
+// rpc.InvocationResult. Keyed by completion time first, so that storing a
+// result appends near the end of the tree (no random page write) and Purge
+// walks a prefix. The caller keeps each result's completion time beside its
+// id (the invocation record) to find it.
+var resultBucket = []byte("results")
+
+// ErrCorrupt is returned (wrapped) when a stored result cannot be decoded.
+var ErrCorrupt = errors.New("results: corrupt entry")
+
+// marshal is deterministic so that every replica stores the same bytes.
+var marshal = proto.MarshalOptions{Deterministic: true}
+
+// Init creates the results bucket beneath parent (a writable bucket).
+func Init(parent *bolt.Bucket) error {
+	if _, err := parent.CreateBucketIfNotExists(resultBucket); err != nil {
+		return fmt.Errorf("results: create bucket: %w", err)
+	}
+	return nil
+}
+
+// Put stores r under (r.CompletedAtUnixMs, r.InvocationId).
+func Put(parent *bolt.Bucket, r *rpc.InvocationResult) error {
+	rb := parent.Bucket(resultBucket)
+	if rb == nil {
+		return fmt.Errorf("results: put: %w", bolt.ErrBucketNotFound)
+	}
+	data, err := marshal.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("results: marshal: %w", err)
+	}
+	if err := rb.Put(timeKey(r.CompletedAtUnixMs, r.InvocationId), data); err != nil {
+		return fmt.Errorf("results: put: %w", err)
+	}
+	return nil
+}
+
+// Get returns the result of id completed at completedAt.
+func Get(parent *bolt.Bucket, completedAt int64, id []byte) (*rpc.InvocationResult, bool, error) {
+	rb := parent.Bucket(resultBucket)
+	if rb == nil {
+		return nil, false, nil
+	}
+	data := rb.Get(timeKey(completedAt, id))
+	if data == nil {
+		return nil, false, nil
+	}
+	r := &rpc.InvocationResult{}
+	if err := proto.Unmarshal(data, r); err != nil {
+		return nil, false, fmt.Errorf("%w: %x: %w", ErrCorrupt, id, err)
+	}
+	return r, true, nil
+}
+
+// Purge deletes every result completed before beforeUnixMs, oldest first,
+// and calls purged with each deleted id (so the caller can drop what it
+// keeps beside the result). It returns how many were deleted.
+func Purge(parent *bolt.Bucket, beforeUnixMs int64, purged func(id []byte) error) (int, error) {
+	rb := parent.Bucket(resultBucket)
+	if rb == nil {
+		return 0, nil
+	}
+	// Collect first: deleting under a live cursor may skip keys.
+	var keys [][]byte
+	c := rb.Cursor()
+	for k, _ := c.First(); k != nil && completedAt(k) < beforeUnixMs; k, _ = c.Next() {
+		keys = append(keys, append([]byte(nil), k...))
+	}
+	for _, k := range keys {
+		if err := rb.Delete(k); err != nil {
+			return 0, fmt.Errorf("results: purge: %w", err)
+		}
+		if purged != nil {
+			if err := purged(k[8:]); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return len(keys), nil
+}
+
+// Oldest returns the completion time of the oldest stored result, so a
+// sweeper proposes Purge only when something has expired.
+func Oldest(parent *bolt.Bucket) (int64, bool) {
+	rb := parent.Bucket(resultBucket)
+	if rb == nil {
+		return 0, false
+	}
+	k, _ := rb.Cursor().First()
+	if k == nil {
+		return 0, false
+	}
+	return completedAt(k), true
+}
+
+func timeKey(at int64, id []byte) []byte {
+	k := make([]byte, 8+len(id))
+	binary.BigEndian.PutUint64(k, uint64(max(at, 0)))
+	copy(k[8:], id)
+	return k
+}
+
+func completedAt(k []byte) int64 {
+	if len(k) < 8 {
+		return 0
+	}
+	return int64(binary.BigEndian.Uint64(k))
+}
