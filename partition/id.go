@@ -45,8 +45,11 @@ func ParseID(s string) (InvocationID, error) {
 	if !ok {
 		return id, fmt.Errorf("%w %q: must start with %q", ErrMalformedID, s, idPrefix)
 	}
-	b, err := idEncoding.DecodeString(strings.ToLower(rest))
-	if err != nil || len(b) != IDLen {
+	rest = strings.ToLower(rest)
+	b, err := idEncoding.DecodeString(rest)
+	// The last base32 character carries spare bits: accept only the one
+	// canonical spelling of each id, so that equal ids print equally.
+	if err != nil || len(b) != IDLen || idEncoding.EncodeToString(b) != rest {
 		return id, fmt.Errorf("%w %q", ErrMalformedID, s)
 	}
 	copy(id[:], b)

@@ -67,12 +67,11 @@ type node struct {
 // startNode starts the components bottom-up: storage and Raft groups,
 // gossip, the node's gRPC server (Raft transport + dispatch), then the
 // ingress and admin HTTP APIs. On error it closes what it started.
-func startNode(cfg ServerConfig, logger zerolog.Logger) (n *node, err error) {
-	n = &node{cfg: cfg, log: logger.With().Uint64("node", cfg.NodeID).Logger()}
+func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
+	n := &node{cfg: cfg, log: logger}
 	defer func() {
 		if err != nil {
 			n.closeAll()
-			n = nil
 		}
 	}()
 	reg := prometheus.NewRegistry()
@@ -109,7 +108,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (n *node, err error) {
 	rcfg.DataDir = cfg.DataDir
 	rcfg.Peers = cfg.InitialCluster
 	rcfg.DialOptions = dialOpts
-	rcfg.Logger = n.log.With().Str("component", "raftlog").Logger()
+	rcfg.Logger = n.log
 	rcfg.Registerer = reg
 	if n.raft, err = raftlog.Open(rcfg); err != nil {
 		lis.Close()
@@ -123,7 +122,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (n *node, err error) {
 	lcfg.AdvertiseAddr = cfg.AdvertiseGossipAddr
 	lcfg.Join = cfg.Join
 	lcfg.SecretKey = cfg.GossipKey
-	lcfg.Logger = n.log.With().Str("component", "gossip").Logger()
+	lcfg.Logger = n.log
 	if n.members, err = leadership.Start(lcfg); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("gossip: %w", err)
