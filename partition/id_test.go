@@ -2,8 +2,8 @@ package partition
 
 import (
 	"errors"
-	"strings"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 

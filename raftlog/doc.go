@@ -15,7 +15,8 @@
 // all, keeps a slow group (a large snapshot install, a long Apply) from
 // stalling the others, and costs little: groups are few (partitions + 1).
 //
-// One writer goroutine per node owns every bbolt write transaction. It takes
+// One writer goroutine per node owns every bbolt write transaction (but the
+// one that creates a group in AddGroup). It takes
 // everything the groups queued since its last commit and writes it in ONE
 // transaction with ONE commit (fsync): that is the group commit. Each
 // group's loop drains its whole inbox per iteration and steps all queued
@@ -34,7 +35,7 @@
 //     MsgApp and heartbeats, vote requests, snapshots) go to the transport
 //     at once, so a leader replicates in parallel with its own fsync (Raft
 //     thesis §10.2.1, as etcd does). Its own log counts toward the quorum
-//     only after step 3.
+//     only after step 4.
 //  2. Persist and apply. The MsgStorageAppend (entries, HardState,
 //     snapshot) and MsgStorageApply (committed entries) of the Ready become
 //     one write request. In the writer's next transaction: a snapshot is
@@ -43,22 +44,23 @@
 //     is written, then StateMachine.Apply runs on the committed entries that
 //     carry data and the applied index and term are written beside the
 //     state, then a due compaction deletes old entries. Then the
-//     transaction commits: one fsync makes all of it durable for every group
-//     in the batch, so a state machine's state and its applied index can
-//     never disagree after a crash.
-//  3. After the fsync, the writer sends the responses raft attached to the
-//     append that are addressed to peers (MsgAppResp, vote responses): a
-//     follower acknowledges an entry or grants a vote only once it is on
-//     disk, which is what makes an acknowledged entry survive the loss of
-//     any minority, and a vote unforgettable. Then, on the group's
-//     goroutine, the logStore learns the new entries (only now may raft read
-//     them from Storage) and raft's own MsgStorageAppendResp is stepped.
-//  4. Right after the commit, still on the writer goroutine and before its
-//     next transaction, the Apply's onDurable functions run (in log order).
-//     Then, on the group's goroutine, the applied index is published
-//     (Status, metrics, Knobs.AfterApply), read barriers whose read index is
-//     now applied return, and the MsgStorageApplyResp is stepped (raft's
-//     equivalent of Advance; RawNode.Advance is not used in this mode).
+//     transaction commits: one commit (bbolt's fsyncs) makes all of it
+//     durable for every group in the batch, so a state machine's state and
+//     its applied index can never disagree after a crash.
+//  3. Right after the commit, on the writer goroutine and before its next
+//     transaction: each Apply's onDurable functions run (in log order), and
+//     the responses raft attached to the append that are addressed to peers
+//     (MsgAppResp, vote responses) are sent. A follower acknowledges an entry
+//     or grants a vote only once it is on disk, which is what makes an
+//     acknowledged entry survive the loss of any minority, and a vote
+//     unforgettable.
+//  4. Then, on the group's goroutine: the logStore learns the new entries
+//     (only now may raft read them from Storage), raft's own
+//     MsgStorageAppendResp is stepped (the leader's log now counts toward
+//     the quorum), the applied index is published (Status, metrics,
+//     Knobs.AfterApply), read barriers whose read index is now applied
+//     return, and the MsgStorageApplyResp is stepped (raft's equivalent of
+//     Advance; RawNode.Advance is not used in this mode).
 //
 // So a StateMachine observes: Apply inside the write transaction (effects
 // in the bucket, invisible to readers until commit), then onDurable after
@@ -74,13 +76,19 @@
 // Restore first (in the new transaction), so its in-memory indexes match
 // its bucket again before Apply sees the same entries a second time.
 //
-// # Lazy writes
+// # When the writer commits
 //
 // A write that nobody waits for — a follower's apply, a commit-index-only
 // HardState, a compaction — does not start a commit on its own: it rides
-// with the next urgent write or goes after 5 ms. That saves fsyncs, which
-// cost real CPU on small machines. Everything that gates an
-// acknowledgement (new entries, votes, terms, a leader's apply) is urgent.
+// with the next urgent write or goes after 5 ms. Everything that gates an
+// acknowledgement (new entries, votes, terms, a leader's apply) is urgent
+// and starts a commit as soon as the writer is free, except that right after
+// a commit that appended a leader's entries the writer lingers up to 0.5 ms
+// for that leader's apply (the followers' acknowledgements are usually in
+// flight, their fsync having run in parallel), so the apply rides the next
+// commit instead of queueing behind it. Fewer, larger commits matter: a
+// bbolt commit costs two fdatasyncs (data pages, then the meta page), which
+// burn real CPU on small virtual machines.
 //
 // # Storage
 //

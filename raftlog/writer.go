@@ -71,7 +71,7 @@ type writer struct {
 	self uint64
 
 	keyBuf []byte
-	outBuf         []*pb.Message
+	outBuf []*pb.Message
 }
 
 // sendRemote sends the responses raft attached to r's append that are
