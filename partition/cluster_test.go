@@ -21,23 +21,33 @@ import (
 // on) and gRPC on 127.0.0.1: the metadata group with the Registry and
 // partition 1 with a Processor.
 type raftNode struct {
-	id    uint64
-	node  *raftlog.Node
-	srv   *grpc.Server
-	reg   *Registry
-	proc  *Processor
-	meta  *raftlog.Group
-	group *raftlog.Group
+	id      uint64
+	dataDir string
+	node    *raftlog.Node
+	srv     *grpc.Server
+	reg     *Registry
+	proc    *Processor
+	meta    *raftlog.Group
+	group   *raftlog.Group
+	stopped bool
 }
 
 type raftCluster struct {
-	nodes []*raftNode
+	tb        testing.TB
+	ids       []uint64
+	peers     map[uint64]string
+	tune      func(*raftlog.Config)
+	configure func(*Config)
+	nodes     []*raftNode
 }
 
 func newRaftCluster(tb testing.TB, size int, configure func(*Config)) *raftCluster {
+	return newRaftClusterWith(tb, size, nil, configure)
+}
+
+func newRaftClusterWith(tb testing.TB, size int, tune func(*raftlog.Config), configure func(*Config)) *raftCluster {
 	tb.Helper()
-	var ids []uint64
-	peers := map[uint64]string{}
+	c := &raftCluster{tb: tb, peers: map[uint64]string{}, tune: tune, configure: configure}
 	listeners := map[uint64]net.Listener{}
 	for i := 1; i <= size; i++ {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -45,74 +55,106 @@ func newRaftCluster(tb testing.TB, size int, configure func(*Config)) *raftClust
 			tb.Fatal(err)
 		}
 		id := uint64(i)
-		ids = append(ids, id)
-		peers[id], listeners[id] = l.Addr().String(), l
+		c.ids = append(c.ids, id)
+		c.peers[id], listeners[id] = l.Addr().String(), l
 	}
-	c := &raftCluster{}
-	for _, id := range ids {
-		logger := zerolog.New(zerolog.NewTestWriter(tb)).Level(zerolog.WarnLevel).With().Uint64("node", id).Logger()
-		node, err := raftlog.Open(raftlog.Config{
-			NodeID:       id,
-			DataDir:      tb.TempDir(),
-			Peers:        peers,
-			TickInterval: 20 * time.Millisecond,
-			Logger:       logger,
-		})
-		if err != nil {
-			tb.Fatal(err)
-		}
-		srv := grpc.NewServer()
-		node.RegisterGRPC(srv)
-		go func() { _ = srv.Serve(listeners[id]) }()
-		reg := NewRegistry(logger)
-		cfg := DefaultConfig()
-		cfg.Services = reg
-		cfg.Logger = logger
-		cfg.Invoker.IdleRecheck = 20 * time.Millisecond
-		if configure != nil {
-			configure(&cfg)
-		}
-		proc, err := New(cfg)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		meta, err := node.AddGroup(raftlog.MetaGroup, ids, reg)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		group, err := node.AddGroup(raftlog.GroupID(cfg.Partition), ids, proc)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		reg.Start(meta)
-		proc.Start(group)
-		node.Watch(func(ev raftlog.LeaderEvent) {
-			if ev.Group == raftlog.MetaGroup {
-				reg.OnLeadership(ev)
-			} else {
-				proc.OnLeadership(ev)
-			}
-		})
-		c.nodes = append(c.nodes, &raftNode{id: id, node: node, srv: srv, reg: reg, proc: proc, meta: meta, group: group})
+	for i, id := range c.ids {
+		c.nodes = append(c.nodes, &raftNode{id: id, dataDir: tb.TempDir()})
+		c.start(i, listeners[id])
 	}
 	tb.Cleanup(func() {
-		for _, n := range c.nodes {
-			_ = n.proc.Close()
-		}
-		for _, n := range c.nodes {
-			n.srv.Stop()
-			if err := n.node.Close(); err != nil {
-				tb.Errorf("close node %d: %v", n.id, err)
-			}
+		for i := range c.nodes {
+			c.stop(i)
 		}
 	})
 	return c
 }
 
+// start opens node i from its data directory and serves on l.
+func (c *raftCluster) start(i int, l net.Listener) {
+	tb, n := c.tb, c.nodes[i]
+	logger := zerolog.New(zerolog.NewTestWriter(tb)).Level(zerolog.WarnLevel).With().Uint64("node", n.id).Logger()
+	rcfg := raftlog.Config{NodeID: n.id, DataDir: n.dataDir, Peers: c.peers, TickInterval: 20 * time.Millisecond, Logger: logger}
+	if c.tune != nil {
+		c.tune(&rcfg)
+	}
+	node, err := raftlog.Open(rcfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	node.RegisterGRPC(srv)
+	go func() { _ = srv.Serve(l) }()
+	reg := NewRegistry(logger)
+	cfg := DefaultConfig()
+	cfg.Services = reg
+	cfg.Logger = logger
+	cfg.Invoker.IdleRecheck = 20 * time.Millisecond
+	if c.configure != nil {
+		c.configure(&cfg)
+	}
+	proc, err := New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	meta, err := node.AddGroup(raftlog.MetaGroup, c.ids, reg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	group, err := node.AddGroup(raftlog.GroupID(cfg.Partition), c.ids, proc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	reg.Start(meta)
+	proc.Start(group)
+	node.Watch(func(ev raftlog.LeaderEvent) {
+		if ev.Group == raftlog.MetaGroup {
+			reg.OnLeadership(ev)
+		} else {
+			proc.OnLeadership(ev)
+		}
+	})
+	n.node, n.srv, n.reg, n.proc, n.meta, n.group, n.stopped = node, srv, reg, proc, meta, group, false
+}
+
+// stop shuts node i down (its data directory stays).
+func (c *raftCluster) stop(i int) {
+	n := c.nodes[i]
+	if n.stopped {
+		return
+	}
+	n.stopped = true
+	_ = n.proc.Close()
+	n.srv.Stop()
+	if err := n.node.Close(); err != nil {
+		c.tb.Errorf("close node %d: %v", n.id, err)
+	}
+}
+
+// restart starts a stopped node i again on its address.
+func (c *raftCluster) restart(i int) {
+	l, err := net.Listen("tcp", c.peers[c.nodes[i].id])
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	c.start(i, l)
+}
+
+// live returns the running nodes.
+func (c *raftCluster) live() []*raftNode {
+	var out []*raftNode
+	for _, n := range c.nodes {
+		if !n.stopped {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // partitionLeader returns the node whose processor believes it leads, or
 // nil (cheap: no call into the raft loop).
 func (c *raftCluster) partitionLeader() *raftNode {
-	for _, n := range c.nodes {
+	for _, n := range c.live() {
 		if leading, _, _ := n.proc.tracker.leadership(); leading {
 			return n
 		}
@@ -122,7 +164,7 @@ func (c *raftCluster) partitionLeader() *raftNode {
 
 // leaderOf returns the node leading group g as the nodes see it, or nil.
 func (c *raftCluster) leaderOf(g raftlog.GroupID) *raftNode {
-	for _, n := range c.nodes {
+	for _, n := range c.live() {
 		if n.node.Group(g).Status().IsLeader {
 			return n
 		}
@@ -144,7 +186,7 @@ func (c *raftCluster) register(tb testing.TB, svc *rpc.Service) {
 		return lead.reg.Put(ctx, svc) == nil
 	})
 	waitFor(tb, 20*time.Second, "registry replicated", func() bool {
-		for _, n := range c.nodes {
+		for _, n := range c.live() {
 			if _, ok := n.reg.Lookup(svc.Name); !ok {
 				return false
 			}
@@ -159,7 +201,7 @@ func (c *raftCluster) submit(ctx context.Context, inv *rpc.Invoke) (*rpc.Appende
 	backoff := time.Millisecond
 	for {
 		var nl *rpc.NotLeaderError
-		target := c.nodes[0]
+		target := c.live()[0]
 		if lead := c.partitionLeader(); lead != nil {
 			target = lead
 		}
@@ -282,4 +324,98 @@ func TestRaftClusterEveryInvocationHasExactlyOneResult(t *testing.T) {
 		}
 	}
 	t.Logf("%d invocations, %d deliveries (%d repeated across %d leader changes)", total, deliveries, deliveries-total, moves)
+}
+
+// submitAll submits invs with the given number of concurrent submitters.
+func (c *raftCluster) submitAll(t *testing.T, ctx context.Context, invs []*rpc.Invoke, submitters int) {
+	t.Helper()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range submitters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(invs) {
+					return
+				}
+				if _, err := c.submit(ctx, invs[i]); err != nil {
+					t.Errorf("invocation %d: %v", i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
+// A follower is down while invocations run and the log is compacted past
+// it; restarted from its data directory, it catches up (from a snapshot)
+// and ends with the same state as the others.
+func TestRaftClusterFollowerRestartCatchesUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three-node cluster over gRPC")
+	}
+	svc := newRecordingService(t)
+	c := newRaftClusterWith(t, 3, func(cfg *raftlog.Config) { cfg.SnapshotEntries = 40 }, nil)
+	c.register(t, &rpc.Service{Name: "greeter", Url: svc.srv.URL})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	invs := make([]*rpc.Invoke, 600)
+	for i := range invs {
+		invs[i] = newInvoke("greeter", i)
+	}
+	c.submitAll(t, ctx, invs[:200], 16)
+	var lead *raftNode
+	waitFor(t, 10*time.Second, "a partition leader", func() bool { lead = c.leaderOf(1); return lead != nil })
+	down := 0
+	for i, n := range c.nodes {
+		if n != lead {
+			down = i
+			break
+		}
+	}
+	c.stop(down)
+	c.submitAll(t, ctx, invs[200:], 16)
+	drained := func() bool {
+		for _, n := range c.live() {
+			if n.proc.OutboxDepth() != 0 {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(t, 30*time.Second, "outboxes drained", drained)
+	c.restart(down)
+	waitFor(t, 30*time.Second, "restarted node caught up", func() bool {
+		applied := c.nodes[down].group.Status().Applied
+		for _, n := range c.live() {
+			if n.group.Status().Applied != applied {
+				return false
+			}
+		}
+		return drained()
+	})
+	want := dumpState(t, lead.group.View)
+	for _, n := range c.nodes {
+		if got := dumpState(t, n.group.View); got != want {
+			t.Fatalf("node %d state differs from node %d after catching up", n.id, lead.id)
+		}
+	}
+	err := c.nodes[down].group.View(func(b *bolt.Bucket) error {
+		for _, inv := range invs {
+			if _, found, err := getResult(b, inv.InvocationId); err != nil || !found {
+				return fmt.Errorf("no result for %x (%v)", inv.InvocationId, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("node %d restarted at applied index %d", c.nodes[down].id, c.nodes[down].group.Status().Applied)
 }

@@ -325,7 +325,10 @@ func (c *fakeCluster) leaderIDLocked() uint64 {
 }
 
 // dump returns every key and value beneath the replica's state bucket.
-func (r *replica) dump(t testing.TB) string {
+func (r *replica) dump(t testing.TB) string { return dumpState(t, r.View) }
+
+// dumpState returns every key and value beneath the bucket view reads.
+func dumpState(t testing.TB, view func(func(*bolt.Bucket) error) error) string {
 	t.Helper()
 	var buf bytes.Buffer
 	var walk func(prefix string, b *bolt.Bucket) error
@@ -339,7 +342,7 @@ func (r *replica) dump(t testing.TB) string {
 			return nil
 		})
 	}
-	if err := r.View(func(b *bolt.Bucket) error { return walk("", b) }); err != nil {
+	if err := view(func(b *bolt.Bucket) error { return walk("", b) }); err != nil {
 		t.Fatal(err)
 	}
 	return buf.String()
