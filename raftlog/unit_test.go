@@ -266,10 +266,23 @@ func TestManualTicksDriveElections(t *testing.T) {
 			c.nodes[id].Tick()
 		}
 		ticks++
-		// Votes go out after an fsync, so give each round a few passes.
-		for range 3 {
+		// Votes go out after an fsync: let every node settle before the
+		// next tick, so raft time never outruns the disk.
+		waitFor(t, 5*time.Second, "nodes to settle after a tick", func() bool {
 			sync()
-		}
+			for _, id := range c.ids {
+				if !c.nodes[id].w.idle() {
+					return false
+				}
+			}
+			sync()
+			for _, id := range c.ids {
+				if !c.nodes[id].w.idle() {
+					return false
+				}
+			}
+			return true
+		})
 		if firstLeader == 0 && !noLeader() {
 			firstLeader = ticks
 		}

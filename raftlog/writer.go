@@ -62,6 +62,8 @@ type writer struct {
 	urgent        int       // non-lazy requests in queue
 	leaderApplies int       // requests in queue carrying a leader's apply
 	stopped       bool
+	// busy: a batch is being written (tests wait for quiescence with idle).
+	busy bool
 
 	wake chan struct{}
 	stop chan struct{}
@@ -190,6 +192,7 @@ func (w *writer) run() {
 		w.mu.Lock()
 		batch, w.queue = w.queue, batch[:0]
 		w.urgent, w.leaderApplies = 0, 0
+		w.busy = true
 		w.mu.Unlock()
 		expectApply := false
 		for _, r := range batch {
@@ -214,11 +217,21 @@ func (w *writer) run() {
 			r.g.writeDone(r)
 			batch[i] = nil
 		}
+		w.mu.Lock()
+		w.busy = false
+		w.mu.Unlock()
 		lingerUntil = time.Time{}
 		if expectApply {
 			lingerUntil = time.Now().Add(applyLinger)
 		}
 	}
+}
+
+// idle says whether nothing is queued or being written.
+func (w *writer) idle() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.queue) == 0 && !w.busy
 }
 
 // failQueued answers everything still queued with ErrStopped.
