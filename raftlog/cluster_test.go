@@ -5,12 +5,25 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
 func TestSingleVoterElectsItselfAndApplies(t *testing.T) {
-	c := newCluster(t, testSeed(t), 1, []GroupID{MetaGroup, 1}, nil)
+	var persists, lastApplied atomic.Uint64
+	c := newCluster(t, testSeed(t), 1, []GroupID{MetaGroup, 1}, func(cfg *Config) {
+		cfg.Knobs = &Knobs{
+			BeforePersist: func() { persists.Add(1) },
+			AfterApply: func(g GroupID, index uint64) {
+				if g == 1 {
+					if prev := lastApplied.Swap(index); prev > index {
+						t.Errorf("AfterApply went back from %d to %d", prev, index)
+					}
+				}
+			},
+		}
+	})
 	start := time.Now()
 	lead := c.leader(1, c.ids, 2*time.Second)
 	if lead != 1 {
@@ -29,6 +42,9 @@ func TestSingleVoterElectsItselfAndApplies(t *testing.T) {
 	}
 	if err := c.nodes[1].Group(1).ReadIndex(context.Background()); err != nil {
 		t.Fatalf("ReadIndex: %v", err)
+	}
+	if persists.Load() == 0 || lastApplied.Load() < 50 {
+		t.Fatalf("knobs saw %d persists, applied index %d", persists.Load(), lastApplied.Load())
 	}
 }
 

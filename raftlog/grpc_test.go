@@ -179,3 +179,41 @@ func TestGRPCSnapshotCatchUp(t *testing.T) {
 		t.Fatalf("follower has %d entries, leader %d, contents differ", len(got), len(want))
 	}
 }
+
+// TestGRPCDeadLeaderReplaced measures, with the default 50 ms tick and
+// 10-tick election timeout, how long the survivors take to elect a new
+// leader after the leader's node stops, and checks that they keep
+// committing while messages for the dead peer are dropped, not queued
+// without bound.
+func TestGRPCDeadLeaderReplaced(t *testing.T) {
+	c := newGRPCCluster(t, 3, []GroupID{1}, nil)
+	lead := c.leader(t, 1, 10*time.Second)
+	c.stop(lead)
+	start := time.Now()
+	newLead := c.leader(t, 1, 5*time.Second)
+	took := time.Since(start)
+	t.Logf("leader %d replaced by %d in %v", lead, newLead, took)
+	if took > 2500*time.Millisecond {
+		t.Errorf("dead leader replaced after %v, want about a second", took)
+	}
+	n := c.nodes[newLead]
+	for i := range 100 {
+		p, err := n.Group(1).Propose(context.Background(), []byte(fmt.Sprintf("e%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "commit without the dead node", func() bool {
+			return c.sms[newLead][1].appliedIndex() >= p.Index
+		})
+	}
+	waitFor(t, 5*time.Second, "messages to the dead peer to be dropped", func() bool {
+		return testCounter(n.metrics.droppedMsgs) > 0
+	})
+	peer := n.tr.(*grpcTransport).peers[lead]
+	peer.mu.Lock()
+	queued := len(peer.queue)
+	peer.mu.Unlock()
+	if queued > n.cfg.PeerQueueMessages {
+		t.Fatalf("%d messages queued for the dead peer, bound is %d", queued, n.cfg.PeerQueueMessages)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -86,7 +87,9 @@ func (t *grpcTransport) send(group GroupID, msgs []*pb.Message) {
 		p := t.peers[m.GetTo()]
 		if p == nil || !p.enqueue(group, m) {
 			t.n.metrics.droppedMsgs.Inc()
-			unreachable = append(unreachable, m.GetTo())
+			if !slices.Contains(unreachable, m.GetTo()) {
+				unreachable = append(unreachable, m.GetTo())
+			}
 		}
 	}
 	for _, id := range unreachable {
@@ -115,10 +118,10 @@ func (p *peerSender) enqueue(group GroupID, m *pb.Message) bool {
 func (p *peerSender) run() {
 	defer p.t.wg.Done()
 	var (
-		stream  rpc.Raft_SendClient
-		batch   []outbound
-		buf     []byte
-		backoff = backoffMin
+		stream   rpc.Raft_SendClient
+		batch    []outbound
+		lastSize int
+		backoff  = backoffMin
 	)
 	defer func() {
 		if stream != nil {
@@ -149,8 +152,13 @@ func (p *peerSender) run() {
 				continue
 			}
 		}
-		env := make([]*rpc.RaftEnvelope, len(batch))
-		buf = buf[:0]
+		// Fresh envelopes and buffer per frame: gRPC allows stats handlers
+		// (DialOptions) to read a sent message lazily, so it is never
+		// modified after Send. One buffer, sized from the last frame, holds
+		// every marshalled message.
+		buf := make([]byte, 0, lastSize+lastSize/4)
+		envs := make([]rpc.RaftEnvelope, len(batch))
+		frame := &rpc.RaftBatch{From: p.t.n.cfg.NodeID, To: p.id, Messages: make([]*rpc.RaftEnvelope, len(batch))}
 		for i, o := range batch {
 			start := len(buf)
 			var err error
@@ -158,9 +166,11 @@ func (p *peerSender) run() {
 			if err != nil {
 				p.log.Error().Err(err).Msg("marshal raft message")
 			}
-			env[i] = &rpc.RaftEnvelope{Group: uint32(o.group), Message: buf[start:len(buf):len(buf)]}
+			envs[i].Group, envs[i].Message = uint32(o.group), buf[start:len(buf):len(buf)]
+			frame.Messages[i] = &envs[i]
 		}
-		err := stream.Send(&rpc.RaftBatch{From: p.t.n.cfg.NodeID, To: p.id, Messages: env})
+		lastSize = min(len(buf), 8<<20)
+		err := stream.Send(frame)
 		if err != nil {
 			_ = stream.CloseSend()
 			stream = nil
@@ -172,9 +182,6 @@ func (p *peerSender) run() {
 		}
 		backoff = backoffMin
 		clear(batch)
-		if cap(buf) > 8<<20 {
-			buf = nil // don't pin a huge buffer after a burst
-		}
 	}
 }
 

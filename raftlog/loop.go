@@ -252,8 +252,8 @@ func (g *Group) dropUnusedSnapshots() {
 
 // isLazy: nothing waits on this write soon. A follower's apply and a
 // commit-index-only hard state are not on any acknowledgement's path (the
-// leader's apply is: it answers proposers); entries, snapshots and term or
-// vote changes are urgent.
+// leader's apply is: it answers proposers); entries, snapshots, term or vote
+// changes and log-probe rejections are urgent.
 func (g *Group) isLazy(r *writeReq) bool {
 	if g.isLeader {
 		return false
@@ -262,8 +262,11 @@ func (g *Group) isLazy(r *writeReq) bool {
 		if len(m.GetEntries()) > 0 || !raft.IsEmptySnap(m.GetSnapshot()) {
 			return false
 		}
+		// With no new entries, a MsgAppResp only repeats what the leader
+		// already heard (it answers a commit-index update); a rejection
+		// (log probing) or a vote answer is awaited.
 		for _, resp := range m.GetResponses() {
-			if resp.GetTo() != g.n.cfg.NodeID {
+			if resp.GetTo() != g.n.cfg.NodeID && (resp.GetType() != pb.MsgAppResp || resp.GetReject()) {
 				return false
 			}
 		}

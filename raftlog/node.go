@@ -305,6 +305,10 @@ func (n *Node) deliver(id GroupID, m *pb.Message) bool {
 	if g == nil {
 		return false
 	}
+	if !slices.Contains(g.voters, m.GetFrom()) {
+		n.log.Warn().Uint32("group", uint32(id)).Uint64("from", m.GetFrom()).Msg("raft message refused: sender is not a voter of the group")
+		return false
+	}
 	return g.enqueueMessage(m)
 }
 
@@ -332,7 +336,7 @@ func (n *Node) reportSnapshot(id GroupID, peer uint64, ok bool) {
 	}
 }
 
-// isVoter says whether peer is a configured voter other than this node.
+// isPeer says whether id is a configured voter other than this node.
 func (n *Node) isPeer(id uint64) bool {
 	_, ok := n.cfg.Peers[id]
 	return ok && id != n.cfg.NodeID
