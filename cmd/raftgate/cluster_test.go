@@ -1,0 +1,395 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/raftgate/raftgate/ingress/admin"
+	"github.com/raftgate/raftgate/partition"
+)
+
+// This file runs the ingress API contract (../shared/API.md) against a
+// real three-node cluster in one test process: real raftlog with fsync'd
+// bbolt, real gRPC between nodes, real memberlist, real HTTP.
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	for range 20 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		u, err := net.ListenPacket("udp", addr) // gossip needs UDP too
+		l.Close()
+		if err == nil {
+			u.Close()
+			return addr
+		}
+	}
+	t.Fatal("no free port")
+	return ""
+}
+
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond) // poll interval
+	}
+}
+
+// startTestCluster starts n nodes in this process and waits until each is
+// ready.
+func startTestCluster(t *testing.T, n int) []*node {
+	t.Helper()
+	initial := map[uint64]string{}
+	cfgs := make([]ServerConfig, n)
+	var gossip []string
+	for i := range n {
+		c := DefaultServerConfig()
+		c.NodeID = uint64(i + 1)
+		c.DataDir = t.TempDir()
+		c.IngressAddr, c.AdminAddr, c.NodeAddr, c.GossipAddr = freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+		c.ShutdownGrace = 2 * time.Second
+		c.RequestTimeout = 5 * time.Second
+		c.MaxBodyBytes = 1 << 20
+		initial[c.NodeID] = c.NodeAddr
+		gossip = append(gossip, c.GossipAddr)
+		cfgs[i] = c
+	}
+	nodes := make([]*node, n)
+	for i := range cfgs {
+		cfgs[i].InitialCluster = initial
+		cfgs[i].Join = gossip
+		if err := cfgs[i].Validate(); err != nil {
+			t.Fatal(err)
+		}
+		nd, err := startNode(cfgs[i], zerolog.Nop())
+		if err != nil {
+			t.Fatalf("node %d: %v", i+1, err)
+		}
+		nodes[i] = nd
+		t.Cleanup(func() { nd.shutdown() })
+	}
+	for _, nd := range nodes {
+		waitUntil(t, 20*time.Second, fmt.Sprintf("node %d ready", nd.cfg.NodeID), clusterView{n: nd}.Ready)
+	}
+	return nodes
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func call(t *testing.T, method, url, body string, header ...string) reply {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, resp.Header, string(b)}
+}
+
+// testService echoes its input, fails with 400 for the handler "reject",
+// and stalls the handler "slow" until released.
+type testService struct {
+	srv     *httptest.Server
+	release chan struct{}
+	once    sync.Once
+	mu      sync.Mutex
+	seen    map[string]time.Time // invocation id -> first delivery
+}
+
+func newTestService(t *testing.T) *testService {
+	s := &testService{release: make(chan struct{}), seen: map[string]time.Time{}}
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		s.mu.Lock()
+		if _, ok := s.seen[r.Header.Get("x-restate-id")]; !ok {
+			s.seen[r.Header.Get("x-restate-id")] = time.Now()
+		}
+		s.mu.Unlock()
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/reject"):
+			w.Header().Set("content-type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			w.Write([]byte(`{"why":"rejected"}`))
+		case strings.HasSuffix(r.URL.Path, "/slow"):
+			select {
+			case <-s.release:
+			case <-r.Context().Done():
+				return
+			}
+			w.Write(body)
+		default:
+			w.Header().Set("content-type", r.Header.Get("content-type"))
+			w.Write(body)
+		}
+	}))
+	t.Cleanup(func() { s.once.Do(func() { close(s.release) }); s.srv.Close() })
+	return s
+}
+
+func (s *testService) firstSeen(id string) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.seen[id]
+	return at, ok
+}
+
+func TestIngressAPIOnThreeNodeCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node cluster")
+	}
+	nodes := startTestCluster(t, 3)
+	svc := newTestService(t)
+	ingressURL := func(i int) string { return "http://" + nodes[i].cfg.IngressAddr }
+	adminURL := "http://" + nodes[0].cfg.AdminAddr
+
+	r := call(t, http.MethodPut, adminURL+"/services/Echo", `{"url":"`+svc.srv.URL+`"}`)
+	if r.status/100 != 2 {
+		t.Fatalf("register Echo: %d %s", r.status, r.body)
+	}
+	r = call(t, http.MethodPut, adminURL+"/services/Strict", `{"url":"`+svc.srv.URL+`","handlers":["only"]}`)
+	if r.status/100 != 2 {
+		t.Fatalf("register Strict: %d %s", r.status, r.body)
+	}
+	for i := range nodes {
+		waitUntil(t, 10*time.Second, "registry replicated", func() bool {
+			_, a := nodes[i].registry.Lookup("Echo")
+			_, b := nodes[i].registry.Lookup("Strict")
+			return a && b
+		})
+	}
+
+	t.Run("call", func(t *testing.T) {
+		r := call(t, http.MethodPost, ingressURL(0)+"/Echo/echo", `{"a":1}`, "content-type", "application/json")
+		if r.status != 200 || r.body != `{"a":1}` || r.header.Get("content-type") != "application/json" {
+			t.Fatalf("call = %d %q %q", r.status, r.body, r.header.Get("content-type"))
+		}
+		if _, err := partition.ParseID(r.header.Get("x-restate-id")); err != nil {
+			t.Fatalf("x-restate-id %q: %v", r.header.Get("x-restate-id"), err)
+		}
+	})
+
+	t.Run("send, idempotency, attach and output across nodes", func(t *testing.T) {
+		r := call(t, http.MethodPost, ingressURL(0)+"/Echo/echo/send", `"x"`, "idempotency-key", "k-send")
+		var sr struct{ InvocationID, Status string }
+		json.Unmarshal([]byte(r.body), &sr)
+		if r.status != 202 || sr.Status != "Accepted" || r.header.Get("x-restate-id") != sr.InvocationID {
+			t.Fatalf("send = %d %s", r.status, r.body)
+		}
+		r = call(t, http.MethodPost, ingressURL(1)+"/Echo/echo/send", `"y"`, "idempotency-key", "k-send")
+		var again struct{ InvocationID, Status string }
+		json.Unmarshal([]byte(r.body), &again)
+		if r.status != 202 || again.Status != "PreviouslyAccepted" || again.InvocationID != sr.InvocationID {
+			t.Fatalf("repeat send = %d %s, want PreviouslyAccepted %s", r.status, r.body, sr.InvocationID)
+		}
+		r = call(t, http.MethodGet, ingressURL(2)+"/restate/invocation/"+sr.InvocationID+"/attach", "")
+		if r.status != 200 || r.body != `"x"` {
+			t.Fatalf("attach via node 3 = %d %s", r.status, r.body)
+		}
+		r = call(t, http.MethodGet, ingressURL(1)+"/restate/invocation/"+sr.InvocationID+"/output", "")
+		if r.status != 200 || r.body != `"x"` {
+			t.Fatalf("output = %d %s", r.status, r.body)
+		}
+		for _, suffix := range []string{"attach", "output"} {
+			r = call(t, http.MethodGet, ingressURL(2)+"/restate/invocation/Echo/echo/k-send/"+suffix, "")
+			if r.status != 200 || r.body != `"x"` || r.header.Get("idempotency-expires") == "" {
+				t.Fatalf("%s by key = %d %s (idempotency-expires %q)", suffix, r.status, r.body, r.header.Get("idempotency-expires"))
+			}
+		}
+		// A call with the same key returns the original result.
+		r = call(t, http.MethodPost, ingressURL(2)+"/Echo/echo", `"z"`, "idempotency-key", "k-send")
+		if r.status != 200 || r.body != `"x"` || r.header.Get("x-restate-id") != sr.InvocationID {
+			t.Fatalf("call with a used key = %d %s", r.status, r.body)
+		}
+	})
+
+	t.Run("request to node 1 for a partition led by node 3", func(t *testing.T) {
+		var led uint32
+		waitUntil(t, 10*time.Second, "a partition led by node 3", func() bool {
+			for _, p := range (clusterView{n: nodes[2]}).Partitions() {
+				if p.ID > 0 && p.Leader == 3 {
+					led = p.ID
+					return true
+				}
+			}
+			// Move one there if node 3 leads none.
+			g := nodes[0].raft.Group(1)
+			if g != nil && g.Status().IsLeader {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				g.TransferLeadership(ctx, 3)
+				cancel()
+			}
+			return false
+		})
+		key := keyForPartition(t, "Echo", "echo", led, nodes[0].cfg.Partitions)
+		r := call(t, http.MethodPost, ingressURL(0)+"/Echo/echo", `"far"`, "idempotency-key", key)
+		if r.status != 200 || r.body != `"far"` {
+			t.Fatalf("call routed to partition %d on node 3 = %d %s", led, r.status, r.body)
+		}
+	})
+
+	t.Run("delayed send", func(t *testing.T) {
+		before := time.Now()
+		r := call(t, http.MethodPost, ingressURL(0)+"/Echo/echo/send?delay=PT1S", `"later"`)
+		var sr struct{ InvocationID, ExecutionTime string }
+		json.Unmarshal([]byte(r.body), &sr)
+		exec, err := time.Parse(time.RFC3339, sr.ExecutionTime)
+		if r.status != 202 || err != nil || exec.Before(before.Add(900*time.Millisecond)) {
+			t.Fatalf("delayed send = %d %s", r.status, r.body)
+		}
+		r = call(t, http.MethodGet, ingressURL(1)+"/restate/invocation/"+sr.InvocationID+"/attach", "")
+		if r.status != 200 || r.body != `"later"` {
+			t.Fatalf("attach delayed = %d %s", r.status, r.body)
+		}
+		if at, ok := svc.firstSeen(sr.InvocationID); !ok || at.Before(before.Add(time.Second-50*time.Millisecond)) {
+			t.Fatalf("delayed invocation ran at %v, %v after the send; want >= 1s", ok, at.Sub(before))
+		}
+		r = call(t, http.MethodPost, ingressURL(0)+"/Echo/echo?delay=1s", `"x"`)
+		if r.status != 400 {
+			t.Fatalf("delay on a plain call = %d, want 400", r.status)
+		}
+	})
+
+	t.Run("not ready, client timeout, then the result", func(t *testing.T) {
+		r := call(t, http.MethodPost, ingressURL(0)+"/Echo/slow/send", `"s"`)
+		var sr struct{ InvocationID string }
+		json.Unmarshal([]byte(r.body), &sr)
+		r = call(t, http.MethodGet, ingressURL(1)+"/restate/invocation/"+sr.InvocationID+"/output", "")
+		if r.status != 470 {
+			t.Fatalf("output of a running invocation = %d %s, want 470", r.status, r.body)
+		}
+		r = call(t, http.MethodGet, ingressURL(2)+"/restate/invocation/"+sr.InvocationID+"/attach?timeout=200ms", "")
+		if r.status != 470 || r.header.Get("x-restate-id") != sr.InvocationID {
+			t.Fatalf("attach past its timeout = %d %s (x-restate-id %q)", r.status, r.body, r.header.Get("x-restate-id"))
+		}
+		r = call(t, http.MethodPost, ingressURL(0)+"/Echo/slow", `"c"`, "x-raftgate-timeout", "200ms")
+		if r.status != 470 || r.header.Get("x-restate-id") == "" {
+			t.Fatalf("call past its timeout = %d %s", r.status, r.body)
+		}
+		svc.once.Do(func() { close(svc.release) })
+		r = call(t, http.MethodGet, ingressURL(2)+"/restate/invocation/"+sr.InvocationID+"/attach", "")
+		if r.status != 200 || r.body != `"s"` {
+			t.Fatalf("attach after release = %d %s", r.status, r.body)
+		}
+	})
+
+	t.Run("a service's 4xx is the recorded result", func(t *testing.T) {
+		r := call(t, http.MethodPost, ingressURL(0)+"/Echo/reject", `"r"`)
+		if r.status != 400 || r.body != `{"why":"rejected"}` || r.header.Get("x-restate-error-source") != "invocation" {
+			t.Fatalf("rejected call = %d %s (source %q)", r.status, r.body, r.header.Get("x-restate-error-source"))
+		}
+		r2 := call(t, http.MethodGet, ingressURL(1)+"/restate/invocation/"+r.header.Get("x-restate-id")+"/output", "")
+		if r2.status != 400 || r2.body != r.body {
+			t.Fatalf("output of the rejected invocation = %d %s", r2.status, r2.body)
+		}
+	})
+
+	t.Run("errors", func(t *testing.T) {
+		cases := []struct {
+			name, method, path, body string
+			header                   []string
+			status                   int
+		}{
+			{"malformed id", "GET", "/restate/invocation/inv_nope/output", "", nil, 400},
+			{"unknown invocation", "GET", "/restate/invocation/" + partition.RandomID().String() + "/output", "", nil, 404},
+			{"unknown service", "POST", "/Nope/echo", `"x"`, nil, 404},
+			{"unknown handler", "POST", "/Strict/other", `"x"`, nil, 404},
+			{"wrong method", "PUT", "/Echo/echo", `"x"`, nil, 405},
+			{"body over the limit", "POST", "/Echo/echo", strings.Repeat("a", 2<<20), nil, 413},
+			{"invalid JSON", "POST", "/Echo/echo", `{nope`, []string{"content-type", "application/json"}, 400},
+			{"malformed delay", "POST", "/Echo/echo/send?delay=soon", `"x"`, nil, 400},
+		}
+		for _, c := range cases {
+			r := call(t, c.method, ingressURL(1)+c.path, c.body, c.header...)
+			var e struct {
+				Code    int    `json:"code"`
+				Message string `json:"message"`
+				Source  string `json:"source"`
+			}
+			if err := json.Unmarshal([]byte(r.body), &e); r.status != c.status || err != nil || e.Code != c.status || e.Source != "ingress" || e.Message == "" {
+				t.Errorf("%s: %d %s, want %d with a JSON error from the ingress", c.name, r.status, r.body, c.status)
+			}
+			if r.header.Get("x-restate-error-source") != "ingress" {
+				t.Errorf("%s: x-restate-error-source %q", c.name, r.header.Get("x-restate-error-source"))
+			}
+		}
+		unknownSvc := call(t, "POST", ingressURL(1)+"/Nope/echo", `"x"`)
+		unknownHandler := call(t, "POST", ingressURL(1)+"/Strict/other", `"x"`)
+		if unknownSvc.body == unknownHandler.body {
+			t.Errorf("unknown service and unknown handler have the same message: %s", unknownSvc.body)
+		}
+		if r := call(t, "GET", ingressURL(2)+"/restate/health", ""); r.status != 200 {
+			t.Errorf("health = %d", r.status)
+		}
+	})
+
+	t.Run("admin", func(t *testing.T) {
+		r := call(t, "GET", adminURL+"/cluster", "")
+		var view admin.ClusterView
+		if err := json.Unmarshal([]byte(r.body), &view); r.status != 200 || err != nil || len(view.Nodes) != 3 || len(view.Partitions) != int(nodes[0].cfg.Partitions)+1 {
+			t.Fatalf("/cluster = %d %s", r.status, r.body)
+		}
+		send := call(t, http.MethodPost, ingressURL(0)+"/Echo/echo/send?delay=1h", `"c"`)
+		id := send.header.Get("x-restate-id")
+		if r := call(t, "GET", adminURL+"/invocations/"+id, ""); r.status != 200 || !strings.Contains(r.body, "pending") {
+			t.Fatalf("status of a delayed invocation = %d %s", r.status, r.body)
+		}
+		if r := call(t, "DELETE", adminURL+"/invocations/"+id, ""); r.status/100 != 2 {
+			t.Fatalf("cancel = %d %s", r.status, r.body)
+		}
+		r = call(t, "GET", ingressURL(2)+"/restate/invocation/"+id+"/output", "")
+		if r.status != 409 || r.header.Get("x-restate-error-source") != "invocation" {
+			t.Fatalf("output of a cancelled invocation = %d %s", r.status, r.body)
+		}
+		if r := call(t, "GET", adminURL+"/metrics", ""); r.status != 200 || !bytes.Contains([]byte(r.body), []byte("raftgate_ingress_requests_total")) {
+			t.Fatalf("/metrics = %d", r.status)
+		}
+	})
+}
+
+// keyForPartition finds an idempotency key whose invocation lands on
+// partition p.
+func keyForPartition(t *testing.T, service, handler string, p, n uint32) string {
+	for i := range 100000 {
+		k := fmt.Sprintf("k-%d", i)
+		if partition.PartitionFor(partition.IdempotentID(service, handler, k).PartitionKey(), n) == p {
+			return k
+		}
+	}
+	t.Fatalf("no key for partition %d", p)
+	return ""
+}
