@@ -246,12 +246,13 @@ func TestIngressAPIOnThreeNodeCluster(t *testing.T) {
 					return true
 				}
 			}
-			// Move one there if node 3 leads none.
-			g := nodes[0].raft.Group(1)
-			if g != nil && g.Status().IsLeader {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				g.TransferLeadership(ctx, 3)
-				cancel()
+			// Node 3 leads none: move partition 1 there from its leader.
+			for _, nd := range nodes[:2] {
+				if g := nd.raft.Group(1); g.Status().IsLeader {
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+					g.TransferLeadership(ctx, 3)
+					cancel()
+				}
 			}
 			return false
 		})
