@@ -1,10 +1,19 @@
 // Package test holds raftgate's process-level end-to-end tests: they build
-// the real binary once (TestMain), start real `raftgate server` processes on
-// free ports of 127.0.0.1 with their own data directories, drive them over
-// HTTP the way users do, and inject faults with signals (kill -9, SIGTERM,
-// SIGSTOP/SIGCONT). Each test checks invariants over what it recorded: every
-// acknowledged invocation has exactly one result, its own.
+// the real binary once (TestMain), start real `raftgate server` processes
+// on free ports of 127.0.0.1 with their own data directories, drive them
+// over HTTP the way users do, and inject faults with signals (kill -9,
+// SIGTERM, SIGSTOP/SIGCONT), with a fault-injecting TCP proxy mesh between
+// the nodes (faultnet_test.go), and with stale data directories. Each test
+// checks invariants over what it recorded: every acknowledged invocation
+// has exactly one result, its own.
+//
+// The robustness suite (robustness_test.go, docs/robustness.md) is
+// traffic → failpoint → history → validate: robust_traffic_test.go drives
+// careful clients, robust_failpoints_test.go holds one small type per
+// fault, robust_check_test.go validates the history (porcupine for
+// linearizability per invocation). badinput_test.go throws garbage at the
+// node and gossip ports; known_bugs_test.go guards open product bugs.
 //
 // The ordinary run (`go test ./test/`) keeps each scenario short; longer
-// soaks run with `-tags soak`.
+// soaks run with `-tags soak` (RAFTGATE_SOAK_DURATION).
 package test

@@ -27,12 +27,17 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "raftgate")
-	build := exec.Command("go", "build", "-o", binary, "../cmd/raftgate")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building raftgate:", err)
-		os.Exit(1)
+	// RAFTGATE_E2E_BINARY runs the suite against a binary built elsewhere
+	// (a release, or another revision) instead of building this tree.
+	binary = os.Getenv("RAFTGATE_E2E_BINARY")
+	if binary == "" {
+		binary = filepath.Join(dir, "raftgate")
+		build := exec.Command("go", "build", "-o", binary, "../cmd/raftgate")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building raftgate:", err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -95,13 +100,19 @@ type cluster struct {
 	nodes    []*node
 	initial  string
 	adminTok string
-	mu       sync.Mutex
+	// net is the fault-injecting proxy mesh between the nodes, when the
+	// cluster was started with clusterOpts.proxied.
+	net *faultNet
+	mu  sync.Mutex
 }
 
 type clusterOpts struct {
 	nodes      int
 	partitions int
 	extraArgs  func(id int) []string
+	// proxied routes node-to-node gRPC through a faultNet: each node's
+	// --initial-cluster names a proxy per peer, --node-addr stays real.
+	proxied bool
 }
 
 // startCluster starts opts.nodes servers on free ports and waits until each
@@ -132,7 +143,19 @@ func startCluster(t testing.TB, opts clusterOpts) *cluster {
 		c.nodes = append(c.nodes, n)
 	}
 	c.initial = strings.Join(initial, ",")
+	var ids []int
 	for _, n := range c.nodes {
+		ids = append(ids, n.id)
+	}
+	realAddr := func(id int) string { return c.nodes[id-1].nodeAddr }
+	if opts.proxied {
+		c.net = newFaultNet(t, ids, realAddr)
+	}
+	for _, n := range c.nodes {
+		initialCluster := c.initial
+		if c.net != nil {
+			initialCluster = c.net.initialCluster(n.id, ids, realAddr)
+		}
 		args := []string{
 			"server",
 			"--node-id", fmt.Sprint(n.id),
@@ -141,7 +164,7 @@ func startCluster(t testing.TB, opts clusterOpts) *cluster {
 			"--admin-addr", n.adminAddr,
 			"--node-addr", n.nodeAddr,
 			"--gossip-addr", n.gossipAddr,
-			"--initial-cluster", c.initial,
+			"--initial-cluster", initialCluster,
 			"--join", strings.Join(gossip, ","),
 			"--shutdown-grace", "5s",
 		}

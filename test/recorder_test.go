@@ -1,6 +1,7 @@
 package test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,14 +14,21 @@ import (
 // at-least-once delivery and that each result is the invocation's own.
 type recorder struct {
 	srv *httptest.Server
+	// tagDeliveries makes each result {"in": <input>, "delivery": N}, N
+	// counting deliveries of that invocation, so two executions of one
+	// invocation produce different results and a test can tell which one
+	// was recorded.
+	tagDeliveries bool
 
 	mu         sync.Mutex
 	deliveries map[string]int    // invocation id -> deliveries
 	bodies     map[string]string // invocation id -> body last seen
 }
 
-func newRecorder(t testing.TB) *recorder {
-	r := &recorder{deliveries: map[string]int{}, bodies: map[string]string{}}
+func newRecorder(t testing.TB) *recorder { return newRecorderTagging(t, false) }
+
+func newRecorderTagging(t testing.TB, tagDeliveries bool) *recorder {
+	r := &recorder{deliveries: map[string]int{}, bodies: map[string]string{}, tagDeliveries: tagDeliveries}
 	r.srv = httptest.NewServer(http.HandlerFunc(r.serve))
 	t.Cleanup(r.srv.Close)
 	return r
@@ -36,8 +44,13 @@ func (r *recorder) serve(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
 	r.deliveries[id]++
 	r.bodies[id] = string(body)
+	n := r.deliveries[id]
 	r.mu.Unlock()
 	w.Header().Set("content-type", "application/json")
+	if r.tagDeliveries {
+		fmt.Fprintf(w, `{"in":%s,"delivery":%d}`, body, n)
+		return
+	}
 	w.Write(body)
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/raftgate/raftgate/ingress/admin"
 	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/raftlog"
 )
 
 // This file runs the ingress API contract (../shared/API.md) against a
@@ -394,3 +395,135 @@ func keyForPartition(t *testing.T, service, handler string, p, n uint32) string 
 	t.Fatalf("no key for partition %d", p)
 	return ""
 }
+
+// TestLeadershipChangesUnderLoad: while 32 clients send and call, the
+// leadership of every partition moves twice and then one node stops
+// without handing its leadership over. Clients may see only successes or
+// retry-safe 503s (and connection errors from the stopped node, which they
+// retry elsewhere), and every acknowledged invocation has its own result.
+func TestLeadershipChangesUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node cluster")
+	}
+	nodes := startTestCluster(t, 3)
+	svc := newTestService(t)
+	r := call(t, http.MethodPut, "http://"+nodes[0].cfg.AdminAddr+"/services/Echo", `{"url":"`+svc.srv.URL+`"}`)
+	if r.status/100 != 2 {
+		t.Fatalf("register: %d %s", r.status, r.body)
+	}
+	for i := range nodes {
+		waitUntil(t, 10*time.Second, "registry replicated", func() bool { _, ok := nodes[i].registry.Lookup("Echo"); return ok })
+	}
+
+	var (
+		mu      sync.Mutex
+		acked   = map[string]string{} // invocation id -> payload
+		bad     []string
+		stop    = make(chan struct{})
+		wg      sync.WaitGroup
+		stopped = make([]bool, len(nodes))
+	)
+	alive := func(i int) bool { mu.Lock(); defer mu.Unlock(); return !stopped[i] }
+	client := &http.Client{Timeout: 30 * time.Second}
+	for c := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seq := 0; ; seq++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				payload := fmt.Sprintf(`"c%d-%d"`, c, seq)
+				key := fmt.Sprintf("c%d-%d", c, seq)
+				path := "/Echo/echo/send"
+				if seq%2 == 1 {
+					path = "/Echo/echo"
+				}
+				for attempt := 0; ; attempt++ {
+					i := (c + attempt) % len(nodes)
+					if !alive(i) {
+						continue
+					}
+					req, _ := http.NewRequest(http.MethodPost, "http://"+nodes[i].cfg.IngressAddr+path, strings.NewReader(payload))
+					req.Header.Set("idempotency-key", key)
+					resp, err := client.Do(req)
+					if err != nil {
+						continue // the node is stopping; retry elsewhere
+					}
+					body, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					id := resp.Header.Get("x-restate-id")
+					switch {
+					case resp.StatusCode == 202 || resp.StatusCode == 200:
+						mu.Lock()
+						acked[id] = payload
+						if resp.StatusCode == 200 && string(body) != payload {
+							bad = append(bad, fmt.Sprintf("call %s answered %s, want %s", id, body, payload))
+						}
+						mu.Unlock()
+					case resp.StatusCode == 503 && resp.Header.Get("Retry-After") != "":
+						continue
+					default:
+						mu.Lock()
+						bad = append(bad, fmt.Sprintf("%s via node %d: %d %s", path, i+1, resp.StatusCode, body))
+						mu.Unlock()
+					}
+					break
+				}
+			}
+		}()
+	}
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
+	progress := func(what string) {
+		before := count()
+		waitUntil(t, 20*time.Second, what, func() bool { return count() >= before+100 })
+	}
+	progress("load before any change")
+	for round := range 2 {
+		for p := uint32(1); p <= nodes[0].cfg.Partitions; p++ {
+			for _, nd := range nodes {
+				if g := nd.raft.Group(raftlogGroup(p)); g.Status().IsLeader {
+					to := g.Status().Leader%3 + 1
+					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+					if err := g.TransferLeadership(ctx, to); err != nil {
+						t.Logf("round %d: transfer of partition %d to node %d: %v", round, p, to, err)
+					}
+					cancel()
+				}
+			}
+		}
+		progress(fmt.Sprintf("load after leadership round %d", round))
+	}
+	// Stop the leader of partition 1 without handing leadership over.
+	victim := 0
+	for i, nd := range nodes {
+		if nd.raft.Group(1).Status().IsLeader {
+			victim = i
+		}
+	}
+	mu.Lock()
+	stopped[victim] = true
+	mu.Unlock()
+	nodes[victim].closeAll()
+	progress("load after a leader stopped")
+	close(stop)
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, b := range bad {
+		t.Error(b)
+	}
+	survivor := nodes[(victim+1)%len(nodes)]
+	for id, payload := range acked {
+		r := call(t, http.MethodGet, "http://"+survivor.cfg.IngressAddr+"/restate/invocation/"+id+"/attach?timeout=20s", "")
+		if r.status != 200 || r.body != payload {
+			t.Errorf("acknowledged %s: attach = %d %s, want 200 %s", id, r.status, r.body, payload)
+		}
+	}
+	t.Logf("%d acknowledged invocations, all with their own result", len(acked))
+}
+
+func raftlogGroup(p uint32) raftlog.GroupID { return raftlog.GroupID(p) }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,6 +63,9 @@ type node struct {
 	ingressHTTP    *httpService
 	adminHTTP      *httpService
 	stopWatch      func()
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // startNode starts the components bottom-up: storage and Raft groups,
@@ -243,6 +247,11 @@ func (n *node) onLeadership(ev raftlog.LeaderEvent) {
 // in-flight HTTP requests finish, then closes everything and flushes
 // storage.
 func (n *node) shutdown() error {
+	closed := true
+	n.closeOnce.Do(func() { closed = false })
+	if closed {
+		return n.closeErr
+	}
 	start := time.Now()
 	deadline := start.Add(n.cfg.ShutdownGrace)
 	n.log.Info().Dur("grace", n.cfg.ShutdownGrace).Msg("shutting down")
@@ -263,14 +272,21 @@ func (n *node) shutdown() error {
 		n.ingress.StopWaiting()
 	}
 	n.ingressHTTP = nil
-	err = errors.Join(err, n.closeAll())
+	n.closeErr = errors.Join(err, n.close())
 	n.log.Info().Dur("took", time.Since(start)).Msg("stopped")
-	return err
+	return n.closeErr
 }
 
-// closeAll closes whatever was started, top-down. Safe on a node that
-// started only partly.
+// closeAll closes whatever was started, at once and without handing
+// leadership over (as a crash would, but flushing storage). Safe on a node
+// that started only partly, and with shutdown: whichever runs first acts.
 func (n *node) closeAll() error {
+	n.closeOnce.Do(func() { n.closeErr = n.close() })
+	return n.closeErr
+}
+
+// close closes every component that was started, top-down.
+func (n *node) close() error {
 	var errs []error
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
