@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/raftgate/raftgate/rpc"
 )
 
 // IDLen is the length of an invocation id in bytes: an 8-byte partition key
@@ -163,4 +165,20 @@ func divmod128(hi, lo, d uint64) (q, r uint64) {
 		}
 	}
 	return q, hi
+}
+
+// CheckOwner returns an error wrapping rpc.ErrInvalid unless the invocation
+// id is well formed and belongs to partition p of n. A node must never
+// store an invocation in a partition that does not own its id: lookups,
+// which route by the id, would not find it there.
+func CheckOwner(id []byte, p, n uint32) error {
+	iid, err := IDFromBytes(id)
+	if err != nil {
+		return fmt.Errorf("%w: %v", rpc.ErrInvalid, err)
+	}
+	if owner := PartitionFor(iid.PartitionKey(), n); owner != p {
+		return fmt.Errorf("%w: invocation %s belongs to partition %d of %d, not %d (do all nodes use the same --partitions?)",
+			rpc.ErrInvalid, iid, owner, n, p)
+	}
+	return nil
 }

@@ -58,18 +58,26 @@ type Group struct {
 	writeFailed atomic.Bool
 
 	// Loop-owned.
-	rn          *raft.RawNode
-	store       *logStore
-	appliedTerm uint64
-	isLeader    bool
-	accepted    []*proposal
-	readSeq     uint64
-	readIssued  map[uint64]*readBatch
-	readAwait   []*readBatch
-	compacting  bool
-	appliedGge  prometheus.Gauge
-	outBuf      []*pb.Message
-	propBuf     []*pb.Entry
+	rn    *raft.RawNode
+	store *logStore
+	// warnedCommit: a heartbeat past the log was already logged once.
+	warnedCommit bool
+	// lastAppended is the index of the last entry handed to the writer:
+	// raft's last index, which the store learns only once it is durable.
+	lastAppended uint64
+	// pastLogBeats counts consecutive heartbeats of the leader that
+	// committed past the log (see checkHeartbeatCommit).
+	pastLogBeats int
+	appliedTerm  uint64
+	isLeader     bool
+	accepted     []*proposal
+	readSeq      uint64
+	readIssued   map[uint64]*readBatch
+	readAwait    []*readBatch
+	compacting   bool
+	appliedGge   prometheus.Gauge
+	outBuf       []*pb.Message
+	propBuf      []*pb.Entry
 	// snapFiles are spooled snapshots stepped into raft this iteration;
 	// those raft did not take are deleted after the next Ready.
 	snapFiles    []string

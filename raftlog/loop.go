@@ -3,6 +3,7 @@ package raftlog
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 
@@ -39,6 +40,7 @@ func (g *Group) run() {
 		if err != nil {
 			if !errors.Is(err, ErrStopped) {
 				g.log.Error().Err(err).Msg("raftlog group stopped")
+				g.n.reportFailure(err)
 			}
 			g.stopOnce.Do(func() { close(g.stopc) })
 			return
@@ -62,6 +64,9 @@ func (g *Group) process(in *inbox) error {
 		g.rn.Tick()
 	}
 	for _, m := range in.msgs {
+		if err := g.checkHeartbeatCommit(m); err != nil {
+			return err
+		}
 		if m.GetType() == pb.MsgSnap {
 			g.snapFiles = append(g.snapFiles, string(m.GetSnapshot().GetData()))
 		}
@@ -201,6 +206,11 @@ func (g *Group) handleReady() {
 				req = &writeReq{g: g}
 			}
 			req.append = m
+			if ents := m.GetEntries(); len(ents) > 0 {
+				g.lastAppended = ents[len(ents)-1].GetIndex()
+			} else if snap := m.GetSnapshot(); !raft.IsEmptySnap(snap) {
+				g.lastAppended = snap.GetMetadata().GetIndex()
+			}
 		case raft.LocalApplyThread:
 			if req == nil {
 				req = &writeReq{g: g}
@@ -440,4 +450,53 @@ func (g *Group) failPending(err error) {
 	for _, w := range in.reads {
 		w.reply <- err
 	}
+}
+
+// ErrStaleLog stops a group whose log is shorter than what its current
+// leader knows it acknowledged: the data dir was restored from an older
+// copy (or lost writes). Raft cannot repair that safely (entries this node
+// acknowledged may be committed on its word alone), so the node refuses to
+// go on; restore the data dir from a peer, or start with an empty one.
+var ErrStaleLog = errors.New("raftlog: this node's log is older than what it acknowledged to its leader (data dir restored from an old copy?)")
+
+// staleLogHeartbeats is how many consecutive heartbeats of the current
+// leader must commit past the log before the group stops with ErrStaleLog:
+// about two election timeouts' worth.
+func staleLogHeartbeats(c Config) int {
+	return 2 * c.ElectionTicks / max(c.HeartbeatTicks, 1)
+}
+
+// checkHeartbeatCommit guards raft against a heartbeat whose commit index
+// is past this node's log, on which raft would panic and take the whole
+// process down. A correct leader never sends more than the follower
+// acknowledged, so it means one of two things. From the current leader at
+// the current term, heartbeat after heartbeat: this node's log is older than
+// what it acknowledged, and the group stops with ErrStaleLog. Otherwise a
+// forged or corrupt message: its commit is lowered to the last index (raft
+// ignores a commit that does not advance) and a warning is logged once.
+func (g *Group) checkHeartbeatCommit(m *pb.Message) error {
+	if m.GetType() != pb.MsgHeartbeat {
+		return nil
+	}
+	last, _ := g.store.LastIndex()
+	last = max(last, g.lastAppended)
+	if m.GetCommit() <= last {
+		g.pastLogBeats = 0
+		return nil
+	}
+	st := g.rn.BasicStatus()
+	if m.GetFrom() == st.Lead && m.GetTerm() == st.GetTerm() {
+		// One such message may be forged; a stale log makes every
+		// heartbeat of the leader fail, for as long as it lasts.
+		if g.pastLogBeats++; g.pastLogBeats > staleLogHeartbeats(g.n.cfg) {
+			return fmt.Errorf("%w: group %d: leader %d commits index %d, this log ends at %d", ErrStaleLog, g.id, m.GetFrom(), m.GetCommit(), last)
+		}
+	}
+	if !g.warnedCommit {
+		g.warnedCommit = true
+		g.log.Warn().Uint64("from", m.GetFrom()).Uint64("commit", m.GetCommit()).Uint64("last_index", last).
+			Msg("heartbeat commits past this node's log from a node that is not its leader: forged or corrupt; ignoring its commit")
+	}
+	m.Commit = &last
+	return nil
 }

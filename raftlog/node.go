@@ -42,6 +42,9 @@ type Node struct {
 	watchers map[uint64]*watcher
 	watchSeq uint64
 
+	// failed receives the first error that stopped a group (buffered).
+	failed chan error
+
 	stop      chan struct{}
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -93,6 +96,7 @@ func open(cfg Config, newTransport func(*Node) transport) (*Node, error) {
 		groups:   make(map[GroupID]*Group),
 		watchers: make(map[uint64]*watcher),
 		stop:     make(chan struct{}),
+		failed:   make(chan error, 1),
 	}
 	n.server = &raftServer{n: n}
 	n.tr = newTransport(n)
@@ -340,4 +344,17 @@ func (n *Node) reportSnapshot(id GroupID, peer uint64, ok bool) {
 func (n *Node) isPeer(id uint64) bool {
 	_, ok := n.cfg.Peers[id]
 	return ok && id != n.cfg.NodeID
+}
+
+// Failed delivers the first error that stopped one of the node's groups (a
+// failing Apply, a corrupt entry, ErrStaleLog). A node with a stopped group
+// no longer serves it; the process should exit and be looked at.
+func (n *Node) Failed() <-chan error { return n.failed }
+
+// reportFailure records err as the node's failure unless one already was.
+func (n *Node) reportFailure(err error) {
+	select {
+	case n.failed <- err:
+	default:
+	}
 }

@@ -19,15 +19,22 @@ type backend struct {
 
 var _ dispatch.Backend = backend{}
 
-func (b backend) processor(p uint32) (*partition.Processor, error) {
-	if p == 0 || int(p) >= len(b.processors) {
-		return nil, fmt.Errorf("%w: no partition %d on this cluster (1..%d)", rpc.ErrInvalid, p, len(b.processors)-1)
+// processor returns partition p's processor after checking that p owns the
+// invocation id: an ingress with another partition count must be refused,
+// not answered from a partition where lookups will never look.
+func (b backend) processor(p uint32, id []byte) (*partition.Processor, error) {
+	n := uint32(len(b.processors) - 1)
+	if p == 0 || p > n {
+		return nil, fmt.Errorf("%w: no partition %d on this cluster (1..%d)", rpc.ErrInvalid, p, n)
+	}
+	if err := partition.CheckOwner(id, p, n); err != nil {
+		return nil, err
 	}
 	return b.processors[p], nil
 }
 
 func (b backend) Append(ctx context.Context, p uint32, inv *rpc.Invoke) (*rpc.Appended, error) {
-	proc, err := b.processor(p)
+	proc, err := b.processor(p, inv.GetInvocationId())
 	if err != nil {
 		return nil, err
 	}
@@ -35,7 +42,7 @@ func (b backend) Append(ctx context.Context, p uint32, inv *rpc.Invoke) (*rpc.Ap
 }
 
 func (b backend) Output(ctx context.Context, p uint32, id []byte) (*rpc.InvocationResult, error) {
-	proc, err := b.processor(p)
+	proc, err := b.processor(p, id)
 	if err != nil {
 		return nil, err
 	}
@@ -43,7 +50,7 @@ func (b backend) Output(ctx context.Context, p uint32, id []byte) (*rpc.Invocati
 }
 
 func (b backend) Attach(ctx context.Context, p uint32, id []byte) (*rpc.InvocationResult, error) {
-	proc, err := b.processor(p)
+	proc, err := b.processor(p, id)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +58,7 @@ func (b backend) Attach(ctx context.Context, p uint32, id []byte) (*rpc.Invocati
 }
 
 func (b backend) Status(ctx context.Context, p uint32, id []byte) (*rpc.InvocationRecord, error) {
-	proc, err := b.processor(p)
+	proc, err := b.processor(p, id)
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +66,7 @@ func (b backend) Status(ctx context.Context, p uint32, id []byte) (*rpc.Invocati
 }
 
 func (b backend) Cancel(ctx context.Context, p uint32, requestID, id []byte) error {
-	proc, err := b.processor(p)
+	proc, err := b.processor(p, id)
 	if err != nil {
 		return err
 	}

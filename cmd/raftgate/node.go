@@ -41,8 +41,15 @@ func runServer(ctx context.Context, cfg ServerConfig, logger zerolog.Logger) err
 	if err != nil {
 		return err
 	}
-	<-ctx.Done()
-	return n.shutdown()
+	select {
+	case <-ctx.Done():
+		return n.shutdown()
+	case err := <-n.raft.Failed():
+		// A group stopped (corrupt or stale log, failing Apply): this node
+		// can no longer serve it, so it stops rather than limp.
+		n.log.Error().Err(err).Msg("stopping: a Raft group failed")
+		return errors.Join(err, n.shutdown())
+	}
 }
 
 // node is one running server: every component, in start order.
@@ -107,6 +114,10 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 		return nil, fmt.Errorf("--node-addr: listen %s: %w", cfg.NodeAddr, err)
 	}
 
+	if err := pinPartitionCount(cfg.DataDir, cfg.Partitions); err != nil {
+		lis.Close()
+		return nil, err
+	}
 	rcfg := raftlog.DefaultConfig()
 	rcfg.NodeID = cfg.NodeID
 	rcfg.DataDir = cfg.DataDir

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -17,16 +16,8 @@ import (
 	"github.com/raftgate/raftgate/rpc"
 )
 
-// Tests of product bugs the robustness suite found and that are not fixed
-// yet. Each skips with "known bug: …" unless RAFTGATE_RUN_KNOWN_BUGS=1, so
-// the suite stays green while the bug is open; the fix is verified by
-// running them with the variable set, then removing the skip.
-
-func skipKnownBug(t *testing.T, what string) {
-	if os.Getenv("RAFTGATE_RUN_KNOWN_BUGS") == "" {
-		t.Skip("known bug: " + what + " (run with RAFTGATE_RUN_KNOWN_BUGS=1)")
-	}
-}
+// Regression tests for product bugs the robustness suite found; each was
+// fixed and its test now guards the fix (see docs/robustness.md).
 
 // TestDispatchRefusesMisroutedInvocation: a dispatch Append whose
 // invocation id belongs to partition A but that is addressed to partition
@@ -36,7 +27,6 @@ func skipKnownBug(t *testing.T, what string) {
 // this, but a node whose --partitions differs from the cluster's does
 // (TestPartitionCountMismatchRefused).
 func TestDispatchRefusesMisroutedInvocation(t *testing.T) {
-	skipKnownBug(t, "dispatch server accepts an invocation addressed to a partition that does not own its id")
 	c := startCluster(t, clusterOpts{nodes: 3, partitions: robustnessPartitions})
 	id := partition.RandomID()
 	owner := partition.PartitionFor(id.PartitionKey(), robustnessPartitions)
@@ -62,7 +52,6 @@ func TestDispatchRefusesMisroutedInvocation(t *testing.T) {
 // Correct behaviour: the node refuses to start (or uses the cluster's
 // count).
 func TestPartitionCountMismatchRefused(t *testing.T) {
-	skipKnownBug(t, "a node started with a different --partitions than the cluster's is accepted and misroutes invocations")
 	c := startCluster(t, clusterOpts{nodes: 3, partitions: robustnessPartitions})
 	rec := newRecorder(t)
 	c.registerService(c.nodes[0], "Echo", rec.srv.URL)
@@ -122,7 +111,6 @@ func containsAny(s string, subs ...string) bool {
 // a node, and three kill the cluster. Mutual TLS (--tls-ca) closes the
 // door to outsiders; the transport could also refuse such messages.
 func TestForgedRaftMessageDoesNotCrashNode(t *testing.T) {
-	skipKnownBug(t, "one forged raft heartbeat on the plaintext node port crashes the node (raft panics on commit beyond its log)")
 	c := startCluster(t, clusterOpts{nodes: 3, partitions: robustnessPartitions})
 	v, err := c.view(c.nodes[0])
 	if err != nil {
