@@ -20,6 +20,8 @@ type clusterView struct {
 		Leader       uint64 `json:"leader"`
 		Term         uint64 `json:"term"`
 		AppliedIndex uint64 `json:"appliedIndex"`
+		StateDigest  string `json:"stateDigest"`
+		DigestIndex  uint64 `json:"digestIndex"`
 	} `json:"partitions"`
 }
 
@@ -98,8 +100,10 @@ func (c *cluster) leaderOfMost() *node {
 }
 
 // waitConverged waits until every node answers /cluster with the same
-// applied index for every group and the index stops moving (traffic must
-// have stopped). It returns the per-group applied indexes.
+// applied index and the same state digest for every group (traffic must
+// have stopped). It returns the per-group applied indexes. Replicas at one
+// index with different digests have diverged: that never converges, and
+// the error says so.
 func (c *cluster) waitConverged(timeout time.Duration) (map[uint32]uint64, error) {
 	deadline := time.Now().Add(timeout)
 	var last string
@@ -118,6 +122,7 @@ func (c *cluster) waitConverged(timeout time.Duration) (map[uint32]uint64, error
 
 func (c *cluster) appliedIndexes() (map[uint32]uint64, string, bool) {
 	applied := map[uint32]uint64{}
+	digests := map[uint32]string{}
 	desc := ""
 	ok := true
 	for _, n := range c.nodes {
@@ -132,6 +137,13 @@ func (c *cluster) appliedIndexes() (map[uint32]uint64, string, bool) {
 			if prev, seen := applied[p.ID]; seen && prev != p.AppliedIndex {
 				ok = false
 			}
+			if p.DigestIndex != p.AppliedIndex || p.StateDigest == "" {
+				ok = false // the digest was read at another index
+			} else if prev, seen := digests[p.ID]; seen && prev != p.StateDigest && applied[p.ID] == p.AppliedIndex {
+				ok = false
+				desc += fmt.Sprintf(" DIVERGED(group %d: %.12s vs %.12s at index %d)", p.ID, prev, p.StateDigest, p.AppliedIndex)
+			}
+			digests[p.ID] = p.StateDigest
 			applied[p.ID] = p.AppliedIndex
 		}
 	}

@@ -167,7 +167,7 @@ func runFailpoint(t *testing.T, c *cluster, svc *recorder, fp failpoint, rng *ra
 		t.Errorf("%s: %v", fp.name(), err)
 		out.note = strings.TrimPrefix(out.note+"; replicas diverged", "; ")
 	} else {
-		t.Logf("%s: replicas converged at applied indexes %v", fp.name(), applied)
+		t.Logf("%s: replicas converged at applied indexes %v with equal state digests", fp.name(), applied)
 	}
 	if rn, ok := fp.(returningNode); ok {
 		t.Logf("%s: answers through node %d while the fault held: %s", fp.name(), rn.returning().id,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 
 	"github.com/raftgate/raftgate/ingress/admin"
@@ -120,6 +121,9 @@ func (c clusterView) Partitions() []admin.PartitionStatus {
 		}
 		st := g.Status()
 		ps := admin.PartitionStatus{ID: id, Leader: st.Leader, Term: st.Term, AppliedIndex: st.Applied}
+		if d, err := g.StateDigest(); err == nil {
+			ps.StateDigest, ps.DigestIndex = hex.EncodeToString(d.Hash[:]), d.Applied
+		}
 		if id > 0 {
 			ps.FirstKey, ps.LastKey = partition.KeyRange(id, c.n.cfg.Partitions)
 		}

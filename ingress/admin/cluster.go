@@ -34,6 +34,11 @@ type PartitionStatus struct {
 	// OutboxDepth is the number of deliveries not yet completed, when this
 	// node knows it (it leads the partition); nil otherwise.
 	OutboxDepth *int `json:"outboxDepth,omitempty"`
+	// StateDigest is a hash (hex) of this node's replicated state of the
+	// group at DigestIndex. Replicas at the same index must show the same
+	// digest; a difference means divergence.
+	StateDigest string `json:"stateDigest,omitempty"`
+	DigestIndex uint64 `json:"digestIndex,omitempty"`
 }
 
 // ReplicaStatus is the leader's view of one voter of a group.
