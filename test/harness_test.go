@@ -44,11 +44,19 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// handedOut remembers every port freePort returned in this test process:
+// the kernel may offer a port again as soon as its probe listener closes,
+// and two servers of one cluster must never be given the same port.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
 // freePort returns a port on 127.0.0.1 that is free for TCP and UDP (gossip
-// needs both) at the time of the call.
+// needs both) at the time of the call, and was not returned before.
 func freePort(t testing.TB) int {
 	t.Helper()
-	for i := 0; i < 50; i++ {
+	for i := 0; i < 200; i++ {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatalf("listen: %v", err)
@@ -56,8 +64,15 @@ func freePort(t testing.TB) int {
 		port := l.Addr().(*net.TCPAddr).Port
 		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
 		l.Close()
-		if err == nil {
-			u.Close()
+		if err != nil {
+			continue
+		}
+		u.Close()
+		handedOut.Lock()
+		fresh := !handedOut.ports[port]
+		handedOut.ports[port] = true
+		handedOut.Unlock()
+		if fresh {
 			return port
 		}
 	}

@@ -25,9 +25,16 @@ import (
 // real three-node cluster in one test process: real raftlog with fsync'd
 // bbolt, real gRPC between nodes, real memberlist, real HTTP.
 
+// usedAddrs remembers what freeAddr returned: the kernel may offer a port
+// again as soon as its probe listener closes.
+var usedAddrs = struct {
+	sync.Mutex
+	addrs map[string]bool
+}{addrs: map[string]bool{}}
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	for range 20 {
+	for range 200 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -35,8 +42,15 @@ func freeAddr(t *testing.T) string {
 		addr := l.Addr().String()
 		u, err := net.ListenPacket("udp", addr) // gossip needs UDP too
 		l.Close()
-		if err == nil {
-			u.Close()
+		if err != nil {
+			continue
+		}
+		u.Close()
+		usedAddrs.Lock()
+		fresh := !usedAddrs.addrs[addr]
+		usedAddrs.addrs[addr] = true
+		usedAddrs.Unlock()
+		if fresh {
 			return addr
 		}
 	}
