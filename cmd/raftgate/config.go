@@ -86,8 +86,10 @@ const (
 	DefaultNodeAddr    = "127.0.0.1:5122"
 	DefaultGossipAddr  = "127.0.0.1:7946"
 	// DefaultPartitions is small on purpose: each partition is a Raft
-	// group with its own fsyncs and ticks.
-	DefaultPartitions = 4
+	// group costing CPU and fsyncs, and the cost model (docs/benchmarks.md)
+	// measured throughput falling from 1 to 16 partitions on three nodes;
+	// two keep leadership spread over more than one node.
+	DefaultPartitions = 2
 	// maxPartitions keeps a typo from creating thousands of Raft groups.
 	maxPartitions = 1024
 )
