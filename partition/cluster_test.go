@@ -391,6 +391,14 @@ func TestRaftClusterFollowerRestartCatchesUp(t *testing.T) {
 	}
 	waitFor(t, 30*time.Second, "outboxes drained", drained)
 	c.restart(down)
+	defer func() {
+		if t.Failed() {
+			for _, n := range c.nodes {
+				st := n.group.Status()
+				t.Logf("node %d: leader %d term %d applied %d committed %d outbox %d", n.id, st.Leader, st.Term, st.Applied, st.Committed, n.proc.OutboxDepth())
+			}
+		}
+	}()
 	waitFor(t, 30*time.Second, "restarted node caught up", func() bool {
 		applied := c.nodes[down].group.Status().Applied
 		for _, n := range c.live() {

@@ -40,8 +40,12 @@ type Processor struct {
 	stop     chan struct{} // closed by Close
 	wg       sync.WaitGroup
 
-	log       Log // set once by Start, before started is closed
-	depth     atomic.Int64
+	log   Log // set once by Start, before started is closed
+	depth atomic.Int64
+	// restores counts Restore calls; Apply, Restore and reveal all run on
+	// raftlog's writer goroutine (Restore at open before the group starts),
+	// so it needs no lock.
+	restores  uint64
 	startOnce sync.Once
 	closeOnce sync.Once
 }
@@ -302,25 +306,33 @@ func (p *Processor) Apply(b *bolt.Bucket, entries []raftlog.Entry) (func(), erro
 		p.logger.Error().Err(err).Msg("apply failed; the group stops")
 		return nil, fmt.Errorf("partition %d: %w", p.cfg.Partition, err)
 	}
-	return func() { p.reveal(fx) }, nil
+	gen := p.restores
+	return func() { p.reveal(fx, gen) }, nil
 }
 
 // Restore implements raftlog.StateMachine: it rebuilds the in-memory
 // outbox counter from b and makes the invoker rescan.
 func (p *Processor) Restore(b *bolt.Bucket) error {
+	// The count read here already includes every Apply before it, also
+	// those whose reveal runs later (after their transaction commits):
+	// their deltas must not be added again.
+	p.restores++
 	p.depth.Store(int64(outbox.Count(b)))
 	p.invoker.kick()
 	return nil
 }
 
-func (p *Processor) reveal(fx *effects) {
+// reveal publishes fx; gen is the Restore generation its Apply ran in.
+func (p *Processor) reveal(fx *effects, gen uint64) {
 	for _, r := range fx.replies {
 		p.tracker.resolve(r)
 	}
 	for _, res := range fx.completed {
 		p.attach.Complete(res)
 	}
-	p.depth.Add(int64(fx.outboxDelta))
+	if gen == p.restores {
+		p.depth.Add(int64(fx.outboxDelta))
+	}
 	p.invoker.applied(fx.outboxDone, fx.outboxAdded)
 	p.metrics.applied(fx)
 }
