@@ -31,7 +31,7 @@ func (c *cluster) view(n *node) (clusterView, error) {
 	var v clusterView
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	r, err := do(ctx, http.MethodGet, n.adminURL()+"/cluster", nil, nil)
+	r, err := do(ctx, http.MethodGet, n.adminURL()+"/cluster?digest=1", nil, nil)
 	if err != nil {
 		return v, err
 	}

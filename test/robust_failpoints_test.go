@@ -185,6 +185,32 @@ func (f *staleDirFailpoint) heal(t *testing.T, c *cluster) {
 			break
 		}
 	}
+	// A stale node may pass readiness and be refused a moment later (raft
+	// shows the stale log only as heartbeats arrive): wait until it either
+	// exits or has applied what the others had when the heal began.
+	target, err := c.view(f.other)
+	if err != nil {
+		t.Fatalf("node %d /cluster: %v", f.other.id, err)
+	}
+	waitFor(t, 30*time.Second, "the stale node to exit or catch up", func() bool {
+		if !f.victim.alive() {
+			return true
+		}
+		v, err := c.view(f.victim)
+		if err != nil {
+			return false
+		}
+		applied := map[uint32]uint64{}
+		for _, p := range v.Partitions {
+			applied[p.ID] = p.AppliedIndex
+		}
+		for _, p := range target.Partitions {
+			if applied[p.ID] < p.AppliedIndex {
+				return false
+			}
+		}
+		return true
+	})
 	if !f.victim.alive() {
 		// It passed readiness and died after: a refusal too.
 		f.outcome, f.why = "refused", panicLine(f.victim.logPath)

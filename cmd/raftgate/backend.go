@@ -112,7 +112,7 @@ func (c clusterView) Nodes() []admin.NodeStatus {
 	return out
 }
 
-func (c clusterView) Partitions() []admin.PartitionStatus {
+func (c clusterView) Partitions(withDigest bool) []admin.PartitionStatus {
 	out := make([]admin.PartitionStatus, 0, c.n.cfg.Partitions+1)
 	for id := uint32(0); id <= c.n.cfg.Partitions; id++ {
 		g := c.n.raft.Group(raftlog.GroupID(id))
@@ -121,8 +121,10 @@ func (c clusterView) Partitions() []admin.PartitionStatus {
 		}
 		st := g.Status()
 		ps := admin.PartitionStatus{ID: id, Leader: st.Leader, Term: st.Term, AppliedIndex: st.Applied}
-		if d, err := g.StateDigest(); err == nil {
-			ps.StateDigest, ps.DigestIndex = hex.EncodeToString(d.Hash[:]), d.Applied
+		if withDigest {
+			if d, err := g.StateDigest(); err == nil {
+				ps.StateDigest, ps.DigestIndex = hex.EncodeToString(d.Hash[:]), d.Applied
+			}
 		}
 		if id > 0 {
 			ps.FirstKey, ps.LastKey = partition.KeyRange(id, c.n.cfg.Partitions)

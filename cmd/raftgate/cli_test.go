@@ -41,7 +41,7 @@ func (c testCluster) Nodes() []admin.NodeStatus {
 	}
 }
 
-func (c testCluster) Partitions() []admin.PartitionStatus {
+func (c testCluster) Partitions(bool) []admin.PartitionStatus {
 	depth := 3
 	first, last := partition.KeyRange(2, 2)
 	return []admin.PartitionStatus{

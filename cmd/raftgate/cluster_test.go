@@ -58,17 +58,6 @@ func freeAddr(t *testing.T) string {
 	return ""
 }
 
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond) // poll interval
-	}
-}
-
 // startTestCluster starts n nodes in this process and waits until each is
 // ready.
 func startTestCluster(t *testing.T, n int) []*node {
@@ -103,7 +92,7 @@ func startTestCluster(t *testing.T, n int) []*node {
 		t.Cleanup(func() { nd.shutdown() })
 	}
 	for _, nd := range nodes {
-		waitUntil(t, 20*time.Second, fmt.Sprintf("node %d ready", nd.cfg.NodeID), clusterView{n: nd}.Ready)
+		waitFor(t, 20*time.Second, fmt.Sprintf("node %d ready", nd.cfg.NodeID), clusterView{n: nd}.Ready)
 	}
 	return nodes
 }
@@ -201,7 +190,7 @@ func TestIngressAPIOnThreeNodeCluster(t *testing.T) {
 		t.Fatalf("register Strict: %d %s", r.status, r.body)
 	}
 	for i := range nodes {
-		waitUntil(t, 10*time.Second, "registry replicated", func() bool {
+		waitFor(t, 10*time.Second, "registry replicated", func() bool {
 			_, a := nodes[i].registry.Lookup("Echo")
 			_, b := nodes[i].registry.Lookup("Strict")
 			return a && b
@@ -254,8 +243,8 @@ func TestIngressAPIOnThreeNodeCluster(t *testing.T) {
 
 	t.Run("request to node 1 for a partition led by node 3", func(t *testing.T) {
 		var led uint32
-		waitUntil(t, 10*time.Second, "a partition led by node 3", func() bool {
-			for _, p := range (clusterView{n: nodes[2]}).Partitions() {
+		waitFor(t, 10*time.Second, "a partition led by node 3", func() bool {
+			for _, p := range (clusterView{n: nodes[2]}).Partitions(false) {
 				if p.ID > 0 && p.Leader == 3 {
 					led = p.ID
 					return true
@@ -379,6 +368,20 @@ func TestIngressAPIOnThreeNodeCluster(t *testing.T) {
 		if err := json.Unmarshal([]byte(r.body), &view); r.status != 200 || err != nil || len(view.Nodes) != 3 || len(view.Partitions) != int(nodes[0].cfg.Partitions)+1 {
 			t.Fatalf("/cluster = %d %s", r.status, r.body)
 		}
+		for _, p := range view.Partitions {
+			if p.StateDigest != "" {
+				t.Fatalf("/cluster without ?digest=1 hashed partition %d", p.ID)
+			}
+		}
+		r = call(t, "GET", adminURL+"/cluster?digest=1", "")
+		if err := json.Unmarshal([]byte(r.body), &view); err != nil || len(view.Partitions) == 0 {
+			t.Fatalf("/cluster?digest=1 = %d %s", r.status, r.body)
+		}
+		for _, p := range view.Partitions {
+			if len(p.StateDigest) != 64 || p.DigestIndex == 0 {
+				t.Fatalf("/cluster?digest=1: partition %d digest %q at %d", p.ID, p.StateDigest, p.DigestIndex)
+			}
+		}
 		send := call(t, http.MethodPost, ingressURL(0)+"/Echo/echo/send?delay=1h", `"c"`)
 		id := send.header.Get("x-restate-id")
 		if r := call(t, "GET", adminURL+"/invocations/"+id, ""); r.status != 200 || !strings.Contains(r.body, "pending") {
@@ -426,7 +429,7 @@ func TestLeadershipChangesUnderLoad(t *testing.T) {
 		t.Fatalf("register: %d %s", r.status, r.body)
 	}
 	for i := range nodes {
-		waitUntil(t, 10*time.Second, "registry replicated", func() bool { _, ok := nodes[i].registry.Lookup("Echo"); return ok })
+		waitFor(t, 10*time.Second, "registry replicated", func() bool { _, ok := nodes[i].registry.Lookup("Echo"); return ok })
 	}
 
 	var (
@@ -492,13 +495,13 @@ func TestLeadershipChangesUnderLoad(t *testing.T) {
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
 	progress := func(what string) {
 		before := count()
-		waitUntil(t, 20*time.Second, what, func() bool { return count() >= before+100 })
+		waitFor(t, 20*time.Second, what, func() bool { return count() >= before+100 })
 	}
 	progress("load before any change")
 	for round := range 2 {
 		for p := uint32(1); p <= nodes[0].cfg.Partitions; p++ {
 			for _, nd := range nodes {
-				if g := nd.raft.Group(raftlogGroup(p)); g.Status().IsLeader {
+				if g := nd.raft.Group(raftlog.GroupID(p)); g.Status().IsLeader {
 					to := g.Status().Leader%3 + 1
 					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 					if err := g.TransferLeadership(ctx, to); err != nil {
@@ -540,4 +543,64 @@ func TestLeadershipChangesUnderLoad(t *testing.T) {
 	t.Logf("%d acknowledged invocations, all with their own result", len(acked))
 }
 
-func raftlogGroup(p uint32) raftlog.GroupID { return raftlog.GroupID(p) }
+// TestShutdownAnswersWaitingCallers: a caller long-polling when its node
+// shuts down gets a retry-safe 503 with Retry-After before the grace ends,
+// not a dropped connection.
+func TestShutdownAnswersWaitingCallers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a node")
+	}
+	nodes := startTestCluster(t, 1)
+	nd := nodes[0]
+	svc := newTestService(t)
+	if r := call(t, http.MethodPut, "http://"+nd.cfg.AdminAddr+"/services/Echo", `{"url":"`+svc.srv.URL+`"}`); r.status/100 != 2 {
+		t.Fatalf("register: %d %s", r.status, r.body)
+	}
+	waitFor(t, 10*time.Second, "registry", func() bool { _, ok := nd.registry.Lookup("Echo"); return ok })
+	send := call(t, http.MethodPost, "http://"+nd.cfg.IngressAddr+"/Echo/slow/send", `"s"`)
+	id := send.header.Get("x-restate-id")
+	if send.status != 202 || id == "" {
+		t.Fatalf("send = %d %s", send.status, send.body)
+	}
+	type answer struct {
+		status     int
+		retryAfter string
+		err        error
+	}
+	attached := make(chan answer, 1)
+	go func() {
+		resp, err := http.Get("http://" + nd.cfg.IngressAddr + "/restate/invocation/" + id + "/attach")
+		if err != nil {
+			attached <- answer{err: err}
+			return
+		}
+		resp.Body.Close()
+		attached <- answer{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After")}
+	}()
+	waitFor(t, 10*time.Second, "the attach waiting at its partition", func() bool { return attachWaiters(t, nd) > 0 })
+	start := time.Now()
+	if err := nd.shutdown(); err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+	a := <-attached
+	if a.err != nil || a.status != http.StatusServiceUnavailable || a.retryAfter == "" {
+		t.Fatalf("attach during shutdown = %d (Retry-After %q, error %v), want 503 with Retry-After", a.status, a.retryAfter, a.err)
+	}
+	if took := time.Since(start); took > nd.cfg.ShutdownGrace+time.Second {
+		t.Fatalf("shutdown took %v, grace %v", took, nd.cfg.ShutdownGrace)
+	}
+}
+
+// attachWaiters sums raftgate_partition_attach_waiters from nd's /metrics.
+func attachWaiters(t *testing.T, nd *node) int {
+	r := call(t, http.MethodGet, "http://"+nd.cfg.AdminAddr+"/metrics", "")
+	n := 0
+	for _, line := range strings.Split(r.body, "\n") {
+		if strings.HasPrefix(line, "raftgate_partition_attach_waiters{") {
+			var v float64
+			fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v)
+			n += int(v)
+		}
+	}
+	return n
+}

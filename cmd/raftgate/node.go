@@ -258,34 +258,35 @@ func (n *node) onLeadership(ev raftlog.LeaderEvent) {
 // in-flight HTTP requests finish, then closes everything and flushes
 // storage.
 func (n *node) shutdown() error {
-	closed := true
-	n.closeOnce.Do(func() { closed = false })
-	if closed {
-		return n.closeErr
-	}
+	n.closeOnce.Do(func() { n.closeErr = n.gracefulClose() })
+	return n.closeErr
+}
+
+func (n *node) gracefulClose() error {
 	start := time.Now()
-	deadline := start.Add(n.cfg.ShutdownGrace)
-	n.log.Info().Dur("grace", n.cfg.ShutdownGrace).Msg("shutting down")
+	grace := n.cfg.ShutdownGrace
+	n.log.Info().Dur("grace", grace).Msg("shutting down")
 	n.ingress.Drain()
 
-	transferCtx, cancel := context.WithDeadline(context.Background(), start.Add(n.cfg.ShutdownGrace/2))
+	transferCtx, cancel := context.WithDeadline(context.Background(), start.Add(grace/2))
 	if err := n.raft.TransferAll(transferCtx); err != nil {
 		n.log.Warn().Err(err).Msg("leadership transfer incomplete; peers will elect after the election timeout")
 	}
 	cancel()
 
-	// Requests still waiting for a result get a retry-safe 503 shortly
-	// before the grace ends, rather than a dropped connection.
-	httpCtx, cancel := context.WithDeadline(context.Background(), deadline.Add(-n.cfg.ShutdownGrace/10))
+	// Requests still waiting for a result get a retry-safe 503 a second
+	// before the grace ends (half of it at most), while the server still
+	// drains: once its deadline passes it closes connections, and they would
+	// see a drop. The second lets http.Server notice the connections idle.
+	stopWaiting := time.AfterFunc(time.Until(start.Add(grace-min(grace/2, time.Second))), n.ingress.StopWaiting)
+	httpCtx, cancel := context.WithDeadline(context.Background(), start.Add(grace))
 	err := n.ingressHTTP.Shutdown(httpCtx)
 	cancel()
-	if err != nil {
-		n.ingress.StopWaiting()
-	}
+	stopWaiting.Stop()
 	n.ingressHTTP = nil
-	n.closeErr = errors.Join(err, n.close())
+	err = errors.Join(err, n.close())
 	n.log.Info().Dur("took", time.Since(start)).Msg("stopped")
-	return n.closeErr
+	return err
 }
 
 // closeAll closes whatever was started, at once and without handing

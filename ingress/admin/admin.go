@@ -21,7 +21,9 @@ type Cluster interface {
 	Nodes() []NodeStatus
 	// Partitions lists the partitions (and, as id 0, the metadata group if
 	// the wiring includes it), ordered by id.
-	Partitions() []PartitionStatus
+	// withDigest also hashes each group's replicated state (StateDigest):
+	// O(state size), so only on request.
+	Partitions(withDigest bool) []PartitionStatus
 	// Ready reports whether a leader is known for every partition.
 	Ready() bool
 }

@@ -26,9 +26,9 @@ type fakeCluster struct {
 	ready      bool
 }
 
-func (c *fakeCluster) Nodes() []NodeStatus           { return c.nodes }
-func (c *fakeCluster) Partitions() []PartitionStatus { return c.partitions }
-func (c *fakeCluster) Ready() bool                   { return c.ready }
+func (c *fakeCluster) Nodes() []NodeStatus               { return c.nodes }
+func (c *fakeCluster) Partitions(bool) []PartitionStatus { return c.partitions }
+func (c *fakeCluster) Ready() bool                       { return c.ready }
 
 // fakeInvocations stores records by id and remembers the partition each
 // call was routed to.

@@ -35,7 +35,8 @@ type PartitionStatus struct {
 	// node knows it (it leads the partition); nil otherwise.
 	OutboxDepth *int `json:"outboxDepth,omitempty"`
 	// StateDigest is a hash (hex) of this node's replicated state of the
-	// group at DigestIndex. Replicas at the same index must show the same
+	// group at DigestIndex; only with GET /cluster?digest=1 (it reads the
+	// whole state). Replicas at the same index must show the same
 	// digest; a difference means divergence.
 	StateDigest string `json:"stateDigest,omitempty"`
 	DigestIndex uint64 `json:"digestIndex,omitempty"`
@@ -63,7 +64,7 @@ func (s *server) getCluster(w http.ResponseWriter, r *http.Request) {
 	view := ClusterView{
 		Ready:      s.cfg.Cluster.Ready(),
 		Nodes:      s.cfg.Cluster.Nodes(),
-		Partitions: s.cfg.Cluster.Partitions(),
+		Partitions: s.cfg.Cluster.Partitions(r.URL.Query().Get("digest") == "1"),
 	}
 	if view.Nodes == nil {
 		view.Nodes = []NodeStatus{}
