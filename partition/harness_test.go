@@ -24,7 +24,7 @@ import (
 // fakeCluster is a Raft group in miniature for the layer above raftlog: one
 // shared log, a leader and a term, and replicas that really apply committed
 // entries in order to their own bbolt files, on one applier goroutine (like
-// raftlog's group goroutine), calling onDurable after each commit.
+// raftlog's writer), calling Acknowledge before and Reveal after each commit.
 type fakeCluster struct {
 	t        *testing.T
 	replicas []*replica
@@ -218,18 +218,21 @@ func (c *fakeCluster) applyLoop() {
 			}
 			batch := append([]raftlog.Entry(nil), c.entries[r.applied:c.committed]...)
 			c.mu.Unlock()
-			var onDurable func()
+			// Like raftlog: Acknowledge before the commit, Reveal after.
+			var fx raftlog.Applied
 			err := r.db.Update(func(tx *bolt.Tx) error {
 				var err error
-				onDurable, err = r.p.Apply(tx.Bucket(stateBucket), batch)
+				if fx, err = r.p.Apply(tx.Bucket(stateBucket), batch); err == nil && fx.Acknowledge != nil {
+					fx.Acknowledge()
+				}
 				return err
 			})
 			if err != nil {
 				c.t.Errorf("replica %d: apply: %v", r.n, err)
 				return
 			}
-			if onDurable != nil {
-				onDurable()
+			if fx.Reveal != nil {
+				fx.Reveal()
 			}
 			c.mu.Lock()
 			r.applied = batch[len(batch)-1].Index

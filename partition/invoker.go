@@ -68,7 +68,7 @@ func (iv *invoker) kick() {
 }
 
 // applied ends the reservations of ids whose outcome applied. Called from
-// onDurable; never blocks.
+// Reveal (after the commit); never blocks.
 func (iv *invoker) applied(ids [][]byte, added bool) {
 	if len(ids) > 0 {
 		iv.mu.Lock()

@@ -300,14 +300,21 @@ func (p *Processor) Close() error {
 // Apply implements raftlog.StateMachine. It is deterministic (see
 // machine); its effects (replies, attach wake-ups, outbox changes) are
 // revealed by the returned function once the transaction is durable.
-func (p *Processor) Apply(b *bolt.Bucket, entries []raftlog.Entry) (func(), error) {
+// Replies to proposers go out from Acknowledge (their entries are committed
+// on a quorum; each reply carries only its command's own outcome); results,
+// attach waiters and the invoker learn of the effects only from Reveal,
+// once a View would find them.
+func (p *Processor) Apply(b *bolt.Bucket, entries []raftlog.Entry) (raftlog.Applied, error) {
 	fx, err := p.machine.apply(b, entries)
 	if err != nil {
 		p.logger.Error().Err(err).Msg("apply failed; the group stops")
-		return nil, fmt.Errorf("partition %d: %w", p.cfg.Partition, err)
+		return raftlog.Applied{}, fmt.Errorf("partition %d: %w", p.cfg.Partition, err)
 	}
 	gen := p.restores
-	return func() { p.reveal(fx, gen) }, nil
+	return raftlog.Applied{
+		Acknowledge: func() { p.acknowledge(fx) },
+		Reveal:      func() { p.reveal(fx, gen) },
+	}, nil
 }
 
 // Restore implements raftlog.StateMachine: it rebuilds the in-memory
@@ -322,11 +329,16 @@ func (p *Processor) Restore(b *bolt.Bucket) error {
 	return nil
 }
 
-// reveal publishes fx; gen is the Restore generation its Apply ran in.
-func (p *Processor) reveal(fx *effects, gen uint64) {
+// acknowledge answers the proposers of fx's commands.
+func (p *Processor) acknowledge(fx *effects) {
 	for _, r := range fx.replies {
 		p.tracker.resolve(r)
 	}
+}
+
+// reveal publishes the rest of fx; gen is the Restore generation its Apply
+// ran in.
+func (p *Processor) reveal(fx *effects, gen uint64) {
 	for _, res := range fx.completed {
 		p.attach.Complete(res)
 	}

@@ -176,10 +176,10 @@ func (r *Registry) propose(ctx context.Context, cmd *rpc.Command) error {
 }
 
 // Apply implements raftlog.StateMachine.
-func (r *Registry) Apply(b *bolt.Bucket, entries []raftlog.Entry) (func(), error) {
+func (r *Registry) Apply(b *bolt.Bucket, entries []raftlog.Entry) (raftlog.Applied, error) {
 	sb, err := b.CreateBucketIfNotExists(servicesBucket)
 	if err != nil {
-		return nil, fmt.Errorf("registry: create bucket: %w", err)
+		return raftlog.Applied{}, fmt.Errorf("registry: create bucket: %w", err)
 	}
 	type change struct {
 		name string
@@ -193,7 +193,7 @@ func (r *Registry) Apply(b *bolt.Bucket, entries []raftlog.Entry) (func(), error
 		outcomes[i].term = e.Term
 		batch, err := DecodeBatch(e.Data)
 		if err != nil {
-			return nil, fmt.Errorf("registry: entry %d: %w", e.Index, err)
+			return raftlog.Applied{}, fmt.Errorf("registry: entry %d: %w", e.Index, err)
 		}
 		for _, c := range batch.Commands {
 			switch cmd := c.Cmd.(type) {
@@ -205,10 +205,10 @@ func (r *Registry) Apply(b *bolt.Bucket, entries []raftlog.Entry) (func(), error
 				}
 				data, err := marshalOpts.Marshal(svc)
 				if err != nil {
-					return nil, fmt.Errorf("registry: marshal: %w", err)
+					return raftlog.Applied{}, fmt.Errorf("registry: marshal: %w", err)
 				}
 				if err := sb.Put([]byte(svc.Name), data); err != nil {
-					return nil, fmt.Errorf("registry: put: %w", err)
+					return raftlog.Applied{}, fmt.Errorf("registry: put: %w", err)
 				}
 				changes = append(changes, change{svc.Name, svc})
 			case *rpc.Command_DeleteService:
@@ -218,15 +218,17 @@ func (r *Registry) Apply(b *bolt.Bucket, entries []raftlog.Entry) (func(), error
 					continue
 				}
 				if err := sb.Delete(name); err != nil {
-					return nil, fmt.Errorf("registry: delete: %w", err)
+					return raftlog.Applied{}, fmt.Errorf("registry: delete: %w", err)
 				}
 				changes = append(changes, change{name: cmd.DeleteService.Name})
 			default:
-				return nil, fmt.Errorf("registry: entry %d: unexpected command %T", e.Index, c.Cmd)
+				return raftlog.Applied{}, fmt.Errorf("registry: entry %d: unexpected command %T", e.Index, c.Cmd)
 			}
 		}
 	}
-	return func() {
+	// Reveal only: lookups read the registry's own state, so nothing is
+	// answered before the commit makes it visible.
+	return raftlog.Applied{Reveal: func() {
 		if len(changes) > 0 {
 			r.mu.Lock()
 			next := make(map[string]*rpc.Service, len(r.services)+1)
@@ -244,7 +246,7 @@ func (r *Registry) Apply(b *bolt.Bucket, entries []raftlog.Entry) (func(), error
 			r.mu.Unlock()
 		}
 		r.resolve(indexes, outcomes)
-	}, nil
+	}}, nil
 }
 
 func (r *Registry) resolve(indexes []uint64, outcomes []entryOutcome) {

@@ -36,16 +36,16 @@ func (l *metaLog) Propose(ctx context.Context, data []byte) (raftlog.Proposal, e
 	if l.hold {
 		return raftlog.Proposal{Index: l.index, Term: l.term}, nil
 	}
-	var onDurable func()
+	var fx raftlog.Applied
 	err := l.db.Update(func(tx *bolt.Tx) error {
 		var err error
-		onDurable, err = l.sm.Apply(tx.Bucket(stateBucket), []raftlog.Entry{{Index: l.index, Term: l.term, Data: data}})
+		fx, err = l.sm.Apply(tx.Bucket(stateBucket), []raftlog.Entry{{Index: l.index, Term: l.term, Data: data}})
 		return err
 	})
 	if err != nil {
 		return raftlog.Proposal{}, err
 	}
-	onDurable()
+	fx.Reveal()
 	return raftlog.Proposal{Index: l.index, Term: l.term}, nil
 }
 

@@ -35,7 +35,7 @@ type Entry struct {
 // StateMachine is implemented by the partition processor and the metadata
 // registry. Its methods are called one at a time, never concurrently, and
 // in a happens-before order: Restore on the AddGroup caller's goroutine when
-// the group opens; Apply, Restore (snapshot install) and the onDurable
+// the group opens; Apply, Restore (snapshot install) and the Applied
 // functions on the node's write goroutine, which serves every group (so
 // none of them may block).
 type StateMachine interface {
@@ -44,17 +44,30 @@ type StateMachine interface {
 	// machine keeps all its replicated state beneath it. raftlog records the
 	// applied index in the same transaction, so state and applied index
 	// become durable together. Apply must be deterministic: no clock, no
-	// randomness, no local-only state, no map-order effects.
-	//
-	// The returned function (may be nil) runs after the transaction has been
-	// fsynced, before the next Apply; it reveals effects (wakes waiters) and
-	// must not block. An error stops the group.
-	Apply(b *bolt.Bucket, entries []Entry) (onDurable func(), err error)
+	// randomness, no local-only state, no map-order effects. An error stops
+	// the group.
+	Apply(b *bolt.Bucket, entries []Entry) (Applied, error)
 
 	// Restore is called when the group opens and inside the transaction
 	// that replaced the state bucket with a snapshot's content; the state
 	// machine rebuilds its in-memory indexes from b.
 	Restore(b *bolt.Bucket) error
+}
+
+// Applied is what one Apply hands back to raftlog: functions it runs later
+// on the write goroutine, each at most once. Either may be nil; neither may
+// block.
+type Applied struct {
+	// Acknowledge runs once every Apply of the write transaction succeeded,
+	// before the transaction commits. The entries are committed (durable on
+	// a quorum) already, so an answer that depends only on the entries'
+	// own outcome may go out now, one bbolt commit earlier. It must reveal
+	// nothing a reader would then look for through View or ReadIndex: the
+	// transaction is not visible yet.
+	Acknowledge func()
+	// Reveal runs after the transaction has been fsynced, before the next
+	// Apply: the effects are now visible to View and ReadIndex readers.
+	Reveal func()
 }
 
 // Proposal says where a proposal was appended to the leader's log.

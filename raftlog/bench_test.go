@@ -28,16 +28,18 @@ type benchWaiter struct {
 	ch    chan struct{}
 }
 
-func (s *benchSM) Apply(b *bolt.Bucket, ents []Entry) (func(), error) {
+// Apply answers proposers from Acknowledge, as the partition processor
+// does: before the apply transaction's own commit.
+func (s *benchSM) Apply(b *bolt.Bucket, ents []Entry) (Applied, error) {
 	var key [8]byte
 	for _, e := range ents {
 		binary.BigEndian.PutUint64(key[:], e.Index)
 		if err := b.Put(key[:], e.Data); err != nil {
-			return nil, err
+			return Applied{}, err
 		}
 	}
 	last := ents[len(ents)-1].Index
-	return func() {
+	return Applied{Acknowledge: func() {
 		s.mu.Lock()
 		s.applied = last
 		keep := s.waiters[:0]
@@ -50,7 +52,7 @@ func (s *benchSM) Apply(b *bolt.Bucket, ents []Entry) (func(), error) {
 		}
 		s.waiters = keep
 		s.mu.Unlock()
-	}, nil
+	}}, nil
 }
 
 func (s *benchSM) Restore(*bolt.Bucket) error { return nil }

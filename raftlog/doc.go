@@ -43,12 +43,18 @@
 //     entries are appended (replacing any conflicting tail), the HardState
 //     is written, then StateMachine.Apply runs on the committed entries that
 //     carry data and the applied index and term are written beside the
-//     state, then a due compaction deletes old entries. Then the
-//     transaction commits: one commit (bbolt's fsyncs) makes all of it
-//     durable for every group in the batch, so a state machine's state and
-//     its applied index can never disagree after a crash.
+//     state, then a due compaction deletes old entries. Once every request
+//     of the transaction ran without error, each Apply's Acknowledge
+//     function runs: the applied entries are committed, that is durable on
+//     a quorum, so an answer that depends only on their own outcome may go
+//     out while this node's transaction is still being fsynced (a crash
+//     now replays them from the log to the same outcome: Apply is
+//     deterministic). Then the transaction commits: one commit (bbolt's
+//     fsyncs) makes all of it durable for every group in the batch, so a
+//     state machine's state and its applied index can never disagree after
+//     a crash.
 //  3. Right after the commit, on the writer goroutine and before its next
-//     transaction: each Apply's onDurable functions run (in log order), and
+//     transaction: each Apply's Reveal functions run (in log order), and
 //     the responses raft attached to the append that are addressed to peers
 //     (MsgAppResp, vote responses) are sent. A follower acknowledges an entry
 //     or grants a vote only once it is on disk, which is what makes an
@@ -63,12 +69,14 @@
 //     Advance; RawNode.Advance is not used in this mode).
 //
 // So a StateMachine observes: Apply inside the write transaction (effects
-// in the bucket, invisible to readers until commit), then onDurable after
-// the commit. results and outbox may reveal an applied index to anyone
-// only from onDurable. Apply, Restore-on-install and onDurable all run on
-// the node's writer goroutine, so one StateMachine never sees two calls at
-// once (Restore at open runs on the AddGroup caller before the group
-// starts); none of them may block, as the writer serves every group.
+// in the bucket, invisible to readers until commit), Acknowledge before the
+// commit, Reveal after it. Whatever a reader would look up through View or
+// a ReadIndex barrier (which waits for the durable applied index) may be
+// revealed only from Reveal. Apply, Restore-on-install, Acknowledge and
+// Reveal all run on the node's writer goroutine, so one StateMachine never
+// sees two calls at once (Restore at open runs on the AddGroup caller
+// before the group starts); none of them may block, as the writer serves
+// every group.
 //
 // A failing Apply stops only its group: the whole transaction is rolled
 // back and run again without that group's request; every other state
@@ -81,7 +89,7 @@
 // A write that nobody waits for — a follower's apply, a commit-index-only
 // HardState, a compaction — does not start a commit on its own: it rides
 // with the next urgent write or goes after 5 ms. Everything that gates an
-// acknowledgement (new entries, votes, terms, a leader's apply) is urgent
+// answer (new entries, votes, terms, a leader's apply) is urgent
 // and starts a commit as soon as the writer is free, except that right after
 // a commit that appended a leader's entries the writer lingers up to 0.5 ms
 // for that leader's apply (the followers' acknowledgements are usually in

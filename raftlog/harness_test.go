@@ -55,42 +55,40 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 // applied entries in the root bucket.
 type recordingSM struct {
 	mu      sync.Mutex
-	applied uint64 // durable applied index (set in onDurable)
+	applied uint64 // durable applied index (set in Reveal)
 	count   uint64 // entries in the bucket (rebuilt by Restore)
 	failOn  string // Apply fails on an entry with this data
 }
 
 var bucketEntries = []byte("entries")
 
-func (s *recordingSM) Apply(b *bolt.Bucket, ents []Entry) (func(), error) {
+func (s *recordingSM) Apply(b *bolt.Bucket, ents []Entry) (Applied, error) {
 	eb, err := b.CreateBucketIfNotExists(bucketEntries)
 	if err != nil {
-		return nil, err
+		return Applied{}, err
 	}
 	for _, e := range ents {
 		if s.failOn != "" && string(e.Data) == s.failOn {
-			return nil, errors.New("recordingSM: told to fail")
+			return Applied{}, errors.New("recordingSM: told to fail")
 		}
 		seq, err := eb.NextSequence()
 		if err != nil {
-			return nil, err
+			return Applied{}, err
 		}
 		if err := eb.Put(binary.BigEndian.AppendUint64(nil, seq), e.Data); err != nil {
-			return nil, err
+			return Applied{}, err
 		}
 	}
-	n := uint64(len(ents))
 	last := ents[len(ents)-1].Index
 	total := eb.Sequence()
 	if err := b.Put([]byte("count"), binary.BigEndian.AppendUint64(nil, total)); err != nil {
-		return nil, err
+		return Applied{}, err
 	}
-	_ = n
-	return func() {
+	return Applied{Reveal: func() {
 		s.mu.Lock()
 		s.applied, s.count = last, total
 		s.mu.Unlock()
-	}, nil
+	}}, nil
 }
 
 func (s *recordingSM) Restore(b *bolt.Bucket) error {

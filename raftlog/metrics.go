@@ -16,6 +16,7 @@ type metrics struct {
 	applySeconds   prometheus.Histogram
 	batchEntries   prometheus.Histogram
 	batchGroups    prometheus.Histogram
+	batchPages     prometheus.Histogram
 	leaderChanges  prometheus.Counter
 	snapshotsSent  prometheus.Counter
 	snapshotsRecv  prometheus.Counter
@@ -50,6 +51,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "raftlog_write_batch_requests", Help: "Group write requests carried per write transaction.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
 		}),
+		batchPages: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "raftlog_write_batch_pages", Help: "Pages written (one pwrite each) per write transaction.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+		}),
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "raftlog_leader_changes_total", Help: "Leader or term changes seen by this node's groups.",
 		}),
@@ -68,7 +73,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.proposals, m.proposalErrors, m.applied, m.fsyncSeconds, m.applySeconds,
-			m.batchEntries, m.batchGroups, m.leaderChanges, m.snapshotsSent, m.snapshotsRecv,
+			m.batchEntries, m.batchGroups, m.batchPages, m.leaderChanges, m.snapshotsSent, m.snapshotsRecv,
 			m.droppedMsgs, m.appliedIndex)
 	}
 	return m

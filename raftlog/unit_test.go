@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -312,5 +313,90 @@ func TestManualTicksDriveElections(t *testing.T) {
 		if !found[name] {
 			t.Errorf("metric %s not registered", name)
 		}
+	}
+}
+
+// visibilitySM checks, from inside raftlog's hooks, what a reader sees: at
+// Acknowledge the applied entry must not be visible through View yet (the
+// transaction is not committed), at Reveal it must be.
+type visibilitySM struct {
+	g        *Group
+	mu       sync.Mutex
+	acked    []string
+	revealed []string
+	errs     []error
+}
+
+func (s *visibilitySM) Apply(b *bolt.Bucket, ents []Entry) (Applied, error) {
+	for _, e := range ents {
+		if err := b.Put(e.Data, []byte{1}); err != nil {
+			return Applied{}, err
+		}
+	}
+	key := string(ents[len(ents)-1].Data)
+	visible := func() bool {
+		var found bool
+		if err := s.g.View(func(b *bolt.Bucket) error { found = b.Get([]byte(key)) != nil; return nil }); err != nil {
+			s.errs = append(s.errs, err)
+		}
+		return found
+	}
+	return Applied{
+		Acknowledge: func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if visible() {
+				s.errs = append(s.errs, fmt.Errorf("%s visible at Acknowledge, before its commit", key))
+			}
+			s.acked = append(s.acked, key)
+		},
+		Reveal: func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if !visible() {
+				s.errs = append(s.errs, fmt.Errorf("%s not visible at Reveal, after its commit", key))
+			}
+			if len(s.acked) == 0 || s.acked[len(s.acked)-1] != key {
+				s.errs = append(s.errs, fmt.Errorf("%s revealed before it was acknowledged", key))
+			}
+			s.revealed = append(s.revealed, key)
+		},
+	}, nil
+}
+
+func (s *visibilitySM) Restore(*bolt.Bucket) error { return nil }
+
+// TestAcknowledgeBeforeCommitRevealAfter: Apply's Acknowledge runs before
+// the write transaction commits and Reveal after, once per Apply, in order.
+func TestAcknowledgeBeforeCommitRevealAfter(t *testing.T) {
+	c := newCluster(t, testSeed(t), 1, []GroupID{1}, nil)
+	c.leader(1, c.ids, 2*time.Second)
+	sm := &visibilitySM{}
+	g, err := c.nodes[1].AddGroup(2, c.ids, sm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm.mu.Lock()
+	sm.g = g
+	sm.mu.Unlock()
+	c.leader(2, c.ids, 2*time.Second)
+	const n = 20
+	for i := range n {
+		if _, err := g.Propose(context.Background(), fmt.Appendf(nil, "k%02d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 5*time.Second, "every entry revealed", func() bool {
+		sm.mu.Lock()
+		defer sm.mu.Unlock()
+		return len(sm.revealed) > 0 && sm.revealed[len(sm.revealed)-1] == fmt.Sprintf("k%02d", n-1)
+	})
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	for _, err := range sm.errs {
+		t.Error(err)
+	}
+	if !slices.Equal(sm.acked, sm.revealed) {
+		t.Errorf("acknowledged %v, revealed %v: want the same Applies in the same order", sm.acked, sm.revealed)
 	}
 }

@@ -31,7 +31,8 @@ type writeReq struct {
 	leaderAppend, leaderApply bool
 
 	// Results.
-	onDurable  []func()
+	onAck      []func() // Applied.Acknowledge, run before the commit
+	onDurable  []func() // Applied.Reveal, run after it
 	appliedIdx uint64
 	appliedTrm uint64
 	applyCount int
@@ -288,7 +289,7 @@ func (w *writer) tryCommit(batch []*writeReq, retry bool) (*writeReq, error) {
 	}
 	entries := 0
 	for _, r := range batch {
-		r.onDurable = r.onDurable[:0]
+		r.onAck, r.onDurable = r.onAck[:0], r.onDurable[:0]
 		if r.g.writeFailed.Load() {
 			// An earlier write of this group failed: nothing after it may
 			// be applied (that would skip entries).
@@ -301,6 +302,15 @@ func (w *writer) tryCommit(batch []*writeReq, retry bool) (*writeReq, error) {
 		}
 		entries += len(r.append.GetEntries())
 	}
+	// Every Apply succeeded: acknowledgements go out now, while the commit
+	// runs (their entries are already durable on a quorum).
+	for _, r := range batch {
+		for _, fn := range r.onAck {
+			fn()
+		}
+		clear(r.onAck)
+		r.onAck = r.onAck[:0]
+	}
 	if w.knobs != nil && w.knobs.BeforePersist != nil {
 		w.knobs.BeforePersist()
 	}
@@ -311,6 +321,8 @@ func (w *writer) tryCommit(batch []*writeReq, retry bool) (*writeReq, error) {
 	w.metrics.fsyncSeconds.Observe(time.Since(start).Seconds())
 	w.metrics.batchEntries.Observe(float64(entries))
 	w.metrics.batchGroups.Observe(float64(len(batch)))
+	stats := tx.Stats()
+	w.metrics.batchPages.Observe(float64(stats.GetWrite()))
 	return nil, nil
 }
 
@@ -398,14 +410,17 @@ func (w *writer) applyEntries(gb groupBuckets, r *writeReq, ents []*pb.Entry) er
 	if len(batch) > 0 {
 		start := time.Now()
 		r.applyCalled = true
-		fn, err := g.sm.Apply(gb.state, batch)
+		fx, err := g.sm.Apply(gb.state, batch)
 		w.metrics.applySeconds.Observe(time.Since(start).Seconds())
 		clear(batch)
 		if err != nil {
 			return fmt.Errorf("raftlog: group %d: apply: %w", g.id, err)
 		}
-		if fn != nil {
-			r.onDurable = append(r.onDurable, fn)
+		if fx.Acknowledge != nil {
+			r.onAck = append(r.onAck, fx.Acknowledge)
+		}
+		if fx.Reveal != nil {
+			r.onDurable = append(r.onDurable, fx.Reveal)
 		}
 	}
 	last := ents[len(ents)-1]

@@ -63,6 +63,7 @@ operations; errors are counted by HTTP status.`,
 	f.IntVar(&o.Concurrency, "concurrency", 16, "clients (closed loop) or cap on operations in flight (open loop)")
 	f.DurationVar(&o.Duration, "duration", 10*time.Second, "measured duration")
 	f.DurationVar(&o.Warmup, "warmup", time.Second, "unmeasured load before --duration")
+	f.IntVar(&o.Requests, "requests", 0, "stop after this many measured operations (0: run for --duration)")
 	f.Float64Var(&o.Rate, "rate", 0, "open loop: operations per second (0: closed loop)")
 	f.StringVar(&service, "service", greeterName+"/greet", "SERVICE/HANDLER to invoke")
 	f.IntVar(&o.PayloadBytes, "payload-bytes", 16, "request body size (a JSON string)")

@@ -39,6 +39,9 @@ type benchOptions struct {
 	Rate float64
 	// Warmup runs before Duration and is not measured.
 	Warmup, Duration time.Duration
+	// Requests > 0 ends the run once that many measured operations were
+	// issued, if Duration has not ended it first.
+	Requests int
 	// PayloadBytes is the size of the JSON string body.
 	PayloadBytes int
 	// Delay is passed as ?delay= on sends.
@@ -64,6 +67,8 @@ func (o benchOptions) validate() error {
 		return errors.New("--concurrency: must be at least 1")
 	case o.Duration <= 0:
 		return errors.New("--duration: must be positive")
+	case o.Requests < 0:
+		return errors.New("--requests: must not be negative")
 	case o.Warmup < 0:
 		return errors.New("--warmup: must not be negative")
 	case o.Rate < 0:
@@ -110,6 +115,7 @@ type bench struct {
 	sendURL []string
 	callURL []string
 	next    atomic.Uint64 // round-robin target / open-loop sequence
+	issued  atomic.Int64  // measured operations started (for Requests)
 }
 
 // runBench runs the load and returns the report. Operations in flight at
@@ -196,6 +202,9 @@ func (b *bench) worker(ctx context.Context, st *workerStats, start, measureFrom,
 			}
 		}
 		if !intended.Before(end) {
+			return
+		}
+		if b.opt.Requests > 0 && !intended.Before(measureFrom) && b.issued.Add(1) > int64(b.opt.Requests) {
 			return
 		}
 		errClass, sample := b.operation(ctx, int(seq%uint64(len(b.callURL))))

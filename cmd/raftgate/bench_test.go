@@ -114,6 +114,23 @@ func TestBenchClosedLoopTotalsMatchServer(t *testing.T) {
 	}
 }
 
+func TestBenchStopsAfterRequests(t *testing.T) {
+	f := &fakeIngress{}
+	o := benchOpts([]string{startFakeIngress(t, f)}, modeSend)
+	o.Duration, o.Requests = time.Minute, 500
+	r, err := runBench(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Requests != 500 || r.Successes != 500 || f.requests.Load() != 500 {
+		t.Fatalf("report %d requests (%d ok), server saw %d; want exactly 500", r.Requests, r.Successes, f.requests.Load())
+	}
+	o.Requests = -1
+	if _, err := runBench(context.Background(), o); err == nil || !strings.Contains(err.Error(), "--requests") {
+		t.Fatalf("negative --requests: err = %v", err)
+	}
+}
+
 func TestBenchErrorsByStatusAndRoundRobin(t *testing.T) {
 	a, b := &fakeIngress{failEvery: 3}, &fakeIngress{failEvery: 3}
 	r, err := runBench(context.Background(), benchOpts([]string{startFakeIngress(t, a), startFakeIngress(t, b) + "/"}, modeCall))
