@@ -47,7 +47,7 @@ func Start(cfg Config) (*Membership, error) {
 	}
 	m := &Membership{
 		cfg:      cfg,
-		log:      cfg.Logger.With().Str("component", "leadership").Uint64("node", cfg.Self.ID).Logger(),
+		log:      cfg.Logger.With().Str("component", "leadership").Logger(),
 		meta:     encodeNodeInfo(cfg.Self),
 		leaders:  table{},
 		members:  map[uint64]Member{cfg.Self.ID: {NodeInfo: cfg.Self, Alive: true}},

@@ -42,6 +42,8 @@ type Registry struct {
 	waiters  map[uint64]*registryWaiter
 	outcomes map[uint64]entryOutcome
 	applied  uint64
+	// revealed is closed (and replaced) whenever applied changes.
+	revealed chan struct{}
 }
 
 type registryWaiter struct {
@@ -63,6 +65,7 @@ func NewRegistry(logger zerolog.Logger) *Registry {
 		services: make(map[string]*rpc.Service),
 		waiters:  make(map[uint64]*registryWaiter),
 		outcomes: make(map[uint64]entryOutcome),
+		revealed: make(chan struct{}),
 	}
 }
 
@@ -111,6 +114,47 @@ func (r *Registry) Lookup(name string) (*rpc.Service, bool) {
 	defer r.mu.RUnlock()
 	svc, ok := r.services[name]
 	return svc, ok
+}
+
+// LookupFresh is Lookup for a name that may have been registered a moment
+// ago through another node. On a miss it waits, at most wait, until this
+// replica has applied every registry change it knows to be committed, and
+// looks again: a client that registers a service and calls it at once
+// through another node is not told it does not exist. Hits never wait.
+func (r *Registry) LookupFresh(name string, wait time.Duration) (*rpc.Service, bool) {
+	if svc, ok := r.Lookup(name); ok {
+		return svc, ok
+	}
+	select {
+	case <-r.ready:
+	default:
+		return nil, false
+	}
+	st := r.log.Status()
+	if st.Applied >= st.Committed {
+		return nil, false
+	}
+	target := st.Committed
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	// Leaders' empty entries advance the applied index without a reveal:
+	// the ticker re-reads it.
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		r.wmu.Lock()
+		revealed := r.revealed
+		r.wmu.Unlock()
+		if r.log.Status().Applied >= target {
+			return r.Lookup(name)
+		}
+		select {
+		case <-revealed:
+		case <-tick.C:
+		case <-deadline.C:
+			return r.Lookup(name)
+		}
+	}
 }
 
 // List returns every registered service, sorted by name.
@@ -256,6 +300,8 @@ func (r *Registry) resolve(indexes []uint64, outcomes []entryOutcome) {
 		r.outcomes[idx] = outcomes[i]
 		r.applied = max(r.applied, idx)
 	}
+	close(r.revealed)
+	r.revealed = make(chan struct{})
 	for idx, w := range r.waiters {
 		if idx > r.applied {
 			continue

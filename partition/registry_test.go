@@ -24,6 +24,8 @@ type metaLog struct {
 	term   uint64
 	leader bool
 	hold   bool // append without applying
+	// committed and applied are what Status reports.
+	committed, applied uint64
 }
 
 func (l *metaLog) Propose(ctx context.Context, data []byte) (raftlog.Proposal, error) {
@@ -56,7 +58,8 @@ func (l *metaLog) View(fn func(b *bolt.Bucket) error) error {
 func (l *metaLog) Status() raftlog.Status {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	st := raftlog.Status{Group: raftlog.MetaGroup, Term: l.term, IsLeader: l.leader, Leader: 2}
+	st := raftlog.Status{Group: raftlog.MetaGroup, Term: l.term, IsLeader: l.leader, Leader: 2,
+		Committed: l.committed, Applied: l.applied}
 	if l.leader {
 		st.Leader = 1
 	}
@@ -128,5 +131,70 @@ func TestRegistry(t *testing.T) {
 	var nl *rpc.NotLeaderError
 	if err := reg.Put(ctx, &rpc.Service{Name: "x", Url: "http://127.0.0.1:9"}); !errors.As(err, &nl) || nl.Leader != 2 {
 		t.Fatalf("follower put = %v", err)
+	}
+}
+
+// TestLookupFreshWaitsForCommittedRegistration: a replica that knows of a
+// committed registry change it has not applied yet answers a miss only
+// after applying it (or after the bound).
+func TestLookupFreshWaitsForCommittedRegistration(t *testing.T) {
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "meta.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket(stateBucket); return err }); err != nil {
+		t.Fatal(err)
+	}
+	reg := NewRegistry(zerolog.Nop())
+	log := &metaLog{db: db, sm: reg, term: 1, committed: 7, applied: 6}
+	reg.Start(log)
+
+	// Nothing arrives: the miss is answered after the bound.
+	start := time.Now()
+	if _, ok := reg.LookupFresh("echo", 50*time.Millisecond); ok {
+		t.Fatal("found a service that was never registered")
+	}
+	if waited := time.Since(start); waited < 50*time.Millisecond {
+		t.Fatalf("answered the miss after %v, before the 50ms bound, though entry 7 was not applied", waited)
+	}
+
+	found := make(chan bool, 1)
+	go func() {
+		_, ok := reg.LookupFresh("echo", time.Minute)
+		found <- ok
+	}()
+	// Entry 7 registers echo; it applies (and the replica publishes its
+	// applied index) while the lookup waits.
+	data, err := EncodeBatch(&rpc.Command{Cmd: &rpc.Command_PutService{PutService: &rpc.PutService{
+		Service: &rpc.Service{Name: "echo", Url: "http://127.0.0.1:9"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fx raftlog.Applied
+	if err := db.Update(func(tx *bolt.Tx) error {
+		var err error
+		fx, err = reg.Apply(tx.Bucket(stateBucket), []raftlog.Entry{{Index: 7, Term: 1, Data: data}})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	fx.Reveal()
+	log.mu.Lock()
+	log.applied = 7
+	log.mu.Unlock()
+	select {
+	case ok := <-found:
+		if !ok {
+			t.Fatal("registration applied while waiting, but LookupFresh missed it")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("LookupFresh still waiting 10s after the registration applied")
+	}
+
+	// Caught up: a miss is answered at once.
+	start = time.Now()
+	if _, ok := reg.LookupFresh("other", time.Minute); ok || time.Since(start) > 5*time.Second {
+		t.Fatalf("miss on a caught-up replica: found=%v after %v", ok, time.Since(start))
 	}
 }

@@ -154,7 +154,8 @@ type Config struct {
 	// messages are dropped and raft is told the peer is unreachable.
 	PeerQueueMessages int
 
-	// Logger is the parent logger; each group gets a child.
+	// Logger is the parent logger (the caller names the node in it); each
+	// group gets a child.
 	Logger zerolog.Logger
 	// Registerer receives raftlog's metrics; nil registers none.
 	Registerer prometheus.Registerer

@@ -175,7 +175,7 @@ func (c *cluster) config(id uint64) Config {
 		ElectionTicks:   10,
 		HeartbeatTicks:  1,
 		SnapshotEntries: 100000,
-		Logger:          zerolog.New(zerolog.NewTestWriter(c.t)).Level(zerolog.WarnLevel),
+		Logger:          zerolog.New(zerolog.NewTestWriter(c.t)).Level(zerolog.WarnLevel).With().Uint64("node", id).Logger(),
 	}
 	if c.tune != nil {
 		c.tune(&cfg)

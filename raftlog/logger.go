@@ -2,6 +2,7 @@ package raftlog
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/rs/zerolog"
 	"go.etcd.io/raft/v3"
@@ -17,13 +18,28 @@ var _ raft.Logger = raftLogger{}
 func (l raftLogger) Debug(v ...any)                 { l.zl.Debug().Msg(fmt.Sprint(v...)) }
 func (l raftLogger) Debugf(format string, v ...any) { l.zl.Debug().Msgf(format, v...) }
 func (l raftLogger) Info(v ...any)                  { l.zl.Info().Msg(fmt.Sprint(v...)) }
-func (l raftLogger) Infof(format string, v ...any)  { l.zl.Info().Msgf(format, v...) }
-func (l raftLogger) Warning(v ...any)               { l.zl.Warn().Msg(fmt.Sprint(v...)) }
+func (l raftLogger) Infof(format string, v ...any) {
+	if isRoutine(format) {
+		l.zl.Debug().Msgf(format, v...)
+		return
+	}
+	l.zl.Info().Msgf(format, v...)
+}
+func (l raftLogger) Warning(v ...any) { l.zl.Warn().Msg(fmt.Sprint(v...)) }
 func (l raftLogger) Warningf(format string, v ...any) {
 	l.zl.Warn().Msgf(format, v...)
 }
 func (l raftLogger) Error(v ...any)                 { l.zl.Error().Msg(fmt.Sprint(v...)) }
 func (l raftLogger) Errorf(format string, v ...any) { l.zl.Error().Msgf(format, v...) }
+
+// isRoutine: raft logs these at info level on the normal path of
+// asynchronous storage writes (an append's acknowledgement that arrives
+// after later writes already covered its entries); under load they would
+// flood an info log, so they go out at debug level.
+func isRoutine(format string) bool {
+	return strings.HasPrefix(format, "entry at index %d missing from unstable log") ||
+		strings.HasPrefix(format, "entry at index %d matched unstable snapshot")
+}
 
 // Fatal and Panic both panic: raft calls them on broken invariants, and a
 // library must not exit the process.

@@ -90,7 +90,7 @@ func open(cfg Config, newTransport func(*Node) transport) (*Node, error) {
 	}
 	n := &Node{
 		cfg:      cfg,
-		log:      cfg.Logger.With().Str("component", "raftlog").Uint64("node", cfg.NodeID).Logger(),
+		log:      cfg.Logger.With().Str("component", "raftlog").Logger(),
 		db:       db,
 		metrics:  newMetrics(cfg.Registerer),
 		groups:   make(map[GroupID]*Group),

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 	bolt "go.etcd.io/bbolt"
 	pb "go.etcd.io/raft/v3/raftpb"
 )
@@ -398,5 +399,21 @@ func TestAcknowledgeBeforeCommitRevealAfter(t *testing.T) {
 	}
 	if !slices.Equal(sm.acked, sm.revealed) {
 		t.Errorf("acknowledged %v, revealed %v: want the same Applies in the same order", sm.acked, sm.revealed)
+	}
+}
+
+// TestRaftLoggerDemotesRoutineMessages: raft's routine async-write notices
+// go out at debug level, everything else raft says at info stays at info.
+func TestRaftLoggerDemotesRoutineMessages(t *testing.T) {
+	var buf bytes.Buffer
+	l := raftLogger{zerolog.New(&buf).Level(zerolog.InfoLevel)}
+	l.Infof("entry at index %d missing from unstable log; ignoring", 7)
+	l.Infof("entry at index %d matched unstable snapshot; ignoring", 7)
+	if buf.Len() != 0 {
+		t.Fatalf("routine notices logged at info: %s", buf.String())
+	}
+	l.Infof("%x became leader at term %d", 1, 2)
+	if !strings.Contains(buf.String(), "became leader at term 2") {
+		t.Fatalf("info message lost: %q", buf.String())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"time"
 
 	"github.com/raftgate/raftgate/ingress/admin"
 	"github.com/raftgate/raftgate/ingress/dispatch"
@@ -99,6 +100,18 @@ func (r registryView) DeleteService(ctx context.Context, name string) error {
 
 func (r registryView) Lookup(name string) (*rpc.Service, bool) { return r.registry.Lookup(name) }
 func (r registryView) List() []*rpc.Service                    { return r.registry.List() }
+
+// freshServices is the ingress's service lookup: a miss first lets this
+// node's registry replica catch up with the changes it knows are committed
+// (at most registryCatchUp), so a service registered through another node
+// a moment ago is found.
+type freshServices struct{ registry *partition.Registry }
+
+const registryCatchUp = 250 * time.Millisecond
+
+func (f freshServices) Lookup(name string) (*rpc.Service, bool) {
+	return f.registry.LookupFresh(name, registryCatchUp)
+}
 
 // clusterView is the admin API's view of the cluster from this node.
 type clusterView struct{ n *node }

@@ -203,7 +203,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	icfg := ingress.DefaultConfig()
 	icfg.Partitions = cfg.Partitions
 	icfg.Dispatcher = n.dispatchClient
-	icfg.Services = n.registry
+	icfg.Services = freshServices{n.registry}
 	icfg.Retention = cfg.Retention
 	icfg.MaxBodyBytes = cfg.MaxBodyBytes
 	icfg.MaxConcurrent = cfg.MaxConcurrent
@@ -234,7 +234,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 		return nil, fmt.Errorf("--admin-addr: %w", err)
 	}
 	n.log.Info().Uint32("partitions", cfg.Partitions).Str("ingress", cfg.IngressAddr).Str("admin", cfg.AdminAddr).
-		Str("node", cfg.NodeAddr).Msg("raftgate node started")
+		Str("node_addr", cfg.NodeAddr).Msg("raftgate node started")
 	return n, nil
 }
 

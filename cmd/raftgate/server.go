@@ -95,7 +95,10 @@ func newServerCmd(env cliEnv, runNode serverRunner) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		logger.Info().Uint64("node", cfg.NodeID).Str("data_dir", cfg.DataDir).
+		// Every line of a node's log names the node (the libraries below
+		// do not add it themselves).
+		logger = logger.With().Uint64("node", cfg.NodeID).Logger()
+		logger.Info().Str("data_dir", cfg.DataDir).
 			Str("ingress", cfg.IngressAddr).Str("admin", cfg.AdminAddr).Str("node_addr", cfg.NodeAddr).
 			Str("gossip", cfg.GossipAddr).Uint32("partitions", cfg.Partitions).Msg("starting raftgate node")
 		return runNode(cmd.Context(), cfg, logger)
