@@ -298,12 +298,10 @@ func (p *Processor) Close() error {
 }
 
 // Apply implements raftlog.StateMachine. It is deterministic (see
-// machine); its effects (replies, attach wake-ups, outbox changes) are
-// revealed by the returned function once the transaction is durable.
-// Replies to proposers go out from Acknowledge (their entries are committed
-// on a quorum; each reply carries only its command's own outcome); results,
-// attach waiters and the invoker learn of the effects only from Reveal,
-// once a View would find them.
+// machine). Replies to proposers go out from Acknowledge (their entries
+// are committed on a quorum; each reply carries only its command's own
+// outcome); results, attach waiters and the invoker learn of the effects
+// only from Reveal, once a View would find them.
 func (p *Processor) Apply(b *bolt.Bucket, entries []raftlog.Entry) (raftlog.Applied, error) {
 	fx, err := p.machine.apply(b, entries)
 	if err != nil {

@@ -24,8 +24,10 @@ type metaLog struct {
 	term   uint64
 	leader bool
 	hold   bool // append without applying
-	// committed and applied are what Status reports.
+	// committed and applied are what Status reports; statusCalls counts
+	// the calls.
 	committed, applied uint64
+	statusCalls        int
 }
 
 func (l *metaLog) Propose(ctx context.Context, data []byte) (raftlog.Proposal, error) {
@@ -58,6 +60,7 @@ func (l *metaLog) View(fn func(b *bolt.Bucket) error) error {
 func (l *metaLog) Status() raftlog.Status {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.statusCalls++
 	st := raftlog.Status{Group: raftlog.MetaGroup, Term: l.term, IsLeader: l.leader, Leader: 2,
 		Committed: l.committed, Applied: l.applied}
 	if l.leader {
@@ -66,15 +69,22 @@ func (l *metaLog) Status() raftlog.Status {
 	return st
 }
 
-func TestRegistry(t *testing.T) {
+// newMetaDB is a bbolt file with the state bucket, closed at cleanup.
+func newMetaDB(t *testing.T) *bolt.DB {
+	t.Helper()
 	db, err := bolt.Open(filepath.Join(t.TempDir(), "meta.db"), 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() })
 	if err := db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket(stateBucket); return err }); err != nil {
 		t.Fatal(err)
 	}
+	return db
+}
+
+func TestRegistry(t *testing.T) {
+	db := newMetaDB(t)
 	reg := NewRegistry(zerolog.Nop())
 	log := &metaLog{db: db, sm: reg, term: 1, leader: true}
 	reg.Start(log)
@@ -138,14 +148,7 @@ func TestRegistry(t *testing.T) {
 // committed registry change it has not applied yet answers a miss only
 // after applying it (or after the bound).
 func TestLookupFreshWaitsForCommittedRegistration(t *testing.T) {
-	db, err := bolt.Open(filepath.Join(t.TempDir(), "meta.db"), 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket(stateBucket); return err }); err != nil {
-		t.Fatal(err)
-	}
+	db := newMetaDB(t)
 	reg := NewRegistry(zerolog.Nop())
 	log := &metaLog{db: db, sm: reg, term: 1, committed: 7, applied: 6}
 	reg.Start(log)
@@ -159,11 +162,21 @@ func TestLookupFreshWaitsForCommittedRegistration(t *testing.T) {
 		t.Fatalf("answered the miss after %v, before the 50ms bound, though entry 7 was not applied", waited)
 	}
 
+	log.mu.Lock()
+	calls := log.statusCalls
+	log.mu.Unlock()
 	found := make(chan bool, 1)
 	go func() {
 		_, ok := reg.LookupFresh("echo", time.Minute)
 		found <- ok
 	}()
+	// Once it re-reads the status it is waiting (its first read took the
+	// target).
+	waitFor(t, 5*time.Second, "LookupFresh to wait for entry 7", func() bool {
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		return log.statusCalls >= calls+2
+	})
 	// Entry 7 registers echo; it applies (and the replica publishes its
 	// applied index) while the lookup waits.
 	data, err := EncodeBatch(&rpc.Command{Cmd: &rpc.Command_PutService{PutService: &rpc.PutService{
