@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -32,15 +34,28 @@ var usedAddrs = struct {
 	addrs map[string]bool
 }{addrs: map[string]bool{}}
 
+// freeAddr returns a 127.0.0.1 address free for TCP and UDP (gossip needs
+// both), not returned before. Its port comes from [27000, 32000), below the
+// kernel's ephemeral range, when the range allows (see test/harness_test.go:
+// in the ephemeral range an outgoing connection could take it before the
+// node binds it).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	for range 200 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	lo, hi := 27000, 32000
+	if !belowEphemeral(hi) {
+		lo, hi = 0, 0
+	}
+	for range 500 {
+		port := 0
+		if hi > lo {
+			port = lo + rand.IntN(hi-lo)
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
-			t.Fatal(err)
+			continue // taken
 		}
 		addr := l.Addr().String()
-		u, err := net.ListenPacket("udp", addr) // gossip needs UDP too
+		u, err := net.ListenPacket("udp", addr)
 		l.Close()
 		if err != nil {
 			continue
@@ -56,6 +71,18 @@ func freeAddr(t *testing.T) string {
 	}
 	t.Fatal("no free port")
 	return ""
+}
+
+// belowEphemeral reports whether every port below hi is outside the
+// kernel's ephemeral range.
+func belowEphemeral(hi int) bool {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return false
+	}
+	var low int
+	_, err = fmt.Sscan(string(b), &low)
+	return err == nil && low >= hi
 }
 
 // startTestCluster starts n nodes in this process and waits until each is
