@@ -30,7 +30,7 @@ const recentOutcomes = 1024
 type Registry struct {
 	logger zerolog.Logger
 	now    func() time.Time
-	log    Log
+	log    MetaLog
 	ready  chan struct{} // closed by Start
 
 	mu       sync.RWMutex
@@ -42,8 +42,6 @@ type Registry struct {
 	waiters  map[uint64]*registryWaiter
 	outcomes map[uint64]entryOutcome
 	applied  uint64
-	// revealed is closed (and replaced) whenever applied changes.
-	revealed chan struct{}
 }
 
 type registryWaiter struct {
@@ -65,12 +63,20 @@ func NewRegistry(logger zerolog.Logger) *Registry {
 		services: make(map[string]*rpc.Service),
 		waiters:  make(map[uint64]*registryWaiter),
 		outcomes: make(map[uint64]entryOutcome),
-		revealed: make(chan struct{}),
 	}
 }
 
+// MetaLog is what the registry needs of the metadata group; *raftlog.Group
+// satisfies it.
+type MetaLog interface {
+	Log
+	// CatchUp returns once this replica applied everything the leader had
+	// committed when it was called (on followers too).
+	CatchUp(ctx context.Context) error
+}
+
 // Start lets the registry propose through log (the metadata group).
-func (r *Registry) Start(log Log) {
+func (r *Registry) Start(log MetaLog) {
 	r.log = log
 	close(r.ready)
 }
@@ -117,10 +123,11 @@ func (r *Registry) Lookup(name string) (*rpc.Service, bool) {
 }
 
 // LookupFresh is Lookup for a name that may have been registered a moment
-// ago through another node. On a miss it waits, at most wait, until this
-// replica has applied every registry change it knows to be committed, and
-// looks again: a client that registers a service and calls it at once
-// through another node is not told it does not exist. Hits never wait.
+// ago through another node. On a miss it lets this replica catch up with
+// what the metadata group's leader has committed (MetaLog.CatchUp, at most
+// wait) and looks again: a client that registers a service and calls it at
+// once through another node is not told it does not exist. Hits never
+// wait.
 func (r *Registry) LookupFresh(name string, wait time.Duration) (*rpc.Service, bool) {
 	if svc, ok := r.Lookup(name); ok {
 		return svc, ok
@@ -130,31 +137,12 @@ func (r *Registry) LookupFresh(name string, wait time.Duration) (*rpc.Service, b
 	default:
 		return nil, false
 	}
-	st := r.log.Status()
-	if st.Applied >= st.Committed {
-		return nil, false
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := r.log.CatchUp(ctx); err != nil {
+		r.logger.Debug().Err(err).Str("service", name).Msg("registry catch-up failed; answering from this replica")
 	}
-	target := st.Committed
-	deadline := time.NewTimer(wait)
-	defer deadline.Stop()
-	// Leaders' empty entries advance the applied index without a reveal:
-	// the ticker re-reads it.
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		r.wmu.Lock()
-		revealed := r.revealed
-		r.wmu.Unlock()
-		if r.log.Status().Applied >= target {
-			return r.Lookup(name)
-		}
-		select {
-		case <-revealed:
-		case <-tick.C:
-		case <-deadline.C:
-			return r.Lookup(name)
-		}
-	}
+	return r.Lookup(name)
 }
 
 // List returns every registered service, sorted by name.
@@ -300,8 +288,6 @@ func (r *Registry) resolve(indexes []uint64, outcomes []entryOutcome) {
 		r.outcomes[idx] = outcomes[i]
 		r.applied = max(r.applied, idx)
 	}
-	close(r.revealed)
-	r.revealed = make(chan struct{})
 	for idx, w := range r.waiters {
 		if idx > r.applied {
 			continue

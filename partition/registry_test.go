@@ -24,10 +24,10 @@ type metaLog struct {
 	term   uint64
 	leader bool
 	hold   bool // append without applying
-	// committed and applied are what Status reports; statusCalls counts
-	// the calls.
-	committed, applied uint64
-	statusCalls        int
+	// catchUp, when set, is what CatchUp waits for (nil: it returns at
+	// once); catchUps counts the calls.
+	catchUp  chan struct{}
+	catchUps int
 }
 
 func (l *metaLog) Propose(ctx context.Context, data []byte) (raftlog.Proposal, error) {
@@ -54,15 +54,29 @@ func (l *metaLog) Propose(ctx context.Context, data []byte) (raftlog.Proposal, e
 }
 
 func (l *metaLog) ReadIndex(context.Context) error { return nil }
+
+func (l *metaLog) CatchUp(ctx context.Context) error {
+	l.mu.Lock()
+	l.catchUps++
+	ch := l.catchUp
+	l.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 func (l *metaLog) View(fn func(b *bolt.Bucket) error) error {
 	return l.db.View(func(tx *bolt.Tx) error { return fn(tx.Bucket(stateBucket)) })
 }
 func (l *metaLog) Status() raftlog.Status {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.statusCalls++
-	st := raftlog.Status{Group: raftlog.MetaGroup, Term: l.term, IsLeader: l.leader, Leader: 2,
-		Committed: l.committed, Applied: l.applied}
+	st := raftlog.Status{Group: raftlog.MetaGroup, Term: l.term, IsLeader: l.leader, Leader: 2}
 	if l.leader {
 		st.Leader = 1
 	}
@@ -144,41 +158,37 @@ func TestRegistry(t *testing.T) {
 	}
 }
 
-// TestLookupFreshWaitsForCommittedRegistration: a replica that knows of a
-// committed registry change it has not applied yet answers a miss only
-// after applying it (or after the bound).
-func TestLookupFreshWaitsForCommittedRegistration(t *testing.T) {
+// TestLookupFreshCatchesUpOnAMiss: a miss first lets the replica catch up
+// with the leader (bounded), and a registration applied by then is found;
+// hits never ask.
+func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
 	db := newMetaDB(t)
 	reg := NewRegistry(zerolog.Nop())
-	log := &metaLog{db: db, sm: reg, term: 1, committed: 7, applied: 6}
+	log := &metaLog{db: db, sm: reg, term: 1, catchUp: make(chan struct{})}
 	reg.Start(log)
+	catchUps := func() int {
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		return log.catchUps
+	}
 
-	// Nothing arrives: the miss is answered after the bound.
+	// The leader never answers: the miss is answered after the bound.
 	start := time.Now()
 	if _, ok := reg.LookupFresh("echo", 50*time.Millisecond); ok {
 		t.Fatal("found a service that was never registered")
 	}
-	if waited := time.Since(start); waited < 50*time.Millisecond {
-		t.Fatalf("answered the miss after %v, before the 50ms bound, though entry 7 was not applied", waited)
+	if waited := time.Since(start); waited < 50*time.Millisecond || catchUps() != 1 {
+		t.Fatalf("miss answered after %v with %d catch-ups; want one catch-up bounded by 50ms", waited, catchUps())
 	}
 
-	log.mu.Lock()
-	calls := log.statusCalls
-	log.mu.Unlock()
 	found := make(chan bool, 1)
 	go func() {
 		_, ok := reg.LookupFresh("echo", time.Minute)
 		found <- ok
 	}()
-	// Once it re-reads the status it is waiting (its first read took the
-	// target).
-	waitFor(t, 5*time.Second, "LookupFresh to wait for entry 7", func() bool {
-		log.mu.Lock()
-		defer log.mu.Unlock()
-		return log.statusCalls >= calls+2
-	})
-	// Entry 7 registers echo; it applies (and the replica publishes its
-	// applied index) while the lookup waits.
+	waitFor(t, 5*time.Second, "LookupFresh to catch up", func() bool { return catchUps() == 2 })
+	// Meanwhile the registration applies on this replica; then the
+	// catch-up completes.
 	data, err := EncodeBatch(&rpc.Command{Cmd: &rpc.Command_PutService{PutService: &rpc.PutService{
 		Service: &rpc.Service{Name: "echo", Url: "http://127.0.0.1:9"}}}})
 	if err != nil {
@@ -193,21 +203,16 @@ func TestLookupFreshWaitsForCommittedRegistration(t *testing.T) {
 		t.Fatal(err)
 	}
 	fx.Reveal()
-	log.mu.Lock()
-	log.applied = 7
-	log.mu.Unlock()
+	close(log.catchUp)
 	select {
 	case ok := <-found:
 		if !ok {
-			t.Fatal("registration applied while waiting, but LookupFresh missed it")
+			t.Fatal("registration applied during the catch-up, but LookupFresh missed it")
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("LookupFresh still waiting 10s after the registration applied")
+		t.Fatal("LookupFresh still waiting 10s after its catch-up completed")
 	}
-
-	// Caught up: a miss is answered at once.
-	start = time.Now()
-	if _, ok := reg.LookupFresh("other", time.Minute); ok || time.Since(start) > 5*time.Second {
-		t.Fatalf("miss on a caught-up replica: found=%v after %v", ok, time.Since(start))
+	if _, ok := reg.LookupFresh("echo", time.Minute); !ok || catchUps() != 2 {
+		t.Fatalf("hit: found=%v after %d catch-ups; a hit must not catch up", ok, catchUps())
 	}
 }

@@ -122,7 +122,12 @@ type proposeResult struct {
 	err error
 }
 
-type readWaiter struct{ reply chan error }
+type readWaiter struct {
+	reply chan error
+	// anyReplica: a CatchUp, which a follower forwards to its leader; a
+	// ReadIndex is served by the leader only.
+	anyReplica bool
+}
 
 type readBatch struct {
 	waiters []*readWaiter
@@ -206,6 +211,30 @@ func (g *Group) ReadIndex(ctx context.Context) error {
 		return &NotLeaderError{Group: g.id, Leader: ev.Leader, Term: ev.Term}
 	}
 	w := &readWaiter{reply: make(chan error, 1)}
+	if !g.enqueue(func(in *inbox) { in.reads = append(in.reads, w) }) {
+		return ErrStopped
+	}
+	select {
+	case err := <-w.reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-g.done:
+		return ErrStopped
+	}
+}
+
+// CatchUp returns once this replica has applied everything the group's
+// leader had committed when the call was made, on a follower as on the
+// leader (raft's ReadIndex, which a follower forwards to its leader). It
+// fails with *NotLeaderError when no leader is known or the leader changes
+// before the read index is confirmed, and with ctx's error when the leader
+// does not answer in time (a message can be lost: bound ctx).
+func (g *Group) CatchUp(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	w := &readWaiter{reply: make(chan error, 1), anyReplica: true}
 	if !g.enqueue(func(in *inbox) { in.reads = append(in.reads, w) }) {
 		return ErrStopped
 	}

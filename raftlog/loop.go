@@ -167,14 +167,24 @@ func (g *Group) answerAccepted(ents []*pb.Entry) {
 
 func (g *Group) issueRead(ws []*readWaiter) {
 	if !g.isLeader {
+		// Only catch-ups go on, forwarded to a known leader.
 		ev := g.leader.Load()
+		notLeader := &NotLeaderError{Group: g.id, Leader: ev.Leader, Term: ev.Term}
+		var forward []*readWaiter
 		for _, w := range ws {
-			w.reply <- &NotLeaderError{Group: g.id, Leader: ev.Leader, Term: ev.Term}
+			if w.anyReplica && ev.Leader != 0 {
+				forward = append(forward, w)
+			} else {
+				w.reply <- notLeader
+			}
 		}
-		return
+		ws = forward
+		if len(ws) == 0 {
+			return
+		}
 	}
 	g.readSeq++
-	// ws is the inbox's slice, reused next iteration: copy it.
+	// ws may be the inbox's slice, reused next iteration: copy it.
 	g.readIssued[g.readSeq] = &readBatch{waiters: slices.Clone(ws)}
 	g.rn.ReadIndex(binary.BigEndian.AppendUint64(nil, g.readSeq))
 }
@@ -383,7 +393,7 @@ func (g *Group) releaseReads() {
 }
 
 // observeLeadership publishes leader/term changes and fails reads whose
-// index was not confirmed when this node stops leading.
+// index was not confirmed when the leader or the term changes.
 func (g *Group) observeLeadership(rd raft.Ready) {
 	prev := g.leader.Load()
 	lead, term := prev.Leader, prev.Term
@@ -398,16 +408,16 @@ func (g *Group) observeLeadership(rd raft.Ready) {
 	if lead == prev.Leader && term == prev.Term && isLeader == g.isLeader {
 		return
 	}
-	wasLeader := g.isLeader
 	g.isLeader = isLeader
-	if wasLeader && (!isLeader || term != prev.Term) {
-		ev := &NotLeaderError{Group: g.id, Leader: lead, Term: term}
-		for id, b := range g.readIssued {
-			for _, w := range b.waiters {
-				w.reply <- ev
-			}
-			delete(g.readIssued, id)
+	// A read index not confirmed yet may never be: a leader's confirmation
+	// round, or a follower's request forwarded to the old leader, is lost
+	// with the change. (Confirmed ones wait in readAwait for the apply.)
+	ev := &NotLeaderError{Group: g.id, Leader: lead, Term: term}
+	for id, b := range g.readIssued {
+		for _, w := range b.waiters {
+			w.reply <- ev
 		}
+		delete(g.readIssued, id)
 	}
 	g.publishLeader(lead, term, isLeader)
 }

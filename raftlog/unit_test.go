@@ -417,3 +417,50 @@ func TestRaftLoggerDemotesRoutineMessages(t *testing.T) {
 		t.Fatalf("info message lost: %q", buf.String())
 	}
 }
+
+// TestCatchUpOnFollower: a follower's CatchUp returns only once it applied
+// what the leader had committed at the call; a follower cut off from every
+// leader does not return early.
+func TestCatchUpOnFollower(t *testing.T) {
+	c := newCluster(t, testSeed(t), 3, []GroupID{1}, nil)
+	lead := c.leader(1, c.ids, 5*time.Second)
+	var follower uint64
+	for _, id := range c.ids {
+		if id != lead {
+			follower = id
+			break
+		}
+	}
+	// Slow the network so that the follower's apply trails the leader's
+	// commit when CatchUp is called.
+	c.nw.setFaults(0, 20*time.Millisecond)
+	for i := range 20 {
+		if err := c.propose(lead, 1, fmt.Sprintf("e%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	committed := c.nodes[lead].Group(1).Status().Committed
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	g := c.nodes[follower].Group(1)
+	if err := g.CatchUp(ctx); err != nil {
+		t.Fatalf("follower CatchUp: %v", err)
+	}
+	if applied := c.sms[follower][1].appliedIndex(); applied < committed {
+		t.Fatalf("follower CatchUp returned at applied %d, leader had committed %d", applied, committed)
+	}
+	// ReadIndex stays leader-only.
+	var nl *NotLeaderError
+	if err := g.ReadIndex(ctx); !errors.As(err, &nl) {
+		t.Fatalf("follower ReadIndex = %v, want NotLeaderError", err)
+	}
+	// Cut off, the follower cannot confirm a read index: it must not
+	// return success.
+	c.nw.setFaults(0, 0)
+	c.nw.isolate(follower, c.ids)
+	short, cancelShort := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancelShort()
+	if err := g.CatchUp(short); err == nil {
+		t.Fatal("isolated follower's CatchUp succeeded")
+	}
+}

@@ -102,9 +102,9 @@ func (r registryView) Lookup(name string) (*rpc.Service, bool) { return r.regist
 func (r registryView) List() []*rpc.Service                    { return r.registry.List() }
 
 // freshServices is the ingress's service lookup: a miss first lets this
-// node's registry replica catch up with the changes it knows are committed
-// (at most registryCatchUp), so a service registered through another node
-// a moment ago is found.
+// node's registry replica catch up with the metadata group's leader (at
+// most registryCatchUp), so a service registered through another node a
+// moment ago is found.
 type freshServices struct{ registry *partition.Registry }
 
 const registryCatchUp = 250 * time.Millisecond

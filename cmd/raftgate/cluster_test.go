@@ -216,6 +216,17 @@ func TestIngressAPIOnThreeNodeCluster(t *testing.T) {
 	if r.status/100 != 2 {
 		t.Fatalf("register Strict: %d %s", r.status, r.body)
 	}
+	// A client that registers a service and calls it at once through
+	// other nodes is not told it does not exist (freshServices).
+	r = call(t, http.MethodPut, adminURL+"/services/Fresh", `{"url":"`+svc.srv.URL+`"}`)
+	if r.status/100 != 2 {
+		t.Fatalf("register Fresh: %d %s", r.status, r.body)
+	}
+	for i := 1; i < len(nodes); i++ {
+		if r := call(t, http.MethodPost, ingressURL(i)+"/Fresh/echo", `"hi"`, "content-type", "application/json"); r.status != 200 {
+			t.Fatalf("call through node %d right after registering through node 1 = %d %s", i+1, r.status, r.body)
+		}
+	}
 	for i := range nodes {
 		waitFor(t, 10*time.Second, "registry replicated", func() bool {
 			_, a := nodes[i].registry.Lookup("Echo")
