@@ -204,24 +204,10 @@ func (g *Group) Propose(ctx context.Context, data []byte) (Proposal, error) {
 // *NotLeaderError when this node does not lead the group or loses the
 // leadership before the read index is confirmed.
 func (g *Group) ReadIndex(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if ev := g.leader.Load(); !ev.IsSelf {
+	if ev := g.leader.Load(); !ev.IsSelf && ctx.Err() == nil {
 		return &NotLeaderError{Group: g.id, Leader: ev.Leader, Term: ev.Term}
 	}
-	w := &readWaiter{reply: make(chan error, 1)}
-	if !g.enqueue(func(in *inbox) { in.reads = append(in.reads, w) }) {
-		return ErrStopped
-	}
-	select {
-	case err := <-w.reply:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-g.done:
-		return ErrStopped
-	}
+	return g.read(ctx, false)
 }
 
 // CatchUp returns once this replica has applied everything the group's
@@ -231,10 +217,15 @@ func (g *Group) ReadIndex(ctx context.Context) error {
 // before the read index is confirmed, and with ctx's error when the leader
 // does not answer in time (a message can be lost: bound ctx).
 func (g *Group) CatchUp(ctx context.Context) error {
+	return g.read(ctx, true)
+}
+
+// read queues a read barrier on the group's loop and waits for its answer.
+func (g *Group) read(ctx context.Context, anyReplica bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	w := &readWaiter{reply: make(chan error, 1), anyReplica: true}
+	w := &readWaiter{reply: make(chan error, 1), anyReplica: anyReplica}
 	if !g.enqueue(func(in *inbox) { in.reads = append(in.reads, w) }) {
 		return ErrStopped
 	}
