@@ -357,8 +357,10 @@ func (s *visibilitySM) Apply(b *bolt.Bucket, ents []Entry) (Applied, error) {
 			if !visible() {
 				s.errs = append(s.errs, fmt.Errorf("%s not visible at Reveal, after its commit", key))
 			}
-			if len(s.acked) == 0 || s.acked[len(s.acked)-1] != key {
-				s.errs = append(s.errs, fmt.Errorf("%s revealed before it was acknowledged", key))
+			// Applies of one transaction are all acknowledged before any
+			// is revealed; reveals follow the acknowledgements' order.
+			if n := len(s.revealed); n >= len(s.acked) || s.acked[n] != key {
+				s.errs = append(s.errs, fmt.Errorf("%s revealed out of order or before it was acknowledged (acknowledged %v, revealed %v)", key, s.acked, s.revealed))
 			}
 			s.revealed = append(s.revealed, key)
 		},
