@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -118,26 +116,9 @@ func benchClusterAppend(b *testing.B, submitters int, invoker bool, maxBatch int
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	var next atomic.Int64
-	var wg sync.WaitGroup
 	b.ResetTimer()
-	for range submitters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(invs) {
-					return
-				}
-				if _, err := c.submit(ctx, invs[i]); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	_, wait := c.submitting(b, ctx, invs, submitters)
+	wait()
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "appends/s")
 	var sum float64

@@ -237,26 +237,7 @@ func TestRaftClusterEveryInvocationHasExactlyOneResult(t *testing.T) {
 	for i := range invs {
 		invs[i] = newInvoke("greeter", i)
 	}
-	var acked atomic.Int64
-	var wg sync.WaitGroup
-	next := atomic.Int64{}
-	for range submitters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= total {
-					return
-				}
-				if _, err := c.submit(ctx, invs[i]); err != nil {
-					t.Errorf("invocation %d: %v", i, err)
-					return
-				}
-				acked.Add(1)
-			}
-		}()
-	}
+	acked, wait := c.submitting(t, ctx, invs, submitters)
 	// Move leadership twice while invocations are submitted and run.
 	moves := 0
 	for _, at := range []int64{total / 3, 2 * total / 3} {
@@ -273,7 +254,7 @@ func TestRaftClusterEveryInvocationHasExactlyOneResult(t *testing.T) {
 		t.Logf("leadership moved from node %d at %d acknowledged", lead.id, acked.Load())
 		moves++
 	}
-	wg.Wait()
+	wait()
 	if t.Failed() {
 		return
 	}
@@ -326,28 +307,38 @@ func TestRaftClusterEveryInvocationHasExactlyOneResult(t *testing.T) {
 	t.Logf("%d invocations, %d deliveries (%d repeated across %d leader changes)", total, deliveries, deliveries-total, moves)
 }
 
-// submitAll submits invs with the given number of concurrent submitters.
-func (c *raftCluster) submitAll(t *testing.T, ctx context.Context, invs []*rpc.Invoke, submitters int) {
-	t.Helper()
+// submitting submits invs from the given number of concurrent submitters
+// in the background. acked counts acknowledged submits; wait returns once
+// every submitter is done. A failed submit is reported on tb and stops its
+// submitter.
+func (c *raftCluster) submitting(tb testing.TB, ctx context.Context, invs []*rpc.Invoke, submitters int) (acked *atomic.Int64, wait func()) {
+	acked = new(atomic.Int64)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range submitters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
 				if i >= len(invs) {
 					return
 				}
 				if _, err := c.submit(ctx, invs[i]); err != nil {
-					t.Errorf("invocation %d: %v", i, err)
+					tb.Errorf("invocation %d: %v", i, err)
 					return
 				}
+				acked.Add(1)
 			}
-		}()
+		})
 	}
-	wg.Wait()
+	return acked, wg.Wait
+}
+
+// submitAll submits invs with the given number of concurrent submitters
+// and returns when all are acknowledged.
+func (c *raftCluster) submitAll(t *testing.T, ctx context.Context, invs []*rpc.Invoke, submitters int) {
+	t.Helper()
+	_, wait := c.submitting(t, ctx, invs, submitters)
+	wait()
 	if t.Failed() {
 		t.FailNow()
 	}
