@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/raftgate/raftgate/test/freeport"
 )
 
 // binary is the raftgate executable built once by TestMain.
@@ -45,72 +45,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// handedOut remembers every port freePort returned in this test process:
-// the kernel may offer a port again as soon as its probe listener closes,
-// and two servers of one cluster must never be given the same port.
-var handedOut = struct {
-	sync.Mutex
-	ports map[int]bool
-}{ports: map[int]bool{}}
-
-// freePort returns a port on 127.0.0.1 that is free for TCP and UDP (gossip
-// needs both) at the time of the call, and was not returned before. It
-// comes from below the kernel's ephemeral range when that leaves room
-// (e2ePorts): the node binds it only later, and in the ephemeral range an
-// outgoing connection of any process (or a :0 listener) could take it in
-// between ("address already in use", seen in CI).
+// freePort returns a port for a node of this package's clusters (see
+// freeport: in the ephemeral range another process could take it before
+// the node binds it).
 func freePort(t testing.TB) int {
 	t.Helper()
-	lo, hi := e2ePorts()
-	for range 500 {
-		port := 0
-		if hi > lo {
-			port = lo + rand.IntN(hi-lo)
-		}
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue // taken
-		}
-		port = l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		l.Close()
-		if err != nil {
-			continue
-		}
-		u.Close()
-		handedOut.Lock()
-		fresh := !handedOut.ports[port]
-		handedOut.ports[port] = true
-		handedOut.Unlock()
-		if fresh {
-			return port
-		}
-	}
-	t.Fatal("no free TCP+UDP port found")
-	return 0
-}
-
-// e2ePorts is this package's share of the ports below the ephemeral range
-// (cmd/raftgate's tests, which may run at the same time, take the next
-// share; bench scripts use 21000-21999). Both zero: pick with :0.
-func e2ePorts() (lo, hi int) {
-	if ephemeralLow() < 32000 {
-		return 0, 0
-	}
-	return 22000, 27000
-}
-
-// ephemeralLow is the first port of the kernel's ephemeral range.
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0
-	}
-	var low int
-	if _, err := fmt.Sscan(string(b), &low); err != nil {
-		return 0
-	}
-	return low
+	return freeport.Port(t, freeport.E2E)
 }
 
 // waitFor polls cond until it holds or the deadline passes.

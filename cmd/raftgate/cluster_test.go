@@ -6,11 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -21,68 +18,19 @@ import (
 	"github.com/raftgate/raftgate/ingress/admin"
 	"github.com/raftgate/raftgate/partition"
 	"github.com/raftgate/raftgate/raftlog"
+	"github.com/raftgate/raftgate/test/freeport"
 )
 
 // This file runs the ingress API contract (../shared/API.md) against a
 // real three-node cluster in one test process: real raftlog with fsync'd
 // bbolt, real gRPC between nodes, real memberlist, real HTTP.
 
-// usedAddrs remembers what freeAddr returned: the kernel may offer a port
-// again as soon as its probe listener closes.
-var usedAddrs = struct {
-	sync.Mutex
-	addrs map[string]bool
-}{addrs: map[string]bool{}}
-
-// freeAddr returns a 127.0.0.1 address free for TCP and UDP (gossip needs
-// both), not returned before. Its port comes from [27000, 32000), below the
-// kernel's ephemeral range, when the range allows (see test/harness_test.go:
-// in the ephemeral range an outgoing connection could take it before the
-// node binds it).
+// freeAddr returns an address for an in-process node (see freeport: in
+// the ephemeral range another process could take it before the node binds
+// it).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	lo, hi := 27000, 32000
-	if !belowEphemeral(hi) {
-		lo, hi = 0, 0
-	}
-	for range 500 {
-		port := 0
-		if hi > lo {
-			port = lo + rand.IntN(hi-lo)
-		}
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue // taken
-		}
-		addr := l.Addr().String()
-		u, err := net.ListenPacket("udp", addr)
-		l.Close()
-		if err != nil {
-			continue
-		}
-		u.Close()
-		usedAddrs.Lock()
-		fresh := !usedAddrs.addrs[addr]
-		usedAddrs.addrs[addr] = true
-		usedAddrs.Unlock()
-		if fresh {
-			return addr
-		}
-	}
-	t.Fatal("no free port")
-	return ""
-}
-
-// belowEphemeral reports whether every port below hi is outside the
-// kernel's ephemeral range.
-func belowEphemeral(hi int) bool {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return false
-	}
-	var low int
-	_, err = fmt.Sscan(string(b), &low)
-	return err == nil && low >= hi
+	return freeport.Addr(t, freeport.Cmd)
 }
 
 // startTestCluster starts n nodes in this process and waits until each is
