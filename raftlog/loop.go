@@ -247,15 +247,37 @@ func (g *Group) handleReady() {
 			g.keepSnapshot = string(snap.GetData())
 		}
 	}
-	// Step 2: persist (and apply) in the node's next group commit.
+	// Step 2: persist (and apply) in the node's next group commit. A
+	// follower's apply is a request of its own, deferred: nobody waits
+	// for it, and holding it back keeps its state pages out of the
+	// commits that acknowledge entries.
+	var deferredApply *writeReq
+	if req != nil && !g.isLeader && req.apply != nil {
+		deferredApply = &writeReq{g: g, apply: req.apply, deferred: true, applyBytes: entriesBytes(req.apply.GetEntries())}
+		req.apply = nil
+		if req.append == nil {
+			req = nil
+		}
+	}
 	if req != nil {
 		req.lazy = g.isLazy(req)
 		req.leaderAppend = g.isLeader && len(req.append.GetEntries()) > 0
 		req.leaderApply = g.isLeader && len(req.apply.GetEntries()) > 0
 	}
-	if req != nil && !g.n.w.submit(req) {
-		g.stopOnce.Do(func() { close(g.stopc) })
+	for _, r := range []*writeReq{req, deferredApply} {
+		if r != nil && !g.n.w.submit(r) {
+			g.stopOnce.Do(func() { close(g.stopc) })
+			return
+		}
 	}
+}
+
+func entriesBytes(ents []*pb.Entry) int {
+	n := 0
+	for _, e := range ents {
+		n += len(e.GetData())
+	}
+	return n
 }
 
 // dropUnusedSnapshots deletes spooled snapshot files that raft refused
@@ -270,10 +292,11 @@ func (g *Group) dropUnusedSnapshots() {
 	g.snapFiles = g.snapFiles[:0]
 }
 
-// isLazy: nothing waits on this write soon. A follower's apply and a
-// commit-index-only hard state are not on any acknowledgement's path (the
-// leader's apply is: it answers proposers); entries, snapshots, term or vote
-// changes and log-probe rejections are urgent.
+// isLazy: nothing waits on this write soon. A commit-index-only hard state
+// is not on any acknowledgement's path (a follower's apply is not either:
+// handleReady defers it on its own; the leader's apply answers proposers);
+// entries, snapshots, term or vote changes and log-probe rejections are
+// urgent.
 func (g *Group) isLazy(r *writeReq) bool {
 	if g.isLeader {
 		return false
@@ -324,7 +347,7 @@ func (g *Group) writeFinished(r *writeReq) error {
 		g.compacting = false
 		if c.more {
 			g.compacting = true
-			if !g.n.w.submit(&writeReq{g: g, compact: &compaction{index: c.index, term: c.term}, lazy: true}) {
+			if !g.n.w.submit(&writeReq{g: g, compact: &compaction{index: c.index, term: c.term}, deferred: true}) {
 				g.compacting = false
 			}
 		}
@@ -371,7 +394,7 @@ func (g *Group) maybeCompact() {
 		return
 	}
 	g.compacting = true
-	if !g.n.w.submit(&writeReq{g: g, compact: &compaction{index: index, term: term}, lazy: true}) {
+	if !g.n.w.submit(&writeReq{g: g, compact: &compaction{index: index, term: term}, deferred: true}) {
 		g.compacting = false
 	}
 }

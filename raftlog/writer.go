@@ -22,10 +22,19 @@ type writeReq struct {
 	append  *pb.Message
 	apply   *pb.Message
 	compact *compaction
-	// lazy requests promise nothing anyone waits for (a follower's apply,
-	// a commit-index-only hard state, a compaction): they ride along with
-	// the next urgent commit or go after lazyDelay, saving fsyncs.
+	// lazy requests promise nothing anyone waits for soon (a commit-index-
+	// only hard state): they ride along with the next urgent commit or go
+	// after lazyDelay, saving fsyncs.
 	lazy bool
+	// deferred requests (a follower's apply, a compaction) are not even
+	// needed soon: they are held back from urgent commits, whose fsyncs
+	// are on every acknowledgement's path, and go together after
+	// deferDelay (or deferBytes). Their state pages are then written once
+	// for many entries instead of once per urgent commit.
+	deferred bool
+	queuedAt time.Time
+	// applyBytes: data bytes of the entries to apply (deferral budget).
+	applyBytes int
 	// leaderAppend: a leader's new entries (an apply will follow soon);
 	// leaderApply: a leader's apply (proposers wait on it).
 	leaderAppend, leaderApply bool
@@ -57,12 +66,9 @@ type writer struct {
 	metrics *metrics
 	knobs   *Knobs
 
-	mu            sync.Mutex
-	queue         []*writeReq
-	firstQueued   time.Time // when queue last became non-empty
-	urgent        int       // non-lazy requests in queue
-	leaderApplies int       // requests in queue carrying a leader's apply
-	stopped       bool
+	mu      sync.Mutex
+	queue   []*writeReq
+	stopped bool
 	// busy: a batch is being written (tests wait for quiescence with idle).
 	busy bool
 
@@ -107,16 +113,8 @@ func (w *writer) submit(r *writeReq) bool {
 		w.mu.Unlock()
 		return false
 	}
-	if len(w.queue) == 0 {
-		w.firstQueued = time.Now()
-	}
+	r.queuedAt = time.Now()
 	w.queue = append(w.queue, r)
-	if !r.lazy {
-		w.urgent++
-	}
-	if r.leaderApply {
-		w.leaderApplies++
-	}
 	w.mu.Unlock()
 	select {
 	case w.wake <- struct{}{}:
@@ -143,6 +141,15 @@ func (w *writer) close() {
 // lazyDelay bounds how long a lazy request waits for an urgent one.
 const lazyDelay = 5 * time.Millisecond
 
+// deferDelay and deferBytes bound how long deferred requests are held back:
+// until the oldest waited deferDelay, or their entries reach deferBytes (so
+// that raft, which hands out at most MaxCommittedSizePerReady of entries
+// not yet applied, never waits on the deferral for large entries).
+const (
+	deferDelay = 20 * time.Millisecond
+	deferBytes = 256 << 10
+)
+
 // applyLinger: after a commit that appended a leader's entries, the next
 // commit waits up to this long for that leader's apply (its followers'
 // acknowledgements are typically in flight, their fsync having run in
@@ -150,33 +157,90 @@ const lazyDelay = 5 * time.Millisecond
 // waiting a whole extra one behind it.
 const applyLinger = 500 * time.Microsecond
 
+// planBatch decides, from the queue at now, what the next commit carries.
+// It returns the requests to commit now (in queue order) and those to
+// keep; when nothing is due it returns no take and the time to look again
+// (zero: when woken).
+//
+// A commit is due for an urgent request (but during the linger after a
+// leader's append, unless a leader's apply is queued), for a lazy request
+// older than lazyDelay, or for deferred requests older than deferDelay or
+// larger than deferBytes. Deferred requests ride along only when they are
+// due, or when a later request of the same group must not overtake them:
+// one that applies entries or installs a snapshot. Everything else a group
+// queues (log appends, hard states) touches other keys than its applies
+// and compactions, so the two may commit in either order.
+func planBatch(queue []*writeReq, now, lingerUntil time.Time) (take, keep []*writeReq, wakeAt time.Time) {
+	var (
+		urgent, leaderApply bool
+		firstLazy, firstDef time.Time
+		defBytes            int
+		ordered             map[*Group]bool
+	)
+	for _, r := range queue {
+		switch {
+		case r.deferred:
+			if firstDef.IsZero() {
+				firstDef = r.queuedAt
+			}
+			defBytes += r.applyBytes
+		case r.lazy:
+			if firstLazy.IsZero() {
+				firstLazy = r.queuedAt
+			}
+		default:
+			urgent = true
+			leaderApply = leaderApply || r.leaderApply
+		}
+		if !r.deferred && (r.apply != nil || !raft.IsEmptySnap(r.append.GetSnapshot())) {
+			if ordered == nil {
+				ordered = map[*Group]bool{}
+			}
+			ordered[r.g] = true
+		}
+	}
+	deferDue := !firstDef.IsZero() && (!now.Before(firstDef.Add(deferDelay)) || defBytes >= deferBytes)
+	lazyDue := !firstLazy.IsZero() && !now.Before(firstLazy.Add(lazyDelay))
+	if !(urgent && (leaderApply || !now.Before(lingerUntil))) && !lazyDue && !deferDue {
+		for _, t := range []time.Time{lingerUntil, firstLazy.Add(lazyDelay), firstDef.Add(deferDelay)} {
+			if t.After(now) && (wakeAt.IsZero() || t.Before(wakeAt)) && (t != lingerUntil || urgent) {
+				wakeAt = t
+			}
+		}
+		return nil, queue, wakeAt
+	}
+	if deferDue {
+		return queue, nil, time.Time{}
+	}
+	for _, r := range queue {
+		if r.deferred && !ordered[r.g] {
+			keep = append(keep, r)
+		} else {
+			take = append(take, r)
+		}
+	}
+	return take, keep, time.Time{}
+}
+
 func (w *writer) run() {
 	defer close(w.done)
-	var (
-		batch       []*writeReq
-		lingerUntil time.Time
-	)
+	var lingerUntil time.Time
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		// Decide: commit now, or sleep until woken or until a deadline.
 		w.mu.Lock()
-		queued, urgent, applies, first := len(w.queue), w.urgent, w.leaderApplies, w.firstQueued
-		w.mu.Unlock()
-		now := time.Now()
-		var wakeAt time.Time
-		switch {
-		case queued == 0:
-		case urgent > 0 && (applies > 0 || !now.Before(lingerUntil)):
-		case urgent > 0:
-			wakeAt = lingerUntil
-		case now.Before(first.Add(lazyDelay)):
-			wakeAt = first.Add(lazyDelay)
+		batch, keep, wakeAt := planBatch(w.queue, time.Now(), lingerUntil)
+		if len(batch) > 0 {
+			// keep is a fresh slice (or nil): the queue's old array now
+			// belongs to batch alone.
+			w.queue = keep
+			w.busy = true
 		}
-		if queued == 0 || !wakeAt.IsZero() {
+		w.mu.Unlock()
+		if len(batch) == 0 {
 			var timerC <-chan time.Time
 			if !wakeAt.IsZero() {
-				timer.Reset(wakeAt.Sub(now))
+				timer.Reset(time.Until(wakeAt))
 				timerC = timer.C
 			}
 			select {
@@ -190,11 +254,6 @@ func (w *writer) run() {
 			timer.Stop()
 			continue
 		}
-		w.mu.Lock()
-		batch, w.queue = w.queue, batch[:0]
-		w.urgent, w.leaderApplies = 0, 0
-		w.busy = true
-		w.mu.Unlock()
 		expectApply := false
 		for _, r := range batch {
 			expectApply = expectApply || r.leaderAppend
@@ -214,9 +273,8 @@ func (w *writer) run() {
 				w.sendRemote(r)
 			}
 		}
-		for i, r := range batch {
+		for _, r := range batch {
 			r.g.writeDone(r)
-			batch[i] = nil
 		}
 		w.mu.Lock()
 		w.busy = false
