@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/raftgate/raftgate/rpc"
 )
@@ -85,12 +86,23 @@ func IdempotentID(service, handler, key string) InvocationID {
 	return id
 }
 
-// RandomID returns a fresh id with a random partition key, for invocations
-// without an idempotency key.
-func RandomID() InvocationID {
+// RandomID returns a fresh id for an invocation without an idempotency
+// key: a random partition key, then the creation time (unix milliseconds,
+// 48 bits) and 80 random bits. The time makes the records a partition
+// stores (keyed by the bytes after the partition key first, see recordKey)
+// arrive in ascending order, so a new one lands on the last page of the
+// partition's index instead of a random page, which keeps bbolt commits
+// small; 80 random bits keep ids unique and unguessable.
+func RandomID() InvocationID { return randomIDAt(time.Now()) }
+
+func randomIDAt(now time.Time) InvocationID {
 	var id InvocationID
 	if _, err := rand.Read(id[:]); err != nil {
 		panic(fmt.Sprintf("crypto/rand: %v", err)) // never fails on supported platforms
+	}
+	ms := uint64(now.UnixMilli())
+	for i := range 6 {
+		id[8+i] = byte(ms >> (40 - 8*i))
 	}
 	return id
 }

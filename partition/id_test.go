@@ -1,10 +1,13 @@
 package partition
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestIDRoundTrip(t *testing.T) {
@@ -22,6 +25,35 @@ func TestIDRoundTrip(t *testing.T) {
 		if _, err := ParseID(bad); !errors.Is(err, ErrMalformedID) {
 			t.Errorf("ParseID(%q) error = %v, want ErrMalformedID", bad, err)
 		}
+	}
+}
+
+// TestRandomIDsStoreInCreationOrder: ids minted later sort later under
+// recordKey (so a partition's new records append to its index), their
+// partition keys stay spread over all partitions, and they never repeat.
+func TestRandomIDsStoreInCreationOrder(t *testing.T) {
+	t0 := time.UnixMilli(1_780_000_000_000)
+	seen := map[InvocationID]bool{}
+	parts := map[uint32]bool{}
+	var prev []byte
+	for i := range 2000 {
+		id := randomIDAt(t0.Add(time.Duration(i) * time.Millisecond))
+		if seen[id] {
+			t.Fatalf("id %v minted twice", id)
+		}
+		seen[id] = true
+		parts[PartitionFor(id.PartitionKey(), 8)] = true
+		k := recordKey(id[:])
+		if prev != nil && bytes.Compare(prev, k) >= 0 {
+			t.Fatalf("id %d: record key %x does not sort after %x", i, k, prev)
+		}
+		prev = k
+		if got := int64(binary.BigEndian.Uint64(append([]byte{0, 0}, id[8:14]...))); got != t0.UnixMilli()+int64(i) {
+			t.Fatalf("id %d carries time %d, want %d", i, got, t0.UnixMilli()+int64(i))
+		}
+	}
+	if len(parts) != 8 {
+		t.Errorf("2000 ids reached %d of 8 partitions", len(parts))
 	}
 }
 

@@ -12,9 +12,9 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// invocationsBucket: id → marshalled rpc.InvocationRecord (without its
-// result, which the results package stores under the record's completion
-// time and id).
+// invocationsBucket: recordKey(id) → marshalled rpc.InvocationRecord
+// (without its result, which the results package stores under the record's
+// completion time and id).
 var invocationsBucket = []byte("invocations")
 
 // Result of a cancelled invocation: 409 Conflict, as Restate reports a
@@ -201,7 +201,7 @@ func (m *machine) finish(b *bolt.Bucket, rec *rpc.InvocationRecord, res *rpc.Res
 func (m *machine) purge(b *bolt.Bucket, c *rpc.Purge) error {
 	inv := b.Bucket(invocationsBucket)
 	_, err := results.Purge(b, c.BeforeUnixMs, func(id []byte) error {
-		if err := inv.Delete(id); err != nil {
+		if err := inv.Delete(recordKey(id)); err != nil {
 			return fmt.Errorf("partition: purge: %w", err)
 		}
 		return nil
@@ -246,12 +246,23 @@ func dueOf(rec *rpc.InvocationRecord) int64 {
 	return max(rec.Invoke.GetNotBeforeUnixMs(), rec.AcceptedAtUnixMs)
 }
 
+// recordKey orders records by the id bytes after the partition key: for
+// ids from RandomID that is creation time, so new records append to the
+// bucket's last page (the partition keys of one partition are random).
+func recordKey(id []byte) []byte {
+	if len(id) != IDLen {
+		return id
+	}
+	k := make([]byte, 0, IDLen)
+	return append(append(k, id[8:]...), id[:8]...)
+}
+
 func getRecord(b *bolt.Bucket, id []byte) (*rpc.InvocationRecord, bool, error) {
 	inv := b.Bucket(invocationsBucket)
 	if inv == nil {
 		return nil, false, nil
 	}
-	data := inv.Get(id)
+	data := inv.Get(recordKey(id))
 	if data == nil {
 		return nil, false, nil
 	}
@@ -267,7 +278,7 @@ func putRecord(b *bolt.Bucket, rec *rpc.InvocationRecord) error {
 	if err != nil {
 		return fmt.Errorf("partition: marshal record: %w", err)
 	}
-	if err := b.Bucket(invocationsBucket).Put(rec.Invoke.InvocationId, data); err != nil {
+	if err := b.Bucket(invocationsBucket).Put(recordKey(rec.Invoke.InvocationId), data); err != nil {
 		return fmt.Errorf("partition: put record: %w", err)
 	}
 	return nil
