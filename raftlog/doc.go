@@ -86,17 +86,34 @@
 //
 // # When the writer commits
 //
-// A write that nobody waits for — a follower's apply, a commit-index-only
-// HardState, a compaction — does not start a commit on its own: it rides
-// with the next urgent write or goes after 5 ms. Everything that gates an
-// answer (new entries, votes, terms, a leader's apply) is urgent
-// and starts a commit as soon as the writer is free, except that right after
-// a commit that appended a leader's entries the writer lingers up to 0.5 ms
-// for that leader's apply (the followers' acknowledgements are usually in
-// flight, their fsync having run in parallel), so the apply rides the next
-// commit instead of queueing behind it. Fewer, larger commits matter: a
-// bbolt commit costs two fdatasyncs (data pages, then the meta page), which
-// burn real CPU on small virtual machines.
+// Requests come in three kinds (planBatch decides, writer.go):
+//
+//   - Urgent: everything that gates an answer (new entries, snapshots,
+//     votes, terms, a leader's apply). A commit starts as soon as the
+//     writer is free, except that right after a commit that appended a
+//     leader's entries the writer lingers up to 0.5 ms for that leader's
+//     apply (the followers' acknowledgements are usually in flight, their
+//     fsync having run in parallel), so the apply rides the next commit
+//     instead of queueing behind it.
+//   - Lazy: a commit-index-only hard state. It rides with the next urgent
+//     commit or goes after 5 ms.
+//   - Deferred: a follower's apply (handleReady splits it from the Ready's
+//     append) and log compactions. Nobody waits for them, so they stay out
+//     of urgent commits until the oldest has waited 20 ms or their entries
+//     reach 256 KiB; then all go in one commit. A group's deferred requests
+//     go earlier when a later request of the same group must not overtake
+//     them: an apply (the follower became leader) or a snapshot install.
+//     Everything else a group queues (appends, hard states) writes other
+//     keys than its applies and compactions, so the two may commit in
+//     either order; raft hands out for apply only entries that are already
+//     in the local log.
+//
+// Fewer, smaller commits matter: a bbolt commit costs two fdatasyncs (data
+// pages, then the meta page) whose time and CPU grow with the pages
+// written, and the three nodes of a small cluster often share one disk.
+// Deferring followers' applies keeps their state pages (records, outbox,
+// branch pages of the state buckets) out of the commits on every
+// acknowledgement's path and writes them once for many entries.
 //
 // # Storage
 //
