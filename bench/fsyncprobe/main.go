@@ -1,0 +1,73 @@
+// Command fsyncprobe measures what a bbolt-shaped commit costs on this
+// disk: N random 4 KiB page writes and an fdatasync, then one "meta" page
+// and a second fdatasync, in a loop. It prints commits per second, wall
+// time and CPU time (user+system of this process) per commit. Run several
+// at once to see how processes that share a disk (three raftgate nodes on
+// one machine) slow each other down:
+//
+//	go build -o /tmp/fsyncprobe ./fsyncprobe
+//	for p in 40 20 8; do /tmp/fsyncprobe -pages $p & /tmp/fsyncprobe -pages $p & /tmp/fsyncprobe -pages $p; wait; done
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+func main() {
+	pages := flag.Int("pages", 32, "data pages written before the first fdatasync")
+	dir := flag.String("dir", ".", "directory for the scratch file (use the disk under test)")
+	d := flag.Duration("duration", 5*time.Second, "how long to run")
+	flag.Parse()
+
+	f, err := os.CreateTemp(*dir, "fsyncprobe-*.dat")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.Remove(filepath.Clean(f.Name()))
+	const fileSize = 64 << 20
+	if err := f.Truncate(fileSize); err != nil {
+		log.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		log.Fatal(err)
+	}
+	page := make([]byte, 4096)
+	fd := int(f.Fd())
+	c0, t0 := cpuTime(), time.Now()
+	n := 0
+	for time.Since(t0) < *d {
+		for range *pages {
+			if _, err := f.WriteAt(page, int64(rand.IntN(fileSize/4096))*4096); err != nil {
+				log.Fatal(err)
+			}
+		}
+		if err := syscall.Fdatasync(fd); err != nil {
+			log.Fatal(err)
+		}
+		if _, err := f.WriteAt(page, 0); err != nil {
+			log.Fatal(err)
+		}
+		if err := syscall.Fdatasync(fd); err != nil {
+			log.Fatal(err)
+		}
+		n++
+	}
+	el := time.Since(t0)
+	fmt.Printf("pages=%d commits/s=%.0f wall/commit=%v cpu/commit=%v\n",
+		*pages, float64(n)/el.Seconds(), el/time.Duration(n), (cpuTime()-c0)/time.Duration(n))
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		log.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
