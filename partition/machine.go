@@ -2,6 +2,7 @@ package partition
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 
 	"github.com/raftgate/raftgate/outbox"
@@ -69,7 +70,45 @@ func (m *machine) apply(b *bolt.Bucket, entries []raftlog.Entry) (*effects, erro
 	return fx, nil
 }
 
+// formatKey marks, in the state bucket, the record layout the state was
+// written with. formatRecordKey: records under recordKey(id). State from
+// before it (records under the raw id, no mark) is refused by
+// checkFormat rather than misread: its records would not be found, and an
+// idempotent request would run a second time.
+var formatKey = []byte("format")
+
+const formatRecordKey = "2"
+
+// ErrStateFormat reports state written by an older raftgate whose layout
+// this one cannot read.
+var ErrStateFormat = errors.New("partition state written by an older raftgate (records keyed by raw invocation id); this version cannot read it: start the node with an empty data directory")
+
+// checkFormat refuses state whose records were written with another
+// layout; an empty state is fine (initBuckets marks it on first apply).
+func checkFormat(b *bolt.Bucket) error {
+	if f := b.Get(formatKey); f != nil {
+		if string(f) != formatRecordKey {
+			return fmt.Errorf("%w (format %q)", ErrStateFormat, f)
+		}
+		return nil
+	}
+	if inv := b.Bucket(invocationsBucket); inv != nil {
+		if k, _ := inv.Cursor().First(); k != nil {
+			return ErrStateFormat
+		}
+	}
+	return nil
+}
+
 func initBuckets(b *bolt.Bucket) error {
+	if b.Get(formatKey) == nil {
+		if err := checkFormat(b); err != nil {
+			return err
+		}
+		if err := b.Put(formatKey, []byte(formatRecordKey)); err != nil {
+			return fmt.Errorf("partition: mark format: %w", err)
+		}
+	}
 	if _, err := b.CreateBucketIfNotExists(invocationsBucket); err != nil {
 		return fmt.Errorf("partition: create bucket: %w", err)
 	}

@@ -136,3 +136,60 @@ func TestUnknownBatchVersionRefused(t *testing.T) {
 		t.Fatalf("apply = %v", err)
 	}
 }
+
+// TestStateFormatRefusesOldLayout: state whose records sit under raw ids
+// (written before recordKey, no format mark) is refused at Restore and at
+// Apply instead of being misread; fresh and current state are accepted.
+func TestStateFormatRefusesOldLayout(t *testing.T) {
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "f.db"), 0o600, &bolt.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	inv := newInvoke("svc", 1)
+	entry := func(index uint64) []raftlog.Entry {
+		data, err := EncodeBatch(invokeCmd(inv))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []raftlog.Entry{{Index: index, Term: 1, Data: data}}
+	}
+	var m machine
+	err = db.Update(func(tx *bolt.Tx) error {
+		fresh, err := tx.CreateBucket([]byte("fresh"))
+		if err != nil {
+			return err
+		}
+		if err := checkFormat(fresh); err != nil {
+			t.Errorf("empty state: %v", err)
+		}
+		if _, err := m.apply(fresh, entry(1)); err != nil {
+			t.Errorf("apply to empty state: %v", err)
+		}
+		if err := checkFormat(fresh); err != nil {
+			t.Errorf("state written by this version: %v", err)
+		}
+
+		old, err := tx.CreateBucket([]byte("old"))
+		if err != nil {
+			return err
+		}
+		records, err := old.CreateBucket(invocationsBucket)
+		if err != nil {
+			return err
+		}
+		if err := records.Put(inv.InvocationId, []byte("record")); err != nil {
+			return err
+		}
+		if err := checkFormat(old); !errors.Is(err, ErrStateFormat) {
+			t.Errorf("old layout: checkFormat = %v, want ErrStateFormat", err)
+		}
+		if _, err := m.apply(old, entry(2)); !errors.Is(err, ErrStateFormat) {
+			t.Errorf("old layout: apply = %v, want ErrStateFormat", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

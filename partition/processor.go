@@ -318,6 +318,9 @@ func (p *Processor) Apply(b *bolt.Bucket, entries []raftlog.Entry) (raftlog.Appl
 // Restore implements raftlog.StateMachine: it rebuilds the in-memory
 // outbox counter from b and makes the invoker rescan.
 func (p *Processor) Restore(b *bolt.Bucket) error {
+	if err := checkFormat(b); err != nil {
+		return err
+	}
 	// The count read here already includes every Apply before it, also
 	// those whose reveal runs later (after their transaction commits):
 	// their deltas must not be added again.
