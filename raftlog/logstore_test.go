@@ -120,6 +120,19 @@ func TestLogStoreAppendTruncateCompactReopen(t *testing.T) {
 	if snap, _ := s.Snapshot(); snap.GetMetadata().GetIndex() != 10 || snap.GetMetadata().GetTerm() != 1 {
 		t.Fatalf("snapshot metadata %v", snap.GetMetadata())
 	}
+	// A stale compaction (planned before the point moved to 10, e.g. by a
+	// snapshot install) leaves the point alone: the reopen below still
+	// starts at 11.
+	err = db.Update(func(tx *bolt.Tx) error {
+		gb, err := openGroupBuckets(tx, 7)
+		if err != nil {
+			return err
+		}
+		return compactLog(gb, &compaction{index: 6, term: 1})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// Reopen from disk: same log.
 	pg, _, err = ensureGroup(db, 7, []uint64{1})

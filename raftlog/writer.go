@@ -493,8 +493,20 @@ func (w *writer) applyEntries(gb groupBuckets, r *writeReq, ents []*pb.Entry) er
 const maxCompactDeletes = 1024
 
 // compactLog records the compaction point and deletes up to
-// maxCompactDeletes entries <= c.index; c.more reports leftovers.
+// maxCompactDeletes entries <= c.index; c.more reports leftovers. A
+// compaction planned before a snapshot install that committed first (a
+// follower far behind) is stale: the point already moved past it, and
+// writing the older point back would make a restart look for entries the
+// install deleted.
 func compactLog(gb groupBuckets, c *compaction) error {
+	point, _, err := decodePair(gb.meta.Get(keySnap))
+	if err != nil {
+		return fmt.Errorf("compaction point: %w", err)
+	}
+	if c.index < point {
+		c.more = false
+		return nil
+	}
 	if err := gb.meta.Put(keySnap, encodePair(c.index, c.term)); err != nil {
 		return err
 	}
