@@ -166,8 +166,9 @@ const applyLinger = 500 * time.Microsecond
 // leader's append, unless a leader's apply is queued), for a lazy request
 // older than lazyDelay, or for deferred requests older than deferDelay or
 // larger than deferBytes. Deferred requests ride along only when they are
-// due, or when a later request of the same group must not overtake them:
-// one that applies entries or installs a snapshot. Everything else a group
+// due, or when their group has queued a request they must not be reordered
+// with: one that applies entries or installs a snapshot (all of the
+// group's requests then go, in queue order). Everything else a group
 // queues (log appends, hard states) touches other keys than its applies
 // and compactions, so the two may commit in either order.
 func planBatch(queue []*writeReq, now, lingerUntil time.Time) (take, keep []*writeReq, wakeAt time.Time) {
@@ -202,8 +203,18 @@ func planBatch(queue []*writeReq, now, lingerUntil time.Time) (take, keep []*wri
 	deferDue := !firstDef.IsZero() && (!now.Before(firstDef.Add(deferDelay)) || defBytes >= deferBytes)
 	lazyDue := !firstLazy.IsZero() && !now.Before(firstLazy.Add(lazyDelay))
 	if !(urgent && (leaderApply || !now.Before(lingerUntil))) && !lazyDue && !deferDue {
-		for _, t := range []time.Time{lingerUntil, firstLazy.Add(lazyDelay), firstDef.Add(deferDelay)} {
-			if t.After(now) && (wakeAt.IsZero() || t.Before(wakeAt)) && (t != lingerUntil || urgent) {
+		var deadlines []time.Time
+		if urgent {
+			deadlines = append(deadlines, lingerUntil)
+		}
+		if !firstLazy.IsZero() {
+			deadlines = append(deadlines, firstLazy.Add(lazyDelay))
+		}
+		if !firstDef.IsZero() {
+			deadlines = append(deadlines, firstDef.Add(deferDelay))
+		}
+		for _, t := range deadlines {
+			if t.After(now) && (wakeAt.IsZero() || t.Before(wakeAt)) {
 				wakeAt = t
 			}
 		}
