@@ -47,7 +47,9 @@ func startTestCluster(t *testing.T, n int) []*node {
 		c.IngressAddr, c.AdminAddr, c.NodeAddr, c.GossipAddr = freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
 		c.ShutdownGrace = 2 * time.Second
 		c.RequestTimeout = 5 * time.Second
-		c.MaxBodyBytes = 1 << 20
+		// Above the nodes' gRPC stream window (grpcStreamWindow), so a
+		// large body exercises flow control on the dispatch and raft streams.
+		c.MaxBodyBytes = 4 << 20
 		initial[c.NodeID] = c.NodeAddr
 		gossip = append(gossip, c.GossipAddr)
 		cfgs[i] = c
@@ -298,6 +300,19 @@ func TestIngressAPIOnThreeNodeCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("a body larger than the gRPC windows", func(t *testing.T) {
+		// 3 MiB: three times a stream window. Through every node, so it
+		// crosses the dispatch stream to the partition's leader (unless
+		// local) and, inside a log entry, the raft streams to the followers.
+		big := strings.Repeat("b", 3<<20)
+		for i := range nodes {
+			r := call(t, http.MethodPost, ingressURL(i)+"/Echo/echo", big)
+			if r.status != 200 || r.body != big {
+				t.Fatalf("3 MiB call through node %d = %d, %d bytes back", i+1, r.status, len(r.body))
+			}
+		}
+	})
+
 	t.Run("a service's 4xx is the recorded result", func(t *testing.T) {
 		r := call(t, http.MethodPost, ingressURL(0)+"/Echo/reject", `"r"`)
 		if r.status != 400 || r.body != `{"why":"rejected"}` || r.header.Get("x-restate-error-source") != "invocation" {
@@ -320,7 +335,7 @@ func TestIngressAPIOnThreeNodeCluster(t *testing.T) {
 			{"unknown service", "POST", "/Nope/echo", `"x"`, nil, 404},
 			{"unknown handler", "POST", "/Strict/other", `"x"`, nil, 404},
 			{"wrong method", "PUT", "/Echo/echo", `"x"`, nil, 405},
-			{"body over the limit", "POST", "/Echo/echo", strings.Repeat("a", 2<<20), nil, 413},
+			{"body over the limit", "POST", "/Echo/echo", strings.Repeat("a", 5<<20), nil, 413},
 			{"invalid JSON", "POST", "/Echo/echo", `{nope`, []string{"content-type", "application/json"}, 400},
 			{"malformed delay", "POST", "/Echo/echo/send?delay=soon", `"x"`, nil, 400},
 		}
