@@ -153,6 +153,14 @@ type Config struct {
 	// PeerQueueMessages bounds the messages queued for one peer; beyond it
 	// messages are dropped and raft is told the peer is unreachable.
 	PeerQueueMessages int
+	// LeaderBalanceTicks, when positive, turns on leader balancing: a
+	// leader that has led a group this many ticks hands it to the group's
+	// preferred voter (PreferredLeader) if that voter is another node,
+	// recently active and replicating, so that leaderships spread over the
+	// nodes instead of piling up on whichever won the first elections (see
+	// balance.go). Zero leaves leadership where elections put it.
+	// DefaultLeaderBalanceTicks is a sensible value.
+	LeaderBalanceTicks int
 
 	// Logger is the parent logger (the caller names the node in it); each
 	// group gets a child.

@@ -11,9 +11,14 @@ import (
 // ErrInvalidConfig wraps every Validate failure.
 var ErrInvalidConfig = errors.New("raftlog: invalid config")
 
+// DefaultLeaderBalanceTicks is a leader balancing interval for
+// Config.LeaderBalanceTicks: 5 s at the default 50 ms tick, ten election
+// timeouts, so that a hand-off that fails is long over before the next.
+const DefaultLeaderBalanceTicks = 100
+
 // DefaultConfig returns a Config with production defaults: a 50 ms tick,
-// elections after 10 ticks (a dead leader is replaced in 0.5–1 s) and
-// heartbeats every tick.
+// elections after 10 ticks (a dead leader is replaced in 0.5–1 s),
+// heartbeats every tick, no leader balancing.
 func DefaultConfig() Config {
 	return Config{
 		TickInterval:              50 * time.Millisecond,
@@ -95,6 +100,10 @@ func (c Config) Validate() error {
 		return bad("MaxUncommittedEntriesSize", "must be at least MaxSizePerMsg")
 	case c.PeerQueueMessages < 16:
 		return bad("PeerQueueMessages", "must be at least 16")
+	case c.LeaderBalanceTicks < 0:
+		return bad("LeaderBalanceTicks", "must not be negative (zero turns balancing off)")
+	case c.LeaderBalanceTicks > 0 && c.LeaderBalanceTicks <= c.ElectionTicks:
+		return bad("LeaderBalanceTicks", "must exceed ElectionTicks (a hand-off may take that long)")
 	}
 	for id, addr := range c.Peers {
 		if id == 0 {

@@ -134,6 +134,16 @@
 // Raft.Snapshot RPC. bbolt's MVCC gives a consistent view at that index.
 // The receiver spools it to a file and installs it in a write transaction.
 //
+// # Leader balancing
+//
+// Off unless Config.LeaderBalanceTicks is set. Each group then has a
+// preferred voter (PreferredLeader: the group id modulo the sorted voters),
+// and a leader that has led for that many ticks hands the group to it with
+// raft's leader transfer, provided it is another node that is recently
+// active and replicating. Each group's goroutine decides alone, from its
+// own raft state; nodes do not coordinate. A hand-off that does not hold
+// backs off exponentially (balance.go).
+//
 // # Transport
 //
 // One Raft.Send stream per peer carries batches of messages of all groups;

@@ -83,6 +83,13 @@ type Group struct {
 	snapFiles    []string
 	keepSnapshot string
 
+	// preferred is PreferredLeader of the group (0: balancing off);
+	// balanceTicks counts ticks since the last leadership change or check,
+	// balanceBackoff the hand-offs that did not hold (balance.go).
+	preferred      uint64
+	balanceTicks   int
+	balanceBackoff int
+
 	// Writer-owned scratch for Apply batches.
 	applyBuf []Entry
 }
@@ -145,6 +152,9 @@ func newGroup(n *Node, id GroupID, pg persistedGroup, sm StateMachine) (*Group, 
 		done:       make(chan struct{}),
 		readIssued: make(map[uint64]*readBatch),
 		appliedGge: n.metrics.appliedGauge(id),
+	}
+	if n.cfg.LeaderBalanceTicks > 0 && len(g.voters) > 1 {
+		g.preferred = PreferredLeader(id, g.voters)
 	}
 	g.store = newLogStore(n.db, id, pg, n.cfg.EntryCacheBytes)
 	g.appliedTerm = pg.appliedTm

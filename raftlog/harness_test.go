@@ -277,6 +277,44 @@ func (c *cluster) propose(id uint64, gid GroupID, data string) error {
 	return nil
 }
 
+// tickSettled advances every running node's raft clock by one tick
+// (Knobs.ManualTicks) and waits until the nodes settle: votes and
+// acknowledgements go out after an fsync, so raft time must never outrun
+// the disk for a manually ticked test to be deterministic.
+func (c *cluster) tickSettled() {
+	c.t.Helper()
+	running := c.running()
+	for _, id := range running {
+		c.nodes[id].Tick()
+	}
+	// sync waits until every group's loop handled what was queued so far.
+	sync := func() {
+		for _, id := range running {
+			for _, gid := range c.groups {
+				if err := c.nodes[id].Group(gid).call(context.Background(), func() {}); err != nil {
+					c.t.Fatal(err)
+				}
+			}
+		}
+	}
+	idle := func() bool {
+		for _, id := range running {
+			if !c.nodes[id].w.idle() {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(c.t, 5*time.Second, "nodes to settle after a tick", func() bool {
+		sync()
+		if !idle() {
+			return false
+		}
+		sync()
+		return idle()
+	})
+}
+
 // converged waits until every running node recorded the same sequence for
 // gid, of at least min entries, and returns it.
 func (c *cluster) converged(gid GroupID, minLen int, timeout time.Duration) []string {

@@ -83,6 +83,7 @@ func (g *Group) process(in *inbox) error {
 	if len(in.reads) > 0 {
 		g.issueRead(in.reads)
 	}
+	g.balanceLeadership(in.ticks)
 	if len(in.props) > 0 {
 		g.propose(in.props)
 	}
@@ -432,6 +433,7 @@ func (g *Group) observeLeadership(rd raft.Ready) {
 		return
 	}
 	g.isLeader = isLeader
+	g.balanceTicks = 0
 	// A read index not confirmed yet may never be: a leader's confirmation
 	// round, or a follower's request forwarded to the old leader, is lost
 	// with the change. (Confirmed ones wait in readAwait for the apply.)

@@ -18,6 +18,7 @@ type metrics struct {
 	batchGroups    prometheus.Histogram
 	batchPages     prometheus.Histogram
 	leaderChanges  prometheus.Counter
+	leaderHandoffs prometheus.Counter
 	snapshotsSent  prometheus.Counter
 	snapshotsRecv  prometheus.Counter
 	droppedMsgs    prometheus.Counter
@@ -58,6 +59,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "raftlog_leader_changes_total", Help: "Leader or term changes seen by this node's groups.",
 		}),
+		leaderHandoffs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "raftlog_leader_handoffs_total", Help: "Leaderships handed to a group's preferred voter (leader balancing).",
+		}),
 		snapshotsSent: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "raftlog_snapshots_sent_total", Help: "Snapshots streamed to followers.",
 		}),
@@ -73,7 +77,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.proposals, m.proposalErrors, m.applied, m.fsyncSeconds, m.applySeconds,
-			m.batchEntries, m.batchGroups, m.batchPages, m.leaderChanges, m.snapshotsSent, m.snapshotsRecv,
+			m.batchEntries, m.batchGroups, m.batchPages, m.leaderChanges, m.leaderHandoffs, m.snapshotsSent, m.snapshotsRecv,
 			m.droppedMsgs, m.appliedIndex)
 	}
 	return m

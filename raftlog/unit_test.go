@@ -31,6 +31,7 @@ func TestConfigValidateNamesTheBadField(t *testing.T) {
 		"TickInterval":           func(c *Config) { c.TickInterval = time.Microsecond },
 		"SnapshotCatchUpEntries": func(c *Config) { c.SnapshotEntries, c.SnapshotCatchUpEntries = 10, 10 },
 		"MaxInflightMsgs":        func(c *Config) { c.MaxInflightMsgs = -1 },
+		"LeaderBalanceTicks":     func(c *Config) { c.LeaderBalanceTicks = 5 }, // not above ElectionTicks
 	}
 	for field, mutate := range cases {
 		c := good
@@ -223,14 +224,6 @@ func TestManualTicksDriveElections(t *testing.T) {
 			cfg.Registerer = reg
 		}
 	})
-	// sync waits until every node's loop handled what was queued so far.
-	sync := func() {
-		for _, id := range c.ids {
-			if err := c.nodes[id].Group(1).call(context.Background(), func() {}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
 	noLeader := func() bool {
 		for _, id := range c.ids {
 			if c.nodes[id].Group(1).leaderEvent().Leader != 0 {
@@ -241,11 +234,8 @@ func TestManualTicksDriveElections(t *testing.T) {
 	}
 	// Below ElectionTicks nobody may campaign.
 	for range 9 {
-		for _, id := range c.ids {
-			c.nodes[id].Tick()
-		}
+		c.tickSettled()
 	}
-	sync()
 	if !noLeader() {
 		t.Fatal("a leader was elected before any election timeout elapsed")
 	}
@@ -264,27 +254,8 @@ func TestManualTicksDriveElections(t *testing.T) {
 	ticks, firstLeader := 9, 0
 	var lead uint64
 	for lead == 0 && ticks < 300 {
-		for _, id := range c.ids {
-			c.nodes[id].Tick()
-		}
+		c.tickSettled()
 		ticks++
-		// Votes go out after an fsync: let every node settle before the
-		// next tick, so raft time never outruns the disk.
-		waitFor(t, 5*time.Second, "nodes to settle after a tick", func() bool {
-			sync()
-			for _, id := range c.ids {
-				if !c.nodes[id].w.idle() {
-					return false
-				}
-			}
-			sync()
-			for _, id := range c.ids {
-				if !c.nodes[id].w.idle() {
-					return false
-				}
-			}
-			return true
-		})
 		if firstLeader == 0 && !noLeader() {
 			firstLeader = ticks
 		}

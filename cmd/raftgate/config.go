@@ -47,6 +47,11 @@ type ServerConfig struct {
 	Partitions uint32
 	// Retention is how long completed results are kept (--retention).
 	Retention time.Duration
+	// BalanceLeaders moves each partition's leadership to its preferred
+	// node when that node is up and replicating, spreading the leaders over
+	// the cluster (--balance-leaders; off by default, see
+	// docs/operations.md "Leader balancing").
+	BalanceLeaders bool
 
 	// ShutdownGrace bounds the graceful part of shutdown (--shutdown-grace).
 	ShutdownGrace time.Duration

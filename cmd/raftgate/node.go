@@ -140,6 +140,9 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	rcfg.DialOptions = dialOpts
 	rcfg.Logger = n.log
 	rcfg.Registerer = reg
+	if cfg.BalanceLeaders {
+		rcfg.LeaderBalanceTicks = raftlog.DefaultLeaderBalanceTicks
+	}
 	if n.raft, err = raftlog.Open(rcfg); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("--data-dir: %w", err)

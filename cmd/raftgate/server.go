@@ -34,6 +34,7 @@ func newServerFlags(fs *pflag.FlagSet) *serverFlags {
 	fs.StringSliceVar(&c.Join, "join", nil, "gossip addresses to join, comma-separated")
 	fs.Uint32Var(&c.Partitions, "partitions", d.Partitions, "number of partitions, fixed when the cluster is first started")
 	fs.DurationVar(&c.Retention, "retention", d.Retention, "how long completed results are kept")
+	fs.BoolVar(&c.BalanceLeaders, "balance-leaders", d.BalanceLeaders, "move each partition's leadership to its preferred node when that node is up and replicating")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", d.ShutdownGrace, "time allowed for in-flight requests to finish on shutdown")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", d.RequestTimeout, "ingress deadline of one request, retries included")
 	fs.IntVar(&c.MaxConcurrent, "max-concurrent", d.MaxConcurrent, "ingress concurrency limit; beyond it requests get 429")
