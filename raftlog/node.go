@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -274,6 +275,26 @@ func (n *Node) tickLoop() {
 			return
 		}
 	}
+}
+
+// Backup writes a consistent copy of the node's bbolt file (every group's
+// log, hard state and state machine) to w from one read transaction, while
+// the node keeps running; size is called with the copy's length before the
+// first byte. It returns the bytes written. The read transaction stays
+// open while w is slow, and bbolt cannot reuse the pages it sees freed
+// meanwhile, so the file may grow during a long copy.
+func (n *Node) Backup(w io.Writer, size func(int64)) (int64, error) {
+	if n.isClosed() {
+		return 0, ErrStopped
+	}
+	var written int64
+	err := n.db.View(func(tx *bolt.Tx) error {
+		size(tx.Size())
+		var err error
+		written, err = tx.WriteTo(w)
+		return err
+	})
+	return written, err
 }
 
 // Close stops every group, the transport and the write loop, and closes

@@ -239,6 +239,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 		Token:          cfg.AdminToken,
 		Metrics:        promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		EnablePprof:    cfg.Pprof,
+		Backup:         n.raft.Backup,
 		RequestTimeout: cfg.RequestTimeout,
 		Logger:         n.log.With().Str("component", "admin").Logger(),
 	})

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -67,6 +69,10 @@ type Config struct {
 	Metrics http.Handler
 	// EnablePprof serves net/http/pprof under /debug/pprof/.
 	EnablePprof bool
+	// Backup, when set, serves GET /backup: it writes a consistent copy of
+	// the node's data file to w, calling size with its length first
+	// (raftlog.Node.Backup). Nil answers 404.
+	Backup func(w io.Writer, size func(int64)) (int64, error)
 	// RequestTimeout bounds each call into the cluster. Default 10s.
 	RequestTimeout time.Duration
 	// Now stamps service registrations (UpdatedAtUnixMs). Default time.Now.
@@ -123,6 +129,7 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("/cluster", s.methods(route{get: s.getCluster}))
 	mux.HandleFunc("/invocations/{id}", s.methods(route{get: s.getInvocation, delete: s.cancelInvocation}))
 	mux.HandleFunc("/metrics", s.methods(route{get: s.metrics}))
+	mux.HandleFunc("/backup", s.methods(route{get: s.backup}))
 	mux.HandleFunc("/healthz", s.methods(route{get: s.healthz}))
 	mux.HandleFunc("/readyz", s.methods(route{get: s.readyz}))
 	if cfg.EnablePprof {
@@ -196,6 +203,36 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// backup streams a consistent copy of the node's data file (see
+// docs/operations.md "Backup and restore"). The length is known before the
+// first byte and sent as Content-Length, so a copy cut short shows as one.
+func (s *server) backup(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Backup == nil {
+		s.writeError(w, r, http.StatusNotFound, "backup is not enabled on this node")
+		return
+	}
+	started := false
+	n, err := s.cfg.Backup(w, func(size int64) {
+		h := w.Header()
+		h.Set("Content-Type", "application/octet-stream")
+		h.Set("Content-Disposition", `attachment; filename="raft.db"`)
+		h.Set("Content-Length", strconv.FormatInt(size, 10))
+		w.WriteHeader(http.StatusOK)
+		started = true
+	})
+	switch {
+	case err == nil:
+		s.log.Info().Int64("bytes", n).Msg("backup served")
+	case !started:
+		s.writeError(w, r, http.StatusServiceUnavailable, fmt.Sprintf("backup: %v", err))
+	default:
+		// The status is out: abort the response so that the client sees a
+		// body shorter than its Content-Length, never a silently cut file.
+		s.log.Warn().Err(err).Int64("bytes", n).Msg("backup cut short")
+		panic(http.ErrAbortHandler)
+	}
 }
 
 func (s *server) metrics(w http.ResponseWriter, r *http.Request) {

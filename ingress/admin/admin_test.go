@@ -481,3 +481,52 @@ func TestResultSummaryTruncatesText(t *testing.T) {
 		t.Fatalf("binary body shown: %+v", s)
 	}
 }
+
+func TestBackup(t *testing.T) {
+	wantError(t, newFixture(t, nil).do(t, "GET", "/backup", ""), http.StatusNotFound, "backup is not enabled")
+
+	data := []byte(strings.Repeat("page", 1024))
+	f := newFixture(t, func(c *Config) {
+		c.Token = "s3cret"
+		c.Backup = func(w io.Writer, size func(int64)) (int64, error) {
+			size(int64(len(data)))
+			n, err := w.Write(data)
+			return int64(n), err
+		}
+	})
+	wantError(t, f.do(t, "GET", "/backup", ""), http.StatusUnauthorized, "admin token")
+	a := f.do(t, "GET", "/backup", "", "Authorization", "Bearer s3cret")
+	if a.status != 200 || string(a.body) != string(data) {
+		t.Fatalf("backup: %d, %d bytes", a.status, len(a.body))
+	}
+	if got := a.header.Get("Content-Length"); got != "4096" {
+		t.Errorf("Content-Length %q, want 4096", got)
+	}
+	if got := a.header.Get("Content-Type"); got != "application/octet-stream" {
+		t.Errorf("Content-Type %q", got)
+	}
+	wantError(t, f.do(t, "PUT", "/backup", "x", "Authorization", "Bearer s3cret"), http.StatusMethodNotAllowed, "not allowed")
+
+	// Failing before the first byte: a JSON error; after it: a body
+	// shorter than its Content-Length, which the client notices.
+	g := newFixture(t, func(c *Config) {
+		c.Backup = func(io.Writer, func(int64)) (int64, error) { return 0, errors.New("node stopped") }
+	})
+	wantError(t, g.do(t, "GET", "/backup", ""), http.StatusServiceUnavailable, "node stopped")
+	h := newFixture(t, func(c *Config) {
+		c.Backup = func(w io.Writer, size func(int64)) (int64, error) {
+			size(int64(len(data)))
+			n, _ := w.Write(data[:100])
+			return int64(n), errors.New("disk read failed")
+		}
+	})
+	// (The first bytes may still sit in the server's buffer: then even the
+	// status line never arrives.)
+	resp, err := http.Get(h.url + "/backup")
+	if err == nil {
+		defer resp.Body.Close()
+		if b, err := io.ReadAll(resp.Body); err == nil {
+			t.Fatalf("a backup cut short after %d bytes read without error", len(b))
+		}
+	}
+}
