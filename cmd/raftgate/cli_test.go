@@ -3,9 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -274,5 +278,63 @@ func TestEnvReachesInheritedFlags(t *testing.T) {
 		lookupEnv: func(k string) (string, bool) { v, ok := vars[k]; return v, ok }}
 	if code := run(context.Background(), []string{"services", "list"}, env, nil); code != 0 || !strings.Contains(stdout.String(), "http://g") {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+}
+
+func TestBackupCommand(t *testing.T) {
+	data := bytes.Repeat([]byte("raftgate"), 4096)
+	cut := false
+	h, err := admin.New(admin.Config{Cluster: testCluster{ready: true}, Invocations: noInvocations{},
+		Registry: &testRegistry{svcs: map[string]*rpc.Service{}}, Partitions: 2, Token: "tok", Logger: zerolog.Nop(),
+		Backup: func(w io.Writer, size func(int64)) (int64, error) {
+			size(int64(len(data)))
+			if cut {
+				n, _ := w.Write(data[:len(data)/2])
+				w.(http.Flusher).Flush()
+				return int64(n), errors.New("disk read failed")
+			}
+			n, err := w.Write(data)
+			return int64(n), err
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "raft.db")
+
+	res := runCLI(t, "", "backup", "--admin", srv.URL, "--admin-token", "tok", "-o", out)
+	if res.code != 0 || !strings.Contains(res.stdout, fmt.Sprintf("wrote %d bytes", len(data))) {
+		t.Fatalf("backup: exit %d, %q %q", res.code, res.stdout, res.stderr)
+	}
+	if got, err := os.ReadFile(out); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("backup file: %d bytes, %v", len(got), err)
+	}
+	res = runCLI(t, "", "backup", "--admin", srv.URL, "--admin-token", "tok", "-o", out)
+	if res.code == 0 || !strings.Contains(res.stderr, "exists; not overwriting") {
+		t.Fatalf("over an existing file: exit %d, %q", res.code, res.stderr)
+	}
+	res = runCLI(t, "", "backup", "--admin", srv.URL, "-o", filepath.Join(dir, "b.db"))
+	if res.code == 0 || !strings.Contains(res.stderr, "401") {
+		t.Fatalf("without token: exit %d, %q", res.code, res.stderr)
+	}
+	if res = runCLI(t, "", "backup", "--admin", srv.URL); res.code == 0 || !strings.Contains(res.stderr, "--output") {
+		t.Fatalf("without --output: exit %d, %q", res.code, res.stderr)
+	}
+
+	// A copy cut short leaves no file behind, not even a partial one.
+	cut = true
+	res = runCLI(t, "", "backup", "--admin", srv.URL, "--admin-token", "tok", "-o", filepath.Join(dir, "cut.db"))
+	if res.code == 0 || !strings.Contains(res.stderr, "cut short") {
+		t.Fatalf("cut short: exit %d, %q", res.code, res.stderr)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("after a failed copy the directory holds %v, want only raft.db", names)
 	}
 }
