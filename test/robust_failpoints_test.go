@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -139,8 +140,12 @@ func (f *isolateFailpoint) measureDuring() bool           { return true }
 // the past: stop it gracefully, copy its dir, restart it, let traffic
 // commit more, kill -9 it, put the old copy in place and start it. A
 // correct cluster either refuses the node or repairs it (the leaders
-// overwrite and extend its log); it must never diverge. Heal then kills
-// a different node so that the stale one is needed for every majority.
+// overwrite and extend its log); it must never diverge. A refused node is
+// brought back the way docs/operations.md tells operators to: from a
+// peer's copy taken after the refusal (`raftgate backup`). Its own copy
+// from the crash is no good once the stale run acknowledged entries in a
+// group whose leader took it for a lagging follower. Heal then kills a
+// different node so that the stale one is needed for every majority.
 type staleDirFailpoint struct {
 	victim, other *node
 	// outcome says what the stale node did: "accepted" (and, if the
@@ -156,21 +161,18 @@ func (f *staleDirFailpoint) inject(t *testing.T, c *cluster, rng *rand.Rand) {
 	f.victim = c.nodes[rng.IntN(len(c.nodes))]
 	t.Logf("%s: node %d", f.name(), f.victim.id)
 	old := f.victim.dataDir + ".past"
-	crashed := f.victim.dataDir + ".crashed"
 	c.terminate(f.victim, 20*time.Second)
 	copyDir(t, f.victim.dataDir, old)
 	c.restart(f.victim)
 	f.progress(100)
 	c.kill(f.victim)
-	copyDir(t, f.victim.dataDir, crashed)
 	swapDir(t, old, f.victim.dataDir)
 	c.start(f.victim)
 	if err := c.waitReadyOrExit(f.victim, 30*time.Second); err != nil {
 		f.outcome = "refused"
 		f.why = panicLine(f.victim.logPath)
 		t.Logf("node %d refused its past data dir: %v: %s", f.victim.id, err, f.why)
-		swapDir(t, crashed, f.victim.dataDir)
-		c.restart(f.victim)
+		c.restoreFromPeer(f.victim)
 		return
 	}
 	f.outcome = "accepted"
@@ -215,8 +217,7 @@ func (f *staleDirFailpoint) heal(t *testing.T, c *cluster) {
 		// It passed readiness and died after: a refusal too.
 		f.outcome, f.why = "refused", panicLine(f.victim.logPath)
 		t.Logf("node %d died after starting from its past data dir: %s", f.victim.id, f.why)
-		swapDir(t, f.victim.dataDir+".crashed", f.victim.dataDir)
-		c.restart(f.victim)
+		c.restoreFromPeer(f.victim)
 		return
 	}
 	c.kill(f.other)
@@ -224,6 +225,34 @@ func (f *staleDirFailpoint) heal(t *testing.T, c *cluster) {
 	c.restart(f.other)
 }
 func (f *staleDirFailpoint) measureDuring() bool { return false }
+
+// restoreFromPeer replaces stopped node n's data dir by a copy of a
+// running peer's, taken with `raftgate backup`, and restarts n from it.
+func (c *cluster) restoreFromPeer(n *node) {
+	c.t.Helper()
+	var peer *node
+	for _, p := range c.nodes {
+		if p != n && p.alive() {
+			peer = p
+			break
+		}
+	}
+	if peer == nil {
+		c.t.Fatalf("no running peer to restore node %d from", n.id)
+	}
+	if err := os.RemoveAll(n.dataDir); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := os.MkdirAll(n.dataDir, 0o700); err != nil {
+		c.t.Fatal(err)
+	}
+	out, err := exec.Command(binary, "backup", "--admin", peer.adminURL(), "-o", filepath.Join(n.dataDir, "raft.db")).CombinedOutput()
+	if err != nil {
+		c.t.Fatalf("raftgate backup from node %d: %v\n%s", peer.id, err, out)
+	}
+	c.t.Logf("node %d restored from node %d: %s", n.id, peer.id, strings.TrimSpace(string(out)))
+	c.restart(n)
+}
 
 // waitReadyOrExit waits for n's /readyz, returning an error if the process
 // exits or the deadline passes.
