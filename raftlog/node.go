@@ -282,7 +282,8 @@ func (n *Node) tickLoop() {
 // the node keeps running; size is called with the copy's length before the
 // first byte. It returns the bytes written. The read transaction stays
 // open while w is slow, and bbolt cannot reuse the pages it sees freed
-// meanwhile, so the file may grow during a long copy.
+// meanwhile, so the file may grow during a long copy; Close ends a copy in
+// progress (with ErrStopped) at its next write.
 func (n *Node) Backup(w io.Writer, size func(int64)) (int64, error) {
 	if n.isClosed() {
 		return 0, ErrStopped
@@ -291,10 +292,31 @@ func (n *Node) Backup(w io.Writer, size func(int64)) (int64, error) {
 	err := n.db.View(func(tx *bolt.Tx) error {
 		size(tx.Size())
 		var err error
-		written, err = tx.WriteTo(w)
+		written, err = tx.WriteTo(stopWriter{w: w, stop: n.stop})
 		return err
 	})
+	if err != nil && n.isClosed() {
+		// bbolt does not wrap the writer's error.
+		return written, fmt.Errorf("%w (backup ended: %v)", ErrStopped, err)
+	}
 	return written, err
+}
+
+// stopWriter fails once stop is closed, so that a copy to a slow reader
+// ends its read transaction when the node closes (bbolt's Close waits for
+// every read transaction).
+type stopWriter struct {
+	w    io.Writer
+	stop <-chan struct{}
+}
+
+func (s stopWriter) Write(p []byte) (int, error) {
+	select {
+	case <-s.stop:
+		return 0, ErrStopped
+	default:
+	}
+	return s.w.Write(p)
 }
 
 // Close stops every group, the transport and the write loop, and closes

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -437,3 +438,54 @@ func TestCatchUpOnFollower(t *testing.T) {
 		t.Fatal("isolated follower's CatchUp succeeded")
 	}
 }
+
+// TestBackupRestoresAndStopsOnClose: a copy taken from a running node
+// opens as a node with the same log and state; closing the node ends a
+// copy in progress instead of waiting for its reader.
+func TestBackupRestoresAndStopsOnClose(t *testing.T) {
+	c := newCluster(t, testSeed(t), 1, []GroupID{1}, nil)
+	for _, e := range []string{"a", "b", "c"} {
+		if err := c.proposeAnywhere(1, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	var size int64 = -1
+	n, err := c.nodes[1].Backup(&buf, func(s int64) { size = s })
+	if err != nil || n != size || int64(buf.Len()) != n {
+		t.Fatalf("Backup = %d, %v; announced %d, wrote %d", n, err, size, buf.Len())
+	}
+	c.stop(1)
+	c.dirs[1] = t.TempDir()
+	if err := os.WriteFile(filepath.Join(c.dirs[1], "raft.db"), buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.start(1)
+	c.leader(1, c.ids, 5*time.Second)
+	if got := entriesOf(t, c.nodes[1].Group(1)); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("node opened from the copy has %v", got)
+	}
+
+	// The reader closes the node at its first write; the copy must then
+	// fail with ErrStopped rather than hold Close on its read transaction.
+	node := c.nodes[1]
+	closed := make(chan error, 1)
+	w := writerFunc(func(p []byte) (int, error) {
+		if !node.isClosed() {
+			go func() { closed <- node.Close() }()
+			waitFor(t, 5*time.Second, "the node to start closing", node.isClosed)
+		}
+		return len(p), nil
+	})
+	if _, err := node.Backup(w, func(int64) {}); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Backup while the node closes = %v, want ErrStopped", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	delete(c.nodes, 1)
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
