@@ -505,6 +505,9 @@ func TestBackup(t *testing.T) {
 	if got := a.header.Get("Content-Type"); got != "application/octet-stream" {
 		t.Errorf("Content-Type %q", got)
 	}
+	if a := f.do(t, "HEAD", "/backup", "", "Authorization", "Bearer s3cret"); a.status != 200 || a.header.Get("Content-Length") != "4096" || len(a.body) != 0 {
+		t.Errorf("HEAD /backup: %d, Content-Length %q, %d body bytes", a.status, a.header.Get("Content-Length"), len(a.body))
+	}
 	wantError(t, f.do(t, "PUT", "/backup", "x", "Authorization", "Bearer s3cret"), http.StatusMethodNotAllowed, "not allowed")
 
 	// Failing before the first byte: a JSON error; after it: a body
