@@ -39,10 +39,10 @@ func PreferredLeader(id GroupID, voters []uint64) uint64 {
 // up to 64 times; seeing the preferred voter lead for a whole interval
 // resets it.
 func (g *Group) balanceLeadership(ticks int) {
-	every := g.n.cfg.LeaderBalanceTicks
 	if g.preferred == 0 {
 		return
 	}
+	every := g.n.cfg.LeaderBalanceTicks
 	g.balanceTicks += ticks
 	if !g.isLeader {
 		if g.balanceTicks >= every && g.leader.Load().Leader == g.preferred {
