@@ -213,8 +213,13 @@ func (s *server) backup(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, http.StatusNotFound, "backup is not enabled on this node")
 		return
 	}
+	var dst io.Writer = w
+	if r.Method == http.MethodHead {
+		// The length is all a HEAD needs: stop the copy at its first write.
+		dst = headOnly{}
+	}
 	started := false
-	n, err := s.cfg.Backup(w, func(size int64) {
+	n, err := s.cfg.Backup(dst, func(size int64) {
 		h := w.Header()
 		h.Set("Content-Type", "application/octet-stream")
 		h.Set("Content-Disposition", `attachment; filename="raft.db"`)
@@ -223,6 +228,7 @@ func (s *server) backup(w http.ResponseWriter, r *http.Request) {
 		started = true
 	})
 	switch {
+	case errors.Is(err, errHeadOnly) && started:
 	case err == nil:
 		s.log.Info().Int64("bytes", n).Msg("backup served")
 	case !started:
@@ -234,6 +240,13 @@ func (s *server) backup(w http.ResponseWriter, r *http.Request) {
 		panic(http.ErrAbortHandler)
 	}
 }
+
+// errHeadOnly ends the copy behind a HEAD /backup.
+var errHeadOnly = errors.New("HEAD: no body")
+
+type headOnly struct{}
+
+func (headOnly) Write([]byte) (int, error) { return 0, errHeadOnly }
 
 func (s *server) metrics(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Metrics == nil {

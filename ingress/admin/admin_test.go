@@ -486,11 +486,13 @@ func TestBackup(t *testing.T) {
 	wantError(t, newFixture(t, nil).do(t, "GET", "/backup", ""), http.StatusNotFound, "backup is not enabled")
 
 	data := []byte(strings.Repeat("page", 1024))
+	var copied int // bytes the last copy got out
 	f := newFixture(t, func(c *Config) {
 		c.Token = "s3cret"
 		c.Backup = func(w io.Writer, size func(int64)) (int64, error) {
 			size(int64(len(data)))
 			n, err := w.Write(data)
+			copied = n
 			return int64(n), err
 		}
 	})
@@ -507,6 +509,9 @@ func TestBackup(t *testing.T) {
 	}
 	if a := f.do(t, "HEAD", "/backup", "", "Authorization", "Bearer s3cret"); a.status != 200 || a.header.Get("Content-Length") != "4096" || len(a.body) != 0 {
 		t.Errorf("HEAD /backup: %d, Content-Length %q, %d body bytes", a.status, a.header.Get("Content-Length"), len(a.body))
+	}
+	if copied != 0 {
+		t.Errorf("HEAD /backup copied %d bytes, want none", copied)
 	}
 	wantError(t, f.do(t, "PUT", "/backup", "x", "Authorization", "Bearer s3cret"), http.StatusMethodNotAllowed, "not allowed")
 
