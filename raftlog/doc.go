@@ -124,6 +124,10 @@
 // campaigns immediately). The log's hot tail is cached in memory
 // (Config.EntryCacheBytes per group) so replication reads no bbolt.
 //
+// A binary built with the raftgate_nosync tag opens bbolt without fsync,
+// to measure what durability costs (docs/benchmarks.md, "The storage
+// floor"); it loses acknowledged writes on power loss and warns at start.
+//
 // # Snapshots and compaction
 //
 // After Config.SnapshotEntries applied entries the log is compacted up to

@@ -82,6 +82,7 @@ func open(cfg Config, newTransport func(*Node) transport) (*Node, error) {
 		Timeout:        2 * time.Second,
 		NoFreelistSync: true,
 		FreelistType:   bolt.FreelistMapType,
+		NoSync:         noSync,
 		// A large initial mapping avoids remaps, which wait for every read
 		// transaction (a snapshot being streamed) to finish.
 		InitialMmapSize: 1 << 30,
@@ -98,6 +99,9 @@ func open(cfg Config, newTransport func(*Node) transport) (*Node, error) {
 		watchers: make(map[uint64]*watcher),
 		stop:     make(chan struct{}),
 		failed:   make(chan error, 1),
+	}
+	if noSync {
+		n.log.Warn().Msg("built with raftgate_nosync: fsync is OFF, acknowledged writes are lost on power loss; for measurements only")
 	}
 	n.server = &raftServer{n: n}
 	n.tr = newTransport(n)
