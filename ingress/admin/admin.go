@@ -214,9 +214,11 @@ func (s *server) backup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var dst io.Writer = w
+	head := &headOnly{}
 	if r.Method == http.MethodHead {
-		// The length is all a HEAD needs: stop the copy at its first write.
-		dst = headOnly{}
+		// The length is all a HEAD needs: stop the copy at its first write
+		// (bbolt does not wrap the writer's error, so head remembers it).
+		dst = head
 	}
 	started := false
 	n, err := s.cfg.Backup(dst, func(size int64) {
@@ -228,7 +230,7 @@ func (s *server) backup(w http.ResponseWriter, r *http.Request) {
 		started = true
 	})
 	switch {
-	case errors.Is(err, errHeadOnly) && started:
+	case head.stopped && started:
 	case err == nil:
 		s.log.Info().Int64("bytes", n).Msg("backup served")
 	case !started:
@@ -241,12 +243,13 @@ func (s *server) backup(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// errHeadOnly ends the copy behind a HEAD /backup.
-var errHeadOnly = errors.New("HEAD: no body")
+// headOnly ends the copy behind a HEAD /backup at its first write.
+type headOnly struct{ stopped bool }
 
-type headOnly struct{}
-
-func (headOnly) Write([]byte) (int, error) { return 0, errHeadOnly }
+func (h *headOnly) Write([]byte) (int, error) {
+	h.stopped = true
+	return 0, errors.New("HEAD /backup: no body")
+}
 
 func (s *server) metrics(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Metrics == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -493,6 +494,10 @@ func TestBackup(t *testing.T) {
 			size(int64(len(data)))
 			n, err := w.Write(data)
 			copied = n
+			if err != nil {
+				// As bbolt's Tx.WriteTo does: the writer's error, unwrapped.
+				err = fmt.Errorf("meta 0 copy: %s", err)
+			}
 			return int64(n), err
 		}
 	})
