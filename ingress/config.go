@@ -33,9 +33,11 @@ type Dispatcher interface {
 }
 
 // ServiceLookup reads the replicated service registry. Lookup is a local
-// read, called on every call and send, from many goroutines at once.
+// read, called on every call and send, from many goroutines at once. It
+// returns an error wrapping rpc.ErrNotFound when there is no such service;
+// any other error means the registry cannot say right now (503, retry).
 type ServiceLookup interface {
-	Lookup(name string) (*rpc.Service, bool)
+	Lookup(name string) (*rpc.Service, error)
 }
 
 // Config configures a Handler. Start from DefaultConfig.

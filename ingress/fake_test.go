@@ -153,9 +153,11 @@ func (f *fakeDispatcher) lastAppend(t *testing.T) fakeAppend {
 // fakeServices is a static service registry.
 type fakeServices map[string]*rpc.Service
 
-func (s fakeServices) Lookup(name string) (*rpc.Service, bool) {
-	svc, ok := s[name]
-	return svc, ok
+func (s fakeServices) Lookup(name string) (*rpc.Service, error) {
+	if svc, ok := s[name]; ok {
+		return svc, nil
+	}
+	return nil, rpc.ErrNotFound
 }
 
 // testNow is the fixed proposal clock of the tests.

@@ -555,7 +555,31 @@ func TestClientGoneWritesNothing(t *testing.T) {
 
 type panickyServices struct{}
 
-func (panickyServices) Lookup(string) (*rpc.Service, bool) { panic("registry bug") }
+func (panickyServices) Lookup(string) (*rpc.Service, error) { panic("registry bug") }
+
+// unsureServices cannot tell whether any service exists (no metadata
+// leader reachable).
+type unsureServices struct{}
+
+func (unsureServices) Lookup(string) (*rpc.Service, error) {
+	return nil, errors.New("the service registry cannot be checked right now: context deadline exceeded")
+}
+
+// TestRegistryUnavailableIsRetryable: when the registry cannot confirm that
+// a service is unknown, the answer is a retryable 503, never a definite 404.
+func TestRegistryUnavailableIsRetryable(t *testing.T) {
+	h, fd := newTestHandler(t, func(c *Config) { c.Services = unsureServices{} })
+	for _, path := range []string{"/Greeter/greet", "/Greeter/greet/send"} {
+		w := do(h, "POST", path, "")
+		msg := decodeError(t, w, 503, "ingress")
+		if w.Header().Get("Retry-After") == "" || !strings.Contains(msg, "retrying is safe") {
+			t.Errorf("%s: Retry-After %q, message %q", path, w.Header().Get("Retry-After"), msg)
+		}
+	}
+	if n := len(fd.appends); n != 0 {
+		t.Fatalf("%d appends for a service nobody could confirm", n)
+	}
+}
 
 func TestPanicIsRecovered(t *testing.T) {
 	h, _ := newTestHandler(t, func(c *Config) { c.Services = panickyServices{} })

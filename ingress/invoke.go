@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -15,8 +16,12 @@ import (
 func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, rt route) int {
 	start := time.Now()
 	send := rt.kind == routeSend
-	svc, ok := h.cfg.Services.Lookup(rt.service)
-	if !ok || svc == nil {
+	svc, err := h.cfg.Services.Lookup(rt.service)
+	if err != nil && !errors.Is(err, rpc.ErrNotFound) {
+		return h.writeError(w, &apiError{code: http.StatusServiceUnavailable, retryAfter: true,
+			msg: fmt.Sprintf("cannot tell whether service '%s' exists (%v); nothing was done, retrying is safe", rt.service, err)})
+	}
+	if svc == nil {
 		return h.writeError(w, errNotFound(fmt.Sprintf(
 			"service '%s' not found: register it first (raftgate services add %s URL, or PUT /services/%s on the admin API)",
 			rt.service, rt.service, rt.service)))

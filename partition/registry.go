@@ -122,27 +122,40 @@ func (r *Registry) Lookup(name string) (*rpc.Service, bool) {
 	return svc, ok
 }
 
+// ErrRegistryUnavailable: a service is not in this node's copy of the
+// registry, and the copy could not be brought up to date with the metadata
+// group's leader, so whether the service exists is unknown for now.
+var ErrRegistryUnavailable = errors.New("the service registry cannot be checked right now")
+
 // LookupFresh is Lookup for a name that may have been registered a moment
 // ago through another node. On a miss it lets this replica catch up with
 // what the metadata group's leader has committed (MetaLog.CatchUp, at most
 // wait) and looks again: a client that registers a service and calls it at
 // once through another node is not told it does not exist. Hits never
-// wait.
-func (r *Registry) LookupFresh(name string, wait time.Duration) (*rpc.Service, bool) {
+// wait. A miss is rpc.ErrNotFound only once the catch-up succeeded;
+// otherwise it is ErrRegistryUnavailable (no metadata leader reachable:
+// the caller should answer "retry later", not "no such service").
+func (r *Registry) LookupFresh(name string, wait time.Duration) (*rpc.Service, error) {
 	if svc, ok := r.Lookup(name); ok {
-		return svc, ok
+		return svc, nil
 	}
 	select {
 	case <-r.ready:
 	default:
-		return nil, false
+		return nil, fmt.Errorf("%w: this node's registry is still loading", ErrRegistryUnavailable)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	if err := r.log.CatchUp(ctx); err != nil {
-		r.logger.Debug().Err(err).Str("service", name).Msg("registry catch-up failed; answering from this replica")
+		if svc, ok := r.Lookup(name); ok {
+			return svc, nil
+		}
+		return nil, fmt.Errorf("%w: %w", ErrRegistryUnavailable, err)
 	}
-	return r.Lookup(name)
+	if svc, ok := r.Lookup(name); ok {
+		return svc, nil
+	}
+	return nil, fmt.Errorf("service %q: %w", name, rpc.ErrNotFound)
 }
 
 // List returns every registered service, sorted by name.

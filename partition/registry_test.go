@@ -160,7 +160,8 @@ func TestRegistry(t *testing.T) {
 
 // TestLookupFreshCatchesUpOnAMiss: a miss first lets the replica catch up
 // with the leader (bounded), and a registration applied by then is found;
-// hits never ask.
+// hits never ask. A miss is "not found" only after a catch-up that worked:
+// one that timed out is "cannot tell".
 func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
 	db := newMetaDB(t)
 	reg := NewRegistry(zerolog.Nop())
@@ -174,8 +175,8 @@ func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
 
 	// The leader never answers: the miss is answered after the bound.
 	start := time.Now()
-	if _, ok := reg.LookupFresh("echo", 50*time.Millisecond); ok {
-		t.Fatal("found a service that was never registered")
+	if _, err := reg.LookupFresh("echo", 50*time.Millisecond); !errors.Is(err, ErrRegistryUnavailable) || errors.Is(err, rpc.ErrNotFound) {
+		t.Fatalf("miss without a catch-up: %v, want ErrRegistryUnavailable", err)
 	}
 	if waited := time.Since(start); waited < 50*time.Millisecond || catchUps() != 1 {
 		t.Fatalf("miss answered after %v with %d catch-ups; want one catch-up bounded by 50ms", waited, catchUps())
@@ -183,8 +184,8 @@ func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
 
 	found := make(chan bool, 1)
 	go func() {
-		_, ok := reg.LookupFresh("echo", time.Minute)
-		found <- ok
+		_, err := reg.LookupFresh("echo", time.Minute)
+		found <- err == nil
 	}()
 	waitFor(t, 5*time.Second, "LookupFresh to catch up", func() bool { return catchUps() == 2 })
 	// Meanwhile the registration applies on this replica; then the
@@ -212,7 +213,10 @@ func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("LookupFresh still waiting 10s after its catch-up completed")
 	}
-	if _, ok := reg.LookupFresh("echo", time.Minute); !ok || catchUps() != 2 {
-		t.Fatalf("hit: found=%v after %d catch-ups; a hit must not catch up", ok, catchUps())
+	if _, err := reg.LookupFresh("echo", time.Minute); err != nil || catchUps() != 2 {
+		t.Fatalf("hit: %v after %d catch-ups; a hit must not catch up", err, catchUps())
+	}
+	if _, err := reg.LookupFresh("nope", time.Minute); !errors.Is(err, rpc.ErrNotFound) || catchUps() != 3 {
+		t.Fatalf("miss after a catch-up that worked: %v (%d catch-ups), want rpc.ErrNotFound", err, catchUps())
 	}
 }

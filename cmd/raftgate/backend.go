@@ -109,7 +109,7 @@ type freshServices struct{ registry *partition.Registry }
 
 const registryCatchUp = 250 * time.Millisecond
 
-func (f freshServices) Lookup(name string) (*rpc.Service, bool) {
+func (f freshServices) Lookup(name string) (*rpc.Service, error) {
 	return f.registry.LookupFresh(name, registryCatchUp)
 }
 

@@ -107,9 +107,11 @@ func (m *memCluster) Attach(ctx context.Context, _ uint32, idb []byte) (*rpc.Inv
 // registry is a static service registry.
 type registry map[string]*rpc.Service
 
-func (r registry) Lookup(name string) (*rpc.Service, bool) {
-	s, ok := r[name]
-	return s, ok
+func (r registry) Lookup(name string) (*rpc.Service, error) {
+	if s, ok := r[name]; ok {
+		return s, nil
+	}
+	return nil, rpc.ErrNotFound
 }
 
 // startIngress serves a real ingress.Handler over cluster on 127.0.0.1.
