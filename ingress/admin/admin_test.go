@@ -453,6 +453,17 @@ func TestInvocationStatusAndCancel(t *testing.T) {
 			t.Fatalf("routed to partition %d, want %d", p, wantPartition)
 		}
 	}
+
+	// A result's own delivery counts: two failures, then success on the third.
+	f.invocations.statusErr = nil
+	done := partition.IdempotentID("Greeter", "greet", "k2")
+	f.invocations.records[string(done.Bytes())] = &rpc.InvocationRecord{
+		Invoke: &rpc.Invoke{Service: "Greeter", Handler: "greet"}, State: rpc.InvocationRecord_COMPLETED,
+		Attempts: 2, Result: &rpc.Result{Status: 200, Attempts: 3},
+	}
+	if v := decode[InvocationView](t, f.do(t, "GET", "/invocations/"+done.String(), "")); v.Attempts != 3 {
+		t.Fatalf("completed on the third delivery: attempts %d, want 3", v.Attempts)
+	}
 }
 
 func TestInvocationErrors(t *testing.T) {

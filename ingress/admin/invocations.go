@@ -20,7 +20,9 @@ type InvocationView struct {
 	Handler        string `json:"handler,omitempty"`
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 	// Status is pending, running or completed.
-	Status    string `json:"status"`
+	Status string `json:"status"`
+	// Attempts counts the deliveries that ended: the failed ones, plus
+	// the one that produced the result once there is one.
 	Attempts  uint32 `json:"attempts"`
 	LastError string `json:"lastError,omitempty"`
 	// Timestamps are RFC 3339 in UTC; omitted when not (yet) known.
@@ -83,6 +85,9 @@ func invocationView(id partition.InvocationID, p uint32, rec *rpc.InvocationReco
 	v.CompletedAt = optionalTime(rec.GetCompletedAtUnixMs())
 	if res := rec.GetResult(); res != nil {
 		v.Result = resultSummary(res)
+		// The record counts failed deliveries; the result, every delivery
+		// up to and including its own.
+		v.Attempts = max(v.Attempts, res.GetAttempts())
 	}
 	return v
 }
