@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -83,15 +84,20 @@ func (h *Handler) writeError(w http.ResponseWriter, e *apiError) int {
 
 // writeJSONError writes {"code","message","source"} with status code.
 func writeJSONError(w http.ResponseWriter, code int, msg, source string) {
-	body, err := json.Marshal(errorBody{Code: code, Message: msg, Source: source})
-	if err != nil { // cannot happen for these field types
-		body = []byte(`{"code":500,"message":"internal error","source":"ingress"}`)
+	var body bytes.Buffer
+	enc := json.NewEncoder(&body)
+	// Messages quote paths and headers: keep <, >, & readable.
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(errorBody{Code: code, Message: msg, Source: source}); err != nil {
+		// Cannot happen for these field types.
+		body.Reset()
+		body.WriteString(`{"code":500,"message":"internal error","source":"ingress"}`)
 	}
 	hdr := w.Header()
 	hdr.Set(headerContentType, "application/json")
 	hdr.Set(headerErrorSource, source)
 	w.WriteHeader(code)
-	_, _ = w.Write(body)
+	_, _ = w.Write(bytes.TrimSuffix(body.Bytes(), []byte("\n")))
 }
 
 // Sentinel causes set on contexts so that the ingress can tell its own

@@ -198,6 +198,7 @@ func TestSendDelay(t *testing.T) {
 		{"DELAY=1h30m", 90 * time.Minute},
 		{"delay=1.5s", 1500 * time.Millisecond},
 		{"delay=60+sec", time.Minute},
+		{"delay=0s", 0}, // due at once, but still a delayed send: executionTime is now
 	} {
 		h, fd := newTestHandler(t, nil)
 		w := do(h, "POST", "/Greeter/greet/send?"+tc.query, "")
@@ -218,7 +219,7 @@ func TestSendDelay(t *testing.T) {
 		}
 	}
 	h, _ := newTestHandler(t, nil)
-	for _, q := range []string{"delay=", "delay=soon", "delay=-5s", "delay=10", "delay=P1M", "delay=PT", "delay=%zz"} {
+	for _, q := range []string{"delay=", "delay=soon", "delay=-5s", "delay=10", "delay=P1M", "delay=PT", "delay=%zz", "delay=1s&delay=2s"} {
 		msg := decodeError(t, do(h, "POST", "/Greeter/greet/send?"+q, ""), 400, "ingress")
 		if !strings.Contains(msg, "delay") {
 			t.Fatalf("%s: message %q does not name the delay", q, msg)
@@ -358,6 +359,10 @@ func TestRequestErrors(t *testing.T) {
 	}
 	if w := do(h, "POST", "/Strict/greet/send", ""); w.Code != 202 {
 		t.Fatalf("listed handler: %d %s", w.Code, w.Body)
+	}
+	// Messages quote what the client sent as is, not HTML-escaped.
+	if w := do(h, "POST", "/a%3Cb%3E%26c/greet", ""); !strings.Contains(w.Body.String(), "service 'a<b>&c' not found") {
+		t.Fatalf("unknown service with <>&: %s", w.Body)
 	}
 	for _, tc := range []struct {
 		method, target string

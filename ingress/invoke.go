@@ -77,7 +77,8 @@ func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, rt route) int {
 		IdempotencyKey:   key,
 		ProposedAtUnixMs: now.UnixMilli(),
 	}
-	if delay > 0 {
+	if hasDelay {
+		// Even ?delay=0s: the answer then carries executionTime (now).
 		inv.NotBeforeUnixMs = now.Add(delay).UnixMilli()
 	}
 

@@ -140,7 +140,7 @@ func TestQueryValue(t *testing.T) {
 		found           bool
 	}{
 		{"delay=10s", "delay", "10s", true},
-		{"a=1&Delay=PT1S&delay=2s", "delay", "PT1S", true},
+		{"a=1&Delay=PT1S&b=2", "delay", "PT1S", true},
 		{"x=1", "delay", "", false},
 		{"delay=1h+30m", "delay", "1h 30m", true},
 		{"de%6Cay=5s", "delay", "5s", true},
@@ -149,6 +149,12 @@ func TestQueryValue(t *testing.T) {
 		got, found, err := queryValue(tc.raw, tc.name)
 		if err != nil || got != tc.want || found != tc.found {
 			t.Errorf("queryValue(%q) = %q %v %v", tc.raw, got, found, err)
+		}
+	}
+	// Given twice, even spelled differently: which one was meant is unknown.
+	for _, raw := range []string{"delay=1s&delay=2s", "delay=1s&DELAY=1s", "de%6Cay=1s&x=1&delay=2s"} {
+		if _, _, err := queryValue(raw, "delay"); err == nil || !strings.Contains(err.msg, "more than once") {
+			t.Errorf("queryValue(%q): %v, want a 'given more than once' error", raw, err)
 		}
 	}
 }

@@ -34,6 +34,8 @@ func idempotencyKey(h http.Header) (string, *apiError) {
 // queryValue returns the value of the first query parameter named name
 // (ASCII case-insensitive, as Restate matches "delay"), decoded.
 func queryValue(rawQuery, name string) (string, bool, *apiError) {
+	var value string
+	found := false
 	for rawQuery != "" {
 		var pair string
 		pair, rawQuery, _ = strings.Cut(rawQuery, "&")
@@ -48,13 +50,16 @@ func queryValue(rawQuery, name string) (string, bool, *apiError) {
 		if !strings.EqualFold(k, name) {
 			continue
 		}
+		if found {
+			return "", true, errBadRequest(fmt.Sprintf("bad query parameter %s: given more than once", name))
+		}
 		dv, err := url.QueryUnescape(v)
 		if err != nil {
 			return "", true, errBadRequest(fmt.Sprintf("bad query parameter %s: invalid percent-encoding", name))
 		}
-		return dv, true, nil
+		value, found = dv, true
 	}
-	return "", false, nil
+	return value, found, nil
 }
 
 // delayParam parses ?delay= (found reports whether it was given).

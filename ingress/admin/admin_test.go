@@ -390,6 +390,9 @@ func TestBearerToken(t *testing.T) {
 	wantError(t, f.do(t, "GET", "/cluster", "", "Authorization", "Bearer wrong"), http.StatusUnauthorized, "admin token")
 	wantError(t, f.do(t, "GET", "/cluster", "", "Authorization", "s3cret"), http.StatusUnauthorized, "admin token")
 	wantError(t, f.do(t, "GET", "/nope", ""), http.StatusUnauthorized, "admin token")
+	if a := f.do(t, "GET", "/cluster", ""); !strings.Contains(string(a.body), "Bearer <token>") {
+		t.Errorf("401 body not readable as is: %s", a.body)
+	}
 	if a := f.do(t, "GET", "/cluster", "", "Authorization", "Bearer s3cret"); a.status != 200 {
 		t.Fatalf("with token: %d %s", a.status, a.body)
 	}

@@ -27,6 +27,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	// Messages such as "Bearer <token>" stay readable.
+	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v) // the client went away; nothing left to tell it
 }
 
