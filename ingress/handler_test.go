@@ -285,6 +285,13 @@ func TestAttachAndOutput(t *testing.T) {
 	decodeError(t, do(h, "GET", "/restate/invocation/"+unknown+"/output", ""), 404, "ingress")
 	decodeError(t, do(h, "GET", "/restate/invocation/"+unknown+"/attach", ""), 404, "ingress")
 	decodeError(t, do(h, "GET", "/restate/invocation/Greeter/greet/nokey/attach", ""), 404, "ingress")
+	// A key in the path is bounded as in the header: 400, not "not found".
+	for _, kind := range []string{"attach", "output"} {
+		msg := decodeError(t, do(h, "GET", "/restate/invocation/Greeter/greet/"+strings.Repeat("k", 4097)+"/"+kind, ""), 400, "ingress")
+		if !strings.Contains(msg, "longer than 4096 bytes") {
+			t.Fatalf("long key in the %s path: %q", kind, msg)
+		}
+	}
 	// Malformed ids: 400 naming the id.
 	for _, bad := range []string{"inv_", "inv_abc", "xyz", "inv_" + strings.Repeat("1", 39), id.String() + "a"} {
 		msg := decodeError(t, do(h, "GET", "/restate/invocation/"+bad+"/attach", ""), 400, "ingress")

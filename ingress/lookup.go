@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -30,12 +31,16 @@ func (h *Handler) lookup(w http.ResponseWriter, r *http.Request, rt route) int {
 	start := time.Now()
 	var id partition.InvocationID
 	if rt.byKey() {
+		if len(rt.key) > maxIdempotencyKeyLen {
+			return h.writeError(w, errBadRequest(fmt.Sprintf("bad idempotency key in the path: longer than %d bytes", maxIdempotencyKeyLen)))
+		}
 		id = partition.IdempotentID(rt.service, rt.handler, rt.key)
 	} else {
 		var err error
 		if id, err = parseInvocationID(rt.id); err != nil {
 			return h.writeError(w, errBadRequest("malformed invocation id "+quotePath(rt.id)+
-				": expected inv_ followed by 39 base32 characters, as returned in x-restate-id"))
+				": expected lowercase inv_ and 39 base32 characters (any case) spelled as raftgate prints them"+
+				" (the last character carries spare bits and has one valid spelling); copy it from x-restate-id"))
 		}
 	}
 	part := partition.PartitionFor(id.PartitionKey(), h.cfg.Partitions)
