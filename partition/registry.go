@@ -96,13 +96,17 @@ func (r *Registry) OnLeadership(ev raftlog.LeaderEvent) {
 }
 
 // Put registers or replaces a service and returns once the change applied.
-// Leader only (*rpc.NotLeaderError otherwise).
+// Leader only (*rpc.NotLeaderError otherwise). A registration without
+// UpdatedAtUnixMs is stamped here; one stamped by the node that took the
+// request keeps its stamp, so that node can answer with what is stored.
 func (r *Registry) Put(ctx context.Context, svc *rpc.Service) error {
 	if err := validateService(svc); err != nil {
 		return err
 	}
 	svc = proto.Clone(svc).(*rpc.Service)
-	svc.UpdatedAtUnixMs = r.now().UnixMilli()
+	if svc.UpdatedAtUnixMs == 0 {
+		svc.UpdatedAtUnixMs = r.now().UnixMilli()
+	}
 	return r.propose(ctx, &rpc.Command{Cmd: &rpc.Command_PutService{PutService: &rpc.PutService{Service: svc}}})
 }
 

@@ -114,6 +114,16 @@ func TestRegistry(t *testing.T) {
 	if svc, ok := reg.Lookup("alpha"); !ok || svc.Url != "http://127.0.0.1:9/alpha" || svc.UpdatedAtUnixMs == 0 {
 		t.Fatalf("lookup = %v %v", svc, ok)
 	}
+	// A stamp from the node that took the request is kept: it answered with it.
+	if err := reg.Put(ctx, &rpc.Service{Name: "stamped", Url: "http://127.0.0.1:9/", UpdatedAtUnixMs: 1_700_000_000_123}); err != nil {
+		t.Fatal(err)
+	}
+	if svc, _ := reg.Lookup("stamped"); svc.GetUpdatedAtUnixMs() != 1_700_000_000_123 {
+		t.Fatalf("stamp %d, want the caller's", svc.GetUpdatedAtUnixMs())
+	}
+	if err := reg.Delete(ctx, "stamped"); err != nil {
+		t.Fatal(err)
+	}
 	if l := reg.List(); len(l) != 2 || l[0].Name != "alpha" || l[1].Name != "zeta" {
 		t.Fatalf("list = %v", l)
 	}
