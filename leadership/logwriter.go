@@ -2,6 +2,7 @@ package leadership
 
 import (
 	"bytes"
+	"net"
 
 	"github.com/rs/zerolog"
 )
@@ -10,7 +11,14 @@ import (
 // text") to zerolog, keeping the level.
 type memberlistLog struct {
 	log zerolog.Logger
+	// closing is closed when Close begins. memberlist's Shutdown closes
+	// its sockets before it stops its gossip ticker, so a gossip round in
+	// between fails on a closed socket and logs [ERR]: expected then, such
+	// a line is logged at debug level.
+	closing <-chan struct{}
 }
+
+var errClosedText = []byte(net.ErrClosed.Error())
 
 var memberlistLevels = []struct {
 	prefix []byte
@@ -33,6 +41,18 @@ func (w memberlistLog) Write(p []byte) (int, error) {
 		}
 	}
 	line = bytes.TrimPrefix(line, []byte("memberlist: "))
+	if level > zerolog.DebugLevel && bytes.Contains(line, errClosedText) && w.isClosing() {
+		level = zerolog.DebugLevel
+	}
 	w.log.WithLevel(level).Msg(string(line))
 	return len(p), nil
+}
+
+func (w memberlistLog) isClosing() bool {
+	select {
+	case <-w.closing:
+		return true
+	default:
+		return false
+	}
 }

@@ -104,7 +104,7 @@ func (m *Membership) memberlistConfig() (*memberlist.Config, error) {
 	c.GossipToTheDeadTime = 10 * m.cfg.ProbeInterval
 	c.Delegate = delegate{m}
 	c.Events = events{m}
-	c.Logger = log.New(memberlistLog{m.cfg.Logger.With().Str("component", "memberlist").Logger()}, "", 0)
+	c.Logger = log.New(memberlistLog{log: m.cfg.Logger.With().Str("component", "memberlist").Logger(), closing: m.stop}, "", 0)
 	return c, nil
 }
 

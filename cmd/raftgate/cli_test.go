@@ -267,6 +267,29 @@ func TestInvoke(t *testing.T) {
 	}
 }
 
+// TestInvokeRefusesEmptyIdempotencyKey: an explicitly empty key is an
+// error before anything is sent, not a request without a key.
+func TestInvokeRefusesEmptyIdempotencyKey(t *testing.T) {
+	g := &invokeIngress{}
+	srv := httptest.NewServer(g)
+	t.Cleanup(srv.Close)
+	for _, args := range [][]string{
+		{"invoke", "Greeter/greet", `"Ada"`, "--ingress", srv.URL, "--idempotency-key", ""},
+		{"invoke", "Greeter/greet", `"Ada"`, "--ingress", srv.URL, "--send", "--idempotency-key="},
+		{"invoke", "Greeter/greet", `"Ada"`, "--ingress", srv.URL, "--idempotency-key", " "},
+	} {
+		res := runCLI(t, "", args...)
+		if res.code == 0 || !strings.Contains(res.stderr, "--idempotency-key: empty") {
+			t.Errorf("%q: %+v, want a non-zero exit naming --idempotency-key", args, res)
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.last != nil {
+		t.Fatalf("sent %s %s with an empty key; want nothing sent", g.last.Method, g.last.URL)
+	}
+}
+
 // TestEnvReachesInheritedFlags: RAFTGATE_ADMIN and RAFTGATE_ADMIN_TOKEN
 // fill --admin/--admin-token, which subcommands inherit from `services`.
 func TestEnvReachesInheritedFlags(t *testing.T) {

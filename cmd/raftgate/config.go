@@ -55,6 +55,11 @@ type ServerConfig struct {
 
 	// ShutdownGrace bounds the graceful part of shutdown (--shutdown-grace).
 	ShutdownGrace time.Duration
+	// DrainDelay is how long, on shutdown, the ingress keeps accepting
+	// connections and answering 503 (health included) before it stops
+	// accepting, so that a load balancer takes the node out first
+	// (--drain-delay; at most half of ShutdownGrace).
+	DrainDelay time.Duration
 	// RequestTimeout is the ingress's deadline for one request, retries
 	// included (--request-timeout).
 	RequestTimeout time.Duration
@@ -181,6 +186,9 @@ func (c ServerConfig) Validate() error {
 	}
 	if c.ShutdownGrace < 0 {
 		return invalid("shutdown-grace", "must not be negative")
+	}
+	if c.DrainDelay < 0 || c.DrainDelay > c.ShutdownGrace/2 {
+		return invalid("drain-delay", "must be between 0 and half of --shutdown-grace (%v)", c.ShutdownGrace/2)
 	}
 	if c.RequestTimeout <= 0 {
 		return invalid("request-timeout", "must be positive, like 30s")

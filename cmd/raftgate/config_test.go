@@ -61,7 +61,7 @@ func equalConfig(a, b ServerConfig) bool {
 	a.InitialCluster, b.InitialCluster, a.Join, b.Join, a.GossipKey, b.GossipKey = nil, nil, nil, nil, nil, nil
 	return a.NodeID == b.NodeID && a.DataDir == b.DataDir && a.IngressAddr == b.IngressAddr && a.AdminAddr == b.AdminAddr &&
 		a.NodeAddr == b.NodeAddr && a.GossipAddr == b.GossipAddr && a.AdvertiseGossipAddr == b.AdvertiseGossipAddr &&
-		a.Partitions == b.Partitions && a.Retention == b.Retention && a.ShutdownGrace == b.ShutdownGrace &&
+		a.Partitions == b.Partitions && a.Retention == b.Retention && a.ShutdownGrace == b.ShutdownGrace && a.DrainDelay == b.DrainDelay &&
 		a.RequestTimeout == b.RequestTimeout && a.MaxConcurrent == b.MaxConcurrent && a.MaxBodyBytes == b.MaxBodyBytes &&
 		a.TLSCert == b.TLSCert && a.TLSKey == b.TLSKey && a.TLSCA == b.TLSCA && a.AdminToken == b.AdminToken &&
 		a.Pprof == b.Pprof && a.LogFormat == b.LogFormat && a.LogLevel == b.LogLevel
@@ -177,6 +177,8 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{func(c *ServerConfig) { c.Partitions = 100000 }, "--partitions:"},
 		{func(c *ServerConfig) { c.Retention = 0 }, "--retention:"},
 		{func(c *ServerConfig) { c.ShutdownGrace = -1 }, "--shutdown-grace:"},
+		{func(c *ServerConfig) { c.DrainDelay = -1 }, "--drain-delay:"},
+		{func(c *ServerConfig) { c.DrainDelay = c.ShutdownGrace/2 + 1 }, "--drain-delay:"},
 		{func(c *ServerConfig) { c.RequestTimeout = 0 }, "--request-timeout:"},
 		{func(c *ServerConfig) { c.MaxConcurrent = 0 }, "--max-concurrent:"},
 		{func(c *ServerConfig) { c.MaxBodyBytes = 0 }, "--max-body-bytes:"},

@@ -12,9 +12,9 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// httpService serves one of the node's HTTP APIs (ingress or admin). It
-// binds at start, so a port conflict is an error of the start, not a log
-// line later.
+// httpService serves one of the node's HTTP APIs (ingress or admin) on a
+// listener bound beforehand (listenNode), so a port conflict is an error of
+// the start, not a log line later.
 type httpService struct {
 	name string
 	srv  *http.Server
@@ -22,14 +22,10 @@ type httpService struct {
 	done chan error // Serve's result
 }
 
-// startHTTP listens on addr and serves h in a goroutine owned by the
-// returned service, until Shutdown. There is no write timeout: attach and
-// calls long-poll; request bodies are bounded by the handlers.
-func startHTTP(name, addr string, h http.Handler, logger zerolog.Logger) (*httpService, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("%s: listen %s: %w", name, addr, err)
-	}
+// serveHTTP serves h on ln in a goroutine owned by the returned service,
+// until Shutdown. There is no write timeout: attach and calls long-poll;
+// request bodies are bounded by the handlers.
+func serveHTTP(name string, ln net.Listener, h http.Handler, logger zerolog.Logger) *httpService {
 	l := logger.With().Str("component", name).Logger()
 	s := &httpService{
 		name: name,
@@ -45,7 +41,7 @@ func startHTTP(name, addr string, h http.Handler, logger zerolog.Logger) (*httpS
 	}
 	go func() { s.done <- s.srv.Serve(ln) }()
 	l.Info().Str("addr", s.Addr()).Msg("listening")
-	return s, nil
+	return s
 }
 
 // Addr is the bound address (useful with port 0).

@@ -91,6 +91,12 @@ func runInvoke(cmd *cobra.Command, env cliEnv, o invokeOptions, target string, b
 	if o.delay != "" && !o.send {
 		return errors.New("--delay needs --send: a call cannot be delayed")
 	}
+	// An empty key given on purpose is a mistake (the ingress answers an
+	// empty header with 400; HTTP drops surrounding blanks), not a request
+	// without a key.
+	if cmd.Flags().Changed("idempotency-key") && strings.TrimSpace(o.idempotencyKey) == "" {
+		return errors.New("--idempotency-key: empty; give a key or leave the flag out")
+	}
 	if o.send {
 		path += "/send"
 		if o.delay != "" {

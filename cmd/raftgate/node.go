@@ -86,9 +86,44 @@ type node struct {
 	closeErr  error
 }
 
-// startNode starts the components bottom-up: storage and Raft groups,
-// gossip, the node's gRPC server (Raft transport + dispatch), then the
-// ingress and admin HTTP APIs. On error it closes what it started.
+// nodeListeners are the node's TCP listeners. They are bound before
+// anything else starts, so that a port in use fails the start before the
+// data dir is created or opened.
+type nodeListeners struct{ node, ingress, admin net.Listener }
+
+// listenNode binds the node-to-node, ingress and admin addresses; on error
+// it closes what it bound and names the flag and the address.
+func listenNode(cfg ServerConfig) (l nodeListeners, err error) {
+	for _, b := range []struct {
+		flag, addr string
+		ln         *net.Listener
+	}{
+		{"node-addr", cfg.NodeAddr, &l.node},
+		{"ingress-addr", cfg.IngressAddr, &l.ingress},
+		{"admin-addr", cfg.AdminAddr, &l.admin},
+	} {
+		if *b.ln, err = net.Listen("tcp", b.addr); err != nil {
+			l.close()
+			return nodeListeners{}, fmt.Errorf("--%s: %w", b.flag, err)
+		}
+	}
+	return l, nil
+}
+
+// close closes every bound listener (a listener already closed by its
+// server just answers an error, ignored here).
+func (l nodeListeners) close() {
+	for _, ln := range []net.Listener{l.node, l.ingress, l.admin} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+}
+
+// startNode binds the node's listeners, then starts the components
+// bottom-up: storage and Raft groups, gossip, the node's gRPC server (Raft
+// transport + dispatch), then the ingress and admin HTTP APIs. On error it
+// closes what it started.
 func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	n := &node{cfg: cfg, log: logger}
 	defer func() {
@@ -124,13 +159,17 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 		grpc.InitialWindowSize(grpcStreamWindow),
 		grpc.InitialConnWindowSize(grpcConnWindow),
 	)
-	lis, err := net.Listen("tcp", cfg.NodeAddr)
+	lns, err := listenNode(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("--node-addr: listen %s: %w", cfg.NodeAddr, err)
+		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			lns.close()
+		}
+	}()
 
 	if err := pinPartitionCount(cfg.DataDir, cfg.Partitions); err != nil {
-		lis.Close()
 		return nil, err
 	}
 	rcfg := raftlog.DefaultConfig()
@@ -144,7 +183,6 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 		rcfg.LeaderBalanceTicks = raftlog.DefaultLeaderBalanceTicks
 	}
 	if n.raft, err = raftlog.Open(rcfg); err != nil {
-		lis.Close()
 		return nil, fmt.Errorf("--data-dir: %w", err)
 	}
 	n.raft.RegisterGRPC(n.grpc)
@@ -157,7 +195,6 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	lcfg.SecretKey = cfg.GossipKey
 	lcfg.Logger = n.log
 	if n.members, err = leadership.Start(lcfg); err != nil {
-		lis.Close()
 		return nil, fmt.Errorf("gossip: %w", err)
 	}
 
@@ -173,7 +210,6 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 		pc.Logger = n.log
 		pc.Registerer = reg
 		if n.processors[p], err = partition.New(pc); err != nil {
-			lis.Close()
 			return nil, err
 		}
 	}
@@ -185,14 +221,12 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	slices.Sort(voters)
 	meta, err := n.raft.AddGroup(raftlog.MetaGroup, voters, n.registry)
 	if err != nil {
-		lis.Close()
 		return nil, fmt.Errorf("metadata group: %w", err)
 	}
 	n.registry.Start(meta)
 	for p := uint32(1); p <= cfg.Partitions; p++ {
 		g, err := n.raft.AddGroup(raftlog.GroupID(p), voters, n.processors[p])
 		if err != nil {
-			lis.Close()
 			return nil, fmt.Errorf("partition %d: %w", p, err)
 		}
 		n.processors[p].Start(g)
@@ -204,7 +238,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	n.dispatchServer = dispatch.NewServer(backend{registry: n.registry, processors: n.processors}, scfg)
 	n.dispatchServer.Register(n.grpc)
 	n.served = make(chan error, 1)
-	go func() { n.served <- n.grpc.Serve(lis) }()
+	go func() { n.served <- n.grpc.Serve(lns.node) }()
 
 	ccfg := dispatch.DefaultClientConfig()
 	ccfg.Self = cfg.NodeID
@@ -246,12 +280,8 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if n.ingressHTTP, err = startHTTP("ingress", cfg.IngressAddr, n.ingress, n.log); err != nil {
-		return nil, fmt.Errorf("--ingress-addr: %w", err)
-	}
-	if n.adminHTTP, err = startHTTP("admin", cfg.AdminAddr, adminHandler, n.log); err != nil {
-		return nil, fmt.Errorf("--admin-addr: %w", err)
-	}
+	n.ingressHTTP = serveHTTP("ingress", lns.ingress, n.ingress, n.log)
+	n.adminHTTP = serveHTTP("admin", lns.admin, adminHandler, n.log)
 	n.log.Info().Uint32("partitions", cfg.Partitions).Str("ingress", cfg.IngressAddr).Str("admin", cfg.AdminAddr).
 		Str("node_addr", cfg.NodeAddr).Msg("raftgate node started")
 	return n, nil
@@ -271,11 +301,12 @@ func (n *node) onLeadership(ev raftlog.LeaderEvent) {
 }
 
 // shutdown stops the node gracefully within cfg.ShutdownGrace: it stops
-// taking new HTTP requests, hands leadership of every group it leads to a
-// peer (which fails this node's pending requests with the retry-safe
-// LOST_LEADERSHIP, so ingresses resend them to the new leader), lets
-// in-flight HTTP requests finish, then closes everything and flushes
-// storage.
+// taking new HTTP requests (health and new requests get 503, the listener
+// stays open for cfg.DrainDelay so load balancers see it),
+// hands leadership of every group it leads to a peer (which fails this
+// node's pending requests with the retry-safe LOST_LEADERSHIP, so ingresses
+// resend them to the new leader), lets in-flight HTTP requests finish, then
+// closes everything and flushes storage.
 func (n *node) shutdown() error {
 	n.closeOnce.Do(func() { n.closeErr = n.gracefulClose() })
 	return n.closeErr
@@ -293,6 +324,12 @@ func (n *node) gracefulClose() error {
 	}
 	cancel()
 
+	// Keep the ingress listening for the drain delay (the transfer above
+	// runs in it): health and new requests get a retry-safe 503, so a load
+	// balancer marks the node down and moves traffic, rather than meeting
+	// refused connections. Then stop accepting.
+	time.Sleep(time.Until(start.Add(n.cfg.DrainDelay)))
+
 	// Requests still waiting for a result get a retry-safe 503 a second
 	// before the grace ends (half of it at most), while the server still
 	// drains: once its deadline passes it closes connections, and they would
@@ -304,7 +341,7 @@ func (n *node) gracefulClose() error {
 	stopWaiting.Stop()
 	n.ingressHTTP = nil
 	err = errors.Join(err, n.close())
-	n.log.Info().Dur("took", time.Since(start)).Msg("stopped")
+	n.log.Info().Dur("took", time.Since(start).Round(time.Millisecond)).Msg("stopped")
 	return err
 }
 
