@@ -1,5 +1,5 @@
 // Package ingress is raftgate's HTTP ingress: the API that clients, curl
-// scripts and Restate's TypeScript client call (see docs in shared/API.md).
+// scripts and Restate's TypeScript client call (see docs/api.md).
 //
 // It owns:
 //   - routing and parsing of the ingress paths (call, send, attach, output,

@@ -69,7 +69,7 @@ func (m *Membership) setMember(n *memberlist.Node, alive bool) {
 	}
 	m.mu.Lock()
 	prev, had := m.members[info.ID]
-	m.members[info.ID] = Member{NodeInfo: info, Alive: alive}
+	m.members[info.ID] = Member{NodeInfo: info, GossipAddr: n.Address(), Alive: alive}
 	m.mu.Unlock()
 	if !had || prev.Alive != alive {
 		m.log.Info().Uint64("member", info.ID).Bool("alive", alive).Str("gossip_addr", n.Address()).Msg("member changed")

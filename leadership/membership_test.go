@@ -132,6 +132,9 @@ func TestClusterConvergesOnMembersAndLeaders(t *testing.T) {
 		if !ok || got.NodeInfo != want {
 			t.Fatalf("node %d sees node 2 as %+v, %v; want %+v", n.cfg.Self.ID, got, ok, want)
 		}
+		if got.GossipAddr != gossipAddr(nodes[1]) {
+			t.Fatalf("node %d sees node 2's gossip address as %q, want %q", n.cfg.Self.ID, got.GossipAddr, gossipAddr(nodes[1]))
+		}
 	}
 
 	type change struct {

@@ -20,6 +20,8 @@ type NodeInfo struct {
 // Member is a node seen through gossip.
 type Member struct {
 	NodeInfo
+	// GossipAddr is the address gossip reaches the node at (host:port).
+	GossipAddr string
 	// Alive is false once the node left or was declared dead.
 	Alive bool
 }

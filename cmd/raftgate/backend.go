@@ -120,7 +120,8 @@ func (c clusterView) Nodes() []admin.NodeStatus {
 	members := c.n.members.Members()
 	out := make([]admin.NodeStatus, 0, len(members))
 	for _, m := range members {
-		out = append(out, admin.NodeStatus{ID: m.ID, IngressAddr: m.IngressAddr, AdminAddr: m.AdminAddr, NodeAddr: m.NodeAddr, Alive: m.Alive})
+		out = append(out, admin.NodeStatus{ID: m.ID, IngressAddr: m.IngressAddr, AdminAddr: m.AdminAddr, NodeAddr: m.NodeAddr,
+			GossipAddr: m.GossipAddr, Alive: m.Alive})
 	}
 	return out
 }

@@ -605,3 +605,47 @@ func attachWaiters(t *testing.T, nd *node) int {
 	}
 	return n
 }
+
+// TestStatusShowsEveryLeadersReplicas: `raftgate status` asked of a node
+// that does not lead every partition still shows each partition's replica
+// progress, read from its leader's admin API.
+func TestStatusShowsEveryLeadersReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three nodes")
+	}
+	nodes := startTestCluster(t, 3)
+	var asked *node
+	waitFor(t, 10*time.Second, "a node that leads some partitions but not all", func() bool {
+		for _, nd := range nodes {
+			led := 0
+			for _, p := range (clusterView{n: nd}).Partitions(false) {
+				if p.Leader == nd.cfg.NodeID {
+					led++
+				}
+			}
+			if led < int(nd.cfg.Partitions)+1 {
+				asked = nd
+				return true
+			}
+		}
+		return false
+	})
+	res := runCLI(t, "", "status", "--admin", asked.cfg.AdminAddr)
+	if res.code != 0 {
+		t.Fatalf("status: exit %d, %s", res.code, res.stderr)
+	}
+	rows := 0
+	for _, line := range strings.Split(res.stdout, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 7 || (f[1] != "metadata" && !strings.Contains(f[1], "-")) {
+			continue // not a partition row
+		}
+		rows++
+		if f[len(f)-1] == "-" {
+			t.Errorf("partition %s shows no replicas:\n%s", f[0], res.stdout)
+		}
+	}
+	if rows != int(asked.cfg.Partitions)+1 {
+		t.Fatalf("%d partition rows, want %d:\n%s", rows, asked.cfg.Partitions+1, res.stdout)
+	}
+}

@@ -37,7 +37,7 @@ func newServerFlags(fs *pflag.FlagSet) *serverFlags {
 	fs.BoolVar(&c.BalanceLeaders, "balance-leaders", d.BalanceLeaders, "move each partition's leadership to its preferred node when that node is up and replicating")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", d.ShutdownGrace, "bounds the graceful shutdown: in-flight requests may finish until its end")
 	fs.DurationVar(&c.DrainDelay, "drain-delay", d.DrainDelay, "on shutdown, keep answering 503 (health included) this long before refusing connections, so a load balancer takes the node out; at most half of --shutdown-grace")
-	fs.DurationVar(&c.RequestTimeout, "request-timeout", d.RequestTimeout, "ingress deadline of one request, retries included")
+	fs.DurationVar(&c.RequestTimeout, "request-timeout", d.RequestTimeout, "how long the ingress tries to get a request accepted by a partition leader (retries included) before answering 503")
 	fs.IntVar(&c.MaxConcurrent, "max-concurrent", d.MaxConcurrent, "ingress concurrency limit; beyond it requests get 429")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", d.MaxBodyBytes, "largest ingress request body; larger ones get 413")
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate for node-to-node TLS")

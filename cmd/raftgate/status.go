@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -20,12 +22,52 @@ func newStatusCmd(env cliEnv) *cobra.Command {
 	client := addAdminFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		var view admin.ClusterView
-		if err := client().do(cmd.Context(), "GET", "/cluster", nil, &view); err != nil {
+		c := client()
+		if err := c.do(cmd.Context(), "GET", "/cluster", nil, &view); err != nil {
 			return err
 		}
+		fillFromLeaders(cmd.Context(), c, &view)
 		return printCluster(env.stdout, view)
 	}
 	return cmd
+}
+
+// fillFromLeaders completes the partitions the queried node does not lead:
+// only a leader knows its replicas' progress and its outbox, so each
+// leader's admin API (its address from the node list) is asked once. A
+// leader that cannot be reached leaves its partitions as they were ("-").
+func fillFromLeaders(ctx context.Context, c *adminClient, v *admin.ClusterView) {
+	adminOf := map[uint64]string{}
+	for _, n := range v.Nodes {
+		if n.Alive && n.AdminAddr != "" {
+			adminOf[n.ID] = n.AdminAddr
+		}
+	}
+	asked := map[uint64]map[uint32]admin.PartitionStatus{}
+	for i := range v.Partitions {
+		p := &v.Partitions[i]
+		if p.Leader == 0 || len(p.Replicas) > 0 || adminOf[p.Leader] == "" {
+			continue
+		}
+		byID, ok := asked[p.Leader]
+		if !ok {
+			var lv admin.ClusterView
+			other := *c
+			other.base = normalizeBaseURL(adminOf[p.Leader])
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			if other.do(ctx, "GET", "/cluster", nil, &lv) == nil {
+				byID = map[uint32]admin.PartitionStatus{}
+				for _, lp := range lv.Partitions {
+					byID[lp.ID] = lp
+				}
+			}
+			cancel()
+			asked[p.Leader] = byID
+		}
+		if lp, ok := byID[p.ID]; ok && lp.Leader == p.Leader && lp.Term == p.Term {
+			p.Replicas, p.OutboxDepth = lp.Replicas, lp.OutboxDepth
+		}
+	}
 }
 
 // printCluster writes the operator table of a cluster view.

@@ -1,6 +1,6 @@
 // Package client is a small Go client for raftgate's HTTP ingress, for
 // programs that invoke services through raftgate (the ingress API is the
-// one Restate's clients speak; see shared/API.md).
+// one Restate's clients speak; see docs/api.md).
 //
 // It owns nothing but the HTTP conventions: paths, the idempotency-key
 // header, ?delay= and ?timeout=, the x-restate-id header, the JSON error
