@@ -26,7 +26,8 @@ func newLogger(w io.Writer, format, level string) (zerolog.Logger, error) {
 		return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
 	case "console":
 		setDurationFormat(zerolog.DurationFormatString)
-		out := zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+		// Colours only on a terminal: not in files, pipes or journald.
+		out := zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: !isTerminal(w)}
 		return zerolog.New(out).Level(lvl).With().Timestamp().Logger(), nil
 	default:
 		return zerolog.Nop(), fmt.Errorf("--log-format: %q is not json or console", format)
