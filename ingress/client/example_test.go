@@ -70,3 +70,20 @@ func Example() {
 	// hello, bob
 	// 404 ingress true
 }
+
+// The same against a real node: start one with `go run ./cmd/raftgate dev`
+// (it registers Greeter) and point the client at its ingress. This example
+// is compiled but not run by go test, as it needs that node.
+func Example_devNode() {
+	ctx := context.Background()
+	c, err := client.New("http://127.0.0.1:8080")
+	if err != nil {
+		panic(err)
+	}
+	resp, err := c.Call(ctx, "Greeter", "greet", []byte(`"Ada"`),
+		client.WithContentType("application/json"), client.WithIdempotencyKey("greet-ada"))
+	if err != nil {
+		panic(err) // a *client.Error carries the HTTP status and the cluster's message
+	}
+	fmt.Println(resp.Status, string(resp.Body))
+}
