@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -216,4 +218,56 @@ func TestGRPCDeadLeaderReplaced(t *testing.T) {
 	if queued > n.cfg.PeerQueueMessages {
 		t.Fatalf("%d messages queued for the dead peer, bound is %d", queued, n.cfg.PeerQueueMessages)
 	}
+}
+
+// lockedLines collects log lines from several goroutines.
+type lockedLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *lockedLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	l.lines = append(l.lines, string(p))
+	l.mu.Unlock()
+	return len(p), nil
+}
+
+// count returns how many lines contain every one of parts.
+func (l *lockedLines) count(parts ...string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range l.lines {
+		if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(line, p) }) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestGRPCPeerOutageLoggedOnce: a peer that cannot be reached is reported
+// at warn level once per cause (which is how an operator learns of a
+// refused TLS handshake), not on every retry, and its return is reported.
+func TestGRPCPeerOutageLoggedOnce(t *testing.T) {
+	logs := map[uint64]*lockedLines{1: {}, 2: {}, 3: {}}
+	c := newGRPCCluster(t, 3, []GroupID{1}, func(cfg *Config) {
+		cfg.Logger = zerolog.New(logs[cfg.NodeID]).Level(zerolog.DebugLevel)
+	})
+	// The leader keeps sending heartbeats to a lost follower.
+	lead := c.leader(t, 1, 10*time.Second)
+	lost := lead%3 + 1
+	c.stop(lost)
+	l, peer := logs[lead], fmt.Sprintf(`"peer":%d`, lost)
+	refused := "connect: connection refused"
+	waitFor(t, 10*time.Second, "several refused connections to the stopped peer", func() bool {
+		return l.count(peer, "raft peer unreachable", refused) >= 3
+	})
+	if warns := l.count(peer, `"level":"warn"`, "raft peer unreachable", refused); warns != 1 {
+		t.Fatalf("%d warn lines for one outage of peer %d, want 1:\n%s", warns, lost, strings.Join(l.lines, ""))
+	}
+	c.start(lost, nil)
+	waitFor(t, 10*time.Second, "the peer's return to be logged", func() bool {
+		return l.count(peer, "raft peer reachable again") == 1
+	})
 }

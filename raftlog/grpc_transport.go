@@ -2,7 +2,6 @@ package raftlog
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -51,6 +50,11 @@ type peerSender struct {
 	mu    sync.Mutex
 	queue []outbound
 	wake  chan struct{}
+
+	// lastErr is the text of the last send failure, "" once a send works:
+	// an outage (a peer down, a TLS handshake refused) is logged at Warn
+	// once and when its cause changes, not on every retry. Owned by run.
+	lastErr string
 }
 
 func newGRPCTransport(n *Node) *grpcTransport {
@@ -181,16 +185,29 @@ func (p *peerSender) run() {
 			continue
 		}
 		backoff = backoffMin
+		if p.lastErr != "" {
+			p.log.Info().Msg("raft peer reachable again")
+			p.lastErr = ""
+		}
 		clear(batch)
 	}
 }
 
-// fail reports every group of a lost batch as unable to reach the peer.
+// fail logs why a send failed and drops its batch.
 func (p *peerSender) fail(batch []outbound, err error) {
 	if p.t.ctx.Err() != nil {
 		return
 	}
-	p.log.Debug().Err(err).Int("messages", len(batch)).Msg("raft peer send failed")
+	ev := p.log.Debug()
+	if msg := err.Error(); msg != p.lastErr {
+		ev, p.lastErr = p.log.Warn(), msg
+	}
+	ev.Err(err).Int("messages", len(batch)).Msg("raft peer unreachable; retrying with backoff")
+	p.drop(batch)
+}
+
+// drop reports every group of a lost batch as unable to reach the peer.
+func (p *peerSender) drop(batch []outbound) {
 	p.t.n.metrics.droppedMsgs.Add(float64(len(batch)))
 	seen := make(map[GroupID]bool)
 	for _, o := range batch {
@@ -221,8 +238,9 @@ func (p *peerSender) sleep(backoff *time.Duration) bool {
 	dropped := p.queue
 	p.queue = nil
 	p.mu.Unlock()
-	if len(dropped) > 0 {
-		p.fail(dropped, errors.New("peer in backoff"))
+	if len(dropped) > 0 && p.t.ctx.Err() == nil {
+		p.log.Debug().Int("messages", len(dropped)).Msg("raft peer in backoff: messages dropped")
+		p.drop(dropped)
 	}
 	return true
 }

@@ -102,7 +102,9 @@ func newServerCmd(env cliEnv, runNode serverRunner) *cobra.Command {
 		logger = logger.With().Uint64("node", cfg.NodeID).Logger()
 		logger.Info().Str("data_dir", cfg.DataDir).
 			Str("ingress", cfg.IngressAddr).Str("admin", cfg.AdminAddr).Str("node_addr", cfg.NodeAddr).
-			Str("gossip", cfg.GossipAddr).Uint32("partitions", cfg.Partitions).Msg("starting raftgate node")
+			Str("gossip", cfg.GossipAddr).Uint32("partitions", cfg.Partitions).
+			Bool("node_tls", cfg.TLSCert != "").Bool("node_tls_verifies_peers", cfg.TLSCA != "").
+			Bool("gossip_encrypted", len(cfg.GossipKey) > 0).Msg("starting raftgate node")
 		return runNode(cmd.Context(), cfg, logger)
 	}
 	return cmd

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 )
 
 // nodeTLS builds the TLS configs of node-to-node gRPC from --tls-cert,
@@ -22,6 +23,16 @@ func nodeTLS(cfg ServerConfig) (server, client *tls.Config, err error) {
 	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+	}
+	// Every peer would refuse a certificate outside its validity: say so
+	// now, not as handshake failures later.
+	if leaf, now := cert.Leaf, time.Now(); leaf != nil {
+		if now.After(leaf.NotAfter) {
+			return nil, nil, fmt.Errorf("--tls-cert: the certificate expired at %s", leaf.NotAfter.UTC().Format(time.RFC3339))
+		}
+		if now.Before(leaf.NotBefore) {
+			return nil, nil, fmt.Errorf("--tls-cert: the certificate is not valid before %s (is the clock right?)", leaf.NotBefore.UTC().Format(time.RFC3339))
+		}
 	}
 	server = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}
 	client = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}

@@ -22,6 +22,13 @@ import (
 // when parent is nil) and its key, and returns them with the paths.
 func writeCert(t *testing.T, dir, name string, isCA bool, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey, string, string) {
 	t.Helper()
+	return writeCertValid(t, dir, name, isCA, parent, parentKey, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+}
+
+// writeCertValid is writeCert for a certificate valid from notBefore to
+// notAfter.
+func writeCertValid(t *testing.T, dir, name string, isCA bool, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, notBefore, notAfter time.Time) (*x509.Certificate, *ecdsa.PrivateKey, string, string) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -29,8 +36,8 @@ func writeCert(t *testing.T, dir, name string, isCA bool, parent *x509.Certifica
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(time.Now().UnixNano()),
 		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
 		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		KeyUsage:     x509.KeyUsageDigitalSignature,
@@ -94,6 +101,9 @@ func TestNodeTLS(t *testing.T) {
 	_, _, certPath, keyPath := writeCert(t, dir, "node", false, ca, caKey)
 	otherCA, otherKey, _, _ := writeCert(t, dir, "other-ca", true, nil, nil)
 	_, _, strangerCert, strangerKey := writeCert(t, dir, "stranger", false, otherCA, otherKey)
+	now := time.Now()
+	_, _, expiredCert, expiredKey := writeCertValid(t, dir, "expired", false, ca, caKey, now.Add(-2*time.Hour), now.Add(-time.Hour))
+	_, _, futureCert, futureKey := writeCertValid(t, dir, "future", false, ca, caKey, now.Add(time.Hour), now.Add(2*time.Hour))
 
 	if s, c, err := nodeTLS(ServerConfig{}); s != nil || c != nil || err != nil {
 		t.Fatalf("TLS off: %v %v %v", s, c, err)
@@ -125,6 +135,8 @@ func TestNodeTLS(t *testing.T) {
 		{ServerConfig{TLSCert: "/nonexistent", TLSKey: keyPath}, "--tls-cert/--tls-key"},
 		{ServerConfig{TLSCert: certPath, TLSKey: keyPath, TLSCA: "/nonexistent"}, "--tls-ca"},
 		{ServerConfig{TLSCert: certPath, TLSKey: keyPath, TLSCA: keyPath}, "--tls-ca: no PEM certificate"},
+		{ServerConfig{TLSCert: expiredCert, TLSKey: expiredKey, TLSCA: caPath}, "--tls-cert: the certificate expired at"},
+		{ServerConfig{TLSCert: futureCert, TLSKey: futureKey, TLSCA: caPath}, "--tls-cert: the certificate is not valid before"},
 	} {
 		if _, _, err := nodeTLS(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("got %v, want %q", err, c.want)
