@@ -133,16 +133,30 @@ func (m *Membership) rejoinLoop() {
 	}
 	t := time.NewTicker(m.cfg.RejoinInterval)
 	defer t.Stop()
+	// lastErr is the failure last logged at warn ("" once every join
+	// address is a member): a lasting cause, such as peers refusing this
+	// node's gossip key, is logged once, not every interval.
+	var lastErr string
 	for {
 		select {
 		case <-m.stop:
 			return
 		case <-t.C:
 		}
-		if missing := m.joinAddrsNotAlive(); len(missing) > 0 {
-			if _, err := m.list.Join(missing); err != nil {
-				m.log.Debug().Err(err).Strs("addrs", missing).Msg("rejoin failed")
+		missing := m.joinAddrsNotAlive()
+		if len(missing) == 0 {
+			if lastErr != "" {
+				m.log.Info().Msg("every join address is a gossip member again")
+				lastErr = ""
 			}
+			continue
+		}
+		if _, err := m.list.Join(missing); err != nil {
+			ev := m.log.Debug()
+			if msg := err.Error(); msg != lastErr {
+				ev, lastErr = m.log.Warn(), msg
+			}
+			ev.Err(err).Strs("addrs", missing).Msg("cannot join gossip members; retrying")
 		}
 	}
 }

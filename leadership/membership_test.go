@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -54,6 +55,13 @@ func freeGossipAddr(t *testing.T) string {
 // fresh port if the one picked was taken meanwhile.
 func startNode(t *testing.T, id uint64, key []byte, join ...string) *Membership {
 	t.Helper()
+	m, _ := startNodeLogs(t, id, key, join...)
+	return m
+}
+
+// startNodeLogs is startNode, also returning the node's (debug) log.
+func startNodeLogs(t *testing.T, id uint64, key []byte, join ...string) (*Membership, *lockedBuffer) {
+	t.Helper()
 	logs := &lockedBuffer{}
 	var m *Membership
 	var err error
@@ -77,7 +85,7 @@ func startNode(t *testing.T, id uint64, key []byte, join ...string) *Membership 
 			t.Logf("node %d logs:\n%s", id, tail(logs.String(), 60))
 		}
 	})
-	return m
+	return m, logs
 }
 
 func tail(s string, n int) string {
@@ -238,5 +246,28 @@ func TestWrongSecretKeyCannotJoin(t *testing.T) {
 	}
 	if ms := intruder.Members(); len(ms) != 1 {
 		t.Fatalf("intruder sees %+v", ms)
+	}
+}
+
+// TestRefusedJoinWarnsOnce: a node whose peers refuse it (another gossip
+// key) says so at warn level, with the cause, once, while it keeps
+// retrying.
+func TestRefusedJoinWarnsOnce(t *testing.T) {
+	n1 := startNode(t, 1, bytes.Repeat([]byte{1}, 32))
+	_, logs := startNodeLogs(t, 9, bytes.Repeat([]byte{2}, 32), gossipAddr(n1))
+	count := func(parts ...string) int {
+		n := 0
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(line, p) }) {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, 10*time.Second, "several refused rejoins", func() bool {
+		return count("cannot join gossip members") >= 3
+	})
+	if warns := count(`"level":"warn"`, "cannot join gossip members"); warns != 1 {
+		t.Fatalf("%d warn lines for one lasting cause, want 1:\n%s", warns, logs.String())
 	}
 }
