@@ -19,12 +19,7 @@ import (
 // /backup on the peer's admin API) becomes its raft.db; the node restarts from it, catches up, serves, and
 // its replicas end identical to the others'. Nothing acknowledged is lost.
 func TestRestoreLostNodeFromPeerBackup(t *testing.T) {
-	if testing.Short() {
-		t.Skip("process-level test skipped in -short mode")
-	}
-	c := startCluster(t, clusterOpts{nodes: 3, partitions: robustnessPartitions})
-	rec := newRecorder(t)
-	c.registerService(c.nodes[0], "Echo", rec.srv.URL)
+	c := startEchoCluster(t)
 	n1, n3 := c.nodes[0], c.nodes[2]
 
 	ctx, stop := context.WithCancel(context.Background())
@@ -94,12 +89,7 @@ func TestRestoreLostNodeFromPeerBackup(t *testing.T) {
 // answered afterwards through every node, the registry included, and the
 // cluster takes new invocations.
 func TestRestoreWholeClusterFromOneBackup(t *testing.T) {
-	if testing.Short() {
-		t.Skip("process-level test skipped in -short mode")
-	}
-	c := startCluster(t, clusterOpts{nodes: 3, partitions: robustnessPartitions})
-	rec := newRecorder(t)
-	c.registerService(c.nodes[0], "Echo", rec.srv.URL)
+	c := startEchoCluster(t)
 	var acked []string
 	for i := range 60 {
 		key := fmt.Sprintf("dr-%d", i)
@@ -155,4 +145,17 @@ func TestRestoreWholeClusterFromOneBackup(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d invocations acknowledged before the copy, all answered after restoring three nodes from it", len(acked))
+}
+
+// startEchoCluster starts three nodes with a recording Echo service
+// registered (a process-level test: skipped with -short).
+func startEchoCluster(t *testing.T) *cluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("process-level test skipped in -short mode")
+	}
+	c := startCluster(t, clusterOpts{nodes: 3, partitions: robustnessPartitions})
+	rec := newRecorder(t)
+	c.registerService(c.nodes[0], "Echo", rec.srv.URL)
+	return c
 }
