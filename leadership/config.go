@@ -17,6 +17,9 @@ type Config struct {
 	Self NodeInfo
 	// BindAddr is the gossip host:port, used for both TCP and UDP.
 	BindAddr string
+	// Listener, when set, is BindAddr already bound (Listen); Start owns it
+	// from then on, and closes it if it fails.
+	Listener *Listener
 	// AdvertiseAddr is the ip:port others reach gossip at, when it differs
 	// from BindAddr (NAT). Optional.
 	AdvertiseAddr string
@@ -101,6 +104,9 @@ func (c Config) Validate() error {
 	}
 	if c.Self.NodeAddr == "" {
 		return bad("Self.NodeAddr is required")
+	}
+	if c.Listener != nil && c.Listener.addr != c.BindAddr {
+		return bad("Listener is bound to %s, BindAddr is %s", c.Listener.addr, c.BindAddr)
 	}
 	if n := len(encodeNodeInfo(c.Self)); n > metaMaxSize {
 		return bad("Self addresses take %d bytes of node metadata, limit %d", n, metaMaxSize)

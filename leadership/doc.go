@@ -16,4 +16,7 @@
 //
 // Node metadata is capped at 512 bytes by memberlist, so only NodeInfo goes
 // there; Config.Validate refuses a NodeInfo that does not fit.
+//
+// Listen binds the gossip sockets ahead of Start (Config.Listener), so that
+// a node can fail on a port in use before it touches its storage.
 package leadership

@@ -39,9 +39,17 @@ type Membership struct {
 	closeErr  error
 }
 
-// Start binds gossip, joins the configured addresses (a failure is logged
-// and retried in the background) and returns the running Membership.
-func Start(cfg Config) (*Membership, error) {
+// Start binds gossip (or takes cfg.Listener), joins the configured
+// addresses (a failure is logged and retried in the background) and
+// returns the running Membership.
+func Start(cfg Config) (_ *Membership, err error) {
+	if cfg.Listener != nil {
+		defer func() {
+			if err != nil {
+				cfg.Listener.Close()
+			}
+		}()
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -87,6 +95,9 @@ func (m *Membership) memberlistConfig() (*memberlist.Config, error) {
 	}
 	c.BindAddr, c.BindPort = host, port
 	c.AdvertisePort = port
+	if m.cfg.Listener != nil {
+		c.Transport = m.cfg.Listener.transport
+	}
 	if m.cfg.AdvertiseAddr != "" {
 		c.AdvertiseAddr, c.AdvertisePort, _ = splitHostPort(m.cfg.AdvertiseAddr)
 	}

@@ -2,6 +2,7 @@ package leadership
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -270,4 +271,45 @@ func TestRefusedJoinWarnsOnce(t *testing.T) {
 	if warns := count(`"level":"warn"`, "cannot join gossip members"); warns != 1 {
 		t.Fatalf("%d warn lines for one lasting cause, want 1:\n%s", warns, logs.String())
 	}
+}
+
+// TestStartOnABoundListener: Start gossips on a Listener bound beforehand
+// and owns it (closed by Close, or by a Start that fails).
+func TestStartOnABoundListener(t *testing.T) {
+	addr := freeGossipAddr(t)
+	l, err := Listen(addr, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen(addr, zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("second Listen on a bound address: %v", err)
+	}
+	cfg := DefaultLocalConfig()
+	cfg.Self = NodeInfo{ID: 1, NodeAddr: "127.0.0.1:5001"}
+	cfg.BindAddr, cfg.Listener = freeGossipAddr(t), l
+	if _, err := Start(cfg); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("Start with a listener on another address: %v", err)
+	}
+	// The failed Start closed the listener: the address is free again.
+	if l, err = Listen(addr, zerolog.Nop()); err != nil {
+		t.Fatalf("Listen after a failed Start: %v", err)
+	}
+	cfg.BindAddr, cfg.Listener = addr, l
+	m, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n2 := startNode(t, 2, nil, addr)
+	waitFor(t, 5*time.Second, "node 2 to join through the bound listener", func() bool {
+		mem, ok := m.Node(2)
+		return ok && mem.Alive && len(n2.Members()) == 2
+	})
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l, err = Listen(addr, zerolog.Nop())
+	if err != nil {
+		t.Fatalf("Listen after Close: %v", err)
+	}
+	l.Close()
 }

@@ -86,14 +86,18 @@ type node struct {
 	closeErr  error
 }
 
-// nodeListeners are the node's TCP listeners. They are bound before
-// anything else starts, so that a port in use fails the start before the
-// data dir is created or opened.
-type nodeListeners struct{ node, ingress, admin net.Listener }
+// nodeListeners are the node's listeners. They are bound before anything
+// else starts, so that a port in use fails the start before the data dir is
+// created or opened.
+type nodeListeners struct {
+	node, ingress, admin net.Listener
+	// gossip is nil once handed to leadership.Start, which owns it then.
+	gossip *leadership.Listener
+}
 
-// listenNode binds the node-to-node, ingress and admin addresses; on error
-// it closes what it bound and names the flag and the address.
-func listenNode(cfg ServerConfig) (l nodeListeners, err error) {
+// listenNode binds the node-to-node, ingress, admin and gossip addresses;
+// on error it closes what it bound and names the flag and the address.
+func listenNode(cfg ServerConfig, logger zerolog.Logger) (l nodeListeners, err error) {
 	for _, b := range []struct {
 		flag, addr string
 		ln         *net.Listener
@@ -107,6 +111,10 @@ func listenNode(cfg ServerConfig) (l nodeListeners, err error) {
 			return nodeListeners{}, fmt.Errorf("--%s: %w", b.flag, err)
 		}
 	}
+	if l.gossip, err = leadership.Listen(cfg.GossipAddr, logger); err != nil {
+		l.close()
+		return nodeListeners{}, fmt.Errorf("--gossip-addr: %w", err)
+	}
 	return l, nil
 }
 
@@ -117,6 +125,9 @@ func (l nodeListeners) close() {
 		if ln != nil {
 			ln.Close()
 		}
+	}
+	if l.gossip != nil {
+		l.gossip.Close()
 	}
 }
 
@@ -159,7 +170,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 		grpc.InitialWindowSize(grpcStreamWindow),
 		grpc.InitialConnWindowSize(grpcConnWindow),
 	)
-	lns, err := listenNode(cfg)
+	lns, err := listenNode(cfg, n.log)
 	if err != nil {
 		return nil, err
 	}
@@ -194,6 +205,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	lcfg.Join = cfg.Join
 	lcfg.SecretKey = cfg.GossipKey
 	lcfg.Logger = n.log
+	lcfg.Listener, lns.gossip = lns.gossip, nil // Start owns it now
 	if n.members, err = leadership.Start(lcfg); err != nil {
 		return nil, fmt.Errorf("gossip: %w", err)
 	}
