@@ -175,6 +175,9 @@ type Config struct {
 type Knobs struct {
 	// BeforePersist runs before a write batch is committed.
 	BeforePersist func()
+	// FailCommit, when it returns an error, makes the batch's commit fail
+	// with it instead of committing (a disk error such as ENOSPC).
+	FailCommit func() error
 	// AfterApply runs after a group applied entries up to index.
 	AfterApply func(group GroupID, index uint64)
 	// ManualTicks: the node starts no ticker; the test advances Raft time

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -295,4 +296,68 @@ func containsInOrder(got, want []string) bool {
 		}
 	}
 	return i == len(want)
+}
+
+// TestFailedCommitStopsAllWrites: once a commit fails (a full disk), the
+// node writes nothing more, whatever is queued behind it, so no group's
+// log gets a hole and no peer is told of entries that are not on disk.
+// The node reports the failure; restarted, it catches up from what it did
+// write.
+func TestFailedCommitStopsAllWrites(t *testing.T) {
+	var target atomic.Uint64 // the node whose disk fails
+	var failed atomic.Bool
+	var commitsAfter atomic.Int64
+	c := newCluster(t, testSeed(t), 3, []GroupID{MetaGroup, 1, 2}, func(cfg *Config) {
+		id := cfg.NodeID
+		cfg.Knobs = &Knobs{
+			BeforePersist: func() {
+				if id == target.Load() && failed.Load() {
+					commitsAfter.Add(1)
+				}
+			},
+			FailCommit: func() error {
+				if id == target.Load() && failed.CompareAndSwap(false, true) {
+					return errors.New("no space left on device")
+				}
+				return nil
+			},
+		}
+	})
+	lead := c.leader(1, c.ids, 5*time.Second)
+	lead2 := c.leader(2, c.ids, 5*time.Second)
+	victim := c.ids[0]
+	for victim == lead || victim == lead2 {
+		victim++
+	}
+	failures := c.nodes[victim].Failed()
+	target.Store(victim)
+	// Traffic in both groups keeps writes queued on the victim's writer.
+	for i := range 40 {
+		for gid, l := range map[GroupID]uint64{1: lead, 2: lead2} {
+			if err := c.propose(l, gid, fmt.Sprintf("g%d-%d", gid, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	select {
+	case err := <-failures:
+		if !strings.Contains(err.Error(), "no space left on device") {
+			t.Fatalf("node %d failed with %v", victim, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("node %d did not report its failed commit", victim)
+	}
+	if !failed.Load() {
+		t.Fatal("no commit was failed")
+	}
+	if n := commitsAfter.Load(); n != 0 {
+		t.Fatalf("node %d committed %d more batches after a failed commit", victim, n)
+	}
+
+	_ = c.nodes[victim].Close() // reports the group failure again
+	delete(c.nodes, victim)
+	c.start(victim)
+	for gid := range GroupID(2) {
+		c.converged(gid+1, 40, 10*time.Second)
+	}
 }

@@ -84,6 +84,13 @@
 // Restore first (in the new transaction), so its in-memory indexes match
 // its bucket again before Apply sees the same entries a second time.
 //
+// A failing commit (a disk error such as ENOSPC) stops every write of the
+// node: the writer refuses all later requests, so no group's log gets a
+// hole behind the lost transaction and no peer hears of entries that are
+// not on disk; every group stops as its next write is refused, and the
+// node reports the failure (Node.Failed). On restart it resumes from the
+// last commit that succeeded.
+//
 // # When the writer commits
 //
 // Requests come in three kinds (planBatch decides, writer.go):

@@ -81,6 +81,14 @@ type writer struct {
 
 	keyBuf []byte
 	outBuf []*pb.Message
+
+	// broken is the error of a commit that failed (a disk error). Nothing
+	// is written after it: a group's queued writes follow the lost one, so
+	// committing them would leave a hole in its log while this node tells
+	// the leader it holds them, and state machines that applied in the lost
+	// transaction no longer match their buckets. Owned by the writer
+	// goroutine.
+	broken error
 }
 
 // sendRemote sends the responses raft attached to r's append that are
@@ -323,6 +331,10 @@ func (w *writer) failQueued() {
 // rolled-back transaction get Restore first, so their in-memory indexes match
 // the bucket again before Apply sees the same entries a second time.
 func (w *writer) commit(batch []*writeReq) {
+	if w.broken != nil {
+		w.refuse(batch, fmt.Errorf("raftlog: an earlier commit failed, nothing is written after it: %w", w.broken))
+		return
+	}
 	live := batch
 	for attempt := 0; len(live) > 0; attempt++ {
 		failed, err := w.tryCommit(live, attempt > 0)
@@ -330,12 +342,11 @@ func (w *writer) commit(batch []*writeReq) {
 			return
 		}
 		if failed == nil {
-			// The commit itself failed (disk error): nothing is durable.
-			for _, r := range live {
-				r.err = err
-				r.onDurable = nil
-			}
-			w.log.Error().Err(err).Msg("raftlog write transaction failed")
+			// The commit itself failed (disk error): nothing is durable,
+			// and nothing may be written after it.
+			w.broken = err
+			w.refuse(live, err)
+			w.log.Error().Err(err).Msg("raftlog write transaction failed; this node writes nothing more and its groups stop")
 			return
 		}
 		failed.err = err
@@ -348,6 +359,16 @@ func (w *writer) commit(batch []*writeReq) {
 			}
 		}
 		live = next
+	}
+}
+
+// refuse answers every request of batch with err, unwritten, and stops
+// their groups.
+func (w *writer) refuse(batch []*writeReq, err error) {
+	for _, r := range batch {
+		r.err = err
+		r.onDurable = nil
+		r.g.writeFailed.Store(true)
 	}
 }
 
@@ -384,6 +405,12 @@ func (w *writer) tryCommit(batch []*writeReq, retry bool) (*writeReq, error) {
 		w.knobs.BeforePersist()
 	}
 	start := time.Now()
+	if w.knobs != nil && w.knobs.FailCommit != nil {
+		if err := w.knobs.FailCommit(); err != nil {
+			_ = tx.Rollback()
+			return nil, fmt.Errorf("raftlog: commit: %w", err)
+		}
+	}
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("raftlog: commit: %w", err)
 	}
