@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
@@ -60,10 +61,16 @@ type peerSender struct {
 func newGRPCTransport(n *Node) *grpcTransport {
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &grpcTransport{n: n, ctx: ctx, cancel: cancel, peers: make(map[uint64]*peerSender)}
-	opts := n.cfg.DialOptions
-	if len(opts) == 0 {
-		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	}
+	// Reconnect within a second to a peer that comes back (gRPC's default
+	// backoff grows to 2 minutes, during which a restarted node hears
+	// nothing from this one); Config.DialOptions come later and win.
+	opts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           grpcbackoff.Config{BaseDelay: backoffMin, Multiplier: 1.6, Jitter: 0.2, MaxDelay: backoffMax},
+			MinConnectTimeout: 2 * time.Second,
+		}),
+	}, n.cfg.DialOptions...)
 	for id, addr := range n.cfg.Peers {
 		if id == n.cfg.NodeID {
 			continue
