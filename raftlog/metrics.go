@@ -22,10 +22,12 @@ type metrics struct {
 	snapshotsSent  prometheus.Counter
 	snapshotsRecv  prometheus.Counter
 	droppedMsgs    prometheus.Counter
+	writeFailures  prometheus.Counter
 	appliedIndex   *prometheus.GaugeVec
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// newMetrics creates the node's metrics; dbSize reports raft.db's size.
+func newMetrics(reg prometheus.Registerer, dbSize func() float64) *metrics {
 	m := &metrics{
 		proposals: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "raftlog_proposals_total", Help: "Entries accepted by raft on this node as leader.",
@@ -74,11 +76,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		appliedIndex: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "raftlog_applied_index", Help: "Applied log index per group.",
 		}, []string{"group"}),
+		writeFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "raftlog_write_failures_total", Help: "Write transactions whose commit failed (a disk error such as ENOSPC); after one the node writes nothing more.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.proposals, m.proposalErrors, m.applied, m.fsyncSeconds, m.applySeconds,
 			m.batchEntries, m.batchGroups, m.batchPages, m.leaderChanges, m.leaderHandoffs, m.snapshotsSent, m.snapshotsRecv,
-			m.droppedMsgs, m.appliedIndex)
+			m.droppedMsgs, m.writeFailures, m.appliedIndex,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "raftlog_db_size_bytes", Help: "Size of this node's raft.db file (watch it against the free space of its disk).",
+			}, dbSize))
 	}
 	return m
 }

@@ -94,7 +94,7 @@ func open(cfg Config, newTransport func(*Node) transport) (*Node, error) {
 		cfg:      cfg,
 		log:      cfg.Logger.With().Str("component", "raftlog").Logger(),
 		db:       db,
-		metrics:  newMetrics(cfg.Registerer),
+		metrics:  newMetrics(cfg.Registerer, fileSize(db.Path())),
 		groups:   make(map[GroupID]*Group),
 		watchers: make(map[uint64]*watcher),
 		stop:     make(chan struct{}),
@@ -403,5 +403,16 @@ func (n *Node) reportFailure(err error) {
 	select {
 	case n.failed <- err:
 	default:
+	}
+}
+
+// fileSize reports the size of the file at path (0 when it cannot be read).
+func fileSize(path string) func() float64 {
+	return func() float64 {
+		st, err := os.Stat(path)
+		if err != nil {
+			return 0
+		}
+		return float64(st.Size())
 	}
 }

@@ -138,6 +138,12 @@ func TestReadIndexBatchesAndWaitsForApply(t *testing.T) {
 		}
 	}
 	g := c.nodes[lead].Group(1)
+	// Hold the group's loop until all 50 reads are queued, so that the
+	// test does not depend on how the goroutines happen to interleave:
+	// the loop must then serve them with one ReadIndex round.
+	blocked, release := make(chan struct{}), make(chan struct{})
+	go func() { _ = g.call(context.Background(), func() { close(blocked); <-release }) }()
+	<-blocked
 	var wg sync.WaitGroup
 	errs := make(chan error, 50)
 	for range 50 {
@@ -155,6 +161,12 @@ func TestReadIndexBatchesAndWaitsForApply(t *testing.T) {
 			}
 		}()
 	}
+	waitFor(t, 5*time.Second, "50 reads queued on the held loop", func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return len(g.in.reads) == 50
+	})
+	close(release)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -164,8 +176,8 @@ func TestReadIndexBatchesAndWaitsForApply(t *testing.T) {
 	if err := g.call(context.Background(), func() { rounds = g.readSeq }); err != nil {
 		t.Fatal(err)
 	}
-	if rounds >= 50 {
-		t.Errorf("50 concurrent reads took %d raft ReadIndex rounds; want them batched", rounds)
+	if rounds != 1 {
+		t.Errorf("50 queued reads took %d raft ReadIndex rounds; want them batched into one", rounds)
 	}
 	t.Logf("50 concurrent reads in %d ReadIndex rounds", rounds)
 	// A leader cut off from its quorum cannot confirm a read index.

@@ -345,6 +345,7 @@ func (w *writer) commit(batch []*writeReq) {
 			// The commit itself failed (disk error): nothing is durable,
 			// and nothing may be written after it.
 			w.broken = err
+			w.metrics.writeFailures.Inc()
 			w.refuse(live, err)
 			w.log.Error().Err(err).Msg("raftlog write transaction failed; this node writes nothing more and its groups stop")
 			return
