@@ -353,6 +353,9 @@ func TestFailedCommitStopsAllWrites(t *testing.T) {
 	if n := commitsAfter.Load(); n != 0 {
 		t.Fatalf("node %d committed %d more batches after a failed commit", victim, n)
 	}
+	if n := testCounter(c.nodes[victim].metrics.writeFailures); n != 1 {
+		t.Fatalf("raftlog_write_failures_total = %v, want 1", n)
+	}
 
 	_ = c.nodes[victim].Close() // reports the group failure again
 	delete(c.nodes, victim)
