@@ -250,15 +250,8 @@ func (l *lockedLines) count(parts ...string) int {
 // at warn level once per cause (which is how an operator learns of a
 // refused TLS handshake), not on every retry, and its return is reported.
 func TestGRPCPeerOutageLoggedOnce(t *testing.T) {
-	logs := map[uint64]*lockedLines{1: {}, 2: {}, 3: {}}
-	c := newGRPCCluster(t, 3, []GroupID{1}, func(cfg *Config) {
-		cfg.Logger = zerolog.New(logs[cfg.NodeID]).Level(zerolog.DebugLevel)
-	})
-	// The leader keeps sending heartbeats to a lost follower.
-	lead := c.leader(t, 1, 10*time.Second)
-	lost := lead%3 + 1
-	c.stop(lost)
-	l, peer := logs[lead], fmt.Sprintf(`"peer":%d`, lost)
+	c, l, lost := startAndLoseFollower(t)
+	peer := fmt.Sprintf(`"peer":%d`, lost)
 	refused := "connect: connection refused"
 	waitFor(t, 10*time.Second, "several refused connections to the stopped peer", func() bool {
 		return l.count(peer, "raft peer unreachable", refused) >= 3
@@ -280,14 +273,8 @@ func TestGRPCReconnectsSoonAfterLongOutage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("keeps a peer down for ~15 s")
 	}
-	logs := map[uint64]*lockedLines{1: {}, 2: {}, 3: {}}
-	c := newGRPCCluster(t, 3, []GroupID{1}, func(cfg *Config) {
-		cfg.Logger = zerolog.New(logs[cfg.NodeID]).Level(zerolog.DebugLevel)
-	})
-	lead := c.leader(t, 1, 10*time.Second)
-	lost := lead%3 + 1
-	c.stop(lost)
-	l, peer := logs[lead], fmt.Sprintf(`"peer":%d`, lost)
+	c, l, lost := startAndLoseFollower(t)
+	peer := fmt.Sprintf(`"peer":%d`, lost)
 	// The leader's heartbeats keep failing; with gRPC's default backoff its
 	// connection would next be retried ~25 s into the outage.
 	waitFor(t, 60*time.Second, "a long outage (20 failed sends)", func() bool {
@@ -299,4 +286,19 @@ func TestGRPCReconnectsSoonAfterLongOutage(t *testing.T) {
 		return l.count(peer, "raft peer reachable again") == 1
 	})
 	t.Logf("peer %d reached %v after its restart", lost, time.Since(back).Round(time.Millisecond))
+}
+
+// startAndLoseFollower starts three nodes with one group, stops a follower
+// and returns the cluster, the leader's (debug) log, which keeps sending
+// heartbeats to the lost follower, and the follower's id.
+func startAndLoseFollower(t *testing.T) (*grpcCluster, *lockedLines, uint64) {
+	t.Helper()
+	logs := map[uint64]*lockedLines{1: {}, 2: {}, 3: {}}
+	c := newGRPCCluster(t, 3, []GroupID{1}, func(cfg *Config) {
+		cfg.Logger = zerolog.New(logs[cfg.NodeID]).Level(zerolog.DebugLevel)
+	})
+	lead := c.leader(t, 1, 10*time.Second)
+	lost := lead%3 + 1
+	c.stop(lost)
+	return c, logs[lead], lost
 }
