@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -331,6 +332,14 @@ func TestFailedCommitStopsAllWrites(t *testing.T) {
 	}
 	failures := c.nodes[victim].Failed()
 	target.Store(victim)
+	// Its groups announce that they lead nothing any more, so that what
+	// waits on them fails at once.
+	var stoppedLeading sync.Map
+	defer c.nodes[victim].Watch(func(ev LeaderEvent) {
+		if ev.Leader == 0 && !ev.IsSelf && failed.Load() {
+			stoppedLeading.Store(ev.Group, true)
+		}
+	})()
 	// Traffic in both groups keeps writes queued on the victim's writer.
 	for i := range 40 {
 		for gid, l := range map[GroupID]uint64{1: lead, 2: lead2} {
@@ -356,6 +365,11 @@ func TestFailedCommitStopsAllWrites(t *testing.T) {
 	if n := testCounter(c.nodes[victim].metrics.writeFailures); n != 1 {
 		t.Fatalf("raftlog_write_failures_total = %v, want 1", n)
 	}
+	waitFor(t, 5*time.Second, "the failed node's groups to announce they lead nothing", func() bool {
+		_, ok1 := stoppedLeading.Load(GroupID(1))
+		_, ok2 := stoppedLeading.Load(GroupID(2))
+		return ok1 && ok2
+	})
 
 	_ = c.nodes[victim].Close() // reports the group failure again
 	delete(c.nodes, victim)

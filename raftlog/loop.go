@@ -41,6 +41,11 @@ func (g *Group) run() {
 			if !errors.Is(err, ErrStopped) {
 				g.log.Error().Err(err).Msg("raftlog group stopped")
 				g.n.reportFailure(err)
+				// A stopped group leads nothing: watchers (the partition's
+				// request tracking) fail what waits on it at once, and
+				// callers retry at the new leader, rather than waiting for
+				// the node to close.
+				g.publishLeader(0, g.rn.BasicStatus().GetTerm(), false)
 			}
 			g.stopOnce.Do(func() { close(g.stopc) })
 			return
