@@ -190,6 +190,11 @@ func (g *Group) Propose(ctx context.Context, data []byte) (Proposal, error) {
 		// Empty entries are raft's own no-ops and never reach Apply.
 		return Proposal{}, ErrEmptyProposal
 	}
+	select {
+	case <-g.stopc: // stopped (closed, or failed): say so, not "not leader"
+		return Proposal{}, ErrStopped
+	default:
+	}
 	if ev := g.leader.Load(); !ev.IsSelf {
 		g.n.metrics.proposalErrors.Inc()
 		return Proposal{}, &NotLeaderError{Group: g.id, Leader: ev.Leader, Term: ev.Term}

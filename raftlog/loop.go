@@ -38,6 +38,7 @@ func (g *Group) run() {
 		err := g.process(&in)
 		g.spare = in.reset()
 		if err != nil {
+			g.stopOnce.Do(func() { close(g.stopc) })
 			if !errors.Is(err, ErrStopped) {
 				g.log.Error().Err(err).Msg("raftlog group stopped")
 				g.n.reportFailure(err)
@@ -47,7 +48,6 @@ func (g *Group) run() {
 				// the node to close.
 				g.publishLeader(0, g.rn.BasicStatus().GetTerm(), false)
 			}
-			g.stopOnce.Do(func() { close(g.stopc) })
 			return
 		}
 		if g.rn.HasReady() {
