@@ -10,11 +10,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/raftgate/raftgate/ingress/admin"
 	"github.com/raftgate/raftgate/invocation"
@@ -304,8 +307,50 @@ func TestEnvReachesInheritedFlags(t *testing.T) {
 	}
 }
 
+// boltFileBytes returns the bytes of a small real bbolt database.
+func boltFileBytes(t *testing.T) []byte {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "src.db")
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucket([]byte("state"))
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte("k"), bytes.Repeat([]byte("raftgate"), 4096))
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// dirNames lists the names in dir.
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
 func TestBackupCommand(t *testing.T) {
-	data := bytes.Repeat([]byte("raftgate"), 4096)
+	data := boltFileBytes(t)
 	cut := false
 	h, err := admin.New(admin.Config{Cluster: testCluster{ready: true}, Invocations: noInvocations{},
 		Registry: &testRegistry{svcs: map[string]*rpc.Service{}}, Partitions: 2, Token: "tok", Logger: zerolog.Nop(),
@@ -352,12 +397,80 @@ func TestBackupCommand(t *testing.T) {
 	if res.code == 0 || !strings.Contains(res.stderr, "cut short") {
 		t.Fatalf("cut short: exit %d, %q", res.code, res.stderr)
 	}
-	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 {
-		var names []string
-		for _, e := range entries {
-			names = append(names, e.Name())
-		}
+	if names := dirNames(t, dir); len(names) != 1 {
 		t.Fatalf("after a failed copy the directory holds %v, want only raft.db", names)
+	}
+}
+
+// TestBackupChecksWhatItGets: an answer that is not a whole bbolt file
+// fails the command and leaves nothing behind, and an output directory that
+// cannot take the file fails before the node is asked.
+func TestBackupChecksWhatItGets(t *testing.T) {
+	good := boltFileBytes(t)
+	corrupt := bytes.Clone(good)
+	// Both meta pages (pages 0 and 1) keep their magic but lose their
+	// checksums' agreement: bbolt refuses to open the file.
+	for _, page := range []int{0, os.Getpagesize()} { // bbolt's default page size
+		corrupt[page+boltMagicOffset+8] ^= 0xff
+	}
+	var asked atomic.Int32
+	for _, tc := range []struct {
+		name, want string
+		serve      func(w http.ResponseWriter)
+	}{
+		{"empty 200", "0 bytes without bbolt's magic number", func(w http.ResponseWriter) {}},
+		{"a web page", "bytes without bbolt's magic number", func(w http.ResponseWriter) {
+			io.WriteString(w, "<html>hello</html>")
+		}},
+		{"corrupt meta pages", "bbolt cannot open it", func(w http.ResponseWriter) {
+			w.Header().Set("Content-Length", strconv.Itoa(len(corrupt)))
+			w.Write(corrupt)
+		}},
+		{"no length", "no Content-Length", func(w http.ResponseWriter) {
+			w.Write(good[:100])
+			w.(http.Flusher).Flush() // chunked: no length announced
+			w.Write(good[100:])
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				asked.Add(1)
+				tc.serve(w)
+			}))
+			t.Cleanup(srv.Close)
+			dir := t.TempDir()
+			res := runCLI(t, "", "backup", "--admin", srv.URL, "-o", filepath.Join(dir, "x.db"))
+			if res.code == 0 || !strings.Contains(res.stderr, tc.want) {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want a failure saying %q", res.code, res.stdout, res.stderr, tc.want)
+			}
+			if names := dirNames(t, dir); len(names) != 0 {
+				t.Fatalf("a failed backup left %v", names)
+			}
+		})
+	}
+
+	asked.Store(0)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		w.Write(good)
+	}))
+	t.Cleanup(srv.Close)
+	readOnly := t.TempDir()
+	if err := os.Chmod(readOnly, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chmod(readOnly, 0o700) })
+	outs := []string{filepath.Join(t.TempDir(), "missing", "x.db")}
+	if os.Geteuid() != 0 { // root writes anywhere
+		outs = append(outs, filepath.Join(readOnly, "x.db"))
+	}
+	for _, out := range outs {
+		res := runCLI(t, "", "backup", "--admin", srv.URL, "-o", out)
+		if res.code == 0 || !strings.Contains(res.stderr, "--output: cannot write there") {
+			t.Errorf("-o %s: exit %d, stderr %q; want a failure naming --output", out, res.code, res.stderr)
+		}
+	}
+	if n := asked.Load(); n != 0 {
+		t.Fatalf("the node was asked %d times for a copy that had nowhere to go", n)
 	}
 }
