@@ -52,7 +52,7 @@ func (c testCluster) Partitions(bool) []admin.PartitionStatus {
 	depth := 3
 	first, last := invocation.KeyRange(2, 2)
 	return []admin.PartitionStatus{
-		{ID: 0, Leader: 1, Term: 2, AppliedIndex: 10},
+		{ID: 0, Leader: 1, Term: 2, AppliedIndex: 10, Replicas: []admin.ReplicaStatus{{NodeID: 1, Match: 10}}},
 		{ID: 1, LastKey: 1<<63 - 1, Leader: 1, Term: 5, AppliedIndex: 120, OutboxDepth: &depth,
 			Replicas: []admin.ReplicaStatus{{NodeID: 1, Match: 120}, {NodeID: 2, Match: 100, Lag: 20, State: "probe"}}},
 		{ID: 2, FirstKey: first, LastKey: last, Term: 6, AppliedIndex: 7},
@@ -134,7 +134,8 @@ func TestStatusTable(t *testing.T) {
 		"2     NO     -",
 		"2 partitions, ready",
 		"0          metadata",
-		"1          0000000000000000-7fffffffffffffff  1       5     120      3       1:120/0 2:100/20(probe)",
+		// Node 2 is not alive: its lag would read as "caught up".
+		"1          0000000000000000-7fffffffffffffff  1       5     120      3       1:120/0 2:unreachable(match 100)",
 		"2          8000000000000000-ffffffffffffffff  none    6     7        -       -",
 	} {
 		if !strings.Contains(res.stdout, want) {
@@ -150,6 +151,59 @@ func TestStatusTable(t *testing.T) {
 	res = runCLI(t, "", "status", "--admin", "http://127.0.0.1:1")
 	if res.code == 0 || !strings.Contains(res.stderr, "admin API at http://127.0.0.1:1") {
 		t.Fatalf("unreachable admin: exit %d, %q", res.code, res.stderr)
+	}
+}
+
+// splitCluster is a view of a node that leads partition 1; partition 2 is
+// led by node 3, whose admin API is at leaderAdmin.
+type splitCluster struct{ leaderAdmin string }
+
+func (c splitCluster) Nodes() []admin.NodeStatus {
+	return []admin.NodeStatus{
+		{ID: 1, AdminAddr: "127.0.0.1:9070", Alive: true},
+		{ID: 2, Alive: true},
+		{ID: 3, AdminAddr: c.leaderAdmin, Alive: true},
+	}
+}
+
+func (c splitCluster) Partitions(bool) []admin.PartitionStatus {
+	depth := 0
+	return []admin.PartitionStatus{
+		{ID: 1, Leader: 1, Term: 5, AppliedIndex: 9, OutboxDepth: &depth,
+			Replicas: []admin.ReplicaStatus{{NodeID: 1, Match: 9}, {NodeID: 2, Match: 9}, {NodeID: 3, Match: 9}}},
+		{ID: 2, Leader: 3, Term: 6, AppliedIndex: 7},
+	}
+}
+
+func (c splitCluster) Ready() bool { return true }
+
+// TestStatusSaysWhatItCannotSee: a leader whose admin API refuses the
+// request (it wants a token that was not given) or cannot be reached makes
+// status say so and exit non-zero, after printing what it could see.
+func TestStatusSaysWhatItCannotSee(t *testing.T) {
+	leader := startAdmin(t, "tok", &testRegistry{svcs: map[string]*rpc.Service{}})
+	for _, tc := range []struct {
+		name, leaderAdmin, want string
+	}{
+		{"token wanted", strings.TrimPrefix(leader, "http://"), "node 3 leads partitions whose replicas and outbox are not shown: its admin API at " + leader + " refused (401 from admin"},
+		{"unreachable", "127.0.0.1:1", "node 3 leads partitions whose replicas and outbox are not shown: admin API at http://127.0.0.1:1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := admin.New(admin.Config{Cluster: splitCluster{leaderAdmin: tc.leaderAdmin}, Invocations: noInvocations{},
+				Registry: &testRegistry{svcs: map[string]*rpc.Service{}}, Partitions: 2, Logger: zerolog.Nop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewServer(h)
+			t.Cleanup(srv.Close)
+			res := runCLI(t, "", "status", "--admin", srv.URL)
+			if res.code == 0 || !strings.Contains(res.stderr, tc.want) {
+				t.Fatalf("exit %d, stderr %q; want a non-zero exit saying %q", res.code, res.stderr, tc.want)
+			}
+			if !strings.Contains(res.stdout, "1:9/0 2:9/0 3:9/0") {
+				t.Fatalf("what could be seen is not shown:\n%s", res.stdout)
+			}
+		})
 	}
 }
 
