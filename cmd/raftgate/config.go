@@ -87,6 +87,9 @@ type ServerConfig struct {
 	LogFormat string
 	// LogLevel is trace, debug, info, warn or error (--log-level).
 	LogLevel string
+	// QuietRaft drops the raft library's info-level messages (elections,
+	// votes, configuration); `dev` sets it below --log-level debug. No flag.
+	QuietRaft bool
 }
 
 // Defaults of `raftgate server`, also used by `dev` for node 1.

@@ -190,6 +190,9 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	rcfg.Peers = cfg.InitialCluster
 	rcfg.DialOptions = dialOpts
 	rcfg.Logger = n.log
+	if cfg.QuietRaft {
+		rcfg.Logger = n.log.Hook(newRaftChatterHook(cfg.NodeID))
+	}
 	rcfg.Registerer = reg
 	if cfg.BalanceLeaders {
 		rcfg.LeaderBalanceTicks = raftlog.DefaultLeaderBalanceTicks
@@ -331,11 +334,12 @@ func (n *node) gracefulClose() error {
 	n.log.Info().Dur("grace", grace).Msg("shutting down")
 	n.ingress.Drain()
 
-	transferCtx, cancel := context.WithDeadline(context.Background(), start.Add(grace/2))
-	if err := n.raft.TransferAll(transferCtx); err != nil {
-		n.log.Warn().Err(err).Msg("leadership transfer incomplete; peers will elect after the election timeout")
+	// A lone node has nobody to hand its groups to.
+	if len(n.cfg.InitialCluster) > 1 {
+		transferCtx, cancel := context.WithDeadline(context.Background(), start.Add(grace/2))
+		n.logTransferFailures(n.raft.TransferAll(transferCtx))
+		cancel()
 	}
-	cancel()
 
 	// Keep the ingress listening for the drain delay (the transfer above
 	// runs in it): health and new requests get a retry-safe 503, so a load
@@ -356,6 +360,21 @@ func (n *node) gracefulClose() error {
 	err = errors.Join(err, n.close())
 	n.log.Info().Dur("took", time.Since(start).Round(time.Millisecond)).Msg("stopped")
 	return err
+}
+
+// logTransferFailures logs each group's failed hand-off on a line of its
+// own (TransferAll joins them).
+func (n *node) logTransferFailures(err error) {
+	if err == nil {
+		return
+	}
+	errs := []error{err}
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = joined.Unwrap()
+	}
+	for _, err := range errs {
+		n.log.Warn().Err(err).Msg("leadership transfer incomplete; peers will elect after the election timeout")
+	}
 }
 
 // closeAll closes whatever was started, at once and without handing
