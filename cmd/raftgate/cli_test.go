@@ -244,33 +244,42 @@ func TestServicesCommands(t *testing.T) {
 	}
 }
 
-// invokeIngress records what invoke sent and answers like an ingress.
+// invokeIngress records what invoke sent and answers like an ingress: a
+// send of Greeter/H is accepted as invocation inv_H, whose attach answers
+// by H (greet: the greeting; slow: not ready; fail: a recorded failure).
 type invokeIngress struct {
 	mu   sync.Mutex
-	last *http.Request
-	body string
+	sent *http.Request // the last send
+	body string        // its body
+	last *http.Request // the last request
 }
 
 func (g *invokeIngress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b, _ := io.ReadAll(r.Body)
 	g.mu.Lock()
-	g.last, g.body = r, string(b)
+	g.last = r
+	if r.Method == http.MethodPost {
+		g.sent, g.body = r, string(b)
+	}
 	g.mu.Unlock()
+	if handler, ok := strings.CutPrefix(r.URL.Path, "/Greeter/"); ok && strings.HasSuffix(handler, "/send") {
+		id := "inv_" + strings.TrimSuffix(handler, "/send")
+		w.Header().Set("x-restate-id", id)
+		w.WriteHeader(http.StatusAccepted)
+		fmt.Fprintf(w, `{"invocationId":%q,"status":"Accepted","executionTime":"2026-01-01T00:00:10Z"}`, id)
+		return
+	}
 	switch r.URL.Path {
-	case "/Greeter/greet":
-		w.Header().Set("x-restate-id", "inv_1")
+	case "/restate/invocation/inv_greet/attach":
+		w.Header().Set("x-restate-id", "inv_greet")
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `"Hello, Ada!"`)
-	case "/Greeter/greet/send":
-		w.Header().Set("x-restate-id", "inv_2")
-		w.WriteHeader(http.StatusAccepted)
-		io.WriteString(w, `{"invocationId":"inv_2","status":"Accepted","executionTime":"2026-01-01T00:00:10Z"}`)
-	case "/Greeter/slow":
-		w.Header().Set("x-restate-id", "inv_4")
+	case "/restate/invocation/inv_slow/attach":
+		w.Header().Set("x-restate-id", "inv_slow")
 		w.WriteHeader(470)
 		io.WriteString(w, `{"code":470,"message":"not ready","source":"ingress"}`)
-	case "/Greeter/fail":
-		w.Header().Set("x-restate-id", "inv_3")
+	case "/restate/invocation/inv_fail/attach":
+		w.Header().Set("x-restate-id", "inv_fail")
 		w.Header().Set("x-restate-error-source", "invocation")
 		w.WriteHeader(http.StatusBadRequest)
 		io.WriteString(w, "no such person")
@@ -287,27 +296,27 @@ func TestInvoke(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	res := runCLI(t, "", "invoke", "Greeter/greet", `"Ada"`, "--ingress", srv.URL, "--idempotency-key", "k1")
-	if res.code != 0 || res.stdout != "\"Hello, Ada!\"\n" || !strings.Contains(res.stderr, "invocation inv_1: 200 OK") {
+	if res.code != 0 || res.stdout != "\"Hello, Ada!\"\n" || !strings.Contains(res.stderr, "invocation inv_greet: 200 OK") {
 		t.Fatalf("call: %+v", res)
 	}
-	if g.body != `"Ada"` || g.last.Header.Get("Content-Type") != "application/json" || g.last.Header.Get("idempotency-key") != "k1" {
-		t.Fatalf("sent %q %v", g.body, g.last.Header)
+	if g.body != `"Ada"` || g.sent.Header.Get("Content-Type") != "application/json" || g.sent.Header.Get("idempotency-key") != "k1" {
+		t.Fatalf("sent %q %v", g.body, g.sent.Header)
 	}
 
 	res = runCLI(t, "Grace", "invoke", "Greeter/greet", "-", "--ingress", srv.URL, "--send", "--delay", "PT10S")
-	if res.code != 0 || res.stdout != "inv_2\n" || !strings.Contains(res.stderr, "Accepted, runs at 2026-01-01T00:00:10Z") {
+	if res.code != 0 || res.stdout != "inv_greet\n" || !strings.Contains(res.stderr, "Accepted, runs at 2026-01-01T00:00:10Z") {
 		t.Fatalf("send: %+v", res)
 	}
-	if g.body != "Grace" || g.last.URL.Query().Get("delay") != "PT10S" || !strings.HasPrefix(g.last.Header.Get("Content-Type"), "text/plain") {
-		t.Fatalf("sent %q to %v with %v", g.body, g.last.URL, g.last.Header)
+	if g.body != "Grace" || g.sent.URL.Query().Get("delay") != "PT10S" || !strings.HasPrefix(g.sent.Header.Get("Content-Type"), "text/plain") {
+		t.Fatalf("sent %q to %v with %v", g.body, g.sent.URL, g.sent.Header)
 	}
 
 	res = runCLI(t, "", "invoke", "Greeter/fail", `"x"`, "--ingress", srv.URL)
-	if res.code == 0 || res.stdout != "no such person\n" || !strings.Contains(res.stderr, "invocation inv_3 failed: 400") {
+	if res.code == 0 || res.stdout != "no such person\n" || !strings.Contains(res.stderr, "invocation inv_fail failed: 400") {
 		t.Fatalf("failed invocation: %+v", res)
 	}
 	res = runCLI(t, "", "invoke", "Greeter/slow", "--ingress", srv.URL, "--timeout", "1s")
-	if res.code == 0 || g.last.Header.Get("x-raftgate-timeout") != "1s" || !strings.Contains(res.stderr, "/restate/invocation/inv_4/attach") {
+	if res.code == 0 || g.last.Header.Get("x-raftgate-timeout") != "1s" || !strings.Contains(res.stderr, "/restate/invocation/inv_slow/attach") {
 		t.Fatalf("timed out call: %+v", res)
 	}
 	res = runCLI(t, "", "invoke", "Nope/x", "--ingress", srv.URL)
@@ -320,6 +329,59 @@ func TestInvoke(t *testing.T) {
 	} {
 		if res := runCLI(t, "", args...); res.code == 0 {
 			t.Fatalf("%v accepted: %+v", args, res)
+		}
+	}
+}
+
+// TestInvokeSaysWhatItWaitsFor: a call whose invocation is not answered
+// at once says on stderr that it waits, and after which failed attempts,
+// as the admin API tells them.
+func TestInvokeSaysWhatItWaitsFor(t *testing.T) {
+	release := make(chan struct{})
+	ingress := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/Echo/echo/send":
+			w.WriteHeader(http.StatusAccepted)
+			io.WriteString(w, `{"invocationId":"inv_w","status":"Accepted"}`)
+		case "/restate/invocation/inv_w/attach":
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+			w.Header().Set("x-restate-id", "inv_w")
+			io.WriteString(w, `"hi"`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(ingress.Close)
+	var polls atomic.Int32
+	var releaseOnce sync.Once
+	adminSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/invocations/inv_w" || r.Header.Get("Authorization") != "Bearer tok" {
+			http.NotFound(w, r)
+			return
+		}
+		n := polls.Add(1)
+		if n >= 2 {
+			defer releaseOnce.Do(func() { close(release) })
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"inv_w","status":"running","attempts":2,"lastError":"dial tcp 127.0.0.1:9999: connection refused","nextRetryAt":"2026-01-01T00:00:02Z"}`)
+	}))
+	t.Cleanup(adminSrv.Close)
+
+	res := runCLI(t, "", "invoke", "Echo/echo", `"hi"`, "--ingress", ingress.URL, "--admin", adminSrv.URL, "--admin-token", "tok")
+	if res.code != 0 || res.stdout != "\"hi\"\n" {
+		t.Fatalf("call: %+v", res)
+	}
+	for _, want := range []string{
+		"invocation inv_w: waiting for its result\n",
+		"invocation inv_w: attempt 2 failed: dial tcp 127.0.0.1:9999: connection refused; next attempt at 2026-01-01T00:00:02Z\n",
+	} {
+		if strings.Count(res.stderr, want) != 1 {
+			t.Errorf("stderr holds %q %d times, want once:\n%s", want, strings.Count(res.stderr, want), res.stderr)
 		}
 	}
 }
