@@ -202,12 +202,18 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	}
 	n.raft.RegisterGRPC(n.grpc)
 
+	voters := make([]uint64, 0, len(cfg.InitialCluster))
+	for id := range cfg.InitialCluster {
+		voters = append(voters, id)
+	}
+	slices.Sort(voters)
 	lcfg := leadership.DefaultConfig()
 	lcfg.Self = leadership.NodeInfo{ID: cfg.NodeID, IngressAddr: cfg.IngressAddr, AdminAddr: cfg.AdminAddr, NodeAddr: cfg.InitialCluster[cfg.NodeID]}
 	lcfg.BindAddr = cfg.GossipAddr
 	lcfg.AdvertiseAddr = cfg.AdvertiseGossipAddr
 	lcfg.Join = cfg.Join
 	lcfg.SecretKey = cfg.GossipKey
+	lcfg.Voters = voters
 	lcfg.Logger = n.log
 	lcfg.Listener, lns.gossip = lns.gossip, nil // Start owns it now
 	if n.members, err = leadership.Start(lcfg); err != nil {
@@ -230,11 +236,6 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 		}
 	}
 	n.stopWatch = n.raft.Watch(n.onLeadership)
-	voters := make([]uint64, 0, len(cfg.InitialCluster))
-	for id := range cfg.InitialCluster {
-		voters = append(voters, id)
-	}
-	slices.Sort(voters)
 	meta, err := n.raft.AddGroup(raftlog.MetaGroup, voters, n.registry)
 	if err != nil {
 		return nil, fmt.Errorf("metadata group: %w", err)
