@@ -76,6 +76,7 @@ func startTestClusterLogging(t *testing.T, n int, logger func(id uint64) zerolog
 	}
 	for _, nd := range nodes {
 		waitFor(t, 20*time.Second, fmt.Sprintf("node %d ready", nd.cfg.NodeID), clusterView{n: nd}.Ready)
+		waitFor(t, 20*time.Second, fmt.Sprintf("node %d serving its ingress", nd.cfg.NodeID), nd.serving)
 	}
 	return nodes
 }
