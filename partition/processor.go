@@ -245,7 +245,7 @@ func (p *Processor) Attach(ctx context.Context, id []byte) (*rpc.InvocationResul
 
 // Status returns the invocation's record, its result included when
 // completed; linearizable like Output. State is RUNNING while the leader is
-// delivering it.
+// delivering it; a QUEUED one carries its queue position.
 func (p *Processor) Status(ctx context.Context, id []byte) (*rpc.InvocationRecord, error) {
 	if err := p.readBarrier(ctx, id); err != nil {
 		return nil, err
@@ -255,6 +255,9 @@ func (p *Processor) Status(ctx context.Context, id []byte) (*rpc.InvocationRecor
 		r, found, err := getRecord(b, id)
 		if err != nil || !found {
 			return err
+		}
+		if r.State == rpc.InvocationRecord_QUEUED {
+			r.QueuePosition = queuePosition(b, r)
 		}
 		if r.State == rpc.InvocationRecord_COMPLETED {
 			res, ok, err := results.Get(b, r.CompletedAtUnixMs, id)
