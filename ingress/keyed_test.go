@@ -103,4 +103,3 @@ func TestWorkflowPaths(t *testing.T) {
 		t.Fatalf("shared handler: %d %s %+v", w.Code, w.Body, fd.lastAppend(t).invoke)
 	}
 }
-

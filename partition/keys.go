@@ -2,6 +2,7 @@ package partition
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 
@@ -214,22 +215,36 @@ func queuePosition(b *bolt.Bucket, rec *rpc.InvocationRecord) uint64 {
 	return n
 }
 
-// KeyStatus is what a partition knows of one key of a keyed service.
-type KeyStatus struct {
-	// Running is the id of the exclusive invocation holding the key (nil:
-	// none).
-	Running []byte
-	// Queued counts the invocations waiting behind it.
-	Queued uint64
-}
-
-func readKeyStatus(b *bolt.Bucket, service, key string) (KeyStatus, error) {
+// readKeyStatus returns the running invocation and queue length of a key.
+func readKeyStatus(b *bolt.Bucket, service, key string) (*rpc.KeyState, error) {
 	if b.Bucket(keysBucket) == nil {
-		return KeyStatus{}, nil
+		return &rpc.KeyState{}, nil
 	}
 	ks, err := getKeyState(b, keyPrefix(service, key))
 	if err != nil {
-		return KeyStatus{}, err
+		return nil, err
 	}
-	return KeyStatus{Running: ks.Running, Queued: ks.Queued}, nil
+	return &rpc.KeyState{Running: ks.Running, Queued: ks.Queued}, nil
+}
+
+// KeyStatus returns the running invocation and queue length of (service,
+// key); linearizable like Status. A key with neither is an empty KeyState.
+// The caller routes the key to its partition (invocation.KeyedPartitionKey).
+func (p *Processor) KeyStatus(ctx context.Context, service, key string) (*rpc.KeyState, error) {
+	if leading, _, _ := p.tracker.leadership(); !leading || !p.isStarted() {
+		return nil, p.tracker.notLeader()
+	}
+	if err := p.log.ReadIndex(ctx); err != nil {
+		return nil, p.mapLogError(err)
+	}
+	var ks *rpc.KeyState
+	err := p.log.View(func(b *bolt.Bucket) error {
+		var err error
+		ks, err = readKeyStatus(b, service, key)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("partition: key status: %w", err)
+	}
+	return ks, nil
 }

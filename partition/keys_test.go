@@ -130,6 +130,9 @@ func (k *keyMachine) key(key string) string {
 	var s string
 	k.view(func(b *bolt.Bucket) error {
 		ks, err := readKeyStatus(b, "Counter", key)
+		if err != nil {
+			return err
+		}
 		if len(ks.Running) == 0 && ks.Queued == 0 {
 			s = "free"
 		} else {

@@ -204,7 +204,7 @@ func (x DispatchError_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DispatchError_Code.Descriptor instead.
 func (DispatchError_Code) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{31, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{32, 0}
 }
 
 type RaftBatch struct {
@@ -1727,6 +1727,7 @@ type DispatchRequest struct {
 	//	*DispatchRequest_Cancel
 	//	*DispatchRequest_PutService
 	//	*DispatchRequest_DeleteService
+	//	*DispatchRequest_KeyStatus
 	Body          isDispatchRequest_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1860,6 +1861,15 @@ func (x *DispatchRequest) GetDeleteService() *DeleteService {
 	return nil
 }
 
+func (x *DispatchRequest) GetKeyStatus() *GetKeyStatus {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchRequest_KeyStatus); ok {
+			return x.KeyStatus
+		}
+	}
+	return nil
+}
+
 type isDispatchRequest_Body interface {
 	isDispatchRequest_Body()
 }
@@ -1892,6 +1902,10 @@ type DispatchRequest_DeleteService struct {
 	DeleteService *DeleteService `protobuf:"bytes,16,opt,name=delete_service,json=deleteService,proto3,oneof"`
 }
 
+type DispatchRequest_KeyStatus struct {
+	KeyStatus *GetKeyStatus `protobuf:"bytes,17,opt,name=key_status,json=keyStatus,proto3,oneof"`
+}
+
 func (*DispatchRequest_Append) isDispatchRequest_Body() {}
 
 func (*DispatchRequest_Output) isDispatchRequest_Body() {}
@@ -1906,6 +1920,8 @@ func (*DispatchRequest_PutService) isDispatchRequest_Body() {}
 
 func (*DispatchRequest_DeleteService) isDispatchRequest_Body() {}
 
+func (*DispatchRequest_KeyStatus) isDispatchRequest_Body() {}
+
 type DispatchResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	CorrelationId uint64                 `protobuf:"varint,1,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
@@ -1915,6 +1931,7 @@ type DispatchResponse struct {
 	//	*DispatchResponse_Result
 	//	*DispatchResponse_Status
 	//	*DispatchResponse_Done
+	//	*DispatchResponse_KeyState
 	//	*DispatchResponse_Error
 	Body          isDispatchResponse_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
@@ -2001,6 +2018,15 @@ func (x *DispatchResponse) GetDone() *Done {
 	return nil
 }
 
+func (x *DispatchResponse) GetKeyState() *KeyState {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchResponse_KeyState); ok {
+			return x.KeyState
+		}
+	}
+	return nil
+}
+
 func (x *DispatchResponse) GetError() *DispatchError {
 	if x != nil {
 		if x, ok := x.Body.(*DispatchResponse_Error); ok {
@@ -2030,6 +2056,10 @@ type DispatchResponse_Done struct {
 	Done *Done `protobuf:"bytes,13,opt,name=done,proto3,oneof"`
 }
 
+type DispatchResponse_KeyState struct {
+	KeyState *KeyState `protobuf:"bytes,14,opt,name=key_state,json=keyState,proto3,oneof"`
+}
+
 type DispatchResponse_Error struct {
 	Error *DispatchError `protobuf:"bytes,20,opt,name=error,proto3,oneof"`
 }
@@ -2041,6 +2071,8 @@ func (*DispatchResponse_Result) isDispatchResponse_Body() {}
 func (*DispatchResponse_Status) isDispatchResponse_Body() {}
 
 func (*DispatchResponse_Done) isDispatchResponse_Body() {}
+
+func (*DispatchResponse_KeyState) isDispatchResponse_Body() {}
 
 func (*DispatchResponse_Error) isDispatchResponse_Body() {}
 
@@ -2481,6 +2513,60 @@ func (*Done) Descriptor() ([]byte, []int) {
 	return file_raftgate_proto_rawDescGZIP(), []int{30}
 }
 
+// GetKeyStatus asks for the running invocation and queue length of one key
+// of a keyed service; answered with a KeyState (next_seq unset).
+type GetKeyStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetKeyStatus) Reset() {
+	*x = GetKeyStatus{}
+	mi := &file_raftgate_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetKeyStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetKeyStatus) ProtoMessage() {}
+
+func (x *GetKeyStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetKeyStatus.ProtoReflect.Descriptor instead.
+func (*GetKeyStatus) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *GetKeyStatus) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *GetKeyStatus) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
 type DispatchError struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Code          DispatchError_Code     `protobuf:"varint,1,opt,name=code,proto3,enum=raftgate.v1.DispatchError_Code" json:"code,omitempty"`
@@ -2493,7 +2579,7 @@ type DispatchError struct {
 
 func (x *DispatchError) Reset() {
 	*x = DispatchError{}
-	mi := &file_raftgate_proto_msgTypes[31]
+	mi := &file_raftgate_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2505,7 +2591,7 @@ func (x *DispatchError) String() string {
 func (*DispatchError) ProtoMessage() {}
 
 func (x *DispatchError) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[31]
+	mi := &file_raftgate_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2518,7 +2604,7 @@ func (x *DispatchError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchError.ProtoReflect.Descriptor instead.
 func (*DispatchError) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{31}
+	return file_raftgate_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DispatchError) GetCode() DispatchError_Code {
@@ -2678,7 +2764,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\bKeyState\x12\x18\n" +
 	"\arunning\x18\x01 \x01(\fR\arunning\x12\x19\n" +
 	"\bnext_seq\x18\x02 \x01(\x04R\anextSeq\x12\x16\n" +
-	"\x06queued\x18\x03 \x01(\x04R\x06queued\"\xac\x04\n" +
+	"\x06queued\x18\x03 \x01(\x04R\x06queued\"\xe8\x04\n" +
 	"\x0fDispatchRequest\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x04R\rcorrelationId\x12\x1d\n" +
 	"\n" +
@@ -2694,15 +2780,18 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x06cancel\x18\x0e \x01(\v2\x1d.raftgate.v1.CancelInvocationH\x00R\x06cancel\x12:\n" +
 	"\vput_service\x18\x0f \x01(\v2\x17.raftgate.v1.PutServiceH\x00R\n" +
 	"putService\x12C\n" +
-	"\x0edelete_service\x18\x10 \x01(\v2\x1a.raftgate.v1.DeleteServiceH\x00R\rdeleteServiceB\x06\n" +
-	"\x04body\"\xc5\x02\n" +
+	"\x0edelete_service\x18\x10 \x01(\v2\x1a.raftgate.v1.DeleteServiceH\x00R\rdeleteService\x12:\n" +
+	"\n" +
+	"key_status\x18\x11 \x01(\v2\x19.raftgate.v1.GetKeyStatusH\x00R\tkeyStatusB\x06\n" +
+	"\x04body\"\xfb\x02\n" +
 	"\x10DispatchResponse\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x04R\rcorrelationId\x123\n" +
 	"\bappended\x18\n" +
 	" \x01(\v2\x15.raftgate.v1.AppendedH\x00R\bappended\x127\n" +
 	"\x06result\x18\v \x01(\v2\x1d.raftgate.v1.InvocationResultH\x00R\x06result\x127\n" +
 	"\x06status\x18\f \x01(\v2\x1d.raftgate.v1.InvocationStatusH\x00R\x06status\x12'\n" +
-	"\x04done\x18\r \x01(\v2\x11.raftgate.v1.DoneH\x00R\x04done\x122\n" +
+	"\x04done\x18\r \x01(\v2\x11.raftgate.v1.DoneH\x00R\x04done\x124\n" +
+	"\tkey_state\x18\x0e \x01(\v2\x15.raftgate.v1.KeyStateH\x00R\bkeyState\x122\n" +
 	"\x05error\x18\x14 \x01(\v2\x1a.raftgate.v1.DispatchErrorH\x00R\x05errorB\x06\n" +
 	"\x04body\"?\n" +
 	"\x10AppendInvocation\x12+\n" +
@@ -2727,7 +2816,10 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x06record\x18\x01 \x01(\v2\x1d.raftgate.v1.InvocationRecordR\x06record\"7\n" +
 	"\x10CancelInvocation\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\"\x06\n" +
-	"\x04Done\"\xff\x01\n" +
+	"\x04Done\":\n" +
+	"\fGetKeyStatus\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"\xff\x01\n" +
 	"\rDispatchError\x123\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1f.raftgate.v1.DispatchError.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
@@ -2762,7 +2854,7 @@ func file_raftgate_proto_rawDescGZIP() []byte {
 }
 
 var file_raftgate_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_raftgate_proto_goTypes = []any{
 	(Service_Kind)(0),           // 0: raftgate.v1.Service.Kind
 	(InvocationRecord_State)(0), // 1: raftgate.v1.InvocationRecord.State
@@ -2798,7 +2890,8 @@ var file_raftgate_proto_goTypes = []any{
 	(*InvocationStatus)(nil),    // 31: raftgate.v1.InvocationStatus
 	(*CancelInvocation)(nil),    // 32: raftgate.v1.CancelInvocation
 	(*Done)(nil),                // 33: raftgate.v1.Done
-	(*DispatchError)(nil),       // 34: raftgate.v1.DispatchError
+	(*GetKeyStatus)(nil),        // 34: raftgate.v1.GetKeyStatus
+	(*DispatchError)(nil),       // 35: raftgate.v1.DispatchError
 }
 var file_raftgate_proto_depIdxs = []int32{
 	4,  // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
@@ -2825,26 +2918,28 @@ var file_raftgate_proto_depIdxs = []int32{
 	32, // 21: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
 	19, // 22: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
 	20, // 23: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
-	26, // 24: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
-	29, // 25: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
-	31, // 26: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
-	33, // 27: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
-	34, // 28: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
-	11, // 29: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
-	12, // 30: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
-	21, // 31: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
-	2,  // 32: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
-	3,  // 33: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
-	6,  // 34: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
-	23, // 35: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
-	5,  // 36: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
-	7,  // 37: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
-	24, // 38: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
-	36, // [36:39] is the sub-list for method output_type
-	33, // [33:36] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	34, // 24: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
+	26, // 25: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
+	29, // 26: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
+	31, // 27: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
+	33, // 28: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
+	22, // 29: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
+	35, // 30: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
+	11, // 31: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
+	12, // 32: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
+	21, // 33: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
+	2,  // 34: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
+	3,  // 35: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
+	6,  // 36: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
+	23, // 37: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
+	5,  // 38: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
+	7,  // 39: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
+	24, // 40: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
+	38, // [38:41] is the sub-list for method output_type
+	35, // [35:38] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_raftgate_proto_init() }
@@ -2870,12 +2965,14 @@ func file_raftgate_proto_init() {
 		(*DispatchRequest_Cancel)(nil),
 		(*DispatchRequest_PutService)(nil),
 		(*DispatchRequest_DeleteService)(nil),
+		(*DispatchRequest_KeyStatus)(nil),
 	}
 	file_raftgate_proto_msgTypes[21].OneofWrappers = []any{
 		(*DispatchResponse_Appended)(nil),
 		(*DispatchResponse_Result)(nil),
 		(*DispatchResponse_Status)(nil),
 		(*DispatchResponse_Done)(nil),
+		(*DispatchResponse_KeyState)(nil),
 		(*DispatchResponse_Error)(nil),
 	}
 	type x struct{}
@@ -2884,7 +2981,7 @@ func file_raftgate_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftgate_proto_rawDesc), len(file_raftgate_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   32,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
