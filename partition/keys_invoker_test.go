@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -186,4 +187,16 @@ func (c *fakeCluster) leaderIndex() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.leader
+}
+
+// An invocation of a key must carry its key's partition key, or it would
+// queue in a partition where the key's other invocations are not.
+func TestKeyedInvokeNeedsItsKeysPartitionKey(t *testing.T) {
+	c := newFakeCluster(t, 1, nil)
+	c.setLeader(0, false)
+	id := invocation.Random()
+	inv := &rpc.Invoke{InvocationId: id[:], RequestId: invocation.NewRequestID(), Service: "Counter", Handler: "add", Key: "k", Exclusive: true}
+	if _, err := c.replicas[0].p.Append(ctxT(t), inv); !errors.Is(err, rpc.ErrInvalid) {
+		t.Fatalf("append = %v, want ErrInvalid", err)
+	}
 }
