@@ -248,6 +248,13 @@ func TestKeyedCountersUnderLeaderKills(t *testing.T) {
 		if got != len(want) {
 			t.Errorf("counter %s = %d, want %d acknowledged increments", key, got, len(want))
 		}
+		ids := map[string]bool{}
+		for _, a := range want {
+			if ids[a.id] {
+				t.Errorf("counter %s: two acknowledged increments share id %s", key, a.id)
+			}
+			ids[a.id] = true
+		}
 		svc.mu.Lock()
 		for _, a := range want {
 			if !svc.applied[key][a.id] {
