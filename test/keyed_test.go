@@ -107,6 +107,24 @@ func postUntilAnswered(ctx context.Context, c *cluster, start int, path, body st
 	}
 }
 
+// attachUntilDone GETs path through the nodes in turn until it answers 200.
+func attachUntilDone(ctx context.Context, c *cluster, start int, path string) error {
+	for attempt := 0; ; attempt++ {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		n := c.nodes[(start+attempt)%len(c.nodes)]
+		r, err := do(ctx, http.MethodGet, n.ingressURL()+path, nil, nil)
+		switch {
+		case err != nil, r.status == http.StatusServiceUnavailable, r.status == http.StatusTooManyRequests:
+			continue
+		case r.status != http.StatusOK:
+			return fmt.Errorf("attach %s: %d %s", path, r.status, r.body)
+		}
+		return nil
+	}
+}
+
 // leaderOf returns the node leading partition p, as node 0..n see it.
 func (c *cluster) leaderOf(p uint32) *node {
 	for _, n := range c.nodes {
@@ -140,7 +158,9 @@ func partitionOfKey(service, key string) uint32 {
 
 // TestKeyedCountersUnderLeaderKills: 32 clients send increments to four
 // counter keys through three nodes while the leader of a key's partition
-// is killed every few seconds. Each key's increments start in the order
+// is killed every few seconds; every tenth increment each client attaches
+// to by idempotency key, which bounds the backlog. Each key's increments
+// start in the order
 // they were acknowledged per client, each only after the one before it was
 // answered, and every counter ends at exactly its acknowledged increments.
 func TestKeyedCountersUnderLeaderKills(t *testing.T) {
@@ -183,6 +203,14 @@ func TestKeyedCountersUnderLeaderKills(t *testing.T) {
 				mu.Lock()
 				acks[key] = append(acks[key], acked{client, seq, r.header.Get("x-restate-id")})
 				mu.Unlock()
+				if seq%10 == 9 {
+					// Bound the backlog: wait for this increment's result,
+					// attached by idempotency key.
+					if err := attachUntilDone(ctx, c, client, "/restate/invocation/Counter/"+key+"/add/"+payload+"/attach"); err != nil {
+						t.Errorf("client %d: %v", client, err)
+						return
+					}
+				}
 			}
 		}()
 	}
