@@ -190,7 +190,8 @@ func (c *fakeCluster) leaderIndex() int {
 }
 
 // An invocation of a key must carry its key's partition key, or it would
-// queue in a partition where the key's other invocations are not.
+// queue in a partition where the key's other invocations are not; an
+// exclusive one needs a key.
 func TestKeyedInvokeNeedsItsKeysPartitionKey(t *testing.T) {
 	c := newFakeCluster(t, 1, nil)
 	c.setLeader(0, false)
@@ -198,5 +199,9 @@ func TestKeyedInvokeNeedsItsKeysPartitionKey(t *testing.T) {
 	inv := &rpc.Invoke{InvocationId: id[:], RequestId: invocation.NewRequestID(), Service: "Counter", Handler: "add", Key: "k", Exclusive: true}
 	if _, err := c.replicas[0].p.Append(ctxT(t), inv); !errors.Is(err, rpc.ErrInvalid) {
 		t.Fatalf("append = %v, want ErrInvalid", err)
+	}
+	inv.Key = ""
+	if _, err := c.replicas[0].p.Append(ctxT(t), inv); !errors.Is(err, rpc.ErrInvalid) {
+		t.Fatalf("exclusive without key: append = %v, want ErrInvalid", err)
 	}
 }

@@ -440,6 +440,8 @@ func validateInvoke(inv *rpc.Invoke) error {
 		return fmt.Errorf("partition: request id has %d bytes: %w", len(inv.RequestId), rpc.ErrInvalid)
 	case inv.Service == "" || inv.Handler == "":
 		return fmt.Errorf("partition: service and handler are required: %w", rpc.ErrInvalid)
+	case inv.Exclusive && inv.Key == "":
+		return fmt.Errorf("partition: an exclusive invocation needs a key: %w", rpc.ErrInvalid)
 	case inv.Key != "" && binary.BigEndian.Uint64(inv.InvocationId) != invocation.KeyedPartitionKey(inv.Service, inv.Key):
 		// Its key's queue is in the partition of (service, key).
 		return fmt.Errorf("partition: the id of an invocation of key %q has another partition key than the key: %w", inv.Key, rpc.ErrInvalid)
