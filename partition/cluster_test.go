@@ -157,7 +157,7 @@ func (c *raftCluster) live() []*raftNode {
 // nil (cheap: no call into the raft loop).
 func (c *raftCluster) partitionLeader() *raftNode {
 	for _, n := range c.live() {
-		if leading, _, _ := n.proc.tracker.leadership(); leading {
+		if leading, _, _ := n.proc.tracker.Leadership(); leading {
 			return n
 		}
 	}

@@ -231,59 +231,12 @@ func TestOldTermEntryDoesNotAnswerNewTermWaiter(t *testing.T) {
 	}
 }
 
-func TestTrackerRepliesOnlyToSameTerm(t *testing.T) {
-	tr := newTracker(10)
-	tr.setLeadership(1, 5, true)
-	tk, propose, err := tr.register("req")
-	if err != nil || !propose {
-		t.Fatal(err)
-	}
-	// An entry of an older term carrying the same request applies before
-	// Propose returned, then Propose reports term 5.
-	tr.resolve(reply{requestID: "req", term: 3, appended: &rpc.Appended{InvocationId: []byte("old")}})
-	tr.proposed([]ticket{tk}, 5)
-	select {
-	case r := <-tk.ch:
-		t.Fatalf("waiter of term 5 got a term-3 reply: %v", r)
-	default:
-	}
-	tr.resolve(reply{requestID: "req", term: 6, appended: &rpc.Appended{InvocationId: []byte("new")}})
-	select {
-	case r := <-tk.ch:
-		t.Fatalf("waiter of term 5 got a term-6 reply: %v", r)
-	default:
-	}
-	tr.resolve(reply{requestID: "req", term: 5, appended: &rpc.Appended{InvocationId: []byte("mine")}})
-	if r := <-tk.ch; string(r.appended.InvocationId) != "mine" {
-		t.Fatalf("got %v", r)
-	}
-
-	// Early reply of the right term is kept until Propose returns.
-	tk, _, _ = tr.register("req2")
-	tr.resolve(reply{requestID: "req2", term: 5, appended: &rpc.Appended{InvocationId: []byte("early")}})
-	tr.proposed([]ticket{tk}, 5)
-	if r := <-tk.ch; string(r.appended.InvocationId) != "early" {
-		t.Fatalf("early reply lost: %v", r)
-	}
-
-	// Step-down fails everything; re-election in a new term does not
-	// revive old waiters.
-	tk, _, _ = tr.register("req3")
-	tr.setLeadership(2, 7, false)
-	if r := <-tk.ch; !errors.Is(r.err, rpc.ErrLostLeadership) {
-		t.Fatalf("step-down: %v", r.err)
-	}
-	if _, _, err := tr.register("req4"); err == nil {
-		t.Fatal("follower registered a request")
-	}
-}
-
 func TestOverloaded(t *testing.T) {
 	c := newFakeCluster(t, 1, func(_ int, cfg *Config) { cfg.MaxPending = 1 })
 	c.setLeader(0, false)
 	c.setHold(true)
 	go func() { _, _ = c.replicas[0].p.Append(ctxT(t), newInvoke("greeter", 1)) }()
-	waitFor(t, 5*time.Second, "first pending", func() bool { return c.replicas[0].p.tracker.len() == 1 })
+	waitFor(t, 5*time.Second, "first pending", func() bool { return c.replicas[0].p.tracker.Len() == 1 })
 	if _, err := c.replicas[0].p.Append(ctxT(t), newInvoke("greeter", 2)); !errors.Is(err, rpc.ErrOverloaded) {
 		t.Fatalf("second append = %v, want ErrOverloaded", err)
 	}
@@ -291,14 +244,14 @@ func TestOverloaded(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	c.setHold(false)
-	waitFor(t, 5*time.Second, "first applied", func() bool { return c.replicas[0].p.tracker.len() == 0 })
+	waitFor(t, 5*time.Second, "first applied", func() bool { return c.replicas[0].p.tracker.Len() == 0 })
 	if _, err := c.replicas[0].p.Append(ctx, newInvoke("greeter", 3)); !errors.Is(err, context.Canceled) {
 		// It may also have been answered before noticing the ctx.
 		if err != nil {
 			t.Fatalf("cancelled append = %v", err)
 		}
 	}
-	waitFor(t, 5*time.Second, "waiter removed", func() bool { return c.replicas[0].p.tracker.len() == 0 })
+	waitFor(t, 5*time.Second, "waiter removed", func() bool { return c.replicas[0].p.tracker.Len() == 0 })
 }
 
 func TestInvokeRunsAndAttach(t *testing.T) {

@@ -42,7 +42,7 @@ func TestPurgeRemovesExactlyExpiredOnEveryReplica(t *testing.T) {
 	}
 	// 45 minutes later the first three are 75 minutes old, the others 45.
 	clock.Advance(45 * time.Minute)
-	if proposed, err := p.sweepOnce(ctxT(t), 1); err != nil || !proposed {
+	if proposed, err := p.sweepOnce(ctxT(t)); err != nil || !proposed {
 		t.Fatal("sweep proposed nothing", err)
 	}
 	waitFor(t, 5*time.Second, "purge applied", func() bool {
@@ -82,7 +82,7 @@ func TestPurgeRemovesExactlyExpiredOnEveryReplica(t *testing.T) {
 	}
 	// Nothing expired: the sweep proposes nothing.
 	awaitOutput(t, p, old[0].InvocationId)
-	if proposed, err := p.sweepOnce(ctxT(t), 1); err != nil || proposed {
+	if proposed, err := p.sweepOnce(ctxT(t)); err != nil || proposed {
 		t.Fatalf("sweep with nothing expired proposed %v, %v", proposed, err)
 	}
 }

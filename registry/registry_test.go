@@ -149,9 +149,7 @@ func TestRegistry(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { errc <- reg.Put(ctx, &rpc.Service{Name: "pending", Url: "http://127.0.0.1:9"}) }()
 	waitFor(t, 5*time.Second, "put pending", func() bool {
-		reg.wmu.Lock()
-		defer reg.wmu.Unlock()
-		return len(reg.waiters) == 1
+		return reg.tracker.Len() == 1
 	})
 	reg.OnLeadership(raftlog.LeaderEvent{Group: raftlog.MetaGroup, Leader: 2, Term: 2})
 	if err := <-errc; !errors.Is(err, rpc.ErrLostLeadership) {
@@ -183,7 +181,9 @@ func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
 
 	// The leader never answers: the miss is answered after the bound.
 	start := time.Now()
-	if _, err := reg.LookupFresh("echo", 50*time.Millisecond); !errors.Is(err, ErrRegistryUnavailable) || errors.Is(err, rpc.ErrNotFound) {
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := reg.LookupFresh(short, "echo"); !errors.Is(err, ErrRegistryUnavailable) || errors.Is(err, rpc.ErrNotFound) {
 		t.Fatalf("miss without a catch-up: %v, want ErrRegistryUnavailable", err)
 	}
 	if waited := time.Since(start); waited < 50*time.Millisecond || catchUps() != 1 {
@@ -192,7 +192,7 @@ func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
 
 	found := make(chan bool, 1)
 	go func() {
-		_, err := reg.LookupFresh("echo", time.Minute)
+		_, err := reg.LookupFresh(ctxT(t), "echo")
 		found <- err == nil
 	}()
 	waitFor(t, 5*time.Second, "LookupFresh to catch up", func() bool { return catchUps() == 2 })
@@ -221,10 +221,10 @@ func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("LookupFresh still waiting 10s after its catch-up completed")
 	}
-	if _, err := reg.LookupFresh("echo", time.Minute); err != nil || catchUps() != 2 {
+	if _, err := reg.LookupFresh(ctxT(t), "echo"); err != nil || catchUps() != 2 {
 		t.Fatalf("hit: %v after %d catch-ups; a hit must not catch up", err, catchUps())
 	}
-	if _, err := reg.LookupFresh("nope", time.Minute); !errors.Is(err, rpc.ErrNotFound) || catchUps() != 3 {
+	if _, err := reg.LookupFresh(ctxT(t), "nope"); !errors.Is(err, rpc.ErrNotFound) || catchUps() != 3 {
 		t.Fatalf("miss after a catch-up that worked: %v (%d catch-ups), want rpc.ErrNotFound", err, catchUps())
 	}
 }
@@ -238,4 +238,11 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(2 * time.Millisecond) // polling interval of a condition, not synchronisation
 	}
+}
+
+// ctxT is a context bounded by the test's deadline (or a minute).
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
 }
