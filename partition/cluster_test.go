@@ -15,7 +15,6 @@ import (
 	"github.com/raftgate/raftgate/registry"
 	"github.com/raftgate/raftgate/rpc"
 	"github.com/rs/zerolog"
-	bolt "go.etcd.io/bbolt"
 	"google.golang.org/grpc"
 )
 
@@ -272,24 +271,15 @@ func TestRaftClusterEveryInvocationHasExactlyOneResult(t *testing.T) {
 	var dumps []string
 	for _, n := range c.nodes {
 		var b []byte
-		err := n.group.View(func(bk *bolt.Bucket) error {
-			for _, inv := range invs {
-				res, found, err := getResult(bk, inv.InvocationId)
-				if err != nil {
-					return err
-				}
-				if !found {
-					return fmt.Errorf("node %d: no result for %x", n.id, inv.InvocationId)
-				}
-				if want := "echo:" + string(inv.Body); string(res.Result.Body) != want || res.Result.Failed {
-					return fmt.Errorf("node %d: result %q, want %q", n.id, res.Result.Body, want)
-				}
-				b = append(b, fmt.Sprintf("%x=%d;", inv.InvocationId, res.CompletedAtUnixMs)...)
+		for _, inv := range invs {
+			res, err := n.proc.readResult(inv.InvocationId)
+			if err != nil {
+				t.Fatalf("node %d: result of %x: %v", n.id, inv.InvocationId, err)
 			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
+			if want := "echo:" + string(inv.Body); string(res.Result.Body) != want || res.Result.Failed {
+				t.Fatalf("node %d: result %q, want %q", n.id, res.Result.Body, want)
+			}
+			b = append(b, fmt.Sprintf("%x=%d;", inv.InvocationId, res.CompletedAtUnixMs)...)
 		}
 		dumps = append(dumps, string(b))
 	}
@@ -407,16 +397,10 @@ func TestRaftClusterFollowerRestartCatchesUp(t *testing.T) {
 			t.Fatalf("node %d state differs from node %d after catching up", n.id, lead.id)
 		}
 	}
-	err := c.nodes[down].group.View(func(b *bolt.Bucket) error {
-		for _, inv := range invs {
-			if _, found, err := getResult(b, inv.InvocationId); err != nil || !found {
-				return fmt.Errorf("no result for %x (%v)", inv.InvocationId, err)
-			}
+	for _, inv := range invs {
+		if _, err := c.nodes[down].proc.readResult(inv.InvocationId); err != nil {
+			t.Fatalf("no result for %x on the node that was down: %v", inv.InvocationId, err)
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	t.Logf("node %d restarted at applied index %d", c.nodes[down].id, c.nodes[down].group.Status().Applied)
 }

@@ -241,24 +241,15 @@ func (p *Processor) Status(ctx context.Context, id []byte) (*rpc.InvocationRecor
 	}
 	var rec *rpc.InvocationRecord
 	err := p.log.View(func(b *bolt.Bucket) error {
-		r, found, err := getRecord(b, id)
-		if err != nil || !found {
-			return err
-		}
-		if r.State == rpc.InvocationRecord_QUEUED {
+		r, res, err := readInvocation(b, id)
+		if r != nil && r.State == rpc.InvocationRecord_QUEUED {
 			r.QueuePosition = queuePosition(b, r)
 		}
-		if r.State == rpc.InvocationRecord_COMPLETED {
-			res, ok, err := results.Get(b, r.CompletedAtUnixMs, id)
-			if err != nil {
-				return err
-			}
-			if ok {
-				r.Result = res.Result
-			}
+		if r != nil && res != nil {
+			r.Result = res.Result
 		}
 		rec = r
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("partition: status: %w", err)
@@ -270,6 +261,18 @@ func (p *Processor) Status(ctx context.Context, id []byte) (*rpc.InvocationRecor
 		rec.State = rpc.InvocationRecord_RUNNING
 	}
 	return rec, nil
+}
+
+// readInvocation reads id's record (nil if there is none) and, once it is
+// completed, its result (nil if purged): through the record, which holds
+// the completion time the result is keyed by.
+func readInvocation(b *bolt.Bucket, id []byte) (*rpc.InvocationRecord, *rpc.InvocationResult, error) {
+	rec, found, err := getRecord(b, id)
+	if err != nil || !found || rec.State != rpc.InvocationRecord_COMPLETED {
+		return rec, nil, err
+	}
+	res, _, err := results.Get(b, rec.CompletedAtUnixMs, id)
+	return rec, res, err
 }
 
 // OutboxDepth returns the number of deliveries queued in this replica's
@@ -366,23 +369,21 @@ func (p *Processor) readBarrier(ctx context.Context, id []byte) error {
 	return nil
 }
 
+// readResult reads the invocation's result from this replica's applied
+// state: rpc.ErrNotFound for an unknown id or a purged result,
+// rpc.ErrNotReady while it has none.
 func (p *Processor) readResult(id []byte) (*rpc.InvocationResult, error) {
 	var res *rpc.InvocationResult
 	err := p.log.View(func(b *bolt.Bucket) error {
-		rec, found, err := getRecord(b, id)
+		rec, r, err := readInvocation(b, id)
 		switch {
 		case err != nil:
 			return err
-		case !found:
+		case rec == nil:
 			return rpc.ErrNotFound
 		case rec.State != rpc.InvocationRecord_COMPLETED:
 			return rpc.ErrNotReady
-		}
-		r, ok, err := results.Get(b, rec.CompletedAtUnixMs, id)
-		if err != nil {
-			return err
-		}
-		if !ok {
+		case r == nil:
 			return rpc.ErrNotFound
 		}
 		res = r
