@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/registry"
@@ -177,7 +178,7 @@ func (c *raftCluster) leaderOf(g raftlog.GroupID) *raftNode {
 // node's registry has it.
 func (c *raftCluster) register(tb testing.TB, svc *rpc.Service) {
 	tb.Helper()
-	waitFor(tb, 20*time.Second, "service registered", func() bool {
+	testutil.WaitFor(tb, 20*time.Second, "service registered", func() bool {
 		lead := c.leaderOf(raftlog.MetaGroup)
 		if lead == nil {
 			return false
@@ -186,7 +187,7 @@ func (c *raftCluster) register(tb testing.TB, svc *rpc.Service) {
 		defer cancel()
 		return lead.reg.Put(ctx, svc) == nil
 	})
-	waitFor(tb, 20*time.Second, "registry replicated", func() bool {
+	testutil.WaitFor(tb, 20*time.Second, "registry replicated", func() bool {
 		for _, n := range c.live() {
 			if _, ok := n.reg.Lookup(svc.Name); !ok {
 				return false
@@ -242,9 +243,9 @@ func TestRaftClusterEveryInvocationHasExactlyOneResult(t *testing.T) {
 	// Move leadership twice while invocations are submitted and run.
 	moves := 0
 	for _, at := range []int64{total / 3, 2 * total / 3} {
-		waitFor(t, 60*time.Second, fmt.Sprintf("%d acknowledged", at), func() bool { return acked.Load() >= at })
+		testutil.WaitFor(t, 60*time.Second, fmt.Sprintf("%d acknowledged", at), func() bool { return acked.Load() >= at })
 		var lead *raftNode
-		waitFor(t, 10*time.Second, "a partition leader", func() bool { lead = c.leaderOf(1); return lead != nil })
+		testutil.WaitFor(t, 10*time.Second, "a partition leader", func() bool { lead = c.leaderOf(1); return lead != nil })
 		to := c.nodes[(int(lead.id))%len(c.nodes)].id
 		tctx, tcancel := context.WithTimeout(ctx, 10*time.Second)
 		err := lead.group.TransferLeadership(tctx, to)
@@ -259,7 +260,7 @@ func TestRaftClusterEveryInvocationHasExactlyOneResult(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	waitFor(t, 60*time.Second, "every outbox drained", func() bool {
+	testutil.WaitFor(t, 60*time.Second, "every outbox drained", func() bool {
 		for _, n := range c.nodes {
 			if n.proc.OutboxDepth() != 0 {
 				return false
@@ -354,7 +355,7 @@ func TestRaftClusterFollowerRestartCatchesUp(t *testing.T) {
 	}
 	c.submitAll(t, ctx, invs[:200], 16)
 	var lead *raftNode
-	waitFor(t, 10*time.Second, "a partition leader", func() bool { lead = c.leaderOf(1); return lead != nil })
+	testutil.WaitFor(t, 10*time.Second, "a partition leader", func() bool { lead = c.leaderOf(1); return lead != nil })
 	down := 0
 	for i, n := range c.nodes {
 		if n != lead {
@@ -372,7 +373,7 @@ func TestRaftClusterFollowerRestartCatchesUp(t *testing.T) {
 		}
 		return true
 	}
-	waitFor(t, 30*time.Second, "outboxes drained", drained)
+	testutil.WaitFor(t, 30*time.Second, "outboxes drained", drained)
 	c.restart(down)
 	defer func() {
 		if t.Failed() {
@@ -382,7 +383,7 @@ func TestRaftClusterFollowerRestartCatchesUp(t *testing.T) {
 			}
 		}
 	}()
-	waitFor(t, 30*time.Second, "restarted node caught up", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "restarted node caught up", func() bool {
 		applied := c.nodes[down].group.Status().Applied
 		for _, n := range c.live() {
 			if n.group.Status().Applied != applied {

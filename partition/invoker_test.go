@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/rpc"
 	bolt "go.etcd.io/bbolt"
@@ -34,7 +35,7 @@ func TestRetryAfterHonoured(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rec *rpc.InvocationRecord
-	waitFor(t, 5*time.Second, "attempt 1 recorded", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "attempt 1 recorded", func() bool {
 		r, err := p.Status(ctxT(t), inv.InvocationId)
 		rec = r
 		return err == nil && r.Attempts == 1
@@ -131,7 +132,7 @@ func TestLargeBacklogBounded(t *testing.T) {
 	maxReserved := 0
 	c.setLeader(0, false)
 	const done = 2000
-	waitFor(t, 60*time.Second, "2000 of the backlog done", func() bool {
+	testutil.WaitFor(t, 60*time.Second, "2000 of the backlog done", func() bool {
 		p.invoker.mu.Lock()
 		maxReserved = max(maxReserved, len(p.invoker.inflight))
 		p.invoker.mu.Unlock()

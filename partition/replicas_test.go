@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 	bolt "go.etcd.io/bbolt"
@@ -45,7 +46,7 @@ func TestPurgeRemovesExactlyExpiredOnEveryReplica(t *testing.T) {
 	if proposed, err := p.sweepOnce(ctxT(t)); err != nil || !proposed {
 		t.Fatal("sweep proposed nothing", err)
 	}
-	waitFor(t, 5*time.Second, "purge applied", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "purge applied", func() bool {
 		_, err := p.Output(ctxT(t), old[0].InvocationId)
 		return errors.Is(err, rpc.ErrNotFound)
 	})
@@ -179,7 +180,7 @@ func TestOutboxSurvivesLeaderCrashBeforeComplete(t *testing.T) {
 		t.Fatal(err)
 	}
 	id, _ := invocation.IDFromBytes(inv.InvocationId)
-	waitFor(t, 5*time.Second, "first delivery", func() bool { return svc.count(id) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "first delivery", func() bool { return svc.count(id) == 1 })
 	c.mu.Lock()
 	c.replicas[0].down = true
 	c.mu.Unlock()

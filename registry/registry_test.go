@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/rpc"
 	"github.com/rs/zerolog"
@@ -148,7 +149,7 @@ func TestRegistry(t *testing.T) {
 	log.mu.Unlock()
 	errc := make(chan error, 1)
 	go func() { errc <- reg.Put(ctx, &rpc.Service{Name: "pending", Url: "http://127.0.0.1:9"}) }()
-	waitFor(t, 5*time.Second, "put pending", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "put pending", func() bool {
 		return reg.tracker.Len() == 1
 	})
 	reg.OnLeadership(raftlog.LeaderEvent{Group: raftlog.MetaGroup, Leader: 2, Term: 2})
@@ -195,7 +196,7 @@ func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
 		_, err := reg.LookupFresh(ctxT(t), "echo")
 		found <- err == nil
 	}()
-	waitFor(t, 5*time.Second, "LookupFresh to catch up", func() bool { return catchUps() == 2 })
+	testutil.WaitFor(t, 5*time.Second, "LookupFresh to catch up", func() bool { return catchUps() == 2 })
 	// Meanwhile the registration applies on this replica; then the
 	// catch-up completes.
 	data, err := rpc.EncodeBatch(&rpc.Command{Cmd: &rpc.Command_PutService{PutService: &rpc.PutService{
@@ -226,17 +227,6 @@ func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
 	}
 	if _, err := reg.LookupFresh(ctxT(t), "nope"); !errors.Is(err, rpc.ErrNotFound) || catchUps() != 3 {
 		t.Fatalf("miss after a catch-up that worked: %v (%d catch-ups), want rpc.ErrNotFound", err, catchUps())
-	}
-}
-
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(2 * time.Millisecond) // polling interval of a condition, not synchronisation
 	}
 }
 
