@@ -2,16 +2,13 @@ package partition
 
 import (
 	"bytes"
-	"errors"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/raftgate/raftgate/internal/testutil"
-	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/rpc"
-	bolt "go.etcd.io/bbolt"
 )
 
 func TestRetryAfterHonoured(t *testing.T) {
@@ -149,34 +146,4 @@ func TestLargeBacklogBounded(t *testing.T) {
 	if svc.maxInfl > 16 {
 		t.Fatalf("%d concurrent calls, limit 16", svc.maxInfl)
 	}
-}
-
-// FuzzApply: arbitrary entry bytes never panic Apply; they apply or fail
-// with an error (which stops the group).
-func FuzzApply(f *testing.F) {
-	for _, e := range mixedLog(f) {
-		f.Add(e.Data)
-	}
-	f.Add([]byte{})
-	f.Add([]byte{0x08, 0x02})
-	db, err := bolt.Open(f.TempDir()+"/f.db", 0o600, &bolt.Options{NoSync: true})
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer db.Close()
-	errRollback := errors.New("rollback")
-	f.Fuzz(func(t *testing.T, data []byte) {
-		var m machine
-		err := db.Update(func(tx *bolt.Tx) error {
-			b, err := tx.CreateBucket(stateBucket)
-			if err != nil {
-				return err
-			}
-			_, _ = m.apply(b, []raftlog.Entry{{Index: 1, Term: 1, Data: data}})
-			return errRollback // every input starts from an empty state
-		})
-		if !errors.Is(err, errRollback) {
-			t.Fatal(err)
-		}
-	})
 }
