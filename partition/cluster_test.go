@@ -87,7 +87,7 @@ func (c *raftCluster) start(i int, l net.Listener) {
 	srv := grpc.NewServer()
 	node.RegisterGRPC(srv)
 	go func() { _ = srv.Serve(l) }()
-	reg := registry.NewRegistry(logger)
+	reg := registry.New(logger)
 	cfg := DefaultConfig()
 	cfg.Services = reg
 	cfg.Logger = logger

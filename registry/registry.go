@@ -47,8 +47,8 @@ const maxPending = 1024
 
 var _ raftlog.StateMachine = (*Registry)(nil)
 
-// NewRegistry returns an empty registry; raftlog's AddGroup restores it.
-func NewRegistry(logger zerolog.Logger) *Registry {
+// New returns an empty registry; raftlog's AddGroup restores it.
+func New(logger zerolog.Logger) *Registry {
 	return &Registry{
 		logger:   logger.With().Str("component", "registry").Logger(),
 		now:      time.Now,
@@ -126,10 +126,10 @@ func (r *Registry) Lookup(name string) (*rpc.Service, bool) {
 	return svc, ok
 }
 
-// ErrRegistryUnavailable: a service is not in this node's copy of the
+// ErrUnavailable: a service is not in this node's copy of the
 // registry, and the copy could not be brought up to date with the metadata
 // group's leader, so whether the service exists is unknown for now.
-var ErrRegistryUnavailable = errors.New("the service registry cannot be checked right now")
+var ErrUnavailable = errors.New("the service registry cannot be checked right now")
 
 // LookupFresh is Lookup for a name that may have been registered a moment
 // ago through another node. On a miss it lets this replica catch up with
@@ -137,7 +137,7 @@ var ErrRegistryUnavailable = errors.New("the service registry cannot be checked 
 // by ctx) and looks again: a client that registers a service and calls it at
 // once through another node is not told it does not exist. Hits never
 // wait. A miss is rpc.ErrNotFound only once the catch-up succeeded;
-// otherwise it is ErrRegistryUnavailable (no metadata leader reachable:
+// otherwise it is ErrUnavailable (no metadata leader reachable:
 // the caller should answer "retry later", not "no such service").
 func (r *Registry) LookupFresh(ctx context.Context, name string) (*rpc.Service, error) {
 	if svc, ok := r.Lookup(name); ok {
@@ -146,13 +146,13 @@ func (r *Registry) LookupFresh(ctx context.Context, name string) (*rpc.Service, 
 	select {
 	case <-r.ready:
 	default:
-		return nil, fmt.Errorf("%w: this node's registry is still loading", ErrRegistryUnavailable)
+		return nil, fmt.Errorf("%w: this node's registry is still loading", ErrUnavailable)
 	}
 	if err := r.log.CatchUp(ctx); err != nil {
 		if svc, ok := r.Lookup(name); ok {
 			return svc, nil
 		}
-		return nil, fmt.Errorf("%w: %w", ErrRegistryUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	if svc, ok := r.Lookup(name); ok {
 		return svc, nil

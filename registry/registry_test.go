@@ -98,7 +98,7 @@ func newMetaDB(t *testing.T) *bolt.DB {
 
 func TestRegistry(t *testing.T) {
 	db := newMetaDB(t)
-	reg := NewRegistry(zerolog.Nop())
+	reg := New(zerolog.Nop())
 	log := &metaLog{db: db, sm: reg, term: 1, leader: true}
 	reg.Start(log)
 	ctx := context.Background()
@@ -136,7 +136,7 @@ func TestRegistry(t *testing.T) {
 		t.Fatal("deleted service still found")
 	}
 	// A fresh registry restores from the bucket.
-	again := NewRegistry(zerolog.Nop())
+	again := New(zerolog.Nop())
 	if err := db.View(func(tx *bolt.Tx) error { return again.Restore(tx.Bucket(stateBucket)) }); err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestRegistry(t *testing.T) {
 // one that timed out is "cannot tell".
 func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
 	db := newMetaDB(t)
-	reg := NewRegistry(zerolog.Nop())
+	reg := New(zerolog.Nop())
 	log := &metaLog{db: db, sm: reg, term: 1, catchUp: make(chan struct{})}
 	reg.Start(log)
 	catchUps := func() int {
@@ -184,8 +184,8 @@ func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
 	start := time.Now()
 	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if _, err := reg.LookupFresh(short, "echo"); !errors.Is(err, ErrRegistryUnavailable) || errors.Is(err, rpc.ErrNotFound) {
-		t.Fatalf("miss without a catch-up: %v, want ErrRegistryUnavailable", err)
+	if _, err := reg.LookupFresh(short, "echo"); !errors.Is(err, ErrUnavailable) || errors.Is(err, rpc.ErrNotFound) {
+		t.Fatalf("miss without a catch-up: %v, want ErrUnavailable", err)
 	}
 	if waited := time.Since(start); waited < 50*time.Millisecond || catchUps() != 1 {
 		t.Fatalf("miss answered after %v with %d catch-ups; want one catch-up bounded by 50ms", waited, catchUps())

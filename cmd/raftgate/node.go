@@ -254,7 +254,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 
 	// State machines first, then the leadership watch, then the groups: no
 	// leadership event can reach a processor that does not exist yet.
-	n.registry = registry.NewRegistry(n.log.With().Str("component", "registry").Logger())
+	n.registry = registry.New(n.log.With().Str("component", "registry").Logger())
 	n.processors = make([]*partition.Processor, cfg.Partitions+1)
 	for p := uint32(1); p <= cfg.Partitions; p++ {
 		pc := partition.DefaultConfig()
