@@ -790,7 +790,12 @@ type Invoke struct {
 	ContentType string    `protobuf:"bytes,6,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	Headers     []*Header `protobuf:"bytes,7,rep,name=headers,proto3" json:"headers,omitempty"`
 	// The caller's idempotency key; empty when the ingress generated one.
-	IdempotencyKey   string `protobuf:"bytes,8,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	IdempotencyKey string `protobuf:"bytes,8,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// No longer stamped (it was never read); kept, not reserved, so that
+	// entries written with it decode and store the same bytes everywhere.
+	//
+	// Deprecated: Marked as deprecated in raftgate.proto.
+	ProposerTerm     uint64 `protobuf:"varint,9,opt,name=proposer_term,json=proposerTerm,proto3" json:"proposer_term,omitempty"`
 	ProposedAtUnixMs int64  `protobuf:"varint,10,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
 	// Delayed sends: do not run before this time (0 = at once).
 	NotBeforeUnixMs int64 `protobuf:"varint,11,opt,name=not_before_unix_ms,json=notBeforeUnixMs,proto3" json:"not_before_unix_ms,omitempty"`
@@ -888,6 +893,14 @@ func (x *Invoke) GetIdempotencyKey() string {
 		return x.IdempotencyKey
 	}
 	return ""
+}
+
+// Deprecated: Marked as deprecated in raftgate.proto.
+func (x *Invoke) GetProposerTerm() uint64 {
+	if x != nil {
+		return x.ProposerTerm
+	}
+	return 0
 }
 
 func (x *Invoke) GetProposedAtUnixMs() int64 {
@@ -1008,10 +1021,15 @@ func (x *Result) GetAttempts() uint32 {
 }
 
 type Complete struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	InvocationId     []byte                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
-	Result           *Result                `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
-	ProposedAtUnixMs int64                  `protobuf:"varint,4,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	InvocationId []byte                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	Result       *Result                `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	// No longer stamped (it was never read); kept, not reserved, so that
+	// entries written with it decode and store the same bytes everywhere.
+	//
+	// Deprecated: Marked as deprecated in raftgate.proto.
+	ProposerTerm     uint64 `protobuf:"varint,3,opt,name=proposer_term,json=proposerTerm,proto3" json:"proposer_term,omitempty"`
+	ProposedAtUnixMs int64  `protobuf:"varint,4,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -1060,6 +1078,14 @@ func (x *Complete) GetResult() *Result {
 	return nil
 }
 
+// Deprecated: Marked as deprecated in raftgate.proto.
+func (x *Complete) GetProposerTerm() uint64 {
+	if x != nil {
+		return x.ProposerTerm
+	}
+	return 0
+}
+
 func (x *Complete) GetProposedAtUnixMs() int64 {
 	if x != nil {
 		return x.ProposedAtUnixMs
@@ -1068,10 +1094,15 @@ func (x *Complete) GetProposedAtUnixMs() int64 {
 }
 
 type Cancel struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	InvocationId     []byte                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
-	RequestId        []byte                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	ProposedAtUnixMs int64                  `protobuf:"varint,4,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	InvocationId []byte                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	RequestId    []byte                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// No longer stamped (it was never read); kept, not reserved, so that
+	// entries written with it decode and store the same bytes everywhere.
+	//
+	// Deprecated: Marked as deprecated in raftgate.proto.
+	ProposerTerm     uint64 `protobuf:"varint,3,opt,name=proposer_term,json=proposerTerm,proto3" json:"proposer_term,omitempty"`
+	ProposedAtUnixMs int64  `protobuf:"varint,4,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -1120,6 +1151,14 @@ func (x *Cancel) GetRequestId() []byte {
 	return nil
 }
 
+// Deprecated: Marked as deprecated in raftgate.proto.
+func (x *Cancel) GetProposerTerm() uint64 {
+	if x != nil {
+		return x.ProposerTerm
+	}
+	return 0
+}
+
 func (x *Cancel) GetProposedAtUnixMs() int64 {
 	if x != nil {
 		return x.ProposedAtUnixMs
@@ -1129,9 +1168,14 @@ func (x *Cancel) GetProposedAtUnixMs() int64 {
 
 // Purge drops every result completed before before_unix_ms.
 type Purge struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	BeforeUnixMs     int64                  `protobuf:"varint,1,opt,name=before_unix_ms,json=beforeUnixMs,proto3" json:"before_unix_ms,omitempty"`
-	ProposedAtUnixMs int64                  `protobuf:"varint,3,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	BeforeUnixMs int64                  `protobuf:"varint,1,opt,name=before_unix_ms,json=beforeUnixMs,proto3" json:"before_unix_ms,omitempty"`
+	// No longer stamped (it was never read); kept, not reserved, so that
+	// entries written with it decode and store the same bytes everywhere.
+	//
+	// Deprecated: Marked as deprecated in raftgate.proto.
+	ProposerTerm     uint64 `protobuf:"varint,2,opt,name=proposer_term,json=proposerTerm,proto3" json:"proposer_term,omitempty"`
+	ProposedAtUnixMs int64  `protobuf:"varint,3,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -1169,6 +1213,14 @@ func (*Purge) Descriptor() ([]byte, []int) {
 func (x *Purge) GetBeforeUnixMs() int64 {
 	if x != nil {
 		return x.BeforeUnixMs
+	}
+	return 0
+}
+
+// Deprecated: Marked as deprecated in raftgate.proto.
+func (x *Purge) GetProposerTerm() uint64 {
+	if x != nil {
+		return x.ProposerTerm
 	}
 	return 0
 }
@@ -2661,7 +2713,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x03cmd\"2\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xb0\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xc4\x03\n" +
 	"\x06Invoke\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x1d\n" +
 	"\n" +
@@ -2671,32 +2723,35 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x04body\x18\x05 \x01(\fR\x04body\x12!\n" +
 	"\fcontent_type\x18\x06 \x01(\tR\vcontentType\x12-\n" +
 	"\aheaders\x18\a \x03(\v2\x13.raftgate.v1.HeaderR\aheaders\x12'\n" +
-	"\x0fidempotency_key\x18\b \x01(\tR\x0eidempotencyKey\x12-\n" +
+	"\x0fidempotency_key\x18\b \x01(\tR\x0eidempotencyKey\x12'\n" +
+	"\rproposer_term\x18\t \x01(\x04B\x02\x18\x01R\fproposerTerm\x12-\n" +
 	"\x13proposed_at_unix_ms\x18\n" +
 	" \x01(\x03R\x10proposedAtUnixMs\x12+\n" +
 	"\x12not_before_unix_ms\x18\v \x01(\x03R\x0fnotBeforeUnixMs\x12\x10\n" +
 	"\x03key\x18\f \x01(\tR\x03key\x12\x1c\n" +
-	"\texclusive\x18\r \x01(\bR\texclusiveJ\x04\b\t\x10\n" +
-	"R\rproposer_term\"\xa1\x01\n" +
+	"\texclusive\x18\r \x01(\bR\texclusive\"\xa1\x01\n" +
 	"\x06Result\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\rR\x06status\x12\x12\n" +
 	"\x04body\x18\x02 \x01(\fR\x04body\x12!\n" +
 	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\x12\x16\n" +
 	"\x06failed\x18\x04 \x01(\bR\x06failed\x12\x14\n" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12\x1a\n" +
-	"\battempts\x18\x06 \x01(\rR\battempts\"\xa0\x01\n" +
+	"\battempts\x18\x06 \x01(\rR\battempts\"\xb4\x01\n" +
 	"\bComplete\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12+\n" +
-	"\x06result\x18\x02 \x01(\v2\x13.raftgate.v1.ResultR\x06result\x12-\n" +
-	"\x13proposed_at_unix_ms\x18\x04 \x01(\x03R\x10proposedAtUnixMsJ\x04\b\x03\x10\x04R\rproposer_term\"\x90\x01\n" +
+	"\x06result\x18\x02 \x01(\v2\x13.raftgate.v1.ResultR\x06result\x12'\n" +
+	"\rproposer_term\x18\x03 \x01(\x04B\x02\x18\x01R\fproposerTerm\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x04 \x01(\x03R\x10proposedAtUnixMs\"\xa4\x01\n" +
 	"\x06Cancel\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\fR\trequestId\x12-\n" +
-	"\x13proposed_at_unix_ms\x18\x04 \x01(\x03R\x10proposedAtUnixMsJ\x04\b\x03\x10\x04R\rproposer_term\"q\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\x12'\n" +
+	"\rproposer_term\x18\x03 \x01(\x04B\x02\x18\x01R\fproposerTerm\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x04 \x01(\x03R\x10proposedAtUnixMs\"\x85\x01\n" +
 	"\x05Purge\x12$\n" +
-	"\x0ebefore_unix_ms\x18\x01 \x01(\x03R\fbeforeUnixMs\x12-\n" +
-	"\x13proposed_at_unix_ms\x18\x03 \x01(\x03R\x10proposedAtUnixMsJ\x04\b\x02\x10\x03R\rproposer_term\"[\n" +
+	"\x0ebefore_unix_ms\x18\x01 \x01(\x03R\fbeforeUnixMs\x12'\n" +
+	"\rproposer_term\x18\x02 \x01(\x04B\x02\x18\x01R\fproposerTerm\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x03 \x01(\x03R\x10proposedAtUnixMs\"[\n" +
 	"\x05Admit\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12-\n" +
 	"\x13proposed_at_unix_ms\x18\x02 \x01(\x03R\x10proposedAtUnixMs\"\xbc\x01\n" +
