@@ -27,7 +27,8 @@ type metaLog struct {
 	index  uint64
 	term   uint64
 	leader bool
-	hold   bool // append without applying
+	hold   bool     // append without applying
+	held   [][]byte // what was appended while holding
 	// catchUp, when set, is what CatchUp waits for (nil: it returns at
 	// once); catchUps counts the calls.
 	catchUp  chan struct{}
@@ -42,6 +43,7 @@ func (l *metaLog) Propose(ctx context.Context, data []byte) (raftlog.Proposal, e
 	}
 	l.index++
 	if l.hold {
+		l.held = append(l.held, data)
 		return raftlog.Proposal{Index: l.index, Term: l.term}, nil
 	}
 	var fx raftlog.Applied
@@ -162,6 +164,61 @@ func TestRegistry(t *testing.T) {
 	var nl *rpc.NotLeaderError
 	if err := reg.Put(ctx, &rpc.Service{Name: "x", Url: "http://127.0.0.1:9"}); !errors.As(err, &nl) || nl.Leader != 2 {
 		t.Fatalf("follower put = %v", err)
+	}
+}
+
+// TestPutAnsweredOnlyByItsOwnEntry: a pending Put is answered by the entry
+// that carries its request id in the term it was proposed in, not by
+// another node's registration, nor by its own command in another term.
+func TestPutAnsweredOnlyByItsOwnEntry(t *testing.T) {
+	db := newMetaDB(t)
+	reg := New(zerolog.Nop())
+	log := &metaLog{db: db, sm: reg, term: 3, leader: true, hold: true}
+	reg.Start(log)
+	errc := make(chan error, 1)
+	go func() { errc <- reg.Put(ctxT(t), &rpc.Service{Name: "mine", Url: "http://127.0.0.1:9"}) }()
+	testutil.WaitFor(t, 5*time.Second, "put proposed", func() bool {
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		return len(log.held) == 1
+	})
+	apply := func(term uint64, data []byte) {
+		t.Helper()
+		var fx raftlog.Applied
+		if err := db.Update(func(tx *bolt.Tx) error {
+			var err error
+			fx, err = reg.Apply(tx.Bucket(stateBucket), []raftlog.Entry{{Index: 1, Term: term, Data: data}})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		fx.Reveal()
+	}
+	stillPending := func(after string) {
+		t.Helper()
+		// The tracker hands a reply over synchronously in Reveal.
+		if reg.tracker.Len() != 1 {
+			t.Fatalf("Put answered by %s", after)
+		}
+	}
+	other, err := rpc.EncodeBatch(&rpc.Command{Cmd: &rpc.Command_PutService{PutService: &rpc.PutService{
+		Service: &rpc.Service{Name: "other", Url: "http://127.0.0.1:9"}, RequestId: []byte("another node's")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply(3, other)
+	stillPending("another registration")
+	log.mu.Lock()
+	mine := log.held[0]
+	log.mu.Unlock()
+	apply(2, mine)
+	stillPending("its command in another term")
+	apply(3, mine)
+	if err := <-errc; err != nil {
+		t.Fatalf("Put = %v", err)
+	}
+	if _, ok := reg.Lookup("mine"); !ok {
+		t.Fatal("answered Put not visible to Lookup")
 	}
 }
 
