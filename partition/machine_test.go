@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -260,13 +261,21 @@ func TestStateFormatRefusesOldLayout(t *testing.T) {
 // fuzzLog turns fuzz input into a log of well-formed commands over a few
 // invocations, so that they meet: every 4 bytes are one command (kind,
 // invocation, time, detail); a kind byte with its high bit set starts a
-// new entry (of the next term when its next bit is set too).
+// new entry (of the next term when its next bit is set too). Invocations
+// 0-2 are of a plain service, 3-5 of an object's two keys (exclusive or
+// shared by the detail byte, so they queue behind each other).
 func fuzzLog(t testing.TB, data []byte) []raftlog.Entry {
-	const invocations = 6
+	const invocations, firstKeyed = 6, 3
 	ids := make([][]byte, invocations)
+	keys := make([]string, invocations)
 	for i := range ids {
 		var id invocation.ID
-		id[0], id[8] = byte(i*40), byte(i) // spread partition keys, distinct ids
+		binary.BigEndian.PutUint64(id[:8], uint64(i)<<56) // spread partition keys
+		if i >= firstKeyed {
+			keys[i] = fmt.Sprintf("k%d", i%2)
+			binary.BigEndian.PutUint64(id[:8], invocation.KeyedPartitionKey("obj", keys[i]))
+		}
+		id[8] = byte(i) // distinct ids
 		ids[i] = id.Bytes()
 	}
 	var entries []raftlog.Entry
@@ -284,7 +293,8 @@ func fuzzLog(t testing.TB, data []byte) []raftlog.Entry {
 		cmds = nil
 	}
 	for ; len(data) >= 4; data = data[4:] {
-		kind, id, at, detail := data[0], ids[int(data[1])%invocations], int64(data[2])*10, data[3]
+		n := int(data[1]) % invocations
+		kind, id, at, detail := data[0], ids[n], int64(data[2])*10, data[3]
 		if kind&0x80 != 0 {
 			flush()
 			if kind&0x40 != 0 {
@@ -292,10 +302,14 @@ func fuzzLog(t testing.TB, data []byte) []raftlog.Entry {
 			}
 		}
 		var cmd *rpc.Command
-		switch kind % 6 {
+		switch kind % 7 {
 		case 0, 1: // Invoke, with one of two request ids (a retry or another request)
-			cmd = invokeCmd(&rpc.Invoke{InvocationId: id, RequestId: []byte{kind % 2}, Service: "svc", Handler: "h",
-				Body: []byte{detail}, ProposedAtUnixMs: at, NotBeforeUnixMs: int64(detail%4) * 100})
+			inv := &rpc.Invoke{InvocationId: id, RequestId: []byte{kind % 2}, Service: "svc", Handler: "h",
+				Body: []byte{detail}, ProposedAtUnixMs: at, NotBeforeUnixMs: int64(detail%4) * 100}
+			if keys[n] != "" {
+				inv.Service, inv.Key, inv.Exclusive = "obj", keys[n], detail&0x10 == 0
+			}
+			cmd = invokeCmd(inv)
 		case 2:
 			cmd = completeCmd(&rpc.Complete{InvocationId: id, Result: &rpc.Result{Status: 200 + uint32(detail%3)*150, Body: []byte{detail}},
 				ProposedAtUnixMs: at})
@@ -306,6 +320,8 @@ func fuzzLog(t testing.TB, data []byte) []raftlog.Entry {
 			cmd = cancelCmd(&rpc.Cancel{InvocationId: id, RequestId: []byte{detail}, ProposedAtUnixMs: at})
 		case 5:
 			cmd = purgeCmd(&rpc.Purge{BeforeUnixMs: at, ProposedAtUnixMs: at})
+		case 6: // a delayed exclusive invocation enters its key
+			cmd = admitCmd(&rpc.Admit{InvocationId: id, ProposedAtUnixMs: at})
 		}
 		cmds = append(cmds, cmd)
 	}
@@ -329,6 +345,9 @@ func FuzzApply(f *testing.F) {
 	// complete, purge.
 	f.Add([]byte{0, 1, 10, 0, 3, 1, 11, 1, 4, 1, 12, 7, 1, 1, 13, 0, 0xc2, 1, 14, 0, 5, 0, 99, 0})
 	f.Add([]byte{0, 0, 1, 1, 0, 1, 2, 2, 0x82, 0, 3, 0, 0x83, 1, 4, 2, 0xc5, 0, 255, 0, 0, 0, 5, 3})
+	// Three exclusive invocations of one key (one delayed, then admitted),
+	// complete the running one, cancel a queued one, complete the next.
+	f.Add([]byte{0, 3, 1, 0, 0, 5, 2, 1, 0x80, 3, 3, 0, 0x82, 3, 4, 0, 6, 5, 5, 0, 4, 5, 6, 1, 0xc2, 5, 7, 0})
 	db, err := bolt.Open(filepath.Join(f.TempDir(), "f.db"), 0o600, &bolt.Options{NoSync: true})
 	if err != nil {
 		f.Fatal(err)
