@@ -54,6 +54,12 @@ type Config struct {
 	Retention time.Duration
 	// MaxBodyBytes bounds a request body; larger bodies get 413.
 	MaxBodyBytes int64
+	// BodyReadTimeout bounds the time to read a request body, from its
+	// first byte awaited to its last; a body still incomplete then gets 408
+	// and the connection is closed. Bodies are read before a request takes
+	// one of the MaxConcurrent slots, so a client that trickles its body
+	// holds no slot others need.
+	BodyReadTimeout time.Duration
 	// MaxConcurrent bounds the requests served at once (long-polls
 	// included); beyond it requests are shed with 429 + Retry-After, never
 	// queued.
@@ -92,6 +98,7 @@ func DefaultConfig() Config {
 		Partitions:         1,
 		Retention:          24 * time.Hour,
 		MaxBodyBytes:       10 << 20,
+		BodyReadTimeout:    10 * time.Second,
 		MaxConcurrent:      4096,
 		RequestTimeout:     10 * time.Second,
 		DefaultCallTimeout: 0,
@@ -114,6 +121,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Retention %v is negative", ErrInvalidConfig, c.Retention)
 	case c.MaxBodyBytes <= 0:
 		return fmt.Errorf("%w: MaxBodyBytes must be positive, got %d", ErrInvalidConfig, c.MaxBodyBytes)
+	case c.BodyReadTimeout <= 0:
+		return fmt.Errorf("%w: BodyReadTimeout must be positive, got %v", ErrInvalidConfig, c.BodyReadTimeout)
 	case c.MaxConcurrent <= 0:
 		return fmt.Errorf("%w: MaxConcurrent must be positive, got %d", ErrInvalidConfig, c.MaxConcurrent)
 	case c.RequestTimeout <= 0:

@@ -18,8 +18,8 @@ import (
 const maxObjectKeyLen = 1024
 
 // invoke serves POST /{service}/{handler}, /{object}/{key}/{handler},
-// /{workflow}/{id}/{handler} and their .../send.
-func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, rt route) int {
+// /{workflow}/{id}/{handler} and their .../send, whose body was read.
+func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, rt route, body []byte) int {
 	start := time.Now()
 	svc, err := h.cfg.Services.Lookup(rt.service)
 	if err != nil && !errors.Is(err, rpc.ErrNotFound) {
@@ -62,10 +62,6 @@ func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, rt route) int {
 			"the delay query parameter works only with send (POST /{service}/{handler}/send?delay=10s): a call waits for the result"))
 	}
 	timeout, e := clientTimeout(r)
-	if e != nil {
-		return h.writeError(w, e)
-	}
-	body, e := h.readBody(w, r)
 	if e != nil {
 		return h.writeError(w, e)
 	}

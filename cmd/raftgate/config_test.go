@@ -63,6 +63,7 @@ func equalConfig(a, b ServerConfig) bool {
 		a.NodeAddr == b.NodeAddr && a.GossipAddr == b.GossipAddr && a.AdvertiseGossipAddr == b.AdvertiseGossipAddr &&
 		a.Partitions == b.Partitions && a.Retention == b.Retention && a.ShutdownGrace == b.ShutdownGrace && a.DrainDelay == b.DrainDelay &&
 		a.RequestTimeout == b.RequestTimeout && a.MaxConcurrent == b.MaxConcurrent && a.MaxBodyBytes == b.MaxBodyBytes &&
+		a.BodyReadTimeout == b.BodyReadTimeout &&
 		a.TLSCert == b.TLSCert && a.TLSKey == b.TLSKey && a.TLSCA == b.TLSCA && a.AdminToken == b.AdminToken &&
 		a.Pprof == b.Pprof && a.LogFormat == b.LogFormat && a.LogLevel == b.LogLevel
 }
@@ -182,6 +183,7 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{func(c *ServerConfig) { c.RequestTimeout = 0 }, "--request-timeout:"},
 		{func(c *ServerConfig) { c.MaxConcurrent = 0 }, "--max-concurrent:"},
 		{func(c *ServerConfig) { c.MaxBodyBytes = 0 }, "--max-body-bytes:"},
+		{func(c *ServerConfig) { c.BodyReadTimeout = 0 }, "--body-read-timeout:"},
 		{func(c *ServerConfig) { c.TLSCert = "c.pem" }, "--tls-cert: --tls-cert and --tls-key go together"},
 		{func(c *ServerConfig) { c.TLSCA = "ca.pem" }, "--tls-ca:"},
 		{func(c *ServerConfig) { c.GossipKey = []byte("short") }, "--gossip-key: decodes to 5 bytes"},

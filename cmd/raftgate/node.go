@@ -308,6 +308,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	icfg.Retention = cfg.Retention
 	icfg.MaxBodyBytes = cfg.MaxBodyBytes
 	icfg.MaxConcurrent = cfg.MaxConcurrent
+	icfg.BodyReadTimeout = cfg.BodyReadTimeout
 	icfg.RequestTimeout = cfg.RequestTimeout
 	icfg.Logger = n.log.With().Str("component", "ingress").Logger()
 	icfg.Registerer = reg
