@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/raftgate/raftgate/ingress/admin"
 	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/registry"
 	"github.com/raftgate/raftgate/rpc"
@@ -36,6 +37,9 @@ func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, rt route, body 
 		return h.writeError(w, e)
 	}
 	send := rt.kind == routeSend
+	if err := admin.ValidateHandlerName(rt.handler); err != nil {
+		return h.writeError(w, errBadRequest("bad path: "+err.Error()))
+	}
 	if len(rt.objectKey) > maxObjectKeyLen {
 		return h.writeError(w, errBadRequest(fmt.Sprintf("bad path: the key is longer than %d bytes", maxObjectKeyLen)))
 	}

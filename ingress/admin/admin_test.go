@@ -282,6 +282,8 @@ func TestPutServiceRejectsBadInput(t *testing.T) {
 	f := newFixture(t, nil)
 	cases := []struct{ path, body, msg string }{
 		{"/services/bad%20name", `{"url":"http://h"}`, "service name"},
+		{"/services/%2E%2E", `{"url":"http://h"}`, "not only dots"},
+		{"/services/%2E", `{"url":"http://h"}`, "not only dots"},
 		{"/services/ok", ``, "body must be JSON"},
 		{"/services/ok", `not json`, "not a service registration"},
 		{"/services/ok", `{"url":"http://h","extra":1}`, "unknown field"},

@@ -193,8 +193,8 @@ func validateService(name string, req ServiceRequest) (*rpc.Service, error) {
 	}
 	seen := make(map[string]bool, len(req.Handlers))
 	for _, h := range req.Handlers {
-		if len(h) > maxNameLen || !handlerNameRE.MatchString(h) {
-			return nil, fmt.Errorf("handler name %q is invalid: want a letter or _ then letters, digits or _ (at most %d)", h, maxNameLen)
+		if err := ValidateHandlerName(h); err != nil {
+			return nil, err
 		}
 		if seen[h] {
 			return nil, fmt.Errorf("handler %q is listed twice", h)
@@ -212,10 +212,22 @@ func validateService(name string, req ServiceRequest) (*rpc.Service, error) {
 	return svc, nil
 }
 
-// ValidateServiceName checks a service name: [A-Za-z0-9_.-]+, at most 128.
+// ValidateServiceName checks a service name: [A-Za-z0-9_.-]+, at most 128,
+// not only dots (the name is a path segment of the service's URL).
 func ValidateServiceName(name string) error {
-	if name == "" || len(name) > maxNameLen || !serviceNameRE.MatchString(name) {
-		return fmt.Errorf("service name %q is invalid: want letters, digits, '_', '.' or '-' (1 to %d)", name, maxNameLen)
+	if name == "" || len(name) > maxNameLen || !serviceNameRE.MatchString(name) || strings.Trim(name, ".") == "" {
+		return fmt.Errorf("service name %q is invalid: want letters, digits, '_', '.' or '-' (1 to %d), not only dots", name, maxNameLen)
+	}
+	return nil
+}
+
+// ValidateHandlerName checks a handler name: a letter or '_', then
+// letters, digits or '_', at most 128. The ingress refuses calls of other
+// names, so no handler path segment can be a dot segment, a separator or
+// a control character.
+func ValidateHandlerName(name string) error {
+	if len(name) > maxNameLen || !handlerNameRE.MatchString(name) {
+		return fmt.Errorf("handler name %q is invalid: want a letter or '_', then letters, digits or '_' (at most %d)", name, maxNameLen)
 	}
 	return nil
 }
