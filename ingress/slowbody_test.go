@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -104,7 +104,7 @@ func TestSlowBodyHoldsNoSlot(t *testing.T) {
 func TestBodyDeadlineEndsWithTheBody(t *testing.T) {
 	const bodyTimeout = 200 * time.Millisecond
 	h, fd := newTestHandler(t, func(c *Config) { c.BodyReadTimeout = bodyTimeout })
-	fd.attaching = make(chan partition.InvocationID, 1)
+	fd.attaching = make(chan invocation.ID, 1)
 	srv, _ := serveReal(t, h)
 	go func() {
 		id := <-fd.attaching
