@@ -89,7 +89,7 @@ func (c *raftCluster) start(i int, l net.Listener) {
 	go func() { _ = srv.Serve(l) }()
 	reg := registry.NewRegistry(logger)
 	cfg := DefaultConfig()
-	cfg.Services = reg
+	cfg.Services = freshRegistry{reg}
 	cfg.Logger = logger
 	cfg.Invoker.IdleRecheck = 20 * time.Millisecond
 	if c.configure != nil {
@@ -419,4 +419,11 @@ func TestRaftClusterFollowerRestartCatchesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("node %d restarted at applied index %d", c.nodes[down].id, c.nodes[down].group.Status().Applied)
+}
+
+// freshRegistry is the invoker's view of the registry, as the node wires it.
+type freshRegistry struct{ reg *registry.Registry }
+
+func (f freshRegistry) Lookup(name string) (*rpc.Service, error) {
+	return f.reg.LookupFresh(name, time.Second)
 }

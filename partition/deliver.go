@@ -38,10 +38,15 @@ const (
 
 // call makes one HTTP attempt of inv.
 func (iv *invoker) call(ctx context.Context, inv *rpc.Invoke, attempt uint32) attemptOutcome {
-	svc, ok := iv.p.cfg.Services.Lookup(inv.Service)
-	if !ok {
-		// It may be registered soon: retry, then give up as a 404.
-		return retryOutcome(http.StatusNotFound, fmt.Sprintf("service %q is not registered", inv.Service))
+	svc, err := iv.p.cfg.Services.Lookup(inv.Service)
+	switch {
+	case errors.Is(err, rpc.ErrNotFound):
+		// The invocation was accepted while the service was registered
+		// (the ingress checks that, caught up): it was removed since.
+		// Retrying cannot help.
+		return terminalOutcome(http.StatusNotFound, fmt.Sprintf("service %q was removed: it is not registered any more", inv.Service))
+	case err != nil:
+		return retryOutcome(http.StatusServiceUnavailable, fmt.Sprintf("cannot check that service %q is registered: %v", inv.Service, err))
 	}
 	if len(svc.Handlers) > 0 && !slices.Contains(svc.Handlers, inv.Handler) {
 		return terminalOutcome(http.StatusNotFound, fmt.Sprintf("handler %q of service %q is not registered", inv.Handler, inv.Service))

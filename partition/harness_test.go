@@ -366,9 +366,11 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 // staticServices is a fixed ServiceLookup.
 type staticServices map[string]*rpc.Service
 
-func (s staticServices) Lookup(name string) (*rpc.Service, bool) {
-	svc, ok := s[name]
-	return svc, ok
+func (s staticServices) Lookup(name string) (*rpc.Service, error) {
+	if svc, ok := s[name]; ok {
+		return svc, nil
+	}
+	return nil, fmt.Errorf("service %q: %w", name, rpc.ErrNotFound)
 }
 
 // recordingService counts deliveries per invocation id and answers with

@@ -5,9 +5,11 @@
 // Put and Delete are leader-only: they propose the command and return once
 // it applied (*rpc.NotLeaderError on a follower, rpc.ErrLostLeadership when
 // leadership is lost while waiting). Lookup and List read this replica's
-// applied copy from memory; LookupFresh lets the replica catch up with the
-// leader before answering a miss, so a service registered a moment ago
-// through another node is found.
+// applied copy from memory. CatchUp brings the replica up to what the
+// leader committed; LookupCurrent catches up before every answer, so no
+// node accepts a call for a service whose removal was answered, nor misses
+// one registered a moment ago through another node; LookupFresh catches up
+// on a miss only.
 //
 // A service has a kind: a plain service (the default, and what every
 // registration from before kinds existed reads as), a virtual object or a

@@ -141,30 +141,59 @@ func (r *Registry) Lookup(name string) (*rpc.Service, bool) {
 // group's leader, so whether the service exists is unknown for now.
 var ErrRegistryUnavailable = errors.New("the service registry cannot be checked right now")
 
+// CatchUp returns once this replica applied everything the metadata
+// group's leader had committed when it was called (MetaLog.CatchUp), so
+// that reads after it see every Put and Delete answered before it, through
+// any node. When no leader answers within ctx it fails with an error
+// wrapping ErrRegistryUnavailable: the caller should answer "retry later",
+// never "not registered" or an empty list.
+func (r *Registry) CatchUp(ctx context.Context) error {
+	select {
+	case <-r.ready:
+	default:
+		return fmt.Errorf("%w: this node's registry is still loading", ErrRegistryUnavailable)
+	}
+	if err := r.log.CatchUp(ctx); err != nil {
+		return fmt.Errorf("%w: %w", ErrRegistryUnavailable, err)
+	}
+	return nil
+}
+
+// LookupCurrent is Lookup after a CatchUp of at most wait: the answer
+// reflects every Put and Delete answered before the call, whichever node
+// took them. It is rpc.ErrNotFound when the service is not registered and
+// ErrRegistryUnavailable when the catch-up failed, hit or miss: a hit on a
+// replica that may lag could be a service already removed.
+func (r *Registry) LookupCurrent(name string, wait time.Duration) (*rpc.Service, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := r.CatchUp(ctx); err != nil {
+		return nil, err
+	}
+	if svc, ok := r.Lookup(name); ok {
+		return svc, nil
+	}
+	return nil, fmt.Errorf("service %q: %w", name, rpc.ErrNotFound)
+}
+
 // LookupFresh is Lookup for a name that may have been registered a moment
 // ago through another node. On a miss it lets this replica catch up with
-// what the metadata group's leader has committed (MetaLog.CatchUp, at most
-// wait) and looks again: a client that registers a service and calls it at
-// once through another node is not told it does not exist. Hits never
-// wait. A miss is rpc.ErrNotFound only once the catch-up succeeded;
-// otherwise it is ErrRegistryUnavailable (no metadata leader reachable:
-// the caller should answer "retry later", not "no such service").
+// what the metadata group's leader has committed (CatchUp, at most wait)
+// and looks again, so a miss is rpc.ErrNotFound only once the catch-up
+// succeeded; otherwise it is ErrRegistryUnavailable. Hits never wait: it
+// suits a reader to whom a removal seen a moment late does no harm (the
+// invoker, delivering an invocation accepted while the service existed).
 func (r *Registry) LookupFresh(name string, wait time.Duration) (*rpc.Service, error) {
 	if svc, ok := r.Lookup(name); ok {
 		return svc, nil
 	}
-	select {
-	case <-r.ready:
-	default:
-		return nil, fmt.Errorf("%w: this node's registry is still loading", ErrRegistryUnavailable)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	if err := r.log.CatchUp(ctx); err != nil {
+	if err := r.CatchUp(ctx); err != nil {
 		if svc, ok := r.Lookup(name); ok {
 			return svc, nil
 		}
-		return nil, fmt.Errorf("%w: %w", ErrRegistryUnavailable, err)
+		return nil, err
 	}
 	if svc, ok := r.Lookup(name); ok {
 		return svc, nil

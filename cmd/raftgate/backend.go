@@ -114,19 +114,42 @@ func (r registryView) DeleteService(ctx context.Context, name string) error {
 	return r.client.DeleteService(ctx, name)
 }
 
+// CatchUp lets the admin API read its own writes (and everyone's):
+// this replica first applies what the metadata leader committed, waiting
+// at most adminCatchUp.
+func (r registryView) CatchUp(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, adminCatchUp)
+	defer cancel()
+	return r.registry.CatchUp(ctx)
+}
+
 func (r registryView) Lookup(name string) (*rpc.Service, bool) { return r.registry.Lookup(name) }
 func (r registryView) List() []*rpc.Service                    { return r.registry.List() }
 
-// freshServices is the ingress's service lookup: a miss first lets this
-// node's registry replica catch up with the metadata group's leader (at
-// most registryCatchUp), so a service registered through another node a
-// moment ago is found.
-type freshServices struct{ registry *registry.Registry }
+// How long a registry read waits for this replica to catch up with the
+// metadata group's leader before answering 503: the ingress's, on every
+// call and send, and the admin API's, before GET /services.
+const (
+	registryCatchUp = 250 * time.Millisecond
+	adminCatchUp    = 2 * time.Second
+)
 
-const registryCatchUp = 250 * time.Millisecond
+// currentServices is the ingress's service lookup: this node's registry
+// replica first catches up with the metadata group's leader, so a service
+// registered through another node a moment ago is found and one whose
+// removal was answered is not (issue 15, item 3).
+type currentServices struct{ registry *registry.Registry }
 
-func (f freshServices) Lookup(name string) (*rpc.Service, error) {
-	return f.registry.LookupFresh(name, registryCatchUp)
+func (c currentServices) Lookup(name string) (*rpc.Service, error) {
+	return c.registry.LookupCurrent(name, registryCatchUp)
+}
+
+// invokerServices is the invoker's service lookup: only a miss waits for a
+// catch-up, which makes it definite (the invocation then fails for good).
+type invokerServices struct{ registry *registry.Registry }
+
+func (s invokerServices) Lookup(name string) (*rpc.Service, error) {
+	return s.registry.LookupFresh(name, registryCatchUp)
 }
 
 // clusterView is the admin API's view of the cluster from this node.

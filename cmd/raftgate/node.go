@@ -260,7 +260,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 		pc := partition.DefaultConfig()
 		pc.Partition = p
 		pc.Retention = cfg.Retention
-		pc.Services = n.registry
+		pc.Services = invokerServices{n.registry}
 		pc.Logger = n.log
 		pc.Registerer = reg
 		if n.processors[p], err = partition.New(pc); err != nil {
@@ -304,7 +304,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	icfg := ingress.DefaultConfig()
 	icfg.Partitions = cfg.Partitions
 	icfg.Dispatcher = n.dispatchClient
-	icfg.Services = freshServices{n.registry}
+	icfg.Services = currentServices{n.registry}
 	icfg.Retention = cfg.Retention
 	icfg.MaxBodyBytes = cfg.MaxBodyBytes
 	icfg.MaxConcurrent = cfg.MaxConcurrent

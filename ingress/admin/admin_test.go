@@ -82,6 +82,13 @@ type fakeRegistry struct {
 	mu       sync.Mutex
 	services map[string]*rpc.Service
 	err      error // returned by Put/Delete when set
+	catchUp  error // returned by CatchUp
+}
+
+func (f *fakeRegistry) CatchUp(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.catchUp
 }
 
 func (f *fakeRegistry) PutService(ctx context.Context, svc *rpc.Service) error {
@@ -556,6 +563,22 @@ func TestBackup(t *testing.T) {
 		defer resp.Body.Close()
 		if b, err := io.ReadAll(resp.Body); err == nil {
 			t.Fatalf("a backup cut short after %d bytes read without error", len(b))
+		}
+	}
+}
+
+// TestServiceReadsNeedACaughtUpReplica (issue 15, item 4): when the
+// replica cannot catch up with the metadata leader, GET /services and
+// GET /services/{name} answer 503 with Retry-After, never an empty list or
+// a 404.
+func TestServiceReadsNeedACaughtUpReplica(t *testing.T) {
+	f := newFixture(t, nil)
+	f.registry.catchUp = fmt.Errorf("no leader: %w", rpc.ErrUnavailable)
+	for _, path := range []string{"/services", "/services/Greeter"} {
+		a := f.do(t, "GET", path, "")
+		wantError(t, a, http.StatusServiceUnavailable, "cannot bring its copy of the service registry up to date")
+		if a.header.Get("Retry-After") == "" {
+			t.Errorf("GET %s: 503 without Retry-After", path)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -90,7 +91,25 @@ func serviceView(svc *rpc.Service) ServiceView {
 	return v
 }
 
+// catchUp lets this node's registry replica catch up with the metadata
+// group's leader before a read, so the admin API reads its own writes (and
+// every node's). It answers 503 itself and returns false when it cannot.
+func (s *server) catchUp(w http.ResponseWriter, r *http.Request) bool {
+	ctx, cancel := s.callContext(r)
+	defer cancel()
+	if err := s.cfg.Registry.CatchUp(ctx); err != nil {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
+		s.writeError(w, r, http.StatusServiceUnavailable, fmt.Sprintf(
+			"this node cannot bring its copy of the service registry up to date with the metadata group's leader (%v), so it cannot say what is registered; retry (or ask another node)", err))
+		return false
+	}
+	return true
+}
+
 func (s *server) listServices(w http.ResponseWriter, r *http.Request) {
+	if !s.catchUp(w, r) {
+		return
+	}
 	svcs := s.cfg.Registry.List()
 	out := ServiceList{Services: make([]ServiceView, 0, len(svcs))}
 	for _, svc := range svcs {
@@ -102,6 +121,9 @@ func (s *server) listServices(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) getService(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
+	if !s.catchUp(w, r) {
+		return
+	}
 	svc, ok := s.cfg.Registry.Lookup(name)
 	if !ok {
 		s.writeError(w, r, http.StatusNotFound, fmt.Sprintf("service %q is not registered", name))
