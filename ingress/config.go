@@ -32,10 +32,12 @@ type Dispatcher interface {
 	Attach(ctx context.Context, partition uint32, id []byte) (*rpc.InvocationResult, error)
 }
 
-// ServiceLookup reads the replicated service registry. Lookup is a local
-// read, called on every call and send, from many goroutines at once. It
-// returns an error wrapping rpc.ErrNotFound when there is no such service;
-// any other error means the registry cannot say right now (503, retry).
+// ServiceLookup reads the replicated service registry. Lookup is called on
+// every call and send, from many goroutines at once; it may wait for the
+// local replica to catch up with the registry's leader (bounded), so that
+// it reflects every change answered before. It returns an error wrapping
+// rpc.ErrNotFound when there is no such service; any other error means the
+// registry cannot say right now (503, retry).
 type ServiceLookup interface {
 	Lookup(name string) (*rpc.Service, error)
 }
