@@ -720,3 +720,20 @@ func TestHandlerNameValidated(t *testing.T) {
 		}
 	}
 }
+
+// TestSendRefusesATimeout (issue 15, item 11): a send does not wait for the
+// result, so a client timeout on it is a 400, not silently ignored.
+func TestSendRefusesATimeout(t *testing.T) {
+	h, fd := newTestHandler(t, nil)
+	for _, w := range []*httptest.ResponseRecorder{
+		do(h, "POST", "/Greeter/greet/send?timeout=5s", ""),
+		do(h, "POST", "/Greeter/greet/send", "", "x-raftgate-timeout", "5s"),
+	} {
+		if msg := decodeError(t, w, 400, "ingress"); !strings.Contains(msg, "works only with a call or an attach") {
+			t.Errorf("timeout on a send: %q", msg)
+		}
+	}
+	if n := fd.appendCount(); n != 0 {
+		t.Fatalf("%d sends with a timeout appended", n)
+	}
+}

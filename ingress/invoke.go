@@ -69,6 +69,10 @@ func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, rt route, body 
 	if e != nil {
 		return h.writeError(w, e)
 	}
+	if timeout > 0 && send {
+		return h.writeError(w, errBadRequest(
+			"a client timeout (?timeout= or x-raftgate-timeout) works only with a call or an attach, which wait for the result: a send answers as soon as the invocation is accepted"))
+	}
 	contentType := r.Header.Get(headerContentType)
 	if e := checkJSON(contentType, body); e != nil {
 		return h.writeError(w, e)

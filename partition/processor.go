@@ -164,7 +164,8 @@ func (p *Processor) Cancel(ctx context.Context, requestID, id []byte) error {
 		return fmt.Errorf("partition: cancel: malformed id: %w", rpc.ErrInvalid)
 	}
 	r, err := p.request(ctx, requestID, func(term uint64) *rpc.Command {
-		return cancelCmd(&rpc.Cancel{InvocationId: id, RequestId: requestID, ProposerTerm: term, ProposedAtUnixMs: p.now().UnixMilli()})
+		return cancelCmd(&rpc.Cancel{InvocationId: id, RequestId: requestID, ProposerTerm: term, ProposedAtUnixMs: p.now().UnixMilli(),
+			AttemptUnderWay: p.invoker.isDelivering(id)})
 	})
 	if err != nil {
 		return err

@@ -1089,8 +1089,11 @@ type Cancel struct {
 	RequestId        []byte                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	ProposerTerm     uint64                 `protobuf:"varint,3,opt,name=proposer_term,json=proposerTerm,proto3" json:"proposer_term,omitempty"`
 	ProposedAtUnixMs int64                  `protobuf:"varint,4,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The proposer was delivering the invocation: that attempt counts in the
+	// cancelled result's attempts.
+	AttemptUnderWay bool `protobuf:"varint,5,opt,name=attempt_under_way,json=attemptUnderWay,proto3" json:"attempt_under_way,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Cancel) Reset() {
@@ -1149,6 +1152,13 @@ func (x *Cancel) GetProposedAtUnixMs() int64 {
 		return x.ProposedAtUnixMs
 	}
 	return 0
+}
+
+func (x *Cancel) GetAttemptUnderWay() bool {
+	if x != nil {
+		return x.AttemptUnderWay
+	}
+	return false
 }
 
 // Purge drops every result completed before before_unix_ms.
@@ -2703,13 +2713,14 @@ const file_raftgate_proto_rawDesc = "" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12+\n" +
 	"\x06result\x18\x02 \x01(\v2\x13.raftgate.v1.ResultR\x06result\x12#\n" +
 	"\rproposer_term\x18\x03 \x01(\x04R\fproposerTerm\x12-\n" +
-	"\x13proposed_at_unix_ms\x18\x04 \x01(\x03R\x10proposedAtUnixMs\"\xa0\x01\n" +
+	"\x13proposed_at_unix_ms\x18\x04 \x01(\x03R\x10proposedAtUnixMs\"\xcc\x01\n" +
 	"\x06Cancel\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\fR\trequestId\x12#\n" +
 	"\rproposer_term\x18\x03 \x01(\x04R\fproposerTerm\x12-\n" +
-	"\x13proposed_at_unix_ms\x18\x04 \x01(\x03R\x10proposedAtUnixMs\"\x81\x01\n" +
+	"\x13proposed_at_unix_ms\x18\x04 \x01(\x03R\x10proposedAtUnixMs\x12*\n" +
+	"\x11attempt_under_way\x18\x05 \x01(\bR\x0fattemptUnderWay\"\x81\x01\n" +
 	"\x05Purge\x12$\n" +
 	"\x0ebefore_unix_ms\x18\x01 \x01(\x03R\fbeforeUnixMs\x12#\n" +
 	"\rproposer_term\x18\x02 \x01(\x04R\fproposerTerm\x12-\n" +

@@ -101,6 +101,7 @@ func newServerCmd(env cliEnv, runNode serverRunner) *cobra.Command {
 		// Every line of a node's log names the node (the libraries below
 		// do not add it themselves).
 		logger = logger.With().Uint64("node", cfg.NodeID).Logger()
+		warnUnknownEnv(cmd, env, logger)
 		logger.Info().Str("data_dir", cfg.DataDir).
 			Str("ingress", cfg.IngressAddr).Str("admin", cfg.AdminAddr).Str("node_addr", cfg.NodeAddr).
 			Str("gossip", cfg.GossipAddr).Uint32("partitions", cfg.Partitions).
