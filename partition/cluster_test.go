@@ -421,9 +421,9 @@ func TestRaftClusterFollowerRestartCatchesUp(t *testing.T) {
 	t.Logf("node %d restarted at applied index %d", c.nodes[down].id, c.nodes[down].group.Status().Applied)
 }
 
-// freshRegistry is the invoker's view of the registry, as the node wires it.
+// freshRegistry is the invoker's view of the registry: caught up.
 type freshRegistry struct{ reg *registry.Registry }
 
 func (f freshRegistry) Lookup(name string) (*rpc.Service, error) {
-	return f.reg.LookupFresh(name, time.Second)
+	return f.reg.LookupCurrent(name, time.Second)
 }

@@ -32,7 +32,7 @@ type Log interface {
 }
 
 // ServiceLookup resolves a registered service by name from the replicated
-// registry (registry.Registry's LookupFresh). Lookup is called from the
+// registry (registry.Registry's LookupCurrent). Lookup is called from the
 // invoker's goroutines and must be safe for concurrent use. It returns an
 // error wrapping rpc.ErrNotFound only when the registry, caught up with its
 // leader, says the service is not registered (the invoker then fails the

@@ -7,9 +7,8 @@
 // leadership is lost while waiting). Lookup and List read this replica's
 // applied copy from memory. CatchUp brings the replica up to what the
 // leader committed; LookupCurrent catches up before every answer, so no
-// node accepts a call for a service whose removal was answered, nor misses
-// one registered a moment ago through another node; LookupFresh catches up
-// on a miss only.
+// node accepts or delivers a call for a service whose removal was
+// answered, nor misses one registered a moment ago through another node.
 //
 // A service has a kind: a plain service (the default, and what every
 // registration from before kinds existed reads as), a virtual object or a

@@ -153,11 +153,33 @@ func (r *Registry) CatchUp(ctx context.Context) error {
 	default:
 		return fmt.Errorf("%w: this node's registry is still loading", ErrRegistryUnavailable)
 	}
-	if err := r.log.CatchUp(ctx); err != nil {
-		return fmt.Errorf("%w: %w", ErrRegistryUnavailable, err)
+	// A read index can be lost on the way (a peer stream that broke drops
+	// what it held): each round gets catchUpRound, and a failed one is
+	// tried again, after a pause, until ctx ends.
+	for {
+		rctx, cancel := context.WithTimeout(ctx, catchUpRound)
+		err := r.log.CatchUp(rctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		pause := time.NewTimer(catchUpPause)
+		select {
+		case <-ctx.Done():
+			pause.Stop()
+			return fmt.Errorf("%w: %w", ErrRegistryUnavailable, err)
+		case <-pause.C:
+		}
 	}
-	return nil
 }
+
+// A catch-up round's bound, and the pause before the next one: a lost read
+// index costs a round, not the caller's whole wait, and a metadata group
+// without a leader (which fails a round at once) is asked again shortly.
+const (
+	catchUpRound = 250 * time.Millisecond
+	catchUpPause = 20 * time.Millisecond
+)
 
 // LookupCurrent is Lookup after a CatchUp of at most wait: the answer
 // reflects every Put and Delete answered before the call, whichever node
@@ -168,31 +190,6 @@ func (r *Registry) LookupCurrent(name string, wait time.Duration) (*rpc.Service,
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	if err := r.CatchUp(ctx); err != nil {
-		return nil, err
-	}
-	if svc, ok := r.Lookup(name); ok {
-		return svc, nil
-	}
-	return nil, fmt.Errorf("service %q: %w", name, rpc.ErrNotFound)
-}
-
-// LookupFresh is Lookup for a name that may have been registered a moment
-// ago through another node. On a miss it lets this replica catch up with
-// what the metadata group's leader has committed (CatchUp, at most wait)
-// and looks again, so a miss is rpc.ErrNotFound only once the catch-up
-// succeeded; otherwise it is ErrRegistryUnavailable. Hits never wait: it
-// suits a reader to whom a removal seen a moment late does no harm (the
-// invoker, delivering an invocation accepted while the service existed).
-func (r *Registry) LookupFresh(name string, wait time.Duration) (*rpc.Service, error) {
-	if svc, ok := r.Lookup(name); ok {
-		return svc, nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	if err := r.CatchUp(ctx); err != nil {
-		if svc, ok := r.Lookup(name); ok {
-			return svc, nil
-		}
 		return nil, err
 	}
 	if svc, ok := r.Lookup(name); ok {

@@ -166,11 +166,13 @@ func TestRegistry(t *testing.T) {
 	}
 }
 
-// TestLookupFreshCatchesUpOnAMiss: a miss first lets the replica catch up
-// with the leader (bounded), and a registration applied by then is found;
-// hits never ask. A miss is "not found" only after a catch-up that worked:
-// one that timed out is "cannot tell".
-func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
+// TestLookupCurrentCatchesUpFirst: every lookup first lets the replica
+// catch up with the leader (bounded), so a registration applied by then is
+// found, and a hit or a miss is only answered after a catch-up that
+// worked: one that timed out is "cannot tell", even for a name this
+// replica holds (it may have been removed since). A lost round is tried
+// again within the wait.
+func TestLookupCurrentCatchesUpFirst(t *testing.T) {
 	db := newMetaDB(t)
 	reg := NewRegistry(zerolog.Nop())
 	log := &metaLog{db: db, sm: reg, term: 1, catchUp: make(chan struct{})}
@@ -183,7 +185,7 @@ func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
 
 	// The leader never answers: the miss is answered after the bound.
 	start := time.Now()
-	if _, err := reg.LookupFresh("echo", 50*time.Millisecond); !errors.Is(err, ErrRegistryUnavailable) || errors.Is(err, rpc.ErrNotFound) {
+	if _, err := reg.LookupCurrent("echo", 50*time.Millisecond); !errors.Is(err, ErrRegistryUnavailable) || errors.Is(err, rpc.ErrNotFound) {
 		t.Fatalf("miss without a catch-up: %v, want ErrRegistryUnavailable", err)
 	}
 	if waited := time.Since(start); waited < 50*time.Millisecond || catchUps() != 1 {
@@ -192,12 +194,11 @@ func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
 
 	found := make(chan bool, 1)
 	go func() {
-		_, err := reg.LookupFresh("echo", time.Minute)
+		_, err := reg.LookupCurrent("echo", time.Minute)
 		found <- err == nil
 	}()
-	waitFor(t, 5*time.Second, "LookupFresh to catch up", func() bool { return catchUps() == 2 })
-	// Meanwhile the registration applies on this replica; then the
-	// catch-up completes.
+	waitFor(t, 5*time.Second, "LookupCurrent to catch up", func() bool { return catchUps() >= 2 })
+	// Meanwhile the registration applies on this replica.
 	data, err := rpc.EncodeBatch(&rpc.Command{Cmd: &rpc.Command_PutService{PutService: &rpc.PutService{
 		Service: &rpc.Service{Name: "echo", Url: "http://127.0.0.1:9"}}}})
 	if err != nil {
@@ -212,20 +213,25 @@ func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
 		t.Fatal(err)
 	}
 	fx.Reveal()
+	// A hit waits for its catch-up too.
+	if _, err := reg.LookupCurrent("echo", 50*time.Millisecond); !errors.Is(err, ErrRegistryUnavailable) {
+		t.Fatalf("hit without a catch-up: %v, want ErrRegistryUnavailable", err)
+	}
 	close(log.catchUp)
 	select {
 	case ok := <-found:
 		if !ok {
-			t.Fatal("registration applied during the catch-up, but LookupFresh missed it")
+			t.Fatal("registration applied during the catch-up, but LookupCurrent missed it")
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("LookupFresh still waiting 10s after its catch-up completed")
+		t.Fatal("LookupCurrent still waiting 10s after its catch-up completed")
 	}
-	if _, err := reg.LookupFresh("echo", time.Minute); err != nil || catchUps() != 2 {
-		t.Fatalf("hit: %v after %d catch-ups; a hit must not catch up", err, catchUps())
+	rounds := catchUps()
+	if _, err := reg.LookupCurrent("echo", time.Minute); err != nil || catchUps() != rounds+1 {
+		t.Fatalf("hit: %v after %d catch-ups; want found after its own catch-up", err, catchUps()-rounds)
 	}
-	if _, err := reg.LookupFresh("nope", time.Minute); !errors.Is(err, rpc.ErrNotFound) || catchUps() != 3 {
-		t.Fatalf("miss after a catch-up that worked: %v (%d catch-ups), want rpc.ErrNotFound", err, catchUps())
+	if _, err := reg.LookupCurrent("nope", time.Minute); !errors.Is(err, rpc.ErrNotFound) || catchUps() != rounds+2 {
+		t.Fatalf("miss after a catch-up that worked: %v (%d catch-ups), want rpc.ErrNotFound", err, catchUps()-rounds)
 	}
 }
 

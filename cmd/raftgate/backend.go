@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 
@@ -116,9 +117,9 @@ func (r registryView) DeleteService(ctx context.Context, name string) error {
 
 // CatchUp lets the admin API read its own writes (and everyone's):
 // this replica first applies what the metadata leader committed, waiting
-// at most adminCatchUp.
+// at most registryCatchUp.
 func (r registryView) CatchUp(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, adminCatchUp)
+	ctx, cancel := context.WithTimeout(ctx, registryCatchUp)
 	defer cancel()
 	return r.registry.CatchUp(ctx)
 }
@@ -126,13 +127,14 @@ func (r registryView) CatchUp(ctx context.Context) error {
 func (r registryView) Lookup(name string) (*rpc.Service, bool) { return r.registry.Lookup(name) }
 func (r registryView) List() []*rpc.Service                    { return r.registry.List() }
 
-// How long a registry read waits for this replica to catch up with the
-// metadata group's leader before answering 503: the ingress's, on every
-// call and send, and the admin API's, before GET /services.
-const (
-	registryCatchUp = 250 * time.Millisecond
-	adminCatchUp    = 2 * time.Second
-)
+// registryCatchUp bounds how long a registry read waits for this replica
+// to catch up with the metadata group's leader before it answers that it
+// cannot tell (the ingress and the admin API then answer 503): the
+// ingress's on every call and send, the invoker's on every delivery, the
+// admin API's before GET /services. The read index travels on the same
+// peer streams as the partitions' appends, so under load it waits behind
+// them as long as an append does.
+const registryCatchUp = 2 * time.Second
 
 // currentServices is the ingress's service lookup: this node's registry
 // replica first catches up with the metadata group's leader, so a service
@@ -144,12 +146,21 @@ func (c currentServices) Lookup(name string) (*rpc.Service, error) {
 	return c.registry.LookupCurrent(name, registryCatchUp)
 }
 
-// invokerServices is the invoker's service lookup: only a miss waits for a
-// catch-up, which makes it definite (the invocation then fails for good).
+// invokerServices is the invoker's service lookup: caught up like the
+// ingress's, so a removal answered is seen by the next delivery (a miss
+// then fails the invocation for good). When the replica cannot catch up it
+// delivers from what it holds rather than spend an attempt: a removal
+// missed then is one the metadata leader could not tell it of.
 type invokerServices struct{ registry *registry.Registry }
 
 func (s invokerServices) Lookup(name string) (*rpc.Service, error) {
-	return s.registry.LookupFresh(name, registryCatchUp)
+	svc, err := s.registry.LookupCurrent(name, registryCatchUp)
+	if errors.Is(err, registry.ErrRegistryUnavailable) {
+		if held, ok := s.registry.Lookup(name); ok {
+			return held, nil
+		}
+	}
+	return svc, err
 }
 
 // clusterView is the admin API's view of the cluster from this node.

@@ -73,6 +73,7 @@ func TestNodeLogNamesEachComponentOnce(t *testing.T) {
 	}
 	t.Cleanup(func() { nd.shutdown() })
 	waitFor(t, 20*time.Second, "node ready", clusterView{n: nd}.Ready)
+	waitFor(t, 20*time.Second, "node serving its ingress", nd.serving)
 	admin, ingress := "http://"+cfg.AdminAddr, "http://"+cfg.IngressAddr
 	if r := call(t, "GET", admin+"/services/Nope", ""); r.status != 404 { // logged by the admin API at debug
 		t.Fatalf("GET /services/Nope: %d %s", r.status, r.body)

@@ -75,12 +75,17 @@ func TestServiceRegistryReadsAreCurrent(t *testing.T) {
 
 	t.Run("accepted invocation of a removed service fails at once", func(t *testing.T) {
 		register(leader, "Later")
-		r := call(t, http.MethodPost, ingress(follower)+"/Later/echo/send?delay=1s", `"x"`)
+		const delay = 2 * time.Second
+		sent := time.Now()
+		r := call(t, http.MethodPost, ingress(follower)+"/Later/echo/send?delay="+delay.String(), `"x"`)
 		if r.status != http.StatusAccepted {
 			t.Fatalf("delayed send: %d %s", r.status, r.body)
 		}
 		id := r.header.Get("x-restate-id")
 		remove(leader, "Later")
+		if removed := time.Since(sent); removed >= delay {
+			t.Fatalf("the removal took until %v after the send: the invocation may rightly have run before", removed)
+		}
 		start := time.Now()
 		r = call(t, http.MethodGet, ingress(follower)+"/restate/invocation/"+id+"/attach?timeout=8s", "")
 		if r.status != http.StatusNotFound || r.header.Get("x-restate-error-source") != "invocation" ||
