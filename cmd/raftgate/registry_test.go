@@ -33,8 +33,8 @@ func metaLeaderAndFollower(t *testing.T, nodes []*node) (leader, follower *node)
 // three-node cluster: a removal answered through one node is seen by the
 // next call through another (404 at once, nothing accepted); an invocation
 // accepted before the removal fails at once with a terminal result; and
-// the admin API of a node that does not lead the metadata group reads its
-// own registrations.
+// the admin API (and `raftgate services list`) of a node that does not
+// lead the metadata group reads its own registrations.
 func TestServiceRegistryReadsAreCurrent(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-node cluster")
@@ -117,6 +117,13 @@ func TestServiceRegistryReadsAreCurrent(t *testing.T) {
 			register(follower, name)
 			if r := call(t, http.MethodGet, admin(follower)+"/services", ""); r.status != 200 || !strings.Contains(r.body, `"`+name+`"`) {
 				t.Fatalf("GET /services on node %d right after registering %s there: %d %s", follower.cfg.NodeID, name, r.status, r.body)
+			}
+			remove(follower, name)
+			if res := runCLI(t, "", "services", "add", name, svc.srv.URL, "--admin", admin(follower)); res.code != 0 {
+				t.Fatalf("services add: %+v", res)
+			}
+			if res := runCLI(t, "", "services", "list", "--admin", admin(follower)); res.code != 0 || !strings.Contains(res.stdout, name) {
+				t.Fatalf("raftgate services list on node %d right after services add %s there: %+v", follower.cfg.NodeID, name, res)
 			}
 		}
 	})
