@@ -34,8 +34,9 @@ type Dispatcher interface {
 
 // ServiceResolver finds a service in the replicated service registry for a
 // request. Lookup is called on every call and send, from many goroutines at
-// once; a hit is a local read, a miss may first bring the local replica up
-// to date (bounded by ctx, the request's). It returns an error wrapping
+// once; it may wait for the local replica to catch up with the registry's
+// leader (bounded by ctx, the request's, and by the resolver), so that it
+// reflects every change answered before. It returns an error wrapping
 // rpc.ErrNotFound when there is no such service; any other error means the
 // registry cannot say right now (503, retry).
 type ServiceResolver interface {
@@ -56,6 +57,12 @@ type Config struct {
 	Retention time.Duration
 	// MaxBodyBytes bounds a request body; larger bodies get 413.
 	MaxBodyBytes int64
+	// BodyReadTimeout bounds the time to read a request body, from its
+	// first byte awaited to its last; a body still incomplete then gets 408
+	// and the connection is closed. Bodies are read before a request takes
+	// one of the MaxConcurrent slots, so a client that trickles its body
+	// holds no slot others need.
+	BodyReadTimeout time.Duration
 	// MaxConcurrent bounds the requests served at once (long-polls
 	// included); beyond it requests are shed with 429 + Retry-After, never
 	// queued.
@@ -94,6 +101,7 @@ func DefaultConfig() Config {
 		Partitions:         1,
 		Retention:          24 * time.Hour,
 		MaxBodyBytes:       10 << 20,
+		BodyReadTimeout:    10 * time.Second,
 		MaxConcurrent:      4096,
 		RequestTimeout:     10 * time.Second,
 		DefaultCallTimeout: 0,
@@ -116,6 +124,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Retention %v is negative", ErrInvalidConfig, c.Retention)
 	case c.MaxBodyBytes <= 0:
 		return fmt.Errorf("%w: MaxBodyBytes must be positive, got %d", ErrInvalidConfig, c.MaxBodyBytes)
+	case c.BodyReadTimeout <= 0:
+		return fmt.Errorf("%w: BodyReadTimeout must be positive, got %v", ErrInvalidConfig, c.BodyReadTimeout)
 	case c.MaxConcurrent <= 0:
 		return fmt.Errorf("%w: MaxConcurrent must be positive, got %d", ErrInvalidConfig, c.MaxConcurrent)
 	case c.RequestTimeout <= 0:

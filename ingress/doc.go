@@ -17,7 +17,8 @@
 //
 // Request flow of a call:
 //
-//  1. parse path and headers, look the service up, read the body (bounded);
+//  1. parse the path, read the body (bounded in size and time) before
+//     taking a concurrency slot, then parse headers and look the service up;
 //  2. compute the invocation id (IdempotentID with a key, RandomID without;
 //     for a virtual object or workflow, ids in the partition of its
 //     (service, key), and one fixed id per workflow run) and a request id,

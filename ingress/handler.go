@@ -119,6 +119,19 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) (routeKind, int)
 		return rt.kind, h.writeError(w, &apiError{code: http.StatusServiceUnavailable, retryAfter: true,
 			msg: "this ingress is shutting down and accepted nothing; retry (at another node) is safe"})
 	}
+	var body []byte
+	if rt.kind == routeCall || rt.kind == routeSend {
+		if r.Method != http.MethodPost {
+			return rt.kind, h.writeError(w, errMethod(http.MethodPost))
+		}
+		// The body is read before a slot is taken: a client that trickles
+		// its body then holds its own connection only (for at most
+		// BodyReadTimeout), never a slot others need.
+		var e *apiError
+		if body, e = h.readBody(w, r); e != nil {
+			return rt.kind, h.writeError(w, e)
+		}
+	}
 	select {
 	case h.slots <- struct{}{}:
 		defer func() { <-h.slots }()
@@ -128,10 +141,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) (routeKind, int)
 	}
 	switch rt.kind {
 	case routeCall, routeSend:
-		if r.Method != http.MethodPost {
-			return rt.kind, h.writeError(w, errMethod(http.MethodPost))
-		}
-		return rt.kind, h.invoke(w, r, rt)
+		return rt.kind, h.invoke(w, r, rt, body)
 	case routeAttach, routeOutput:
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			return rt.kind, h.writeError(w, errMethod("GET, HEAD"))

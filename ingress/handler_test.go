@@ -696,3 +696,44 @@ func TestStopWaiting(t *testing.T) {
 		t.Fatalf("stop waiting: id %s, message %q", w.Header().Get("X-Restate-Id"), msg)
 	}
 }
+
+// TestHandlerNameValidated (issue 15, item 2): a handler path segment that
+// could not be registered is refused with 400 and the rule, before
+// anything is appended.
+func TestHandlerNameValidated(t *testing.T) {
+	h, fd := newTestHandler(t, nil)
+	fd.complete = echoResult
+	for _, target := range []string{"/Greeter/%2E%2E", "/Greeter/%2e", "/Greeter/..", "/Greeter/.",
+		"/Greeter/%0A", "/Greeter/a%20b", "/Greeter/a%3Fb", "/Greeter/a%2Fb", "/Greeter/a-b", "/Greeter/%00",
+		"/Greeter/1st", "/Greeter/%2E%2E/send", "/Greeter/" + strings.Repeat("h", 129)} {
+		msg := decodeError(t, do(h, "POST", target, ""), 400, "ingress")
+		if !strings.Contains(msg, "want a letter or '_', then letters, digits or '_'") {
+			t.Errorf("POST %s: message %q does not state the rule", target, msg)
+		}
+	}
+	if n := fd.appendCount(); n != 0 {
+		t.Fatalf("%d invalid handler names appended", n)
+	}
+	for _, target := range []string{"/Greeter/greet", "/Greeter/_private2", "/Greeter/" + strings.Repeat("h", 128)} {
+		if w := do(h, "POST", target+"/send", ""); w.Code != 202 {
+			t.Errorf("POST %s/send: %d %s", target, w.Code, w.Body)
+		}
+	}
+}
+
+// TestSendRefusesATimeout (issue 15, item 11): a send does not wait for the
+// result, so a client timeout on it is a 400, not silently ignored.
+func TestSendRefusesATimeout(t *testing.T) {
+	h, fd := newTestHandler(t, nil)
+	for _, w := range []*httptest.ResponseRecorder{
+		do(h, "POST", "/Greeter/greet/send?timeout=5s", ""),
+		do(h, "POST", "/Greeter/greet/send", "", "x-raftgate-timeout", "5s"),
+	} {
+		if msg := decodeError(t, w, 400, "ingress"); !strings.Contains(msg, "works only with a call or an attach") {
+			t.Errorf("timeout on a send: %q", msg)
+		}
+	}
+	if n := fd.appendCount(); n != 0 {
+		t.Fatalf("%d sends with a timeout appended", n)
+	}
+}

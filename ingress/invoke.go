@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/raftgate/raftgate/ingress/admin"
 	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/registry"
 	"github.com/raftgate/raftgate/rpc"
@@ -18,8 +19,8 @@ import (
 const maxObjectKeyLen = 1024
 
 // invoke serves POST /{service}/{handler}, /{object}/{key}/{handler},
-// /{workflow}/{id}/{handler} and their .../send.
-func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, rt route) int {
+// /{workflow}/{id}/{handler} and their .../send, whose body was read.
+func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, rt route, body []byte) int {
 	start := time.Now()
 	svc, err := h.cfg.Services.Lookup(r.Context(), rt.service)
 	if err != nil && !errors.Is(err, rpc.ErrNotFound) {
@@ -36,6 +37,9 @@ func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, rt route) int {
 		return h.writeError(w, e)
 	}
 	send := rt.kind == routeSend
+	if err := admin.ValidateHandlerName(rt.handler); err != nil {
+		return h.writeError(w, errBadRequest("bad path: "+err.Error()))
+	}
 	if len(rt.objectKey) > maxObjectKeyLen {
 		return h.writeError(w, errBadRequest(fmt.Sprintf("bad path: the key is longer than %d bytes", maxObjectKeyLen)))
 	}
@@ -65,9 +69,9 @@ func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, rt route) int {
 	if e != nil {
 		return h.writeError(w, e)
 	}
-	body, e := h.readBody(w, r)
-	if e != nil {
-		return h.writeError(w, e)
+	if timeout > 0 && send {
+		return h.writeError(w, errBadRequest(
+			"a client timeout (?timeout= or x-raftgate-timeout) works only with a call or an attach, which wait for the result: a send answers as soon as the invocation is accepted"))
 	}
 	contentType := r.Header.Get(headerContentType)
 	if e := checkJSON(contentType, body); e != nil {

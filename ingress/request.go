@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 )
@@ -103,19 +104,22 @@ func clientTimeout(r *http.Request) (time.Duration, *apiError) {
 	return d, nil
 }
 
-// readBody reads the request body, bounded by MaxBodyBytes.
+// readBody reads the request body, bounded by MaxBodyBytes and, in time,
+// by BodyReadTimeout: the connection's read deadline is set for the body
+// and cleared after it, so a long-poll that follows is not cut short.
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
 	limit := h.cfg.MaxBodyBytes
-	tooLarge := func() *apiError {
-		w.Header().Set("Connection", "close") // the rest of the body is not read
-		return &apiError{code: http.StatusRequestEntityTooLarge,
-			msg: fmt.Sprintf("request body larger than the limit of %d bytes", limit)}
-	}
 	if r.ContentLength > limit {
-		return nil, tooLarge()
+		return nil, bodyTooLarge(w, limit)
 	}
 	if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
+	}
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(h.cfg.BodyReadTimeout)); err == nil {
+		defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+	} else if !errors.Is(err, http.ErrNotSupported) {
+		return nil, errBadRequest("cannot read request body: " + err.Error())
 	}
 	// An announced small body is read into one exact allocation. Otherwise
 	// grow as data arrives: a client announcing a large body and sending
@@ -124,7 +128,7 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *api
 	if r.ContentLength > 0 && r.ContentLength <= direct {
 		buf := make([]byte, r.ContentLength)
 		if _, err := io.ReadFull(r.Body, buf); err != nil {
-			return nil, errBadRequest("cannot read request body: " + err.Error())
+			return nil, h.bodyReadError(w, err)
 		}
 		return buf, nil
 	}
@@ -136,19 +140,37 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *api
 		n, err := r.Body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if int64(len(buf)) > limit {
-			return nil, tooLarge()
+			return nil, bodyTooLarge(w, limit)
 		}
 		if err == io.EOF {
 			return buf, nil
 		}
 		if err != nil {
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				return nil, tooLarge()
-			}
-			return nil, errBadRequest("cannot read request body: " + err.Error())
+			return nil, h.bodyReadError(w, err)
 		}
 	}
+}
+
+// bodyTooLarge is the 413 of a body over limit; the connection closes
+// because the rest of the body is not read.
+func bodyTooLarge(w http.ResponseWriter, limit int64) *apiError {
+	w.Header().Set("Connection", "close")
+	return &apiError{code: http.StatusRequestEntityTooLarge,
+		msg: fmt.Sprintf("request body larger than the limit of %d bytes", limit)}
+}
+
+// bodyReadError maps a failed body read: over the limit (413), too slow
+// (408), or broken (400).
+func (h *Handler) bodyReadError(w http.ResponseWriter, err error) *apiError {
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		return bodyTooLarge(w, h.cfg.MaxBodyBytes)
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		w.Header().Set("Connection", "close")
+		return &apiError{code: http.StatusRequestTimeout,
+			msg: fmt.Sprintf("request body not received within %v; nothing was done, send it faster or in one piece", h.cfg.BodyReadTimeout)}
+	}
+	return errBadRequest("cannot read request body: " + err.Error())
 }
 
 // isJSON reports whether a content type is JSON (application/json or any

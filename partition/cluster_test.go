@@ -89,7 +89,7 @@ func (c *raftCluster) start(i int, l net.Listener) {
 	go func() { _ = srv.Serve(l) }()
 	reg := registry.New(logger)
 	cfg := DefaultConfig()
-	cfg.Services = reg
+	cfg.Services = freshRegistry{reg}
 	cfg.Logger = logger
 	cfg.Invoker.IdleRecheck = 20 * time.Millisecond
 	if c.configure != nil {
@@ -404,4 +404,13 @@ func TestRaftClusterFollowerRestartCatchesUp(t *testing.T) {
 		}
 	}
 	t.Logf("node %d restarted at applied index %d", c.nodes[down].id, c.nodes[down].group.Status().Applied)
+}
+
+// freshRegistry is the invoker's view of the registry: caught up.
+type freshRegistry struct{ reg *registry.Registry }
+
+func (f freshRegistry) Lookup(name string) (*rpc.Service, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	return f.reg.LookupCurrent(ctx, name)
 }

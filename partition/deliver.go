@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/raftgate/raftgate/invocation"
@@ -39,15 +38,32 @@ const (
 
 // call makes one HTTP attempt of inv.
 func (iv *invoker) call(ctx context.Context, inv *rpc.Invoke, attempt uint32) attemptOutcome {
-	svc, ok := iv.p.cfg.Services.Lookup(inv.Service)
-	if !ok {
-		// It may be registered soon: retry, then give up as a 404.
-		return retryOutcome(http.StatusNotFound, fmt.Sprintf("service %q is not registered", inv.Service))
+	svc, err := iv.p.cfg.Services.Lookup(inv.Service)
+	switch {
+	case errors.Is(err, rpc.ErrNotFound):
+		// The invocation was accepted while the service was registered
+		// (the ingress checks that, caught up): it was removed since.
+		// Retrying cannot help.
+		return terminalOutcome(http.StatusNotFound, fmt.Sprintf("service %q was removed: it is not registered any more", inv.Service))
+	case err != nil:
+		return retryOutcome(http.StatusServiceUnavailable, fmt.Sprintf("cannot check that service %q is registered: %v", inv.Service, err))
 	}
 	if len(svc.Handlers) > 0 && !slices.Contains(svc.Handlers, inv.Handler) {
 		return terminalOutcome(http.StatusNotFound, fmt.Sprintf("handler %q of service %q is not registered", inv.Handler, inv.Service))
 	}
-	target := strings.TrimSuffix(svc.Url, "/") + "/" + url.PathEscape(inv.Service) + "/" + url.PathEscape(inv.Handler)
+	// {url}/{service}/{handler}, each name escaped into exactly one path
+	// segment. An empty name or a dot segment ("." or "..", which URL
+	// resolution on the service's side would climb out of) cannot be one.
+	for _, name := range []string{inv.Service, inv.Handler} {
+		if name == "" || name == "." || name == ".." {
+			return terminalOutcome(http.StatusBadRequest, fmt.Sprintf("%q cannot be a path segment of the service's URL", name))
+		}
+	}
+	base, err := url.Parse(svc.Url)
+	if err != nil {
+		return terminalOutcome(http.StatusBadGateway, fmt.Sprintf("bad service url %q: %v", svc.Url, err))
+	}
+	target := base.JoinPath(url.PathEscape(inv.Service), url.PathEscape(inv.Handler)).String()
 	cctx, cancel := context.WithTimeout(ctx, iv.cfg.HTTPTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(cctx, http.MethodPost, target, bytes.NewReader(inv.Body))

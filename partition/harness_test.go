@@ -356,9 +356,11 @@ func dumpState(t testing.TB, view func(func(*bolt.Bucket) error) error) string {
 // staticServices is a fixed ServiceLookup.
 type staticServices map[string]*rpc.Service
 
-func (s staticServices) Lookup(name string) (*rpc.Service, bool) {
-	svc, ok := s[name]
-	return svc, ok
+func (s staticServices) Lookup(name string) (*rpc.Service, error) {
+	if svc, ok := s[name]; ok {
+		return svc, nil
+	}
+	return nil, fmt.Errorf("service %q: %w", name, rpc.ErrNotFound)
 }
 
 // recordingService counts deliveries per invocation id and answers with

@@ -211,7 +211,11 @@ func (m *machine) cancel(b *bolt.Bucket, term uint64, c *rpc.Cancel, fx *effects
 	case !found:
 		r.err = fmt.Errorf("partition: cancel: %w", rpc.ErrNotFound)
 	case rec.State != rpc.InvocationRecord_COMPLETED:
-		res := &rpc.Result{Status: cancelledStatus, Failed: true, Error: cancelledError, Attempts: rec.Attempts}
+		attempts := rec.Attempts
+		if c.AttemptUnderWay {
+			attempts++ // delivered, and now ended by the cancellation
+		}
+		res := &rpc.Result{Status: cancelledStatus, Failed: true, Error: cancelledError, Attempts: attempts}
 		if err := m.finish(b, rec, res, c.ProposedAtUnixMs, fx); err != nil {
 			return err
 		}

@@ -157,7 +157,8 @@ func (p *Processor) Cancel(ctx context.Context, requestID, id []byte) error {
 	if len(id) != invocation.IDLen || len(requestID) == 0 || len(requestID) > maxRequestIDLen {
 		return fmt.Errorf("partition: cancel: malformed id: %w", rpc.ErrInvalid)
 	}
-	_, err := p.request(ctx, requestID, cancelCmd(&rpc.Cancel{InvocationId: id, RequestId: requestID, ProposedAtUnixMs: p.now().UnixMilli()}))
+	_, err := p.request(ctx, requestID, cancelCmd(&rpc.Cancel{InvocationId: id, RequestId: requestID, ProposedAtUnixMs: p.now().UnixMilli(),
+		AttemptUnderWay: p.invoker.isDelivering(id)}))
 	return err
 }
 

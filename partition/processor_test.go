@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -72,9 +73,10 @@ func TestFollowerAnswersNotLeader(t *testing.T) {
 	}
 }
 
-// parked makes deliveries wait forever (unknown service, hour-long backoff),
-// for tests of the request path alone.
+// parked makes deliveries wait forever (a registry that cannot tell,
+// hour-long backoff), for tests of the request path alone.
 func parked(_ int, cfg *Config) {
+	cfg.Services = &switchableServices{}
 	cfg.Invoker.Retry.BackoffBase = time.Hour
 	cfg.Invoker.Retry.BackoffMax = time.Hour
 }
@@ -345,7 +347,9 @@ func TestRetriesAndTerminalFailures(t *testing.T) {
 	}
 }
 
-func TestUnknownServiceRetriedUntilRegistered(t *testing.T) {
+// TestRegistryUnsureIsRetried: while the registry cannot tell whether the
+// service exists, deliveries are retried; once it can, the invocation runs.
+func TestRegistryUnsureIsRetried(t *testing.T) {
 	svc := newRecordingService(t)
 	lookup := &switchableServices{}
 	c := newFakeCluster(t, 1, func(_ int, cfg *Config) {
@@ -360,7 +364,7 @@ func TestUnknownServiceRetriedUntilRegistered(t *testing.T) {
 	}
 	testutil.WaitFor(t, 5*time.Second, "a failed attempt", func() bool {
 		rec, err := p.Status(ctxT(t), inv.InvocationId)
-		return err == nil && rec.Attempts >= 2 && strings.Contains(rec.LastError, "not registered")
+		return err == nil && rec.Attempts >= 2 && strings.Contains(rec.LastError, "cannot check")
 	})
 	lookup.set(svc.lookup("late"))
 	if r := awaitOutput(t, p, inv.InvocationId).Result; r.Status != 200 || r.Failed {
@@ -368,15 +372,39 @@ func TestUnknownServiceRetriedUntilRegistered(t *testing.T) {
 	}
 }
 
+// TestRemovedServiceFailsAtOnce (issue 15, item 3): an invocation whose
+// service is not registered any more fails on its first attempt with a
+// terminal 404 saying so, without calling anything.
+func TestRemovedServiceFailsAtOnce(t *testing.T) {
+	c := newFakeCluster(t, 1, func(_ int, cfg *Config) {
+		cfg.Services = staticServices{}
+		cfg.Invoker.Retry.MaxAttempts = 10
+	})
+	c.setLeader(0, false)
+	p := c.replicas[0].p
+	inv := newInvoke("gone", 1)
+	if _, err := p.Append(ctxT(t), inv); err != nil {
+		t.Fatal(err)
+	}
+	r := awaitOutput(t, p, inv.InvocationId).Result
+	if r.Status != 404 || !r.Failed || r.Attempts != 1 || !strings.Contains(r.Error, `service "gone" was removed`) {
+		t.Fatalf("result = %v, want a terminal 404 after 1 attempt", r)
+	}
+}
+
+// switchableServices cannot tell (rpc.ErrUnavailable) until set.
 type switchableServices struct {
 	mu sync.Mutex
 	s  staticServices
 }
 
 func (s *switchableServices) set(v staticServices) { s.mu.Lock(); s.s = v; s.mu.Unlock() }
-func (s *switchableServices) Lookup(name string) (*rpc.Service, bool) {
+func (s *switchableServices) Lookup(name string) (*rpc.Service, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.s == nil {
+		return nil, fmt.Errorf("registry: %w", rpc.ErrUnavailable)
+	}
 	return s.s.Lookup(name)
 }
 

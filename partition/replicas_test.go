@@ -211,3 +211,34 @@ func (p *Processor) withLeaderCheck(t *testing.T, c *fakeCluster, n int) *Proces
 	c.setLeader(n, true)
 	return p
 }
+
+// TestCancelRunningCountsTheDelivery (issue 15, item 11): cancelling an
+// invocation while it is being delivered counts that delivery in the
+// result's attempts (the proposer says so in the Cancel entry, so every
+// replica records the same); a queued one counts none.
+func TestCancelRunningCountsTheDelivery(t *testing.T) {
+	svc := newRecordingService(t)
+	svc.block = make(chan struct{}) // the service never answers
+	t.Cleanup(func() { close(svc.block) })
+	c := newFakeCluster(t, 1, func(_ int, cfg *Config) { cfg.Services = svc.lookup("greeter") })
+	c.setLeader(0, false)
+	p := c.replicas[0].p
+	running, queued := newInvoke("greeter", 1), newInvoke("greeter", 2)
+	queued.NotBeforeUnixMs = time.Now().Add(time.Hour).UnixMilli()
+	for _, inv := range []*rpc.Invoke{running, queued} {
+		if _, err := p.Append(ctxT(t), inv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id, _ := invocation.IDFromBytes(running.InvocationId)
+	testutil.WaitFor(t, 5*time.Second, "the delivery under way", func() bool { return svc.count(id) == 1 })
+	for inv, want := range map[*rpc.Invoke]uint32{running: 1, queued: 0} {
+		if err := p.Cancel(ctxT(t), invocation.NewRequestID(), inv.InvocationId); err != nil {
+			t.Fatal(err)
+		}
+		res := awaitOutput(t, p, inv.InvocationId).Result
+		if res.Status != cancelledStatus || res.Attempts != want {
+			t.Errorf("cancelled result %v, want %d attempts", res, want)
+		}
+	}
+}

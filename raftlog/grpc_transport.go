@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"slices"
 	"sync"
 	"time"
@@ -52,10 +53,33 @@ type peerSender struct {
 	queue []outbound
 	wake  chan struct{}
 
-	// lastErr is the text of the last send failure, "" once a send works:
-	// an outage (a peer down, a TLS handshake refused) is logged at Warn
-	// once and when its cause changes, not on every retry. Owned by run.
-	lastErr string
+	// outage holds the causes of the current outage (a peer down, a TLS
+	// handshake refused) already logged at Warn, nil once a send works:
+	// each cause is logged at Warn once per outage, not on every retry nor
+	// each time causes alternate. Owned by run.
+	outage outageCauses
+}
+
+// outageCauses is the set of an outage's causes logged so far: error
+// texts without their addresses, whose ports change on every reconnect.
+type outageCauses map[string]struct{}
+
+// maxOutageCauses bounds the causes remembered for one outage; any later
+// new cause is logged at Debug.
+const maxOutageCauses = 16
+
+// addrPattern matches an IPv4 or bracketed IPv6 address, or localhost,
+// with an optional port.
+var addrPattern = regexp.MustCompile(`\[[0-9A-Fa-f:.]+(%\w+)?\](:\d+)?|\b\d{1,3}(\.\d{1,3}){3}(:\d+)?\b|\blocalhost(:\d+)?\b`)
+
+// first records err's cause and reports whether it is new to this outage.
+func (c outageCauses) first(err error) bool {
+	cause := addrPattern.ReplaceAllString(err.Error(), "ADDR")
+	if _, seen := c[cause]; seen || len(c) >= maxOutageCauses {
+		return false
+	}
+	c[cause] = struct{}{}
+	return true
 }
 
 func newGRPCTransport(n *Node) *grpcTransport {
@@ -192,9 +216,9 @@ func (p *peerSender) run() {
 			continue
 		}
 		backoff = backoffMin
-		if p.lastErr != "" {
+		if p.outage != nil {
 			p.log.Info().Msg("raft peer reachable again")
-			p.lastErr = ""
+			p.outage = nil
 		}
 		clear(batch)
 	}
@@ -205,9 +229,12 @@ func (p *peerSender) fail(batch []outbound, err error) {
 	if p.t.ctx.Err() != nil {
 		return
 	}
+	if p.outage == nil {
+		p.outage = make(outageCauses)
+	}
 	ev := p.log.Debug()
-	if msg := err.Error(); msg != p.lastErr {
-		ev, p.lastErr = p.log.Warn(), msg
+	if p.outage.first(err) {
+		ev = p.log.Warn()
 	}
 	ev.Err(err).Int("messages", len(batch)).Msg("raft peer unreachable; retrying with backoff")
 	p.drop(batch)

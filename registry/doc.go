@@ -7,9 +7,10 @@
 // node (answered from Reveal, matched by package proposals on request id
 // and term); *rpc.NotLeaderError on a follower, rpc.ErrLostLeadership when
 // leadership is lost while waiting. Lookup and List read this replica's
-// applied copy from memory; LookupFresh lets the replica catch up with the
-// leader before answering a miss, so a service registered a moment ago
-// through another node is found.
+// applied copy from memory. CatchUp brings the replica up to what the
+// leader committed; LookupCurrent catches up before every answer, so no
+// node accepts or delivers a call for a service whose removal was
+// answered, nor misses one registered a moment ago through another node.
 //
 // A service has a kind: a plain service (the default, and what every
 // registration from before kinds existed reads as), a virtual object or a

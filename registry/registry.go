@@ -131,28 +131,54 @@ func (r *Registry) Lookup(name string) (*rpc.Service, bool) {
 // group's leader, so whether the service exists is unknown for now.
 var ErrUnavailable = errors.New("the service registry cannot be checked right now")
 
-// LookupFresh is Lookup for a name that may have been registered a moment
-// ago through another node. On a miss it lets this replica catch up with
-// what the metadata group's leader has committed (MetaLog.CatchUp, bounded
-// by ctx) and looks again: a client that registers a service and calls it at
-// once through another node is not told it does not exist. Hits never
-// wait. A miss is rpc.ErrNotFound only once the catch-up succeeded;
-// otherwise it is ErrUnavailable (no metadata leader reachable:
-// the caller should answer "retry later", not "no such service").
-func (r *Registry) LookupFresh(ctx context.Context, name string) (*rpc.Service, error) {
-	if svc, ok := r.Lookup(name); ok {
-		return svc, nil
-	}
+// CatchUp returns once this replica applied everything the metadata
+// group's leader had committed when it was called (MetaLog.CatchUp), so
+// that reads after it see every Put and Delete answered before it, through
+// any node. When no leader answers within ctx it fails with an error
+// wrapping ErrUnavailable: the caller should answer "retry later",
+// never "not registered" or an empty list.
+func (r *Registry) CatchUp(ctx context.Context) error {
 	select {
 	case <-r.ready:
 	default:
-		return nil, fmt.Errorf("%w: this node's registry is still loading", ErrUnavailable)
+		return fmt.Errorf("%w: this node's registry is still loading", ErrUnavailable)
 	}
-	if err := r.log.CatchUp(ctx); err != nil {
-		if svc, ok := r.Lookup(name); ok {
-			return svc, nil
+	// A read index can be lost on the way (a peer stream that broke drops
+	// what it held): each round gets catchUpRound, and a failed one is
+	// tried again, after a pause, until ctx ends.
+	for {
+		rctx, cancel := context.WithTimeout(ctx, catchUpRound)
+		err := r.log.CatchUp(rctx)
+		cancel()
+		if err == nil {
+			return nil
 		}
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		pause := time.NewTimer(catchUpPause)
+		select {
+		case <-ctx.Done():
+			pause.Stop()
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		case <-pause.C:
+		}
+	}
+}
+
+// A catch-up round's bound, and the pause before the next one: a lost read
+// index costs a round, not the caller's whole wait, and a metadata group
+// without a leader (which fails a round at once) is asked again shortly.
+const (
+	catchUpRound = 250 * time.Millisecond
+	catchUpPause = 20 * time.Millisecond
+)
+
+// LookupCurrent is Lookup after a CatchUp bounded by ctx: the answer
+// reflects every Put and Delete answered before the call, whichever node
+// took them. It is rpc.ErrNotFound when the service is not registered and
+// ErrUnavailable when the catch-up failed, hit or miss: a hit on a
+// replica that may lag could be a service already removed.
+func (r *Registry) LookupCurrent(ctx context.Context, name string) (*rpc.Service, error) {
+	if err := r.CatchUp(ctx); err != nil {
+		return nil, err
 	}
 	if svc, ok := r.Lookup(name); ok {
 		return svc, nil

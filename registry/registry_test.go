@@ -222,11 +222,13 @@ func TestPutAnsweredOnlyByItsOwnEntry(t *testing.T) {
 	}
 }
 
-// TestLookupFreshCatchesUpOnAMiss: a miss first lets the replica catch up
-// with the leader (bounded), and a registration applied by then is found;
-// hits never ask. A miss is "not found" only after a catch-up that worked:
-// one that timed out is "cannot tell".
-func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
+// TestLookupCurrentCatchesUpFirst: every lookup first lets the replica
+// catch up with the leader (bounded), so a registration applied by then is
+// found, and a hit or a miss is only answered after a catch-up that
+// worked: one that timed out is "cannot tell", even for a name this
+// replica holds (it may have been removed since). A lost round is tried
+// again within the wait.
+func TestLookupCurrentCatchesUpFirst(t *testing.T) {
 	db := newMetaDB(t)
 	reg := New(zerolog.Nop())
 	log := &metaLog{db: db, sm: reg, term: 1, catchUp: make(chan struct{})}
@@ -239,9 +241,7 @@ func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
 
 	// The leader never answers: the miss is answered after the bound.
 	start := time.Now()
-	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if _, err := reg.LookupFresh(short, "echo"); !errors.Is(err, ErrUnavailable) || errors.Is(err, rpc.ErrNotFound) {
+	if _, err := reg.LookupCurrent(ctxFor(t, 50*time.Millisecond), "echo"); !errors.Is(err, ErrUnavailable) || errors.Is(err, rpc.ErrNotFound) {
 		t.Fatalf("miss without a catch-up: %v, want ErrUnavailable", err)
 	}
 	if waited := time.Since(start); waited < 50*time.Millisecond || catchUps() != 1 {
@@ -250,12 +250,11 @@ func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
 
 	found := make(chan bool, 1)
 	go func() {
-		_, err := reg.LookupFresh(ctxT(t), "echo")
+		_, err := reg.LookupCurrent(ctxFor(t, time.Minute), "echo")
 		found <- err == nil
 	}()
-	testutil.WaitFor(t, 5*time.Second, "LookupFresh to catch up", func() bool { return catchUps() == 2 })
-	// Meanwhile the registration applies on this replica; then the
-	// catch-up completes.
+	testutil.WaitFor(t, 5*time.Second, "LookupCurrent to catch up", func() bool { return catchUps() >= 2 })
+	// Meanwhile the registration applies on this replica.
 	data, err := rpc.EncodeBatch(&rpc.Command{Cmd: &rpc.Command_PutService{PutService: &rpc.PutService{
 		Service: &rpc.Service{Name: "echo", Url: "http://127.0.0.1:9"}}}})
 	if err != nil {
@@ -270,26 +269,38 @@ func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
 		t.Fatal(err)
 	}
 	fx.Reveal()
+	// A hit waits for its catch-up too.
+	if _, err := reg.LookupCurrent(ctxFor(t, 50*time.Millisecond), "echo"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("hit without a catch-up: %v, want ErrUnavailable", err)
+	}
 	close(log.catchUp)
 	select {
 	case ok := <-found:
 		if !ok {
-			t.Fatal("registration applied during the catch-up, but LookupFresh missed it")
+			t.Fatal("registration applied during the catch-up, but LookupCurrent missed it")
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("LookupFresh still waiting 10s after its catch-up completed")
+		t.Fatal("LookupCurrent still waiting 10s after its catch-up completed")
 	}
-	if _, err := reg.LookupFresh(ctxT(t), "echo"); err != nil || catchUps() != 2 {
-		t.Fatalf("hit: %v after %d catch-ups; a hit must not catch up", err, catchUps())
+	rounds := catchUps()
+	if _, err := reg.LookupCurrent(ctxFor(t, time.Minute), "echo"); err != nil || catchUps() != rounds+1 {
+		t.Fatalf("hit: %v after %d catch-ups; want found after its own catch-up", err, catchUps()-rounds)
 	}
-	if _, err := reg.LookupFresh(ctxT(t), "nope"); !errors.Is(err, rpc.ErrNotFound) || catchUps() != 3 {
-		t.Fatalf("miss after a catch-up that worked: %v (%d catch-ups), want rpc.ErrNotFound", err, catchUps())
+	if _, err := reg.LookupCurrent(ctxFor(t, time.Minute), "nope"); !errors.Is(err, rpc.ErrNotFound) || catchUps() != rounds+2 {
+		t.Fatalf("miss after a catch-up that worked: %v (%d catch-ups), want rpc.ErrNotFound", err, catchUps()-rounds)
 	}
 }
 
 // ctxT is a context bounded by the test's deadline (or a minute).
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// ctxFor is a context that ends after d (or with the test).
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
 }

@@ -1103,8 +1103,11 @@ type Cancel struct {
 	// Deprecated: Marked as deprecated in raftgate.proto.
 	ProposerTerm     uint64 `protobuf:"varint,3,opt,name=proposer_term,json=proposerTerm,proto3" json:"proposer_term,omitempty"`
 	ProposedAtUnixMs int64  `protobuf:"varint,4,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The proposer was delivering the invocation: that attempt counts in the
+	// cancelled result's attempts.
+	AttemptUnderWay bool `protobuf:"varint,5,opt,name=attempt_under_way,json=attemptUnderWay,proto3" json:"attempt_under_way,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Cancel) Reset() {
@@ -1164,6 +1167,13 @@ func (x *Cancel) GetProposedAtUnixMs() int64 {
 		return x.ProposedAtUnixMs
 	}
 	return 0
+}
+
+func (x *Cancel) GetAttemptUnderWay() bool {
+	if x != nil {
+		return x.AttemptUnderWay
+	}
+	return false
 }
 
 // Purge drops every result completed before before_unix_ms.
@@ -2741,13 +2751,14 @@ const file_raftgate_proto_rawDesc = "" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12+\n" +
 	"\x06result\x18\x02 \x01(\v2\x13.raftgate.v1.ResultR\x06result\x12'\n" +
 	"\rproposer_term\x18\x03 \x01(\x04B\x02\x18\x01R\fproposerTerm\x12-\n" +
-	"\x13proposed_at_unix_ms\x18\x04 \x01(\x03R\x10proposedAtUnixMs\"\xa4\x01\n" +
+	"\x13proposed_at_unix_ms\x18\x04 \x01(\x03R\x10proposedAtUnixMs\"\xd0\x01\n" +
 	"\x06Cancel\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\fR\trequestId\x12'\n" +
 	"\rproposer_term\x18\x03 \x01(\x04B\x02\x18\x01R\fproposerTerm\x12-\n" +
-	"\x13proposed_at_unix_ms\x18\x04 \x01(\x03R\x10proposedAtUnixMs\"\x85\x01\n" +
+	"\x13proposed_at_unix_ms\x18\x04 \x01(\x03R\x10proposedAtUnixMs\x12*\n" +
+	"\x11attempt_under_way\x18\x05 \x01(\bR\x0fattemptUnderWay\"\x85\x01\n" +
 	"\x05Purge\x12$\n" +
 	"\x0ebefore_unix_ms\x18\x01 \x01(\x03R\fbeforeUnixMs\x12'\n" +
 	"\rproposer_term\x18\x02 \x01(\x04B\x02\x18\x01R\fproposerTerm\x12-\n" +

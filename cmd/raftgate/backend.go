@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 
@@ -114,21 +115,56 @@ func (r registryView) DeleteService(ctx context.Context, name string) error {
 	return r.client.DeleteService(ctx, name)
 }
 
+// CatchUp lets the admin API read its own writes (and everyone's):
+// this replica first applies what the metadata leader committed, waiting
+// at most registryCatchUp.
+func (r registryView) CatchUp(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, registryCatchUp)
+	defer cancel()
+	return r.registry.CatchUp(ctx)
+}
+
 func (r registryView) Lookup(name string) (*rpc.Service, bool) { return r.registry.Lookup(name) }
 func (r registryView) List() []*rpc.Service                    { return r.registry.List() }
 
-// freshServices is the ingress's service lookup: a miss first lets this
-// node's registry replica catch up with the metadata group's leader (at
-// most registryCatchUp), so a service registered through another node a
-// moment ago is found.
-type freshServices struct{ registry *registry.Registry }
+// registryCatchUp bounds how long a registry read waits for this replica
+// to catch up with the metadata group's leader before it answers that it
+// cannot tell (the ingress and the admin API then answer 503): the
+// ingress's on every call and send, the invoker's on every delivery, the
+// admin API's before GET /services. The read index travels on the same
+// peer streams as the partitions' appends, so under load it waits behind
+// them as long as an append does.
+const registryCatchUp = 2 * time.Second
 
-const registryCatchUp = 250 * time.Millisecond
+// currentServices is the ingress's service lookup: this node's registry
+// replica first catches up with the metadata group's leader, so a service
+// registered through another node a moment ago is found and one whose
+// removal was answered is not (issue 15, item 3).
+type currentServices struct{ registry *registry.Registry }
 
-func (f freshServices) Lookup(ctx context.Context, name string) (*rpc.Service, error) {
+func (c currentServices) Lookup(ctx context.Context, name string) (*rpc.Service, error) {
 	ctx, cancel := context.WithTimeout(ctx, registryCatchUp)
 	defer cancel()
-	return f.registry.LookupFresh(ctx, name)
+	return c.registry.LookupCurrent(ctx, name)
+}
+
+// invokerServices is the invoker's service lookup: caught up like the
+// ingress's, so a removal answered is seen by the next delivery (a miss
+// then fails the invocation for good). When the replica cannot catch up it
+// delivers from what it holds rather than spend an attempt: a removal
+// missed then is one the metadata leader could not tell it of.
+type invokerServices struct{ registry *registry.Registry }
+
+func (s invokerServices) Lookup(name string) (*rpc.Service, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), registryCatchUp)
+	defer cancel()
+	svc, err := s.registry.LookupCurrent(ctx, name)
+	if errors.Is(err, registry.ErrUnavailable) {
+		if held, ok := s.registry.Lookup(name); ok {
+			return held, nil
+		}
+	}
+	return svc, err
 }
 
 // clusterView is the admin API's view of the cluster from this node.

@@ -84,6 +84,8 @@ func (r *testRegistry) DeleteService(ctx context.Context, name string) error {
 	return nil
 }
 
+func (r *testRegistry) CatchUp(ctx context.Context) error { return nil }
+
 func (r *testRegistry) Lookup(name string) (*rpc.Service, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -69,6 +69,9 @@ type ServerConfig struct {
 	// MaxBodyBytes caps an ingress request body; over it, 413
 	// (--max-body-bytes).
 	MaxBodyBytes int64
+	// BodyReadTimeout bounds the time to read an ingress request body;
+	// a body still incomplete then gets 408 (--body-read-timeout).
+	BodyReadTimeout time.Duration
 
 	// TLSCert and TLSKey (PEM files) enable TLS on node-to-node gRPC
 	// (--tls-cert, --tls-key); TLSCA additionally requires and verifies
@@ -111,21 +114,22 @@ const (
 // addresses; DataDir is left empty because it must be chosen.
 func DefaultServerConfig() ServerConfig {
 	return ServerConfig{
-		NodeID:         1,
-		IngressAddr:    DefaultIngressAddr,
-		AdminAddr:      DefaultAdminAddr,
-		NodeAddr:       DefaultNodeAddr,
-		GossipAddr:     DefaultGossipAddr,
-		InitialCluster: map[uint64]string{1: DefaultNodeAddr},
-		Partitions:     DefaultPartitions,
-		Retention:      24 * time.Hour,
-		BalanceLeaders: true,
-		ShutdownGrace:  10 * time.Second,
-		RequestTimeout: 30 * time.Second,
-		MaxConcurrent:  1024,
-		MaxBodyBytes:   10 << 20,
-		LogFormat:      "json",
-		LogLevel:       "info",
+		NodeID:          1,
+		IngressAddr:     DefaultIngressAddr,
+		AdminAddr:       DefaultAdminAddr,
+		NodeAddr:        DefaultNodeAddr,
+		GossipAddr:      DefaultGossipAddr,
+		InitialCluster:  map[uint64]string{1: DefaultNodeAddr},
+		Partitions:      DefaultPartitions,
+		Retention:       24 * time.Hour,
+		BalanceLeaders:  true,
+		ShutdownGrace:   10 * time.Second,
+		RequestTimeout:  30 * time.Second,
+		MaxConcurrent:   1024,
+		MaxBodyBytes:    10 << 20,
+		BodyReadTimeout: 10 * time.Second,
+		LogFormat:       "json",
+		LogLevel:        "info",
 	}
 }
 
@@ -202,6 +206,9 @@ func (c ServerConfig) Validate() error {
 	}
 	if c.MaxBodyBytes <= 0 {
 		return invalid("max-body-bytes", "must be at least 1")
+	}
+	if c.BodyReadTimeout <= 0 {
+		return invalid("body-read-timeout", "must be positive, like 10s")
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return invalid("tls-cert", "--tls-cert and --tls-key go together")

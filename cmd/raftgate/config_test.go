@@ -24,6 +24,13 @@ func runCapture(t *testing.T, args []string, vars map[string]string) (ServerConf
 	env := cliEnv{
 		stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: &stderr,
 		lookupEnv: func(k string) (string, bool) { v, ok := vars[k]; return v, ok },
+		environ: func() []string {
+			var kv []string
+			for k, v := range vars {
+				kv = append(kv, k+"="+v)
+			}
+			return kv
+		},
 	}
 	capture := func(ctx context.Context, cfg ServerConfig, logger zerolog.Logger) error {
 		got = cfg
@@ -63,6 +70,7 @@ func equalConfig(a, b ServerConfig) bool {
 		a.NodeAddr == b.NodeAddr && a.GossipAddr == b.GossipAddr && a.AdvertiseGossipAddr == b.AdvertiseGossipAddr &&
 		a.Partitions == b.Partitions && a.Retention == b.Retention && a.ShutdownGrace == b.ShutdownGrace && a.DrainDelay == b.DrainDelay &&
 		a.RequestTimeout == b.RequestTimeout && a.MaxConcurrent == b.MaxConcurrent && a.MaxBodyBytes == b.MaxBodyBytes &&
+		a.BodyReadTimeout == b.BodyReadTimeout &&
 		a.TLSCert == b.TLSCert && a.TLSKey == b.TLSKey && a.TLSCA == b.TLSCA && a.AdminToken == b.AdminToken &&
 		a.Pprof == b.Pprof && a.LogFormat == b.LogFormat && a.LogLevel == b.LogLevel
 }
@@ -182,6 +190,7 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{func(c *ServerConfig) { c.RequestTimeout = 0 }, "--request-timeout:"},
 		{func(c *ServerConfig) { c.MaxConcurrent = 0 }, "--max-concurrent:"},
 		{func(c *ServerConfig) { c.MaxBodyBytes = 0 }, "--max-body-bytes:"},
+		{func(c *ServerConfig) { c.BodyReadTimeout = 0 }, "--body-read-timeout:"},
 		{func(c *ServerConfig) { c.TLSCert = "c.pem" }, "--tls-cert: --tls-cert and --tls-key go together"},
 		{func(c *ServerConfig) { c.TLSCA = "ca.pem" }, "--tls-ca:"},
 		{func(c *ServerConfig) { c.GossipKey = []byte("short") }, "--gossip-key: decodes to 5 bytes"},
@@ -232,5 +241,34 @@ func TestServerPassesTheContextAndLogger(t *testing.T) {
 	})
 	if code != 0 || !strings.Contains(stderr.String(), "from runner") || strings.Contains(stderr.String(), `{"level"`) {
 		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// TestUnknownEnvWarned (issue 15, item 11): RAFTGATE_* variables that name
+// no flag are named in a warning at start; those of any command's flags
+// (server's, and status's --admin) are not.
+func TestUnknownEnvWarned(t *testing.T) {
+	_, stderr, code := runCapture(t, []string{"server", "--data-dir", "/d"}, map[string]string{
+		"RAFTGATE_NODE_ID": "1", "RAFTGATE_NODEID": "2", "RAFTGATE_MAX_CONCURENT": "5", "RAFTGATE_ADMIN": "http://x",
+		"RAFTGATE_ADMIN_TOKEN": "secret-value", "HOME": "/root",
+	})
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var warning string
+	for _, line := range strings.Split(stderr, "\n") {
+		if strings.Contains(line, "RAFTGATE_* environment variables") {
+			warning = line
+		}
+	}
+	if !strings.Contains(warning, `"level":"warn"`) || !strings.Contains(warning, `"variables":["RAFTGATE_MAX_CONCURENT","RAFTGATE_NODEID"]`) {
+		t.Fatalf("warning %q, want one naming RAFTGATE_MAX_CONCURENT and RAFTGATE_NODEID only (stderr %s)", warning, stderr)
+	}
+	if strings.Contains(stderr, "secret-value") {
+		t.Fatal("a variable's value was logged")
+	}
+	_, stderr, _ = runCapture(t, []string{"server", "--data-dir", "/d"}, map[string]string{"RAFTGATE_NODE_ID": "1"})
+	if strings.Contains(stderr, "environment variables") {
+		t.Fatalf("warning without unknown variables: %s", stderr)
 	}
 }

@@ -100,6 +100,7 @@ messages (elections, votes) show at --log-level debug.`,
 			if err != nil {
 				return err
 			}
+			warnUnknownEnv(cmd, env, logger)
 			dir := dataDir
 			if dir == "" {
 				if dir, err = os.MkdirTemp("", "raftgate-dev-*"); err != nil {

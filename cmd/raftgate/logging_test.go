@@ -3,13 +3,17 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/raftgate/raftgate/internal/testutil"
 )
 
-// TestLogDurations: the console shows durations with their unit; JSON
-// keeps them as numbers of milliseconds, whichever logger was built before.
+// TestLogDurations (issue 15, item 10): durations carry their unit in JSON
+// as on the console, and times have millisecond resolution, whichever
+// logger was built before.
 func TestLogDurations(t *testing.T) {
 	const took = 4276 * time.Millisecond
 	var console bytes.Buffer
@@ -27,17 +31,76 @@ func TestLogDurations(t *testing.T) {
 			t.Errorf("console line %q lacks %q", console.String(), want)
 		}
 	}
+	if !regexp.MustCompile(`^\d\d:\d\d:\d\d\.\d{3} `).MatchString(console.String()) {
+		t.Errorf("console time without milliseconds: %q", console.String())
+	}
 
 	var jsonOut bytes.Buffer
 	if log, err = newLogger(&jsonOut, "json", "info"); err != nil {
 		t.Fatal(err)
 	}
 	log.Info().Dur("took", took).Msg("stopped")
-	var line struct{ Took any }
+	var line struct {
+		Took any
+		Time string
+	}
 	if err := json.Unmarshal(jsonOut.Bytes(), &line); err != nil {
 		t.Fatalf("%q: %v", jsonOut.String(), err)
 	}
-	if line.Took != float64(4276) {
-		t.Errorf("JSON took = %#v, want the number of milliseconds 4276 (line %q)", line.Took, jsonOut.String())
+	if line.Took != "4.276s" {
+		t.Errorf("JSON took = %#v, want \"4.276s\" (line %q)", line.Took, jsonOut.String())
+	}
+	if _, err := time.Parse(time.RFC3339, line.Time); err != nil || !regexp.MustCompile(`T\d\d:\d\d:\d\d\.\d{3}`).MatchString(line.Time) {
+		t.Errorf("JSON time %q is not RFC 3339 with milliseconds (%v)", line.Time, err)
+	}
+}
+
+// TestNodeLogNamesEachComponentOnce (issue 15, item 10): no line of a
+// node's log carries "component" twice, the admin API's and the ingress
+// handler's included.
+func TestNodeLogNamesEachComponentOnce(t *testing.T) {
+	var out testutil.LockedBuffer
+	logger, err := newLogger(&out, "json", "debug")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultServerConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.IngressAddr, cfg.AdminAddr, cfg.NodeAddr, cfg.GossipAddr = freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	cfg.InitialCluster = map[uint64]string{1: cfg.NodeAddr}
+	cfg.ShutdownGrace = 2 * time.Second
+	nd, err := startNode(cfg, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nd.shutdown() })
+	testutil.WaitFor(t, 20*time.Second, "node ready", clusterView{n: nd}.Ready)
+	testutil.WaitFor(t, 20*time.Second, "node serving its ingress", nd.serving)
+	admin, ingress := "http://"+cfg.AdminAddr, "http://"+cfg.IngressAddr
+	if r := call(t, "GET", admin+"/services/Nope", ""); r.status != 404 { // logged by the admin API at debug
+		t.Fatalf("GET /services/Nope: %d %s", r.status, r.body)
+	}
+	if r := call(t, "PUT", admin+"/services/Echo", `{"url":"http://127.0.0.1:1"}`); r.status/100 != 2 {
+		t.Fatalf("register: %d %s", r.status, r.body)
+	}
+	// No time to append: a 503 the ingress handler logs at warn.
+	if r := call(t, "POST", ingress+"/Echo/echo?timeout=1ns", ""); r.status != 503 {
+		t.Fatalf("call with 1ns to append: %d %s", r.status, r.body)
+	}
+	components := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		if n := strings.Count(line, `"component":`); n > 1 {
+			t.Errorf("%d components in %s", n, line)
+		}
+		var l struct{ Component string }
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("not JSON: %q", line)
+		}
+		components[l.Component]++
+	}
+	for _, c := range []string{"admin", "ingress", "raftlog"} {
+		if components[c] == 0 {
+			t.Errorf("no line of component %s (lines by component: %v)", c, components)
+		}
 	}
 }

@@ -15,7 +15,7 @@ func main() {
 		<-ctx.Done()
 		stop()
 	}()
-	code := run(ctx, os.Args[1:], cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, lookupEnv: os.LookupEnv}, runServer)
+	code := run(ctx, os.Args[1:], cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, lookupEnv: os.LookupEnv, environ: os.Environ}, runServer)
 	stop()
 	os.Exit(code)
 }

@@ -254,13 +254,13 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 
 	// State machines first, then the leadership watch, then the groups: no
 	// leadership event can reach a processor that does not exist yet.
-	n.registry = registry.New(n.log.With().Str("component", "registry").Logger())
+	n.registry = registry.New(n.log)
 	n.processors = make([]*partition.Processor, cfg.Partitions+1)
 	for p := uint32(1); p <= cfg.Partitions; p++ {
 		pc := partition.DefaultConfig()
 		pc.Partition = p
 		pc.Retention = cfg.Retention
-		pc.Services = n.registry
+		pc.Services = invokerServices{n.registry}
 		pc.Logger = n.log
 		pc.Registerer = reg
 		if n.processors[p], err = partition.New(pc); err != nil {
@@ -282,7 +282,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	}
 
 	scfg := dispatch.DefaultServerConfig()
-	scfg.Logger = n.log.With().Str("component", "dispatch").Logger()
+	scfg.Logger = n.log
 	scfg.Registerer = reg
 	n.dispatchServer = dispatch.NewServer(backend{registry: n.registry, processors: n.processors}, scfg)
 	n.dispatchServer.Register(n.grpc)
@@ -307,7 +307,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	ccfg.DialOptions = dialOpts
 	ccfg.Resolver = n.members
 	ccfg.DefaultTimeout = cfg.RequestTimeout
-	ccfg.Logger = n.log.With().Str("component", "dispatch-client").Logger()
+	ccfg.Logger = n.log
 	ccfg.Registerer = reg
 	if n.dispatchClient, err = dispatch.NewClient(ccfg); err != nil {
 		return nil, err
@@ -316,12 +316,13 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	icfg := ingress.DefaultConfig()
 	icfg.Partitions = cfg.Partitions
 	icfg.Dispatcher = n.dispatchClient
-	icfg.Services = freshServices{n.registry}
+	icfg.Services = currentServices{n.registry}
 	icfg.Retention = cfg.Retention
 	icfg.MaxBodyBytes = cfg.MaxBodyBytes
 	icfg.MaxConcurrent = cfg.MaxConcurrent
+	icfg.BodyReadTimeout = cfg.BodyReadTimeout
 	icfg.RequestTimeout = cfg.RequestTimeout
-	icfg.Logger = n.log.With().Str("component", "ingress").Logger()
+	icfg.Logger = n.log
 	icfg.Registerer = reg
 	if n.ingress, err = ingress.New(icfg); err != nil {
 		return nil, err
@@ -337,7 +338,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 		EnablePprof:    cfg.Pprof,
 		Backup:         n.raft.Backup,
 		RequestTimeout: cfg.RequestTimeout,
-		Logger:         n.log.With().Str("component", "admin").Logger(),
+		Logger:         n.log,
 	})
 	if err != nil {
 		return nil, err

@@ -17,6 +17,9 @@ type cliEnv struct {
 	stdout, stderr io.Writer
 	// lookupEnv reads RAFTGATE_* variables (os.LookupEnv in main).
 	lookupEnv func(string) (string, bool)
+	// environ lists the environment as KEY=value (os.Environ in main), to
+	// find RAFTGATE_* variables that name no flag; nil checks none.
+	environ func() []string
 }
 
 // serverRunner runs one node until ctx is done: runServer in production,

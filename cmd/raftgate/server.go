@@ -40,6 +40,7 @@ func newServerFlags(fs *pflag.FlagSet) *serverFlags {
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", d.RequestTimeout, "how long the ingress tries to get a request accepted by a partition leader (retries included) before answering 503")
 	fs.IntVar(&c.MaxConcurrent, "max-concurrent", d.MaxConcurrent, "ingress concurrency limit; beyond it requests get 429")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", d.MaxBodyBytes, "largest ingress request body; larger ones get 413")
+	fs.DurationVar(&c.BodyReadTimeout, "body-read-timeout", d.BodyReadTimeout, "longest time to receive an ingress request body; slower bodies get 408 (they hold no concurrency slot meanwhile)")
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate for node-to-node TLS")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key for --tls-cert")
 	fs.StringVar(&c.TLSCA, "tls-ca", "", "PEM CA bundle: require and verify peer certificates (mutual TLS)")
@@ -100,6 +101,7 @@ func newServerCmd(env cliEnv, runNode serverRunner) *cobra.Command {
 		// Every line of a node's log names the node (the libraries below
 		// do not add it themselves).
 		logger = logger.With().Uint64("node", cfg.NodeID).Logger()
+		warnUnknownEnv(cmd, env, logger)
 		logger.Info().Str("data_dir", cfg.DataDir).
 			Str("ingress", cfg.IngressAddr).Str("admin", cfg.AdminAddr).Str("node_addr", cfg.NodeAddr).
 			Str("gossip", cfg.GossipAddr).Uint32("partitions", cfg.Partitions).

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"gopkg.in/yaml.v3"
 )
@@ -38,6 +40,45 @@ func applyEnv(fs *pflag.FlagSet, lookup func(string) (string, bool)) error {
 		}
 	})
 	return firstErr
+}
+
+// warnUnknownEnv logs at warn the RAFTGATE_* variables that name no flag
+// of any raftgate command (a typo, a renamed flag): they are ignored, and an
+// operator should hear of it, as an unknown config-file key is refused.
+// Only names are logged: a value may be a secret.
+func warnUnknownEnv(cmd *cobra.Command, env cliEnv, logger zerolog.Logger) {
+	if env.environ == nil {
+		return
+	}
+	if unknown := unknownEnv(cmd.Root(), env.environ()); len(unknown) > 0 {
+		logger.Warn().Strs("variables", unknown).
+			Msg("ignoring RAFTGATE_* environment variables that name no raftgate flag (RAFTGATE_<FLAG>, like RAFTGATE_NODE_ID)")
+	}
+}
+
+// unknownEnv returns the RAFTGATE_* names in environ that are the variable
+// of no flag of root or its subcommands, sorted.
+func unknownEnv(root *cobra.Command, environ []string) []string {
+	known := make(map[string]bool)
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, fs := range []*pflag.FlagSet{c.Flags(), c.PersistentFlags()} {
+			fs.VisitAll(func(f *pflag.Flag) { known[envName(f.Name)] = true })
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+	var unknown []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "RAFTGATE_") && !known[name] {
+			unknown = append(unknown, name)
+		}
+	}
+	slices.Sort(unknown)
+	return slices.Compact(unknown)
 }
 
 // applyConfigFile sets every flag still unset from the config file at path

@@ -55,6 +55,11 @@ type Registry interface {
 	PutService(ctx context.Context, svc *rpc.Service) error
 	// DeleteService returns rpc.ErrNotFound for an unknown name.
 	DeleteService(ctx context.Context, name string) error
+	// CatchUp returns once this replica applied what the metadata group's
+	// leader committed when it was called, so that Lookup and List then
+	// see every change answered before; any error means the replica may
+	// lag (the read is answered 503, never from a stale copy).
+	CatchUp(ctx context.Context) error
 	Lookup(name string) (*rpc.Service, bool)
 	List() []*rpc.Service
 }

@@ -83,6 +83,13 @@ type fakeRegistry struct {
 	mu       sync.Mutex
 	services map[string]*rpc.Service
 	err      error // returned by Put/Delete when set
+	catchUp  error // returned by CatchUp
+}
+
+func (f *fakeRegistry) CatchUp(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.catchUp
 }
 
 func (f *fakeRegistry) PutService(ctx context.Context, svc *rpc.Service) error {
@@ -264,6 +271,8 @@ func TestPutServiceRejectsBadInput(t *testing.T) {
 	f := newFixture(t, nil)
 	cases := []struct{ path, body, msg string }{
 		{"/services/bad%20name", `{"url":"http://h"}`, "service name"},
+		{"/services/%2E%2E", `{"url":"http://h"}`, "not only dots"},
+		{"/services/%2E", `{"url":"http://h"}`, "not only dots"},
 		{"/services/ok", ``, "body must be JSON"},
 		{"/services/ok", `not json`, "not a service registration"},
 		{"/services/ok", `{"url":"http://h","extra":1}`, "unknown field"},
@@ -536,6 +545,22 @@ func TestBackup(t *testing.T) {
 		defer resp.Body.Close()
 		if b, err := io.ReadAll(resp.Body); err == nil {
 			t.Fatalf("a backup cut short after %d bytes read without error", len(b))
+		}
+	}
+}
+
+// TestServiceReadsNeedACaughtUpReplica (issue 15, item 4): when the
+// replica cannot catch up with the metadata leader, GET /services and
+// GET /services/{name} answer 503 with Retry-After, never an empty list or
+// a 404.
+func TestServiceReadsNeedACaughtUpReplica(t *testing.T) {
+	f := newFixture(t, nil)
+	f.registry.catchUp = fmt.Errorf("no leader: %w", rpc.ErrUnavailable)
+	for _, path := range []string{"/services", "/services/Greeter"} {
+		a := f.do(t, "GET", path, "")
+		wantError(t, a, http.StatusServiceUnavailable, "cannot bring its copy of the service registry up to date")
+		if a.header.Get("Retry-After") == "" {
+			t.Errorf("GET %s: 503 without Retry-After", path)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -90,7 +91,25 @@ func serviceView(svc *rpc.Service) ServiceView {
 	return v
 }
 
+// catchUp lets this node's registry replica catch up with the metadata
+// group's leader before a read, so the admin API reads its own writes (and
+// every node's). It answers 503 itself and returns false when it cannot.
+func (s *server) catchUp(w http.ResponseWriter, r *http.Request) bool {
+	ctx, cancel := s.callContext(r)
+	defer cancel()
+	if err := s.cfg.Registry.CatchUp(ctx); err != nil {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
+		s.writeError(w, r, http.StatusServiceUnavailable, fmt.Sprintf(
+			"this node cannot bring its copy of the service registry up to date with the metadata group's leader (%v), so it cannot say what is registered; retry (or ask another node)", err))
+		return false
+	}
+	return true
+}
+
 func (s *server) listServices(w http.ResponseWriter, r *http.Request) {
+	if !s.catchUp(w, r) {
+		return
+	}
 	svcs := s.cfg.Registry.List()
 	out := ServiceList{Services: make([]ServiceView, 0, len(svcs))}
 	for _, svc := range svcs {
@@ -102,6 +121,9 @@ func (s *server) listServices(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) getService(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
+	if !s.catchUp(w, r) {
+		return
+	}
 	svc, ok := s.cfg.Registry.Lookup(name)
 	if !ok {
 		s.writeError(w, r, http.StatusNotFound, fmt.Sprintf("service %q is not registered", name))
@@ -193,8 +215,8 @@ func validateService(name string, req ServiceRequest) (*rpc.Service, error) {
 	}
 	seen := make(map[string]bool, len(req.Handlers))
 	for _, h := range req.Handlers {
-		if len(h) > maxNameLen || !handlerNameRE.MatchString(h) {
-			return nil, fmt.Errorf("handler name %q is invalid: want a letter or _ then letters, digits or _ (at most %d)", h, maxNameLen)
+		if err := ValidateHandlerName(h); err != nil {
+			return nil, err
 		}
 		if seen[h] {
 			return nil, fmt.Errorf("handler %q is listed twice", h)
@@ -212,10 +234,22 @@ func validateService(name string, req ServiceRequest) (*rpc.Service, error) {
 	return svc, nil
 }
 
-// ValidateServiceName checks a service name: [A-Za-z0-9_.-]+, at most 128.
+// ValidateServiceName checks a service name: [A-Za-z0-9_.-]+, at most 128,
+// not only dots (the name is a path segment of the service's URL).
 func ValidateServiceName(name string) error {
-	if name == "" || len(name) > maxNameLen || !serviceNameRE.MatchString(name) {
-		return fmt.Errorf("service name %q is invalid: want letters, digits, '_', '.' or '-' (1 to %d)", name, maxNameLen)
+	if name == "" || len(name) > maxNameLen || !serviceNameRE.MatchString(name) || strings.Trim(name, ".") == "" {
+		return fmt.Errorf("service name %q is invalid: want letters, digits, '_', '.' or '-' (1 to %d), not only dots", name, maxNameLen)
+	}
+	return nil
+}
+
+// ValidateHandlerName checks a handler name: a letter or '_', then
+// letters, digits or '_', at most 128. The ingress refuses calls of other
+// names, so no handler path segment can be a dot segment, a separator or
+// a control character.
+func ValidateHandlerName(name string) error {
+	if len(name) > maxNameLen || !handlerNameRE.MatchString(name) {
+		return fmt.Errorf("handler name %q is invalid: want a letter or '_', then letters, digits or '_' (at most %d)", name, maxNameLen)
 	}
 	return nil
 }
