@@ -80,6 +80,11 @@ type ServerConfig struct {
 	// AdminToken, when set, is required as a bearer token by the admin
 	// API except its health probes (--admin-token).
 	AdminToken string
+	// IngressTokens is a token file (TOML): when set, the ingress requires
+	// one of its API tokens on every request but health, each limited to
+	// the services and reads it grants; re-read on SIGHUP
+	// (--ingress-tokens; see docs/operations.md "Ingress authentication").
+	IngressTokens string
 	// Pprof serves /debug/pprof on the admin port (--pprof).
 	Pprof bool
 

@@ -98,6 +98,8 @@ type node struct {
 	logChecked   chan struct{}
 	serveFailed  chan error
 	stopLogCheck func()
+	// stopTokenReload ends the SIGHUP watch of --ingress-tokens.
+	stopTokenReload func()
 
 	closeOnce sync.Once
 	closeErr  error
@@ -311,8 +313,14 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	icfg.RequestTimeout = cfg.RequestTimeout
 	icfg.Logger = n.log.With().Str("component", "ingress").Logger()
 	icfg.Registerer = reg
+	if icfg.Tokens, err = loadIngressTokens(cfg, n.log); err != nil {
+		return nil, fmt.Errorf("--ingress-tokens: %w", err)
+	}
 	if n.ingress, err = ingress.New(icfg); err != nil {
 		return nil, err
+	}
+	if cfg.IngressTokens != "" {
+		n.stopTokenReload = n.reloadTokensOnHangup()
 	}
 	adminHandler, err := admin.New(admin.Config{
 		Cluster:        clusterView{n: n},
@@ -429,6 +437,9 @@ func (n *node) close() error {
 	var errs []error
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	if n.stopTokenReload != nil {
+		n.stopTokenReload()
+	}
 	if n.stopLogCheck != nil {
 		n.stopLogCheck() // before reading ingressHTTP, which it sets
 	}

@@ -45,6 +45,7 @@ func newServerFlags(fs *pflag.FlagSet) *serverFlags {
 	fs.StringVar(&c.TLSCA, "tls-ca", "", "PEM CA bundle: require and verify peer certificates (mutual TLS)")
 	fs.StringVar(&sf.gossipKey, "gossip-key", "", "base64 key (16, 24 or 32 bytes) encrypting gossip")
 	fs.StringVar(&c.AdminToken, "admin-token", "", "bearer token required by the admin API (health probes excepted)")
+	fs.StringVar(&c.IngressTokens, "ingress-tokens", "", "TOML file of ingress API tokens and what each may call; re-read on SIGHUP (strongly advised in production)")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the admin address")
 	fs.StringVar(&c.LogFormat, "log-format", d.LogFormat, "log format: json or console")
 	fs.StringVar(&c.LogLevel, "log-level", d.LogLevel, "log level: trace, debug, info, warn or error")
@@ -104,7 +105,11 @@ func newServerCmd(env cliEnv, runNode serverRunner) *cobra.Command {
 			Str("ingress", cfg.IngressAddr).Str("admin", cfg.AdminAddr).Str("node_addr", cfg.NodeAddr).
 			Str("gossip", cfg.GossipAddr).Uint32("partitions", cfg.Partitions).
 			Bool("node_tls", cfg.TLSCert != "").Bool("node_tls_verifies_peers", cfg.TLSCA != "").
-			Bool("gossip_encrypted", len(cfg.GossipKey) > 0).Msg("starting raftgate node")
+			Bool("gossip_encrypted", len(cfg.GossipKey) > 0).Bool("ingress_tokens", cfg.IngressTokens != "").
+			Msg("starting raftgate node")
+		if cfg.IngressTokens == "" {
+			logger.Warn().Msg("the ingress accepts every request without authentication: give --ingress-tokens in production (docs/operations.md, Ingress authentication)")
+		}
 		return runNode(cmd.Context(), cfg, logger)
 	}
 	return cmd
