@@ -37,10 +37,10 @@ const (
 	headerKey            = "x-raftgate-key"
 )
 
-// call makes one HTTP attempt of inv.
-func (iv *invoker) call(ctx context.Context, inv *rpc.Invoke, attempt uint32) attemptOutcome {
-	svc, ok := iv.p.cfg.Services.Lookup(inv.Service)
-	if !ok {
+// call makes one HTTP attempt of inv at service svc (nil: not registered),
+// bounded by timeout.
+func (iv *invoker) call(ctx context.Context, inv *rpc.Invoke, attempt uint32, svc *rpc.Service, timeout time.Duration) attemptOutcome {
+	if svc == nil {
 		// It may be registered soon: retry, then give up as a 404.
 		return retryOutcome(http.StatusNotFound, fmt.Sprintf("service %q is not registered", inv.Service))
 	}
@@ -48,7 +48,7 @@ func (iv *invoker) call(ctx context.Context, inv *rpc.Invoke, attempt uint32) at
 		return terminalOutcome(http.StatusNotFound, fmt.Sprintf("handler %q of service %q is not registered", inv.Handler, inv.Service))
 	}
 	target := strings.TrimSuffix(svc.Url, "/") + "/" + url.PathEscape(inv.Service) + "/" + url.PathEscape(inv.Handler)
-	cctx, cancel := context.WithTimeout(ctx, iv.cfg.HTTPTimeout)
+	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(cctx, http.MethodPost, target, bytes.NewReader(inv.Body))
 	if err != nil {
@@ -72,7 +72,7 @@ func (iv *invoker) call(ctx context.Context, inv *rpc.Invoke, attempt uint32) at
 	resp, err := iv.p.client.Do(req)
 	if err != nil {
 		if errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
-			return retryOutcome(http.StatusGatewayTimeout, fmt.Sprintf("no answer within %v", iv.cfg.HTTPTimeout))
+			return retryOutcome(http.StatusGatewayTimeout, fmt.Sprintf("no answer within %v", timeout))
 		}
 		return retryOutcome(http.StatusBadGateway, fmt.Sprintf("calling service: %v", err))
 	}

@@ -53,6 +53,17 @@ type ServerConfig struct {
 	// docs/operations.md "Leader balancing").
 	BalanceLeaders bool
 
+	// RetryMaxAttempts, RetryInitialBackoff, RetryMaxBackoff and
+	// RetryAttemptTimeout are the cluster's default retry policy of
+	// deliveries, for services registered without their own
+	// (--retry-max-attempts, --retry-initial-backoff, --retry-max-backoff,
+	// --retry-attempt-timeout). Give every node the same values: each
+	// partition's leader delivers with its own.
+	RetryMaxAttempts    uint32
+	RetryInitialBackoff time.Duration
+	RetryMaxBackoff     time.Duration
+	RetryAttemptTimeout time.Duration
+
 	// ShutdownGrace bounds the graceful part of shutdown (--shutdown-grace).
 	ShutdownGrace time.Duration
 	// DrainDelay is how long, on shutdown, the ingress keeps accepting
@@ -126,11 +137,16 @@ func DefaultServerConfig() ServerConfig {
 		Retention:      24 * time.Hour,
 		BalanceLeaders: true,
 		ShutdownGrace:  10 * time.Second,
-		RequestTimeout: 30 * time.Second,
-		MaxConcurrent:  1024,
-		MaxBodyBytes:   10 << 20,
-		LogFormat:      "json",
-		LogLevel:       "info",
+		// The retry defaults are outbox.DefaultPolicy's.
+		RetryMaxAttempts:    10,
+		RetryInitialBackoff: 100 * time.Millisecond,
+		RetryMaxBackoff:     30 * time.Second,
+		RetryAttemptTimeout: 30 * time.Second,
+		RequestTimeout:      30 * time.Second,
+		MaxConcurrent:       1024,
+		MaxBodyBytes:        10 << 20,
+		LogFormat:           "json",
+		LogLevel:            "info",
 	}
 }
 
@@ -192,6 +208,18 @@ func (c ServerConfig) Validate() error {
 	}
 	if c.Retention <= 0 {
 		return invalid("retention", "must be positive, like 24h")
+	}
+	if c.RetryMaxAttempts < 1 {
+		return invalid("retry-max-attempts", "must be at least 1")
+	}
+	if c.RetryInitialBackoff < time.Millisecond {
+		return invalid("retry-initial-backoff", "must be at least 1ms")
+	}
+	if c.RetryMaxBackoff < c.RetryInitialBackoff {
+		return invalid("retry-max-backoff", "must not be below --retry-initial-backoff (%v)", c.RetryInitialBackoff)
+	}
+	if c.RetryAttemptTimeout < time.Millisecond {
+		return invalid("retry-attempt-timeout", "must be at least 1ms")
 	}
 	if c.ShutdownGrace < 0 {
 		return invalid("shutdown-grace", "must not be negative")

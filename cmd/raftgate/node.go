@@ -22,9 +22,11 @@ import (
 	"github.com/raftgate/raftgate/ingress/admin"
 	"github.com/raftgate/raftgate/ingress/dispatch"
 	"github.com/raftgate/raftgate/leadership"
+	"github.com/raftgate/raftgate/outbox"
 	"github.com/raftgate/raftgate/partition"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/registry"
+	"github.com/raftgate/raftgate/rpc"
 )
 
 // maxGRPCMessage bounds one gRPC message between nodes: an ingress body of
@@ -258,10 +260,12 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	// leadership event can reach a processor that does not exist yet.
 	n.registry = registry.NewRegistry(n.log.With().Str("component", "registry").Logger())
 	n.processors = make([]*partition.Processor, cfg.Partitions+1)
+	retry := defaultRetry(cfg)
 	for p := uint32(1); p <= cfg.Partitions; p++ {
 		pc := partition.DefaultConfig()
 		pc.Partition = p
 		pc.Retention = cfg.Retention
+		pc.Invoker.Retry = retry
 		pc.Services = n.registry
 		pc.Logger = n.log
 		pc.Registerer = reg
@@ -331,6 +335,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 		Token:          cfg.AdminToken,
 		Metrics:        promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		EnablePprof:    cfg.Pprof,
+		RetryInForce:   func(p *rpc.RetryPolicy) *rpc.RetryPolicy { return retry.For(p).Proto() },
 		Backup:         n.raft.Backup,
 		RequestTimeout: cfg.RequestTimeout,
 		Logger:         n.log.With().Str("component", "admin").Logger(),
@@ -343,6 +348,17 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	n.log.Info().Uint32("partitions", cfg.Partitions).Str("ingress", cfg.IngressAddr).Str("admin", cfg.AdminAddr).
 		Str("node_addr", cfg.NodeAddr).Msg("raftgate node started")
 	return n, nil
+}
+
+// defaultRetry is the cluster's default delivery retry policy from the
+// --retry-* flags.
+func defaultRetry(cfg ServerConfig) outbox.Policy {
+	p := outbox.DefaultPolicy()
+	p.MaxAttempts = cfg.RetryMaxAttempts
+	p.BackoffBase = cfg.RetryInitialBackoff
+	p.BackoffMax = cfg.RetryMaxBackoff
+	p.AttemptTimeout = cfg.RetryAttemptTimeout
+	return p
 }
 
 // onLeadership fans a Raft leadership event out to gossip and to the

@@ -82,6 +82,11 @@ type Config struct {
 	Backup func(w io.Writer, size func(int64)) (int64, error)
 	// Keys, when set, serves GET /objects/{object}/{key}. Nil answers 404.
 	Keys Keys
+	// RetryInForce fills the unset fields of a service's registered retry
+	// policy with the cluster's defaults, as the invoker does
+	// (outbox.Policy.For); GET /services shows the result. Nil shows the
+	// registered fields only.
+	RetryInForce func(*rpc.RetryPolicy) *rpc.RetryPolicy
 	// RequestTimeout bounds each call into the cluster. Default 10s.
 	RequestTimeout time.Duration
 	// Now stamps service registrations (UpdatedAtUnixMs). Default time.Now.
