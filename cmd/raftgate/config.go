@@ -85,6 +85,10 @@ type ServerConfig struct {
 	// (--tls-cert, --tls-key); TLSCA additionally requires and verifies
 	// peer certificates signed by it (mutual TLS, --tls-ca).
 	TLSCert, TLSKey, TLSCA string
+	// IngressTLSCert and IngressTLSKey (PEM files) serve the ingress over
+	// TLS, HTTP/2 by ALPN and HTTP/1.1 (--ingress-tls-cert,
+	// --ingress-tls-key); without them it is cleartext HTTP/1.1 and h2c.
+	IngressTLSCert, IngressTLSKey string
 	// GossipKey encrypts memberlist traffic: 16, 24 or 32 bytes, given
 	// base64-encoded (--gossip-key); nil = unencrypted.
 	GossipKey []byte
@@ -238,6 +242,9 @@ func (c ServerConfig) Validate() error {
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return invalid("tls-cert", "--tls-cert and --tls-key go together")
+	}
+	if (c.IngressTLSCert == "") != (c.IngressTLSKey == "") {
+		return invalid("ingress-tls-cert", "--ingress-tls-cert and --ingress-tls-key go together")
 	}
 	if c.TLSCA != "" && c.TLSCert == "" {
 		return invalid("tls-ca", "mutual TLS needs this node's own --tls-cert and --tls-key too")

@@ -180,6 +180,10 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	ingressTLS, err := loadIngressTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
 	serverCreds, clientCreds := insecure.NewCredentials(), insecure.NewCredentials()
 	if serverTLS != nil {
 		serverCreds, clientCreds = credentials.NewTLS(serverTLS), credentials.NewTLS(clientTLS)
@@ -343,8 +347,8 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	n.startLogCheck(lns.ingressAddr)
-	n.adminHTTP = serveHTTP("admin", lns.admin, n.gateUntilChecked(adminHandler, adminReadsPass), n.log)
+	n.startLogCheck(lns.ingressAddr, ingressTLS)
+	n.adminHTTP = serveHTTP("admin", lns.admin, n.gateUntilChecked(adminHandler, adminReadsPass), nil, n.log)
 	n.log.Info().Uint32("partitions", cfg.Partitions).Str("ingress", cfg.IngressAddr).Str("admin", cfg.AdminAddr).
 		Str("node_addr", cfg.NodeAddr).Msg("raftgate node started")
 	return n, nil

@@ -47,6 +47,8 @@ func newServerFlags(fs *pflag.FlagSet) *serverFlags {
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate for node-to-node TLS")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key for --tls-cert")
 	fs.StringVar(&c.TLSCA, "tls-ca", "", "PEM CA bundle: require and verify peer certificates (mutual TLS)")
+	fs.StringVar(&c.IngressTLSCert, "ingress-tls-cert", "", "PEM certificate: serve the ingress over TLS (HTTP/2 and HTTP/1.1)")
+	fs.StringVar(&c.IngressTLSKey, "ingress-tls-key", "", "PEM private key for --ingress-tls-cert")
 	fs.StringVar(&sf.gossipKey, "gossip-key", "", "base64 key (16, 24 or 32 bytes) encrypting gossip")
 	fs.StringVar(&c.AdminToken, "admin-token", "", "bearer token required by the admin API (health probes excepted)")
 	fs.StringVar(&c.IngressTokens, "ingress-tokens", "", "TOML file of ingress API tokens and what each may call; re-read on SIGHUP (strongly advised in production)")
@@ -109,7 +111,7 @@ func newServerCmd(env cliEnv, runNode serverRunner) *cobra.Command {
 			Str("ingress", cfg.IngressAddr).Str("admin", cfg.AdminAddr).Str("node_addr", cfg.NodeAddr).
 			Str("gossip", cfg.GossipAddr).Uint32("partitions", cfg.Partitions).
 			Bool("node_tls", cfg.TLSCert != "").Bool("node_tls_verifies_peers", cfg.TLSCA != "").
-			Bool("gossip_encrypted", len(cfg.GossipKey) > 0).Bool("ingress_tokens", cfg.IngressTokens != "").
+			Bool("gossip_encrypted", len(cfg.GossipKey) > 0).Bool("ingress_tokens", cfg.IngressTokens != "").Bool("ingress_tls", cfg.IngressTLSCert != "").
 			Msg("starting raftgate node")
 		if cfg.IngressTokens == "" {
 			logger.Warn().Msg("the ingress accepts every request without authentication: give --ingress-tokens in production (docs/operations.md, Ingress authentication)")
