@@ -175,6 +175,10 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	}()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	build := readBuildInfo()
+	if err := registerBuildInfo(reg, build); err != nil {
+		return nil, err
+	}
 
 	serverTLS, clientTLS, err := nodeTLS(cfg)
 	if err != nil {
@@ -339,6 +343,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 		Token:          cfg.AdminToken,
 		Metrics:        promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		EnablePprof:    cfg.Pprof,
+		Build:          build,
 		RetryInForce:   func(p *rpc.RetryPolicy) *rpc.RetryPolicy { return retry.For(p).Proto() },
 		Backup:         n.raft.Backup,
 		RequestTimeout: cfg.RequestTimeout,
@@ -350,7 +355,8 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	n.startLogCheck(lns.ingressAddr, ingressTLS)
 	n.adminHTTP = serveHTTP("admin", lns.admin, n.gateUntilChecked(adminHandler, adminReadsPass), nil, n.log)
 	n.log.Info().Uint32("partitions", cfg.Partitions).Str("ingress", cfg.IngressAddr).Str("admin", cfg.AdminAddr).
-		Str("node_addr", cfg.NodeAddr).Msg("raftgate node started")
+		Str("node_addr", cfg.NodeAddr).Str("version", build.Version).Str("commit", build.Commit).
+		Str("build_date", build.BuildDate).Str("go_version", build.GoVersion).Msg("raftgate node started")
 	return n, nil
 }
 
