@@ -86,6 +86,7 @@ type node struct {
 
 	registry   *registry.Registry
 	processors []*partition.Processor // index = partition id; [0] unused
+	groups     *groupMetrics
 
 	dispatchServer *dispatch.Server
 	dispatchClient *dispatch.Client
@@ -177,6 +178,9 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	build := readBuildInfo()
 	if err := registerBuildInfo(reg, build); err != nil {
+		return nil, err
+	}
+	if err := registerDiskMetrics(reg, cfg.DataDir); err != nil {
 		return nil, err
 	}
 
@@ -281,6 +285,10 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 			return nil, err
 		}
 	}
+	n.groups = newGroupMetrics(n)
+	if err := reg.Register(n.groups); err != nil {
+		return nil, err
+	}
 	n.stopWatch = n.raft.Watch(n.onLeadership)
 	meta, err := n.raft.AddGroup(raftlog.MetaGroup, voters, n.registry)
 	if err != nil {
@@ -374,6 +382,7 @@ func defaultRetry(cfg ServerConfig) outbox.Policy {
 // onLeadership fans a Raft leadership event out to gossip and to the
 // group's state machine. It runs on raftlog goroutines and must not block.
 func (n *node) onLeadership(ev raftlog.LeaderEvent) {
+	n.groups.onLeadership(ev)
 	n.members.SetLocal(uint32(ev.Group), ev.Leader, ev.Term)
 	if ev.Group == raftlog.MetaGroup {
 		n.registry.OnLeadership(ev)
