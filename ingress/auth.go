@@ -254,28 +254,30 @@ func authorize(g *Grant, rt route) *apiError {
 }
 
 // authorizeInvocation checks, for a token limited to some services, that
-// invocation id belongs to one of them. It reads the invocation's record
-// (one more request to its partition); nil when the grant covers all
-// services. ok is false when the client went away (nothing to write).
-func (h *Handler) authorizeInvocation(r *http.Request, g *Grant, part uint32, id invocation.ID) (_ *apiError, ok bool) {
+// invocation id belongs to one of them, reading its record (one more
+// request to its partition). ok is false when the request is answered
+// (refused, or the record could not be read); status is then what was
+// written. A grant for all services, or none (authentication off), passes
+// at once.
+func (h *Handler) authorizeInvocation(w http.ResponseWriter, r *http.Request, g *Grant, part uint32, id invocation.ID) (status int, ok bool) {
 	if g == nil || g.allServices() {
-		return nil, true
+		return 0, true
 	}
-	ctl, ok := h.cfg.Dispatcher.(InvocationControl)
-	if !ok {
-		return errForbidden(fmt.Sprintf("the API token '%s' is limited to some services: address the invocation by service, handler and idempotency key", g.Name)), true
+	ctl, isCtl := h.cfg.Dispatcher.(InvocationControl)
+	if !isCtl {
+		return h.writeError(w, errForbidden(fmt.Sprintf("the API token '%s' is limited to some services: address the invocation by service, handler and idempotency key", g.Name))), false
 	}
 	ctx, cancel := context.WithTimeoutCause(r.Context(), h.cfg.RequestTimeout, errAppendDeadline)
 	defer cancel()
 	rec, err := ctl.Status(ctx, part, id[:])
 	if err != nil {
-		return lookupError(ctx, r.Context(), err, part, id)
+		return h.lookupFailed(w, ctx, r.Context(), err, part, id), false
 	}
 	if service := rec.GetInvoke().GetService(); !g.mayCall(service) {
-		// The same answer as for a missing invocation would hide that it
-		// exists, but 403 tells the caller which token to use; ids are
-		// unguessable, so nothing is learnt from it.
-		return errForbidden(fmt.Sprintf("the API token '%s' may not use the service of invocation %s", g.Name, id)), true
+		// 403 rather than the 404 of a missing invocation: it tells the
+		// caller to use another token, and ids are unguessable, so it
+		// reveals nothing one could not learn otherwise.
+		return h.writeError(w, errForbidden(fmt.Sprintf("the API token '%s' may not use the service of invocation %s", g.Name, id))), false
 	}
-	return nil, true
+	return 0, true
 }

@@ -54,10 +54,8 @@ func (h *Handler) lookup(w http.ResponseWriter, r *http.Request, rt route, grant
 	}
 	part := invocation.PartitionFor(id.PartitionKey(), h.cfg.Partitions)
 	if rt.id != "" { // by id: the path does not name the service
-		if e, ok := h.authorizeInvocation(r, grant, part, id); !ok {
-			return statusClientGone
-		} else if e != nil {
-			return h.writeError(w, e)
+		if status, ok := h.authorizeInvocation(w, r, grant, part, id); !ok {
+			return status
 		}
 	}
 	if rt.kind == routeAttach {
@@ -101,10 +99,8 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request, rt route, grant
 		return h.writeError(w, e)
 	}
 	part := invocation.PartitionFor(id.PartitionKey(), h.cfg.Partitions)
-	if e, ok := h.authorizeInvocation(r, grant, part, id); !ok {
-		return statusClientGone
-	} else if e != nil {
-		return h.writeError(w, e)
+	if status, ok := h.authorizeInvocation(w, r, grant, part, id); !ok {
+		return status
 	}
 	ctx, cancel := context.WithTimeoutCause(r.Context(), h.cfg.RequestTimeout, errAppendDeadline)
 	defer cancel()
