@@ -106,3 +106,31 @@ func TestServiceRetryPolicy(t *testing.T) {
 		t.Fatalf("result %v, want a failure after the changed policy's 2 attempts", r)
 	}
 }
+
+// The outbox age gauge is how long the most overdue delivery has been due,
+// by the processor's clock.
+func TestOutboxOldestAge(t *testing.T) {
+	clock := newManualClock()
+	stalled := newRecordingService(t)
+	stalled.block = make(chan struct{})
+	t.Cleanup(func() { close(stalled.block) })
+	c := newFakeCluster(t, 1, func(_ int, cfg *Config) {
+		cfg.Clock = clock.Now
+		cfg.Services = stalled.lookup("greeter")
+	})
+	p := c.replicas[0].p
+	if age := p.outboxOldestAge(); age != 0 {
+		t.Fatalf("empty outbox: age %v", age)
+	}
+	c.setLeader(0, false)
+	inv := newInvoke("greeter", 1)
+	inv.ProposedAtUnixMs = clock.Now().UnixMilli()
+	if _, err := p.Append(ctxT(t), inv); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the delivery under way", func() bool { return p.invoker.isDelivering(inv.InvocationId) })
+	clock.Advance(42 * time.Second)
+	if age := p.outboxOldestAge(); age < 41.9 || age > 42.1 {
+		t.Fatalf("age %v, want 42 s", age)
+	}
+}
