@@ -107,7 +107,7 @@ func newServerCmd(env cliEnv, runNode serverRunner) *cobra.Command {
 		// Every line of a node's log names the node (the libraries below
 		// do not add it themselves).
 		logger = logger.With().Uint64("node", cfg.NodeID).Logger()
-		logger.Info().Str("data_dir", cfg.DataDir).
+		logger.Info().Str("version", readBuildInfo().Version).Str("data_dir", cfg.DataDir).
 			Str("ingress", cfg.IngressAddr).Str("admin", cfg.AdminAddr).Str("node_addr", cfg.NodeAddr).
 			Str("gossip", cfg.GossipAddr).Uint32("partitions", cfg.Partitions).
 			Bool("node_tls", cfg.TLSCert != "").Bool("node_tls_verifies_peers", cfg.TLSCA != "").
