@@ -174,4 +174,7 @@ services = ["Echo"]
 	if !strings.Contains(string(logText), `"tokens":"ops,new"`) {
 		t.Errorf("the reload did not log the token names")
 	}
+	if strings.Contains(string(logText), "without authentication") {
+		t.Errorf("a node with --ingress-tokens warned that its ingress is open")
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestNodeVersion checks what a running node says about its build: GET
@@ -44,6 +45,11 @@ func TestNodeVersion(t *testing.T) {
 	if !strings.Contains(string(logText), `"version":"`+want+`"`) {
 		t.Fatalf("the node's log does not name its version:\n%s", tail(n.logPath, 10))
 	}
+	// Without --ingress-tokens the node warns once its ingress serves.
+	waitFor(t, 5*time.Second, "the open-ingress warning", func() bool {
+		b, _ := os.ReadFile(n.logPath)
+		return strings.Contains(string(b), `"level":"warn"`) && strings.Contains(string(b), "without authentication")
+	})
 	out, err = exec.Command(binary, "status", "--admin", n.adminURL()).Output()
 	if err != nil || !strings.Contains(string(out), "VERSION") || !strings.Contains(string(out), want) {
 		t.Fatalf("raftgate status: %v\n%s", err, out)

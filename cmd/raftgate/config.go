@@ -110,6 +110,9 @@ type ServerConfig struct {
 	// QuietRaft drops the raft library's info-level messages (elections,
 	// votes, configuration); `dev` sets it below --log-level debug. No flag.
 	QuietRaft bool
+	// OpenIngressExpected silences the warning a node logs when its ingress
+	// starts serving without IngressTokens; `dev` sets it. No flag.
+	OpenIngressExpected bool
 }
 
 // Defaults of `raftgate server`, also used by `dev` for node 1.

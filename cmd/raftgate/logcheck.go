@@ -62,6 +62,7 @@ func (n *node) startLogCheck(ingressAddr string, ingressTLS *tls.Config) {
 		n.ingressHTTP = serveHTTP("ingress", ln, n.ingress, ingressTLS, n.log)
 		n.log.Info().Dur("took", time.Since(start).Round(time.Millisecond)).
 			Msg("log checked: every group caught up with its leader; serving clients")
+		n.warnIfIngressOpen()
 		close(n.logChecked)
 	}()
 }

@@ -113,9 +113,6 @@ func newServerCmd(env cliEnv, runNode serverRunner) *cobra.Command {
 			Bool("node_tls", cfg.TLSCert != "").Bool("node_tls_verifies_peers", cfg.TLSCA != "").
 			Bool("gossip_encrypted", len(cfg.GossipKey) > 0).Bool("ingress_tokens", cfg.IngressTokens != "").Bool("ingress_tls", cfg.IngressTLSCert != "").
 			Msg("starting raftgate node")
-		if cfg.IngressTokens == "" {
-			logger.Warn().Msg("the ingress accepts every request without authentication: give --ingress-tokens in production (docs/operations.md, Ingress authentication)")
-		}
 		return runNode(cmd.Context(), cfg, logger)
 	}
 	return cmd

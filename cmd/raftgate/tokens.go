@@ -26,6 +26,15 @@ func loadIngressTokens(cfg ServerConfig, logger zerolog.Logger) (*ingress.Tokens
 	return tokens, nil
 }
 
+// warnIfIngressOpen warns, as the ingress starts serving, when it takes
+// every request without authentication (not in `dev`).
+func (n *node) warnIfIngressOpen() {
+	if n.cfg.IngressTokens == "" && !n.cfg.OpenIngressExpected {
+		n.log.Warn().Str("ingress", n.cfg.IngressAddr).
+			Msg("the ingress accepts every request without authentication: give --ingress-tokens in production (docs/operations.md, Ingress authentication)")
+	}
+}
+
 // reloadTokensOnHangup re-reads the token file on every SIGHUP and hands
 // the new set to the ingress. A file that does not load keeps the tokens in
 // force and logs why. It returns a function that stops the watch and waits
