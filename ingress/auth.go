@@ -191,8 +191,8 @@ type InvocationControl interface {
 	Cancel(ctx context.Context, partition uint32, id []byte) error
 }
 
-// Authentication answers. Both carry WWW-Authenticate (401) or say which
-// permission is missing (403), and never echo the token.
+// errUnauthenticated is a 401 with WWW-Authenticate; errForbidden a 403
+// that says which permission is missing. Neither echoes the token.
 func errUnauthenticated(msg string) *apiError {
 	return &apiError{code: http.StatusUnauthorized, msg: msg, authenticate: true}
 }
