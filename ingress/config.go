@@ -83,6 +83,10 @@ type Config struct {
 	// so sent to the service (e.g. "authorization", "traceparent"). Empty:
 	// none, which keeps log entries small.
 	ForwardHeaders []string
+	// Tokens, when set, are the API tokens the ingress requires
+	// (Authorization: Bearer) on every request but health; nil: no
+	// authentication. Handler.SetTokens replaces them while serving.
+	Tokens *Tokens
 	// Clock stamps proposals (proposed_at, not_before). nil means time.Now.
 	Clock func() time.Time
 	// Logger receives the ingress's logs.

@@ -9,7 +9,14 @@
 //     so that every retry of one HTTP request inside the cluster is the same
 //     request (see ARCHITECTURE.md, "Identity and routing");
 //   - mapping dispatch errors (rpc.Err*) to HTTP statuses in one place
-//     (errors.go), load shedding (429), graceful drain (503) and metrics.
+//     (errors.go), load shedding (429), graceful drain (503) and metrics;
+//   - API tokens (auth.go): with Config.Tokens every request but health
+//     needs Authorization: Bearer, checked before anything is proposed
+//     (401 without a token, 403 with an unknown one or one that does not
+//     grant the service, attach, output or cancel); Handler.SetTokens
+//     swaps the set on a reload;
+//   - cancel (PATCH /restate/invocation/{id}/cancel), when the Dispatcher
+//     also implements InvocationControl.
 //
 // It keeps no durable state. Reaching a partition's leader, with retries, is
 // the Dispatcher's job (implemented by ingress/dispatch); the service

@@ -48,6 +48,8 @@ type apiError struct {
 	id string
 	// allow, when set, is sent as Allow (405).
 	allow string
+	// authenticate sends WWW-Authenticate (401).
+	authenticate bool
 }
 
 func (e *apiError) Error() string { return fmt.Sprintf("%d %s", e.code, e.msg) }
@@ -77,6 +79,9 @@ func (h *Handler) writeError(w http.ResponseWriter, e *apiError) int {
 	}
 	if e.allow != "" {
 		hdr.Set("Allow", e.allow)
+	}
+	if e.authenticate {
+		hdr.Set("WWW-Authenticate", `Bearer realm="raftgate-ingress"`)
 	}
 	writeJSONError(w, e.code, e.msg, sourceIngress)
 	return e.code

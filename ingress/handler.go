@@ -29,6 +29,8 @@ type Handler struct {
 	stopWaitingNow context.CancelFunc
 	// retryAfter is the Retry-After header value, in seconds.
 	retryAfter string
+	// tokens is the set of API tokens; nil: authentication is off.
+	tokens atomic.Pointer[Tokens]
 	// forward maps the canonical names of Config.ForwardHeaders to the
 	// lower-case names sent to the service.
 	forward map[string]string
@@ -54,6 +56,7 @@ func New(cfg Config) (*Handler, error) {
 	}
 	h.metrics = m
 	h.stopWaiting, h.stopWaitingNow = context.WithCancel(context.Background())
+	h.tokens.Store(cfg.Tokens)
 	if len(cfg.ForwardHeaders) > 0 {
 		h.forward = make(map[string]string, len(cfg.ForwardHeaders))
 		for _, name := range cfg.ForwardHeaders {
@@ -68,6 +71,11 @@ func New(cfg Config) (*Handler, error) {
 // was done), while requests already being served finish normally. Pair it
 // with http.Server.Shutdown, which waits for them.
 func (h *Handler) Drain() { h.draining.Store(true) }
+
+// SetTokens replaces the API tokens (a reload of the token file); requests
+// that arrive afterwards are checked against t. nil turns authentication
+// off.
+func (h *Handler) SetTokens(t *Tokens) { h.tokens.Store(t) }
 
 // StopWaiting answers every request still waiting for a result (calls
 // past their append, attaches) at once with 503, Retry-After and the
@@ -114,6 +122,13 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) (routeKind, int)
 	if rt.kind == routeHealth {
 		return routeHealth, h.health(w, r)
 	}
+	grant, e := h.authenticate(r)
+	if e == nil {
+		e = authorize(grant, rt)
+	}
+	if e != nil {
+		return rt.kind, h.writeError(w, e)
+	}
 	if h.draining.Load() {
 		w.Header().Set("Connection", "close")
 		return rt.kind, h.writeError(w, &apiError{code: http.StatusServiceUnavailable, retryAfter: true,
@@ -146,7 +161,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) (routeKind, int)
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			return rt.kind, h.writeError(w, errMethod("GET, HEAD"))
 		}
-		return rt.kind, h.lookup(w, r, rt)
+		return rt.kind, h.lookup(w, r, rt, grant)
+	case routeCancel:
+		if r.Method != http.MethodPatch {
+			return rt.kind, h.writeError(w, errMethod(http.MethodPatch))
+		}
+		return rt.kind, h.cancel(w, r, rt, grant)
 	}
 	return rt.kind, h.writeError(w, errNotFound("no such endpoint"))
 }

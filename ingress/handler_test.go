@@ -410,7 +410,7 @@ func TestRequestErrors(t *testing.T) {
 	}
 	// Malformed paths and headers.
 	for _, target := range []string{"/Greeter", "/Greeter/greet/extra", "/Greeter/greet/send/x", "/a//b",
-		"/restate/invocation/x", "/restate/invocation/a/b/c/d/e", "/restate/invocation/inv_x/cancel",
+		"/restate/invocation/x", "/restate/invocation/a/b/c/d/e", "/restate/invocation/a/b/c/cancel",
 		"/a/b/c/d/e/f/g/h"} {
 		decodeError(t, do(h, "POST", target, ""), 400, "ingress")
 	}

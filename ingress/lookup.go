@@ -27,8 +27,9 @@ func parseInvocationID(s string) (invocation.ID, error) {
 }
 
 // lookup serves GET /restate/invocation/.../attach and .../output, and
-// /restate/workflow/{workflow}/{id}/attach and .../output.
-func (h *Handler) lookup(w http.ResponseWriter, r *http.Request, rt route) int {
+// /restate/workflow/{workflow}/{id}/attach and .../output, for a caller
+// holding grant (nil: authentication is off).
+func (h *Handler) lookup(w http.ResponseWriter, r *http.Request, rt route, grant *Grant) int {
 	start := time.Now()
 	var id invocation.ID
 	switch {
@@ -46,14 +47,17 @@ func (h *Handler) lookup(w http.ResponseWriter, r *http.Request, rt route) int {
 			id = invocation.Idempotent(rt.service, rt.handler, rt.key)
 		}
 	default:
-		var err error
-		if id, err = parseInvocationID(rt.id); err != nil {
-			return h.writeError(w, errBadRequest("malformed invocation id "+quotePath(rt.id)+
-				": expected lowercase inv_ and 39 base32 characters (any case) spelled as raftgate prints them"+
-				" (the last character carries spare bits and has one valid spelling); copy it from x-restate-id"))
+		var e *apiError
+		if id, e = h.parsePathID(rt.id); e != nil {
+			return h.writeError(w, e)
 		}
 	}
 	part := invocation.PartitionFor(id.PartitionKey(), h.cfg.Partitions)
+	if rt.id != "" { // by id: the path does not name the service
+		if status, ok := h.authorizeInvocation(w, r, grant, part, id); !ok {
+			return status
+		}
+	}
 	if rt.kind == routeAttach {
 		timeout, e := clientTimeout(r)
 		if e != nil {
@@ -68,6 +72,47 @@ func (h *Handler) lookup(w http.ResponseWriter, r *http.Request, rt route) int {
 		return h.lookupFailed(w, ctx, r.Context(), err, part, id)
 	}
 	return h.writeResult(w, id, "", res)
+}
+
+// parsePathID parses the invocation id of an /restate/invocation/{id}/…
+// path.
+func (h *Handler) parsePathID(text string) (invocation.ID, *apiError) {
+	id, err := parseInvocationID(text)
+	if err != nil {
+		return id, errBadRequest("malformed invocation id " + quotePath(text) +
+			": expected lowercase inv_ and 39 base32 characters (any case) spelled as raftgate prints them" +
+			" (the last character carries spare bits and has one valid spelling); copy it from x-restate-id")
+	}
+	return id, nil
+}
+
+// cancel serves PATCH /restate/invocation/{id}/cancel: it completes the
+// invocation with a cancelled result unless it completed already, and
+// answers 202 {"invocationId"} once that is applied.
+func (h *Handler) cancel(w http.ResponseWriter, r *http.Request, rt route, grant *Grant) int {
+	ctl, ok := h.cfg.Dispatcher.(InvocationControl)
+	if !ok {
+		return h.writeError(w, errNotFound("this ingress cannot cancel invocations: use the admin API (DELETE /invocations/{id})"))
+	}
+	id, e := h.parsePathID(rt.id)
+	if e != nil {
+		return h.writeError(w, e)
+	}
+	part := invocation.PartitionFor(id.PartitionKey(), h.cfg.Partitions)
+	if status, ok := h.authorizeInvocation(w, r, grant, part, id); !ok {
+		return status
+	}
+	ctx, cancel := context.WithTimeoutCause(r.Context(), h.cfg.RequestTimeout, errAppendDeadline)
+	defer cancel()
+	if err := ctl.Cancel(ctx, part, id[:]); err != nil {
+		return h.lookupFailed(w, ctx, r.Context(), err, part, id)
+	}
+	hdr := w.Header()
+	hdr.Set(headerContentType, "application/json")
+	hdr.Set(headerInvocationID, id.String())
+	w.WriteHeader(http.StatusAccepted)
+	_, _ = w.Write([]byte(`{"invocationId":"` + id.String() + `"}`))
+	return http.StatusAccepted
 }
 
 // waitResult attaches to invocation id until its result exists, the wait

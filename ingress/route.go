@@ -14,6 +14,7 @@ const (
 	routeSend
 	routeAttach
 	routeOutput
+	routeCancel
 	routeHealth
 )
 
@@ -28,6 +29,8 @@ func (k routeKind) label() string {
 		return "attach"
 	case routeOutput:
 		return "output"
+	case routeCancel:
+		return "cancel"
 	case routeHealth:
 		return "health"
 	default:
@@ -80,7 +83,7 @@ func (r route) resolve(svc string, keyed bool) (route, *apiError) {
 // Path errors. Messages say what the ingress expects.
 const (
 	msgBadServicePath    = "bad path: expected POST /{service}/{handler} (call), POST /{service}/{handler}/send (send), or for a virtual object or workflow POST /{name}/{key}/{handler} and .../send"
-	msgBadInvocationPath = "bad path: expected GET /restate/invocation/{invocationId}/attach, /restate/invocation/{invocationId}/output, /restate/invocation/{service}/{handler}/{idempotencyKey}/attach or /output, or /restate/invocation/{object}/{key}/{handler}/{idempotencyKey}/attach or /output"
+	msgBadInvocationPath = "bad path: expected GET /restate/invocation/{invocationId}/attach, /restate/invocation/{invocationId}/output, /restate/invocation/{service}/{handler}/{idempotencyKey}/attach or /output, or /restate/invocation/{object}/{key}/{handler}/{idempotencyKey}/attach or /output, or PATCH /restate/invocation/{invocationId}/cancel"
 	msgBadWorkflowPath   = "bad path: expected GET /restate/workflow/{workflow}/{id}/attach or /restate/workflow/{workflow}/{id}/output"
 )
 
@@ -188,6 +191,11 @@ func parseInvocationPath(seg []string) (route, *apiError) {
 		r.kind = routeAttach
 	case "output":
 		r.kind = routeOutput
+	case "cancel":
+		if r.id == "" {
+			return route{}, errBadRequest(msgBadInvocationPath)
+		}
+		r.kind = routeCancel
 	default:
 		return route{}, errBadRequest(msgBadInvocationPath)
 	}

@@ -17,5 +17,7 @@
 // touches keys near the queue's ends rather than random pages.
 //
 // Policy holds the retry rules (exponential backoff with jitter, Retry-After,
-// attempt limit) and Classify maps a service's HTTP status to an outcome.
+// attempt limit, attempt timeout); Policy.For lays a service's registered
+// rpc.RetryPolicy over the cluster's defaults. Classify maps a service's
+// HTTP status to an outcome.
 package outbox

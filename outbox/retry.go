@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/raftgate/raftgate/rpc"
 )
 
 // Outcome is what an answer of a service means for its invocation.
@@ -58,11 +60,47 @@ type Policy struct {
 	// MaxRetryAfter caps how long a service's Retry-After may postpone the
 	// next attempt.
 	MaxRetryAfter time.Duration
+	// AttemptTimeout bounds one delivery attempt; when it passes the
+	// attempt failed (retried).
+	AttemptTimeout time.Duration
 }
 
-// DefaultPolicy returns production retry settings.
+// DefaultPolicy returns production retry settings (docs/api.md states
+// them).
 func DefaultPolicy() Policy {
-	return Policy{MaxAttempts: 10, BackoffBase: 100 * time.Millisecond, BackoffMax: 30 * time.Second, MaxRetryAfter: 5 * time.Minute}
+	return Policy{MaxAttempts: 10, BackoffBase: 100 * time.Millisecond, BackoffMax: 30 * time.Second,
+		MaxRetryAfter: 5 * time.Minute, AttemptTimeout: 30 * time.Second}
+}
+
+// For returns the policy of a service registered with r: each field r sets
+// replaces p's (the cluster's defaults). A nil r is p. Backoffs that the
+// override makes inconsistent (a base above the max) are clamped, so a
+// service registered against other defaults still gets a valid policy.
+func (p Policy) For(r *rpc.RetryPolicy) Policy {
+	if n := r.GetMaxAttempts(); n > 0 {
+		p.MaxAttempts = n
+	}
+	if ms := r.GetInitialBackoffMs(); ms > 0 {
+		p.BackoffBase = time.Duration(ms) * time.Millisecond
+	}
+	if ms := r.GetMaxBackoffMs(); ms > 0 {
+		p.BackoffMax = time.Duration(ms) * time.Millisecond
+	}
+	if ms := r.GetAttemptTimeoutMs(); ms > 0 {
+		p.AttemptTimeout = time.Duration(ms) * time.Millisecond
+	}
+	p.BackoffMax = max(p.BackoffMax, p.BackoffBase)
+	return p
+}
+
+// Proto is p in registration form, every field set.
+func (p Policy) Proto() *rpc.RetryPolicy {
+	return &rpc.RetryPolicy{
+		MaxAttempts:      p.MaxAttempts,
+		InitialBackoffMs: p.BackoffBase.Milliseconds(),
+		MaxBackoffMs:     p.BackoffMax.Milliseconds(),
+		AttemptTimeoutMs: p.AttemptTimeout.Milliseconds(),
+	}
 }
 
 // Validate names the first bad field.
@@ -76,6 +114,8 @@ func (p Policy) Validate() error {
 		return errors.New("outbox: BackoffMax must be >= BackoffBase")
 	case p.MaxRetryAfter < 0:
 		return errors.New("outbox: MaxRetryAfter must be >= 0")
+	case p.AttemptTimeout <= 0:
+		return errors.New("outbox: AttemptTimeout must be > 0")
 	}
 	return nil
 }

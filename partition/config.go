@@ -44,15 +44,16 @@ type ServiceLookup interface {
 
 // InvokerConfig configures how the leader runs invocations.
 type InvokerConfig struct {
-	// Retry is the retry rule for failed deliveries.
+	// Retry is the cluster's default retry rule for failed deliveries,
+	// attempt timeout included; a service's registration may override its
+	// fields (rpc.Service.Retry, applied with outbox.Policy.For at each
+	// delivery).
 	Retry outbox.Policy
 	// Concurrency bounds deliveries in flight per partition.
 	Concurrency int
 	// ServiceConcurrency bounds deliveries in flight per service within
 	// the partition.
 	ServiceConcurrency int
-	// HTTPTimeout bounds one delivery attempt.
-	HTTPTimeout time.Duration
 	// MaxResultBytes bounds a service's answer body; a longer one is a
 	// terminal failure.
 	MaxResultBytes int64
@@ -125,7 +126,6 @@ func DefaultConfig() Config {
 			Retry:              outbox.DefaultPolicy(),
 			Concurrency:        256,
 			ServiceConcurrency: 128,
-			HTTPTimeout:        30 * time.Second,
 			MaxResultBytes:     10 << 20,
 			ScanLimit:          8192,
 			IdleRecheck:        time.Second,
@@ -152,8 +152,6 @@ func (c Config) Validate() error {
 		return errors.New("partition: Invoker.Concurrency must be >= 1")
 	case c.Invoker.ServiceConcurrency < 1:
 		return errors.New("partition: Invoker.ServiceConcurrency must be >= 1")
-	case c.Invoker.HTTPTimeout <= 0:
-		return errors.New("partition: Invoker.HTTPTimeout must be > 0")
 	case c.Invoker.MaxResultBytes <= 0:
 		return errors.New("partition: Invoker.MaxResultBytes must be > 0")
 	case c.Invoker.ScanLimit < 1:

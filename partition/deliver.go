@@ -36,17 +36,17 @@ const (
 	headerKey            = "x-raftgate-key"
 )
 
-// call makes one HTTP attempt of inv.
-func (iv *invoker) call(ctx context.Context, inv *rpc.Invoke, attempt uint32) attemptOutcome {
-	svc, err := iv.p.cfg.Services.Lookup(inv.Service)
+// call makes one HTTP attempt of inv at service svc, as the registry
+// lookup found it (lookupErr), bounded by timeout.
+func (iv *invoker) call(ctx context.Context, inv *rpc.Invoke, attempt uint32, svc *rpc.Service, lookupErr error, timeout time.Duration) attemptOutcome {
 	switch {
-	case errors.Is(err, rpc.ErrNotFound):
+	case errors.Is(lookupErr, rpc.ErrNotFound):
 		// The invocation was accepted while the service was registered
 		// (the ingress checks that, caught up): it was removed since.
 		// Retrying cannot help.
 		return terminalOutcome(http.StatusNotFound, fmt.Sprintf("service %q was removed: it is not registered any more", inv.Service))
-	case err != nil:
-		return retryOutcome(http.StatusServiceUnavailable, fmt.Sprintf("cannot check that service %q is registered: %v", inv.Service, err))
+	case lookupErr != nil:
+		return retryOutcome(http.StatusServiceUnavailable, fmt.Sprintf("cannot check that service %q is registered: %v", inv.Service, lookupErr))
 	}
 	if len(svc.Handlers) > 0 && !slices.Contains(svc.Handlers, inv.Handler) {
 		return terminalOutcome(http.StatusNotFound, fmt.Sprintf("handler %q of service %q is not registered", inv.Handler, inv.Service))
@@ -64,7 +64,7 @@ func (iv *invoker) call(ctx context.Context, inv *rpc.Invoke, attempt uint32) at
 		return terminalOutcome(http.StatusBadGateway, fmt.Sprintf("bad service url %q: %v", svc.Url, err))
 	}
 	target := base.JoinPath(url.PathEscape(inv.Service), url.PathEscape(inv.Handler)).String()
-	cctx, cancel := context.WithTimeout(ctx, iv.cfg.HTTPTimeout)
+	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(cctx, http.MethodPost, target, bytes.NewReader(inv.Body))
 	if err != nil {
@@ -88,7 +88,7 @@ func (iv *invoker) call(ctx context.Context, inv *rpc.Invoke, attempt uint32) at
 	resp, err := iv.p.client.Do(req)
 	if err != nil {
 		if errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
-			return retryOutcome(http.StatusGatewayTimeout, fmt.Sprintf("no answer within %v", iv.cfg.HTTPTimeout))
+			return retryOutcome(http.StatusGatewayTimeout, fmt.Sprintf("no answer within %v", timeout))
 		}
 		return retryOutcome(http.StatusBadGateway, fmt.Sprintf("calling service: %v", err))
 	}

@@ -109,7 +109,7 @@ func testConfig(t *testing.T) Config {
 	cfg.Services = staticServices{}
 	cfg.Invoker.IdleRecheck = 5 * time.Millisecond
 	cfg.Invoker.Retry = outbox.Policy{MaxAttempts: 5, BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond, MaxRetryAfter: time.Second}
-	cfg.Invoker.HTTPTimeout = 5 * time.Second
+	cfg.Invoker.Retry.AttemptTimeout = 5 * time.Second
 	cfg.Knobs = &Knobs{JitterSeed: 1}
 	if testing.Verbose() {
 		cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel)

@@ -249,7 +249,12 @@ func (iv *invoker) deliver(ctx context.Context, rec *rpc.InvocationRecord) {
 	if k := iv.p.cfg.Knobs; k != nil && k.BeforeOutboxSend != nil {
 		k.BeforeOutboxSend(id, attempt)
 	}
-	out := iv.call(ctx, inv, attempt)
+	// The retry policy in force is the one replicated with the service's
+	// registration as this delivery starts: a changed policy applies from
+	// the next delivery on, on whichever node leads.
+	svc, lookupErr := iv.p.cfg.Services.Lookup(inv.Service)
+	policy := iv.cfg.Retry.For(svc.GetRetry())
+	out := iv.call(ctx, inv, attempt, svc, lookupErr, policy.AttemptTimeout)
 
 	iv.mu.Lock()
 	delete(iv.delivering, string(id))
@@ -277,7 +282,7 @@ func (iv *invoker) deliver(ctx context.Context, rec *rpc.InvocationRecord) {
 	case out.outcome == outbox.Success || out.outcome == outbox.Terminal:
 		out.result.Attempts = attempt
 		cmd = completeCmd(&rpc.Complete{InvocationId: id, Result: out.result, ProposedAtUnixMs: now.UnixMilli()})
-	case iv.cfg.Retry.Exhausted(attempt):
+	case policy.Exhausted(attempt):
 		res := out.result
 		res.Failed = true
 		res.Attempts = attempt
@@ -285,7 +290,7 @@ func (iv *invoker) deliver(ctx context.Context, rec *rpc.InvocationRecord) {
 		cmd = completeCmd(&rpc.Complete{InvocationId: id, Result: res, ProposedAtUnixMs: now.UnixMilli()})
 	default:
 		iv.rndMu.Lock()
-		delay := iv.cfg.Retry.Delay(attempt, out.retryAfter, iv.rnd)
+		delay := policy.Delay(attempt, out.retryAfter, iv.rnd)
 		iv.rndMu.Unlock()
 		cmd = attemptFailedCmd(&rpc.AttemptFailed{
 			InvocationId:     id,

@@ -67,7 +67,7 @@ func TestTerminalFailuresRaftgateProduces(t *testing.T) {
 			"big":        {Name: "big", Url: big.srv.URL},
 			"restricted": {Name: "restricted", Url: big.srv.URL, Handlers: []string{"other"}},
 		}
-		cfg.Invoker.HTTPTimeout = 50 * time.Millisecond
+		cfg.Invoker.Retry.AttemptTimeout = 50 * time.Millisecond
 		cfg.Invoker.Retry.MaxAttempts = 2
 		cfg.Invoker.MaxResultBytes = 1024
 	})

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/raftgate/raftgate/outbox"
+	bolt "go.etcd.io/bbolt"
 )
 
 // metrics are one processor's Prometheus collectors, labelled with its
@@ -40,6 +41,10 @@ func newMetrics(reg prometheus.Registerer, partition uint32, p *Processor) (*met
 			Name: "raftgate_partition_outbox_depth", Help: "Deliveries queued in the outbox.", ConstLabels: labels,
 		}, func() float64 { return float64(p.OutboxDepth()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "raftgate_partition_outbox_oldest_age_seconds",
+			Help: "How long the most overdue delivery in the outbox has been due (0: none is due). Every replica holds the same outbox.", ConstLabels: labels,
+		}, p.outboxOldestAge),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "raftgate_partition_pending_requests", Help: "Requests waiting for their entry to apply.", ConstLabels: labels,
 		}, func() float64 { return float64(p.tracker.Len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -67,3 +72,25 @@ func (m *metrics) applied(fx *effects) {
 func (m *metrics) proposed(n int) { m.batchSize.Observe(float64(n)) }
 
 func (m *metrics) delivered(o outbox.Outcome) { m.deliveries.WithLabelValues(o.String()).Inc() }
+
+// outboxOldestAge is the age, in seconds, of the most overdue outbox
+// entry: now minus the earliest due time, 0 when nothing is due or the
+// processor has not started. Read at scrape time (one read transaction).
+func (p *Processor) outboxOldestAge() float64 {
+	select {
+	case <-p.started:
+	default:
+		return 0
+	}
+	var due int64
+	err := p.log.View(func(b *bolt.Bucket) error {
+		return outbox.Scan(b, func(e outbox.Entry) bool {
+			due = e.Due
+			return false // the queue is ordered by due time: the first is the oldest
+		})
+	})
+	if err != nil || due == 0 {
+		return 0
+	}
+	return max(0, float64(p.now().UnixMilli()-due)/1000)
+}

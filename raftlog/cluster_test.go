@@ -363,7 +363,7 @@ func TestFailedCommitStopsAllWrites(t *testing.T) {
 		t.Fatalf("node %d committed %d more batches after a failed commit", victim, n)
 	}
 	if n := testCounter(c.nodes[victim].metrics.writeFailures); n != 1 {
-		t.Fatalf("raftlog_write_failures_total = %v, want 1", n)
+		t.Fatalf("raftgate_raft_write_failures_total = %v, want 1", n)
 	}
 	waitFor(t, 5*time.Second, "the failed node's groups to announce they lead nothing", func() bool {
 		_, ok1 := stoppedLeading.Load(GroupID(1))

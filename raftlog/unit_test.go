@@ -294,7 +294,7 @@ func TestManualTicksDriveElections(t *testing.T) {
 	for _, mf := range mfs {
 		found[mf.GetName()] = true
 	}
-	for _, name := range []string{"raftlog_applied_entries_total", "raftlog_write_commit_seconds", "raftlog_applied_index", "raftlog_leader_changes_total"} {
+	for _, name := range []string{"raftgate_raft_applied_entries_total", "raftgate_raft_write_commit_seconds", "raftgate_raft_applied_index", "raftgate_raft_leader_changes_all_groups_total"} {
 		if !found[name] {
 			t.Errorf("metric %s not registered", name)
 		}

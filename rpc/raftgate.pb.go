@@ -139,7 +139,7 @@ func (x InvocationRecord_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InvocationRecord_State.Descriptor instead.
 func (InvocationRecord_State) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{18, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{19, 0}
 }
 
 type DispatchError_Code int32
@@ -204,7 +204,7 @@ func (x DispatchError_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DispatchError_Code.Descriptor instead.
 func (DispatchError_Code) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{32, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{33, 0}
 }
 
 type RaftBatch struct {
@@ -1385,7 +1385,10 @@ type Service struct {
 	Kind            Service_Kind `protobuf:"varint,5,opt,name=kind,proto3,enum=raftgate.v1.Service_Kind" json:"kind,omitempty"`
 	// Handlers of an object that run alongside the exclusive ones and never
 	// wait for the key. Every handler of a workflow but run is shared.
-	Shared        []string `protobuf:"bytes,6,rep,name=shared,proto3" json:"shared,omitempty"`
+	Shared []string `protobuf:"bytes,6,rep,name=shared,proto3" json:"shared,omitempty"`
+	// How failed deliveries of this service are retried; unset fields take
+	// the cluster's defaults (server flags --retry-*).
+	Retry         *RetryPolicy `protobuf:"bytes,7,opt,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1462,6 +1465,87 @@ func (x *Service) GetShared() []string {
 	return nil
 }
 
+func (x *Service) GetRetry() *RetryPolicy {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
+// Retry rule of a service's deliveries. A zero field means "the cluster's
+// default".
+type RetryPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Deliveries tried before a transient failure becomes terminal.
+	MaxAttempts uint32 `protobuf:"varint,1,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// Delay after the first failed attempt; it doubles with every further
+	// one up to max_backoff_ms (with jitter).
+	InitialBackoffMs int64 `protobuf:"varint,2,opt,name=initial_backoff_ms,json=initialBackoffMs,proto3" json:"initial_backoff_ms,omitempty"`
+	MaxBackoffMs     int64 `protobuf:"varint,3,opt,name=max_backoff_ms,json=maxBackoffMs,proto3" json:"max_backoff_ms,omitempty"`
+	// Bound of one delivery attempt (the HTTP call to the service).
+	AttemptTimeoutMs int64 `protobuf:"varint,4,opt,name=attempt_timeout_ms,json=attemptTimeoutMs,proto3" json:"attempt_timeout_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *RetryPolicy) Reset() {
+	*x = RetryPolicy{}
+	mi := &file_raftgate_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryPolicy) ProtoMessage() {}
+
+func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
+func (*RetryPolicy) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RetryPolicy) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetInitialBackoffMs() int64 {
+	if x != nil {
+		return x.InitialBackoffMs
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetMaxBackoffMs() int64 {
+	if x != nil {
+		return x.MaxBackoffMs
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetAttemptTimeoutMs() int64 {
+	if x != nil {
+		return x.AttemptTimeoutMs
+	}
+	return 0
+}
+
 type PutService struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Service *Service               `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
@@ -1473,7 +1557,7 @@ type PutService struct {
 
 func (x *PutService) Reset() {
 	*x = PutService{}
-	mi := &file_raftgate_proto_msgTypes[16]
+	mi := &file_raftgate_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1485,7 +1569,7 @@ func (x *PutService) String() string {
 func (*PutService) ProtoMessage() {}
 
 func (x *PutService) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[16]
+	mi := &file_raftgate_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1498,7 +1582,7 @@ func (x *PutService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutService.ProtoReflect.Descriptor instead.
 func (*PutService) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{16}
+	return file_raftgate_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PutService) GetService() *Service {
@@ -1526,7 +1610,7 @@ type DeleteService struct {
 
 func (x *DeleteService) Reset() {
 	*x = DeleteService{}
-	mi := &file_raftgate_proto_msgTypes[17]
+	mi := &file_raftgate_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1622,7 @@ func (x *DeleteService) String() string {
 func (*DeleteService) ProtoMessage() {}
 
 func (x *DeleteService) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[17]
+	mi := &file_raftgate_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1635,7 @@ func (x *DeleteService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteService.ProtoReflect.Descriptor instead.
 func (*DeleteService) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{17}
+	return file_raftgate_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeleteService) GetName() string {
@@ -1590,7 +1674,7 @@ type InvocationRecord struct {
 
 func (x *InvocationRecord) Reset() {
 	*x = InvocationRecord{}
-	mi := &file_raftgate_proto_msgTypes[18]
+	mi := &file_raftgate_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1602,7 +1686,7 @@ func (x *InvocationRecord) String() string {
 func (*InvocationRecord) ProtoMessage() {}
 
 func (x *InvocationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[18]
+	mi := &file_raftgate_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1615,7 +1699,7 @@ func (x *InvocationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationRecord.ProtoReflect.Descriptor instead.
 func (*InvocationRecord) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{18}
+	return file_raftgate_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *InvocationRecord) GetInvoke() *Invoke {
@@ -1704,7 +1788,7 @@ type KeyState struct {
 
 func (x *KeyState) Reset() {
 	*x = KeyState{}
-	mi := &file_raftgate_proto_msgTypes[19]
+	mi := &file_raftgate_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1716,7 +1800,7 @@ func (x *KeyState) String() string {
 func (*KeyState) ProtoMessage() {}
 
 func (x *KeyState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[19]
+	mi := &file_raftgate_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1729,7 +1813,7 @@ func (x *KeyState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyState.ProtoReflect.Descriptor instead.
 func (*KeyState) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{19}
+	return file_raftgate_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *KeyState) GetRunning() []byte {
@@ -1783,7 +1867,7 @@ type DispatchRequest struct {
 
 func (x *DispatchRequest) Reset() {
 	*x = DispatchRequest{}
-	mi := &file_raftgate_proto_msgTypes[20]
+	mi := &file_raftgate_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +1879,7 @@ func (x *DispatchRequest) String() string {
 func (*DispatchRequest) ProtoMessage() {}
 
 func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[20]
+	mi := &file_raftgate_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +1892,7 @@ func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchRequest.ProtoReflect.Descriptor instead.
 func (*DispatchRequest) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{20}
+	return file_raftgate_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DispatchRequest) GetCorrelationId() uint64 {
@@ -1988,7 +2072,7 @@ type DispatchResponse struct {
 
 func (x *DispatchResponse) Reset() {
 	*x = DispatchResponse{}
-	mi := &file_raftgate_proto_msgTypes[21]
+	mi := &file_raftgate_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2000,7 +2084,7 @@ func (x *DispatchResponse) String() string {
 func (*DispatchResponse) ProtoMessage() {}
 
 func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[21]
+	mi := &file_raftgate_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2013,7 +2097,7 @@ func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchResponse.ProtoReflect.Descriptor instead.
 func (*DispatchResponse) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{21}
+	return file_raftgate_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DispatchResponse) GetCorrelationId() uint64 {
@@ -2133,7 +2217,7 @@ type AppendInvocation struct {
 
 func (x *AppendInvocation) Reset() {
 	*x = AppendInvocation{}
-	mi := &file_raftgate_proto_msgTypes[22]
+	mi := &file_raftgate_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2145,7 +2229,7 @@ func (x *AppendInvocation) String() string {
 func (*AppendInvocation) ProtoMessage() {}
 
 func (x *AppendInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[22]
+	mi := &file_raftgate_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2158,7 +2242,7 @@ func (x *AppendInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendInvocation.ProtoReflect.Descriptor instead.
 func (*AppendInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{22}
+	return file_raftgate_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AppendInvocation) GetInvoke() *Invoke {
@@ -2181,7 +2265,7 @@ type Appended struct {
 
 func (x *Appended) Reset() {
 	*x = Appended{}
-	mi := &file_raftgate_proto_msgTypes[23]
+	mi := &file_raftgate_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2193,7 +2277,7 @@ func (x *Appended) String() string {
 func (*Appended) ProtoMessage() {}
 
 func (x *Appended) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[23]
+	mi := &file_raftgate_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2206,7 +2290,7 @@ func (x *Appended) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Appended.ProtoReflect.Descriptor instead.
 func (*Appended) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{23}
+	return file_raftgate_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Appended) GetInvocationId() []byte {
@@ -2246,7 +2330,7 @@ type GetOutput struct {
 
 func (x *GetOutput) Reset() {
 	*x = GetOutput{}
-	mi := &file_raftgate_proto_msgTypes[24]
+	mi := &file_raftgate_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2258,7 +2342,7 @@ func (x *GetOutput) String() string {
 func (*GetOutput) ProtoMessage() {}
 
 func (x *GetOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[24]
+	mi := &file_raftgate_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2271,7 +2355,7 @@ func (x *GetOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOutput.ProtoReflect.Descriptor instead.
 func (*GetOutput) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{24}
+	return file_raftgate_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetOutput) GetInvocationId() []byte {
@@ -2290,7 +2374,7 @@ type AttachInvocation struct {
 
 func (x *AttachInvocation) Reset() {
 	*x = AttachInvocation{}
-	mi := &file_raftgate_proto_msgTypes[25]
+	mi := &file_raftgate_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2302,7 +2386,7 @@ func (x *AttachInvocation) String() string {
 func (*AttachInvocation) ProtoMessage() {}
 
 func (x *AttachInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[25]
+	mi := &file_raftgate_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2315,7 +2399,7 @@ func (x *AttachInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachInvocation.ProtoReflect.Descriptor instead.
 func (*AttachInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{25}
+	return file_raftgate_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AttachInvocation) GetInvocationId() []byte {
@@ -2337,7 +2421,7 @@ type InvocationResult struct {
 
 func (x *InvocationResult) Reset() {
 	*x = InvocationResult{}
-	mi := &file_raftgate_proto_msgTypes[26]
+	mi := &file_raftgate_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2349,7 +2433,7 @@ func (x *InvocationResult) String() string {
 func (*InvocationResult) ProtoMessage() {}
 
 func (x *InvocationResult) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[26]
+	mi := &file_raftgate_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2362,7 +2446,7 @@ func (x *InvocationResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationResult.ProtoReflect.Descriptor instead.
 func (*InvocationResult) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{26}
+	return file_raftgate_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *InvocationResult) GetInvocationId() []byte {
@@ -2402,7 +2486,7 @@ type GetStatus struct {
 
 func (x *GetStatus) Reset() {
 	*x = GetStatus{}
-	mi := &file_raftgate_proto_msgTypes[27]
+	mi := &file_raftgate_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2414,7 +2498,7 @@ func (x *GetStatus) String() string {
 func (*GetStatus) ProtoMessage() {}
 
 func (x *GetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[27]
+	mi := &file_raftgate_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2427,7 +2511,7 @@ func (x *GetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatus.ProtoReflect.Descriptor instead.
 func (*GetStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{27}
+	return file_raftgate_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetStatus) GetInvocationId() []byte {
@@ -2446,7 +2530,7 @@ type InvocationStatus struct {
 
 func (x *InvocationStatus) Reset() {
 	*x = InvocationStatus{}
-	mi := &file_raftgate_proto_msgTypes[28]
+	mi := &file_raftgate_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2458,7 +2542,7 @@ func (x *InvocationStatus) String() string {
 func (*InvocationStatus) ProtoMessage() {}
 
 func (x *InvocationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[28]
+	mi := &file_raftgate_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2471,7 +2555,7 @@ func (x *InvocationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationStatus.ProtoReflect.Descriptor instead.
 func (*InvocationStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{28}
+	return file_raftgate_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *InvocationStatus) GetRecord() *InvocationRecord {
@@ -2490,7 +2574,7 @@ type CancelInvocation struct {
 
 func (x *CancelInvocation) Reset() {
 	*x = CancelInvocation{}
-	mi := &file_raftgate_proto_msgTypes[29]
+	mi := &file_raftgate_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2502,7 +2586,7 @@ func (x *CancelInvocation) String() string {
 func (*CancelInvocation) ProtoMessage() {}
 
 func (x *CancelInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[29]
+	mi := &file_raftgate_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2515,7 +2599,7 @@ func (x *CancelInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelInvocation.ProtoReflect.Descriptor instead.
 func (*CancelInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{29}
+	return file_raftgate_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CancelInvocation) GetInvocationId() []byte {
@@ -2533,7 +2617,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_raftgate_proto_msgTypes[30]
+	mi := &file_raftgate_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2545,7 +2629,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[30]
+	mi := &file_raftgate_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2558,7 +2642,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{30}
+	return file_raftgate_proto_rawDescGZIP(), []int{31}
 }
 
 // GetKeyStatus asks for the running invocation and queue length of one key
@@ -2573,7 +2657,7 @@ type GetKeyStatus struct {
 
 func (x *GetKeyStatus) Reset() {
 	*x = GetKeyStatus{}
-	mi := &file_raftgate_proto_msgTypes[31]
+	mi := &file_raftgate_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2585,7 +2669,7 @@ func (x *GetKeyStatus) String() string {
 func (*GetKeyStatus) ProtoMessage() {}
 
 func (x *GetKeyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[31]
+	mi := &file_raftgate_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2598,7 +2682,7 @@ func (x *GetKeyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyStatus.ProtoReflect.Descriptor instead.
 func (*GetKeyStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{31}
+	return file_raftgate_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetKeyStatus) GetService() string {
@@ -2627,7 +2711,7 @@ type DispatchError struct {
 
 func (x *DispatchError) Reset() {
 	*x = DispatchError{}
-	mi := &file_raftgate_proto_msgTypes[32]
+	mi := &file_raftgate_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2639,7 +2723,7 @@ func (x *DispatchError) String() string {
 func (*DispatchError) ProtoMessage() {}
 
 func (x *DispatchError) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[32]
+	mi := &file_raftgate_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2652,7 +2736,7 @@ func (x *DispatchError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchError.ProtoReflect.Descriptor instead.
 func (*DispatchError) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{32}
+	return file_raftgate_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DispatchError) GetCode() DispatchError_Code {
@@ -2771,19 +2855,25 @@ const file_raftgate_proto_rawDesc = "" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12'\n" +
 	"\x10retry_at_unix_ms\x18\x04 \x01(\x03R\rretryAtUnixMs\x12-\n" +
-	"\x13proposed_at_unix_ms\x18\x05 \x01(\x03R\x10proposedAtUnixMs\"\xee\x01\n" +
+	"\x13proposed_at_unix_ms\x18\x05 \x01(\x03R\x10proposedAtUnixMs\"\x9e\x02\n" +
 	"\aService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1a\n" +
 	"\bhandlers\x18\x03 \x03(\tR\bhandlers\x12+\n" +
 	"\x12updated_at_unix_ms\x18\x04 \x01(\x03R\x0fupdatedAtUnixMs\x12-\n" +
 	"\x04kind\x18\x05 \x01(\x0e2\x19.raftgate.v1.Service.KindR\x04kind\x12\x16\n" +
-	"\x06shared\x18\x06 \x03(\tR\x06shared\"-\n" +
+	"\x06shared\x18\x06 \x03(\tR\x06shared\x12.\n" +
+	"\x05retry\x18\a \x01(\v2\x18.raftgate.v1.RetryPolicyR\x05retry\"-\n" +
 	"\x04Kind\x12\v\n" +
 	"\aSERVICE\x10\x00\x12\n" +
 	"\n" +
 	"\x06OBJECT\x10\x01\x12\f\n" +
-	"\bWORKFLOW\x10\x02\"[\n" +
+	"\bWORKFLOW\x10\x02\"\xb2\x01\n" +
+	"\vRetryPolicy\x12!\n" +
+	"\fmax_attempts\x18\x01 \x01(\rR\vmaxAttempts\x12,\n" +
+	"\x12initial_backoff_ms\x18\x02 \x01(\x03R\x10initialBackoffMs\x12$\n" +
+	"\x0emax_backoff_ms\x18\x03 \x01(\x03R\fmaxBackoffMs\x12,\n" +
+	"\x12attempt_timeout_ms\x18\x04 \x01(\x03R\x10attemptTimeoutMs\"[\n" +
 	"\n" +
 	"PutService\x12.\n" +
 	"\aservice\x18\x01 \x01(\v2\x14.raftgate.v1.ServiceR\aservice\x12\x1d\n" +
@@ -2907,7 +2997,7 @@ func file_raftgate_proto_rawDescGZIP() []byte {
 }
 
 var file_raftgate_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_raftgate_proto_goTypes = []any{
 	(Service_Kind)(0),           // 0: raftgate.v1.Service.Kind
 	(InvocationRecord_State)(0), // 1: raftgate.v1.InvocationRecord.State
@@ -2928,23 +3018,24 @@ var file_raftgate_proto_goTypes = []any{
 	(*Admit)(nil),               // 16: raftgate.v1.Admit
 	(*AttemptFailed)(nil),       // 17: raftgate.v1.AttemptFailed
 	(*Service)(nil),             // 18: raftgate.v1.Service
-	(*PutService)(nil),          // 19: raftgate.v1.PutService
-	(*DeleteService)(nil),       // 20: raftgate.v1.DeleteService
-	(*InvocationRecord)(nil),    // 21: raftgate.v1.InvocationRecord
-	(*KeyState)(nil),            // 22: raftgate.v1.KeyState
-	(*DispatchRequest)(nil),     // 23: raftgate.v1.DispatchRequest
-	(*DispatchResponse)(nil),    // 24: raftgate.v1.DispatchResponse
-	(*AppendInvocation)(nil),    // 25: raftgate.v1.AppendInvocation
-	(*Appended)(nil),            // 26: raftgate.v1.Appended
-	(*GetOutput)(nil),           // 27: raftgate.v1.GetOutput
-	(*AttachInvocation)(nil),    // 28: raftgate.v1.AttachInvocation
-	(*InvocationResult)(nil),    // 29: raftgate.v1.InvocationResult
-	(*GetStatus)(nil),           // 30: raftgate.v1.GetStatus
-	(*InvocationStatus)(nil),    // 31: raftgate.v1.InvocationStatus
-	(*CancelInvocation)(nil),    // 32: raftgate.v1.CancelInvocation
-	(*Done)(nil),                // 33: raftgate.v1.Done
-	(*GetKeyStatus)(nil),        // 34: raftgate.v1.GetKeyStatus
-	(*DispatchError)(nil),       // 35: raftgate.v1.DispatchError
+	(*RetryPolicy)(nil),         // 19: raftgate.v1.RetryPolicy
+	(*PutService)(nil),          // 20: raftgate.v1.PutService
+	(*DeleteService)(nil),       // 21: raftgate.v1.DeleteService
+	(*InvocationRecord)(nil),    // 22: raftgate.v1.InvocationRecord
+	(*KeyState)(nil),            // 23: raftgate.v1.KeyState
+	(*DispatchRequest)(nil),     // 24: raftgate.v1.DispatchRequest
+	(*DispatchResponse)(nil),    // 25: raftgate.v1.DispatchResponse
+	(*AppendInvocation)(nil),    // 26: raftgate.v1.AppendInvocation
+	(*Appended)(nil),            // 27: raftgate.v1.Appended
+	(*GetOutput)(nil),           // 28: raftgate.v1.GetOutput
+	(*AttachInvocation)(nil),    // 29: raftgate.v1.AttachInvocation
+	(*InvocationResult)(nil),    // 30: raftgate.v1.InvocationResult
+	(*GetStatus)(nil),           // 31: raftgate.v1.GetStatus
+	(*InvocationStatus)(nil),    // 32: raftgate.v1.InvocationStatus
+	(*CancelInvocation)(nil),    // 33: raftgate.v1.CancelInvocation
+	(*Done)(nil),                // 34: raftgate.v1.Done
+	(*GetKeyStatus)(nil),        // 35: raftgate.v1.GetKeyStatus
+	(*DispatchError)(nil),       // 36: raftgate.v1.DispatchError
 }
 var file_raftgate_proto_depIdxs = []int32{
 	4,  // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
@@ -2955,44 +3046,45 @@ var file_raftgate_proto_depIdxs = []int32{
 	15, // 5: raftgate.v1.Command.purge:type_name -> raftgate.v1.Purge
 	17, // 6: raftgate.v1.Command.attempt_failed:type_name -> raftgate.v1.AttemptFailed
 	16, // 7: raftgate.v1.Command.admit:type_name -> raftgate.v1.Admit
-	19, // 8: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
-	20, // 9: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
+	20, // 8: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
+	21, // 9: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
 	10, // 10: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
 	12, // 11: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
 	0,  // 12: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
-	18, // 13: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
-	11, // 14: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
-	1,  // 15: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
-	12, // 16: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
-	25, // 17: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
-	27, // 18: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
-	28, // 19: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
-	30, // 20: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
-	32, // 21: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
-	19, // 22: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
-	20, // 23: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
-	34, // 24: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
-	26, // 25: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
-	29, // 26: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
-	31, // 27: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
-	33, // 28: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
-	22, // 29: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
-	35, // 30: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
-	11, // 31: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
-	12, // 32: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
-	21, // 33: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
-	2,  // 34: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
-	3,  // 35: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
-	6,  // 36: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
-	23, // 37: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
-	5,  // 38: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
-	7,  // 39: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
-	24, // 40: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
-	38, // [38:41] is the sub-list for method output_type
-	35, // [35:38] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	19, // 13: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
+	18, // 14: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
+	11, // 15: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
+	1,  // 16: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
+	12, // 17: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
+	26, // 18: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
+	28, // 19: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
+	29, // 20: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
+	31, // 21: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
+	33, // 22: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
+	20, // 23: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
+	21, // 24: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
+	35, // 25: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
+	27, // 26: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
+	30, // 27: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
+	32, // 28: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
+	34, // 29: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
+	23, // 30: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
+	36, // 31: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
+	11, // 32: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
+	12, // 33: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
+	22, // 34: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
+	2,  // 35: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
+	3,  // 36: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
+	6,  // 37: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
+	24, // 38: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
+	5,  // 39: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
+	7,  // 40: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
+	25, // 41: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
+	39, // [39:42] is the sub-list for method output_type
+	36, // [36:39] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_raftgate_proto_init() }
@@ -3010,7 +3102,7 @@ func file_raftgate_proto_init() {
 		(*Command_PutService)(nil),
 		(*Command_DeleteService)(nil),
 	}
-	file_raftgate_proto_msgTypes[20].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[21].OneofWrappers = []any{
 		(*DispatchRequest_Append)(nil),
 		(*DispatchRequest_Output)(nil),
 		(*DispatchRequest_Attach)(nil),
@@ -3020,7 +3112,7 @@ func file_raftgate_proto_init() {
 		(*DispatchRequest_DeleteService)(nil),
 		(*DispatchRequest_KeyStatus)(nil),
 	}
-	file_raftgate_proto_msgTypes[21].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[22].OneofWrappers = []any{
 		(*DispatchResponse_Appended)(nil),
 		(*DispatchResponse_Result)(nil),
 		(*DispatchResponse_Status)(nil),
@@ -3034,7 +3126,7 @@ func file_raftgate_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftgate_proto_rawDesc), len(file_raftgate_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -224,6 +224,12 @@ func TestServicesCommands(t *testing.T) {
 	if s, ok := reg.Lookup("Greeter"); !ok || s.Url != "http://127.0.0.1:9080" || len(s.Handlers) != 2 {
 		t.Fatalf("registry has %v", s)
 	}
+	res = runCLI(t, "", "services", "add", "Flaky", "http://127.0.0.1:9081", "--max-attempts", "3", "--initial-backoff", "1s", "--admin", url)
+	if s, ok := reg.Lookup("Flaky"); res.code != 0 || !ok || s.GetRetry().GetMaxAttempts() != 3 || s.GetRetry().GetInitialBackoffMs() != 1000 ||
+		s.GetRetry().GetMaxBackoffMs() != 0 || !strings.Contains(res.stdout, "retry 3x 1s..") {
+		t.Fatalf("add with a retry policy: %+v, registry has %v", res, s)
+	}
+	runCLI(t, "", "services", "rm", "Flaky", "--admin", url)
 	runCLI(t, "", "services", "add", "Zeta", "https://z.example", "--admin", url)
 	res = runCLI(t, "", "services", "ls", "--admin", url)
 	lines := strings.Split(strings.TrimSpace(res.stdout), "\n")

@@ -53,6 +53,17 @@ type ServerConfig struct {
 	// docs/operations.md "Leader balancing").
 	BalanceLeaders bool
 
+	// RetryMaxAttempts, RetryInitialBackoff, RetryMaxBackoff and
+	// RetryAttemptTimeout are the cluster's default retry policy of
+	// deliveries, for services registered without their own
+	// (--retry-max-attempts, --retry-initial-backoff, --retry-max-backoff,
+	// --retry-attempt-timeout). Give every node the same values: each
+	// partition's leader delivers with its own.
+	RetryMaxAttempts    uint32
+	RetryInitialBackoff time.Duration
+	RetryMaxBackoff     time.Duration
+	RetryAttemptTimeout time.Duration
+
 	// ShutdownGrace bounds the graceful part of shutdown (--shutdown-grace).
 	ShutdownGrace time.Duration
 	// DrainDelay is how long, on shutdown, the ingress keeps accepting
@@ -77,12 +88,21 @@ type ServerConfig struct {
 	// (--tls-cert, --tls-key); TLSCA additionally requires and verifies
 	// peer certificates signed by it (mutual TLS, --tls-ca).
 	TLSCert, TLSKey, TLSCA string
+	// IngressTLSCert and IngressTLSKey (PEM files) serve the ingress over
+	// TLS, HTTP/2 by ALPN and HTTP/1.1 (--ingress-tls-cert,
+	// --ingress-tls-key); without them it is cleartext HTTP/1.1 and h2c.
+	IngressTLSCert, IngressTLSKey string
 	// GossipKey encrypts memberlist traffic: 16, 24 or 32 bytes, given
 	// base64-encoded (--gossip-key); nil = unencrypted.
 	GossipKey []byte
 	// AdminToken, when set, is required as a bearer token by the admin
 	// API except its health probes (--admin-token).
 	AdminToken string
+	// IngressTokens is a token file (TOML): when set, the ingress requires
+	// one of its API tokens on every request but health, each limited to
+	// the services and reads it grants; re-read on SIGHUP
+	// (--ingress-tokens; see docs/operations.md "Ingress authentication").
+	IngressTokens string
 	// Pprof serves /debug/pprof on the admin port (--pprof).
 	Pprof bool
 
@@ -93,6 +113,9 @@ type ServerConfig struct {
 	// QuietRaft drops the raft library's info-level messages (elections,
 	// votes, configuration); `dev` sets it below --log-level debug. No flag.
 	QuietRaft bool
+	// OpenIngressExpected silences the warning a node logs when its ingress
+	// starts serving without IngressTokens; `dev` sets it. No flag.
+	OpenIngressExpected bool
 }
 
 // Defaults of `raftgate server`, also used by `dev` for node 1.
@@ -114,22 +137,27 @@ const (
 // addresses; DataDir is left empty because it must be chosen.
 func DefaultServerConfig() ServerConfig {
 	return ServerConfig{
-		NodeID:          1,
-		IngressAddr:     DefaultIngressAddr,
-		AdminAddr:       DefaultAdminAddr,
-		NodeAddr:        DefaultNodeAddr,
-		GossipAddr:      DefaultGossipAddr,
-		InitialCluster:  map[uint64]string{1: DefaultNodeAddr},
-		Partitions:      DefaultPartitions,
-		Retention:       24 * time.Hour,
-		BalanceLeaders:  true,
-		ShutdownGrace:   10 * time.Second,
-		RequestTimeout:  30 * time.Second,
-		MaxConcurrent:   1024,
-		MaxBodyBytes:    10 << 20,
-		BodyReadTimeout: 10 * time.Second,
-		LogFormat:       "json",
-		LogLevel:        "info",
+		NodeID:         1,
+		IngressAddr:    DefaultIngressAddr,
+		AdminAddr:      DefaultAdminAddr,
+		NodeAddr:       DefaultNodeAddr,
+		GossipAddr:     DefaultGossipAddr,
+		InitialCluster: map[uint64]string{1: DefaultNodeAddr},
+		Partitions:     DefaultPartitions,
+		Retention:      24 * time.Hour,
+		BalanceLeaders: true,
+		ShutdownGrace:  10 * time.Second,
+		// The retry defaults are outbox.DefaultPolicy's.
+		RetryMaxAttempts:    10,
+		RetryInitialBackoff: 100 * time.Millisecond,
+		RetryMaxBackoff:     30 * time.Second,
+		RetryAttemptTimeout: 30 * time.Second,
+		RequestTimeout:      30 * time.Second,
+		MaxConcurrent:       1024,
+		MaxBodyBytes:        10 << 20,
+		BodyReadTimeout:     10 * time.Second,
+		LogFormat:           "json",
+		LogLevel:            "info",
 	}
 }
 
@@ -192,6 +220,18 @@ func (c ServerConfig) Validate() error {
 	if c.Retention <= 0 {
 		return invalid("retention", "must be positive, like 24h")
 	}
+	if c.RetryMaxAttempts < 1 {
+		return invalid("retry-max-attempts", "must be at least 1")
+	}
+	if c.RetryInitialBackoff < time.Millisecond {
+		return invalid("retry-initial-backoff", "must be at least 1ms")
+	}
+	if c.RetryMaxBackoff < c.RetryInitialBackoff {
+		return invalid("retry-max-backoff", "must not be below --retry-initial-backoff (%v)", c.RetryInitialBackoff)
+	}
+	if c.RetryAttemptTimeout < time.Millisecond {
+		return invalid("retry-attempt-timeout", "must be at least 1ms")
+	}
 	if c.ShutdownGrace < 0 {
 		return invalid("shutdown-grace", "must not be negative")
 	}
@@ -212,6 +252,9 @@ func (c ServerConfig) Validate() error {
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return invalid("tls-cert", "--tls-cert and --tls-key go together")
+	}
+	if (c.IngressTLSCert == "") != (c.IngressTLSKey == "") {
+		return invalid("ingress-tls-cert", "--ingress-tls-cert and --ingress-tls-key go together")
 	}
 	if c.TLSCA != "" && c.TLSCert == "" {
 		return invalid("tls-ca", "mutual TLS needs this node's own --tls-cert and --tls-key too")

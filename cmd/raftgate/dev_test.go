@@ -21,7 +21,7 @@ import (
 func TestDevConfigs(t *testing.T) {
 	one := devConfigs(1, "/data", defaultDevAddrs())
 	if len(one) != 1 || one[0].IngressAddr != DefaultIngressAddr || one[0].AdminAddr != DefaultAdminAddr ||
-		one[0].DataDir != "/data/node-1" || len(one[0].Join) != 0 || one[0].LogFormat != "console" {
+		one[0].DataDir != "/data/node-1" || len(one[0].Join) != 0 || one[0].LogFormat != "console" || !one[0].OpenIngressExpected {
 		t.Fatalf("1 node: %+v", one)
 	}
 	three := devConfigs(3, "/data", defaultDevAddrs())

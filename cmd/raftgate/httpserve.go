@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log"
@@ -25,8 +26,16 @@ type httpService struct {
 // serveHTTP serves h on ln in a goroutine owned by the returned service,
 // until Shutdown. There is no write timeout: attach and calls long-poll;
 // request bodies are bounded by the handlers.
-func serveHTTP(name string, ln net.Listener, h http.Handler, logger zerolog.Logger) *httpService {
+//
+// It speaks HTTP/1.1 and HTTP/2: cleartext HTTP/2 with prior knowledge
+// (h2c, as proxies such as Envoy send it) without TLS, and HTTP/2 by ALPN
+// with tlsConfig (nil: no TLS).
+func serveHTTP(name string, ln net.Listener, h http.Handler, tlsConfig *tls.Config, logger zerolog.Logger) *httpService {
 	l := logger.With().Str("component", name).Logger()
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetHTTP2(true)
+	protocols.SetUnencryptedHTTP2(true)
 	s := &httpService{
 		name: name,
 		ln:   ln,
@@ -37,10 +46,17 @@ func serveHTTP(name string, ln net.Listener, h http.Handler, logger zerolog.Logg
 			IdleTimeout:       2 * time.Minute,
 			MaxHeaderBytes:    1 << 20,
 			ErrorLog:          log.New(l, "", 0),
+			Protocols:         &protocols,
+			TLSConfig:         tlsConfig,
 		},
 	}
-	go func() { s.done <- s.srv.Serve(ln) }()
-	l.Info().Str("addr", s.Addr()).Msg("listening")
+	if tlsConfig != nil {
+		// Certificates come from tlsConfig; ServeTLS adds "h2" to ALPN.
+		go func() { s.done <- s.srv.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { s.done <- s.srv.Serve(ln) }()
+	}
+	l.Info().Str("addr", s.Addr()).Bool("tls", tlsConfig != nil).Msg("listening")
 	return s
 }
 

@@ -26,7 +26,7 @@ func TestHTTPServiceShutsDownGracefully(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := serveHTTP("test", ln, h, zerolog.Nop())
+	s := serveHTTP("test", ln, h, nil, zerolog.Nop())
 
 	slow := make(chan string, 1)
 	go func() {

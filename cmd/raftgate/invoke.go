@@ -27,6 +27,7 @@ type invokeOptions struct {
 	delay          string
 	contentType    string
 	timeout        time.Duration
+	token          string
 }
 
 // statusNotReady is the ingress's answer when a call's client timeout passed
@@ -69,6 +70,7 @@ each failed delivery attempt, as the admin API (--admin) reports them.`,
 	f.StringVar(&o.delay, "delay", "", "with --send: run no earlier than now+delay (10s, PT10S)")
 	f.StringVar(&o.contentType, "content-type", "", "content-type of BODY (default: application/json when BODY is JSON, else text/plain)")
 	f.DurationVar(&o.timeout, "timeout", 0, "stop waiting for a call's result after this long (the invocation goes on)")
+	f.StringVar(&o.token, "token", "", "ingress API token, sent as Authorization: Bearer (see --ingress-tokens of the server); without --send it must grant attach")
 	newAdmin = addAdminFlags(cmd)
 	return cmd
 }
@@ -126,6 +128,7 @@ func runInvoke(cmd *cobra.Command, env cliEnv, o invokeOptions, admin *adminClie
 	if o.idempotencyKey != "" {
 		req.Header.Set("idempotency-key", o.idempotencyKey)
 	}
+	setToken(req, o.token)
 	status, hdr, data, err := roundTrip(req)
 	if err != nil {
 		return err
@@ -161,6 +164,7 @@ func runInvoke(cmd *cobra.Command, env cliEnv, o invokeOptions, admin *adminClie
 	if o.timeout > 0 {
 		req.Header.Set("x-raftgate-timeout", o.timeout.String())
 	}
+	setToken(req, o.token)
 	stopWatching := watchInvocation(cmd.Context(), env.stderr, admin, id, invokeProgressEvery)
 	status, hdr, data, err = roundTrip(req)
 	stopWatching()
@@ -181,6 +185,13 @@ func runInvoke(cmd *cobra.Command, env cliEnv, o invokeOptions, admin *adminClie
 	fmt.Fprintf(env.stderr, "invocation %s: %d %s\n", id, status, http.StatusText(status))
 	writeBody(env.stdout, data)
 	return nil
+}
+
+// setToken adds the ingress API token, if any.
+func setToken(req *http.Request, token string) {
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 }
 
 // roundTrip sends req to the ingress and reads the whole answer.

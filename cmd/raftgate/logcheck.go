@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,10 +36,11 @@ const dataFileName = "raft.db"
 const logCheckRetry = 100 * time.Millisecond
 
 // startLogCheck starts the check in a goroutine owned by the node. Once
-// every group caught up, it serves the ingress on ingressAddr and closes
+// every group caught up, it serves the ingress on ingressAddr (over TLS
+// with ingressTLS, when not nil) and closes
 // n.logChecked; a failure to listen is sent on n.serveFailed.
 // n.stopLogCheck ends it and waits for it.
-func (n *node) startLogCheck(ingressAddr string) {
+func (n *node) startLogCheck(ingressAddr string, ingressTLS *tls.Config) {
 	ctx, cancel := context.WithCancel(context.Background())
 	n.logChecked = make(chan struct{})
 	n.serveFailed = make(chan error, 1)
@@ -57,9 +59,10 @@ func (n *node) startLogCheck(ingressAddr string) {
 			n.serveFailed <- fmt.Errorf("--ingress-addr: %w", err)
 			return
 		}
-		n.ingressHTTP = serveHTTP("ingress", ln, n.ingress, n.log)
+		n.ingressHTTP = serveHTTP("ingress", ln, n.ingress, ingressTLS, n.log)
 		n.log.Info().Dur("took", time.Since(start).Round(time.Millisecond)).
 			Msg("log checked: every group caught up with its leader; serving clients")
+		n.warnIfIngressOpen()
 		close(n.logChecked)
 	}()
 }

@@ -22,9 +22,11 @@ import (
 	"github.com/raftgate/raftgate/ingress/admin"
 	"github.com/raftgate/raftgate/ingress/dispatch"
 	"github.com/raftgate/raftgate/leadership"
+	"github.com/raftgate/raftgate/outbox"
 	"github.com/raftgate/raftgate/partition"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/registry"
+	"github.com/raftgate/raftgate/rpc"
 )
 
 // maxGRPCMessage bounds one gRPC message between nodes: an ingress body of
@@ -84,6 +86,7 @@ type node struct {
 
 	registry   *registry.Registry
 	processors []*partition.Processor // index = partition id; [0] unused
+	groups     *groupMetrics
 
 	dispatchServer *dispatch.Server
 	dispatchClient *dispatch.Client
@@ -98,6 +101,8 @@ type node struct {
 	logChecked   chan struct{}
 	serveFailed  chan error
 	stopLogCheck func()
+	// stopTokenReload ends the SIGHUP watch of --ingress-tokens.
+	stopTokenReload func()
 
 	closeOnce sync.Once
 	closeErr  error
@@ -171,8 +176,19 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	}()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	build := readBuildInfo()
+	if err := registerBuildInfo(reg, build); err != nil {
+		return nil, err
+	}
+	if err := registerDiskMetrics(reg, cfg.DataDir); err != nil {
+		return nil, err
+	}
 
 	serverTLS, clientTLS, err := nodeTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ingressTLS, err := loadIngressTLS(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -256,16 +272,22 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	// leadership event can reach a processor that does not exist yet.
 	n.registry = registry.New(n.log)
 	n.processors = make([]*partition.Processor, cfg.Partitions+1)
+	retry := defaultRetry(cfg)
 	for p := uint32(1); p <= cfg.Partitions; p++ {
 		pc := partition.DefaultConfig()
 		pc.Partition = p
 		pc.Retention = cfg.Retention
+		pc.Invoker.Retry = retry
 		pc.Services = invokerServices{n.registry}
 		pc.Logger = n.log
 		pc.Registerer = reg
 		if n.processors[p], err = partition.New(pc); err != nil {
 			return nil, err
 		}
+	}
+	n.groups = newGroupMetrics(n)
+	if err := reg.Register(n.groups); err != nil {
+		return nil, err
 	}
 	n.stopWatch = n.raft.Watch(n.onLeadership)
 	meta, err := n.raft.AddGroup(raftlog.MetaGroup, voters, n.registry)
@@ -324,8 +346,14 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	icfg.RequestTimeout = cfg.RequestTimeout
 	icfg.Logger = n.log
 	icfg.Registerer = reg
+	if icfg.Tokens, err = loadIngressTokens(cfg, n.log); err != nil {
+		return nil, fmt.Errorf("--ingress-tokens: %w", err)
+	}
 	if n.ingress, err = ingress.New(icfg); err != nil {
 		return nil, err
+	}
+	if cfg.IngressTokens != "" {
+		n.stopTokenReload = n.reloadTokensOnHangup()
 	}
 	adminHandler, err := admin.New(admin.Config{
 		Cluster:        clusterView{n: n},
@@ -336,6 +364,8 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 		Token:          cfg.AdminToken,
 		Metrics:        promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		EnablePprof:    cfg.Pprof,
+		Build:          build,
+		RetryInForce:   func(p *rpc.RetryPolicy) *rpc.RetryPolicy { return retry.For(p).Proto() },
 		Backup:         n.raft.Backup,
 		RequestTimeout: cfg.RequestTimeout,
 		Logger:         n.log,
@@ -343,16 +373,29 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	n.startLogCheck(lns.ingressAddr)
-	n.adminHTTP = serveHTTP("admin", lns.admin, n.gateUntilChecked(adminHandler, adminReadsPass), n.log)
+	n.startLogCheck(lns.ingressAddr, ingressTLS)
+	n.adminHTTP = serveHTTP("admin", lns.admin, n.gateUntilChecked(adminHandler, adminReadsPass), nil, n.log)
 	n.log.Info().Uint32("partitions", cfg.Partitions).Str("ingress", cfg.IngressAddr).Str("admin", cfg.AdminAddr).
-		Str("node_addr", cfg.NodeAddr).Msg("raftgate node started")
+		Str("node_addr", cfg.NodeAddr).Str("version", build.Version).Str("commit", build.Commit).
+		Str("build_date", build.BuildDate).Str("go_version", build.GoVersion).Msg("raftgate node started")
 	return n, nil
+}
+
+// defaultRetry is the cluster's default delivery retry policy from the
+// --retry-* flags.
+func defaultRetry(cfg ServerConfig) outbox.Policy {
+	p := outbox.DefaultPolicy()
+	p.MaxAttempts = cfg.RetryMaxAttempts
+	p.BackoffBase = cfg.RetryInitialBackoff
+	p.BackoffMax = cfg.RetryMaxBackoff
+	p.AttemptTimeout = cfg.RetryAttemptTimeout
+	return p
 }
 
 // onLeadership fans a Raft leadership event out to gossip and to the
 // group's state machine. It runs on raftlog goroutines and must not block.
 func (n *node) onLeadership(ev raftlog.LeaderEvent) {
+	n.groups.onLeadership(ev)
 	n.members.SetLocal(uint32(ev.Group), ev.Leader, ev.Term)
 	if ev.Group == raftlog.MetaGroup {
 		n.registry.OnLeadership(ev)
@@ -442,6 +485,9 @@ func (n *node) close() error {
 	var errs []error
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	if n.stopTokenReload != nil {
+		n.stopTokenReload()
+	}
 	if n.stopLogCheck != nil {
 		n.stopLogCheck() // before reading ingressHTTP, which it sets
 	}

@@ -57,6 +57,9 @@ dashes as underscores); flags win over the environment.`,
 			return applyEnv(cmd.Flags(), env.lookupEnv)
 		},
 	}
+	// --version prints what `raftgate version` prints.
+	root.Version = readBuildInfo().Version
+	root.SetVersionTemplate(versionText(readBuildInfo()))
 	root.SetIn(env.stdin)
 	root.SetOut(env.stdout)
 	root.SetErr(env.stderr)
@@ -72,6 +75,7 @@ dashes as underscores); flags win over the environment.`,
 		newInvokeCmd(env),
 		newBenchCmd(env),
 		newEchoCmd(env),
+		newVersionCmd(env),
 	)
 	return root
 }

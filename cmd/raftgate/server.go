@@ -35,6 +35,10 @@ func newServerFlags(fs *pflag.FlagSet) *serverFlags {
 	fs.Uint32Var(&c.Partitions, "partitions", d.Partitions, "number of partitions, fixed when the cluster is first started")
 	fs.DurationVar(&c.Retention, "retention", d.Retention, "how long completed results are kept")
 	fs.BoolVar(&c.BalanceLeaders, "balance-leaders", d.BalanceLeaders, "move each partition's leadership to its preferred node when that node is up and replicating (--balance-leaders=false: leave leaders where elections put them)")
+	fs.Uint32Var(&c.RetryMaxAttempts, "retry-max-attempts", d.RetryMaxAttempts, "default: deliveries tried before a transient failure is recorded as the result (a registration's retry.maxAttempts wins)")
+	fs.DurationVar(&c.RetryInitialBackoff, "retry-initial-backoff", d.RetryInitialBackoff, "default: delay after a first failed delivery, doubling up to --retry-max-backoff (with jitter)")
+	fs.DurationVar(&c.RetryMaxBackoff, "retry-max-backoff", d.RetryMaxBackoff, "default: longest delay between deliveries")
+	fs.DurationVar(&c.RetryAttemptTimeout, "retry-attempt-timeout", d.RetryAttemptTimeout, "default: bound of one delivery (the HTTP call to the service)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", d.ShutdownGrace, "bounds the graceful shutdown: in-flight requests may finish until its end")
 	fs.DurationVar(&c.DrainDelay, "drain-delay", d.DrainDelay, "on shutdown, keep answering 503 (health included) this long before refusing connections, so a load balancer takes the node out; at most half of --shutdown-grace")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", d.RequestTimeout, "how long the ingress tries to get a request accepted by a partition leader (retries included) before answering 503")
@@ -44,8 +48,11 @@ func newServerFlags(fs *pflag.FlagSet) *serverFlags {
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate for node-to-node TLS")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key for --tls-cert")
 	fs.StringVar(&c.TLSCA, "tls-ca", "", "PEM CA bundle: require and verify peer certificates (mutual TLS)")
+	fs.StringVar(&c.IngressTLSCert, "ingress-tls-cert", "", "PEM certificate: serve the ingress over TLS (HTTP/2 and HTTP/1.1)")
+	fs.StringVar(&c.IngressTLSKey, "ingress-tls-key", "", "PEM private key for --ingress-tls-cert")
 	fs.StringVar(&sf.gossipKey, "gossip-key", "", "base64 key (16, 24 or 32 bytes) encrypting gossip")
 	fs.StringVar(&c.AdminToken, "admin-token", "", "bearer token required by the admin API (health probes excepted)")
+	fs.StringVar(&c.IngressTokens, "ingress-tokens", "", "TOML file of ingress API tokens and what each may call; re-read on SIGHUP (strongly advised in production)")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the admin address")
 	fs.StringVar(&c.LogFormat, "log-format", d.LogFormat, "log format: json or console")
 	fs.StringVar(&c.LogLevel, "log-level", d.LogLevel, "log level: trace, debug, info, warn or error")
@@ -102,11 +109,12 @@ func newServerCmd(env cliEnv, runNode serverRunner) *cobra.Command {
 		// do not add it themselves).
 		logger = logger.With().Uint64("node", cfg.NodeID).Logger()
 		warnUnknownEnv(cmd, env, logger)
-		logger.Info().Str("data_dir", cfg.DataDir).
+		logger.Info().Str("version", readBuildInfo().Version).Str("data_dir", cfg.DataDir).
 			Str("ingress", cfg.IngressAddr).Str("admin", cfg.AdminAddr).Str("node_addr", cfg.NodeAddr).
 			Str("gossip", cfg.GossipAddr).Uint32("partitions", cfg.Partitions).
 			Bool("node_tls", cfg.TLSCert != "").Bool("node_tls_verifies_peers", cfg.TLSCA != "").
-			Bool("gossip_encrypted", len(cfg.GossipKey) > 0).Msg("starting raftgate node")
+			Bool("gossip_encrypted", len(cfg.GossipKey) > 0).Bool("ingress_tokens", cfg.IngressTokens != "").Bool("ingress_tls", cfg.IngressTLSCert != "").
+			Msg("starting raftgate node")
 		return runNode(cmd.Context(), cfg, logger)
 	}
 	return cmd

@@ -29,6 +29,7 @@ func newStatusCmd(env cliEnv) *cobra.Command {
 			return err
 		}
 		unseen := fillFromLeaders(cmd.Context(), c, &view)
+		fillVersions(cmd.Context(), c, &view)
 		if err := printCluster(env.stdout, view); err != nil {
 			return err
 		}
@@ -103,13 +104,51 @@ func leaderPartitions(ctx context.Context, c *adminClient, leader uint64, addr s
 	return byID, nil
 }
 
+// fillVersions asks every live node's admin API for its build version, so
+// that a rolling upgrade can be followed; a node that does not answer
+// shows "?".
+func fillVersions(ctx context.Context, c *adminClient, v *admin.ClusterView) {
+	for i := range v.Nodes {
+		n := &v.Nodes[i]
+		if !n.Alive || n.AdminAddr == "" {
+			continue
+		}
+		other := *c
+		other.base = normalizeBaseURL(n.AdminAddr)
+		var b admin.BuildInfo
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := other.do(ctx, "GET", "/version", nil, &b); err == nil && b.Version != "" {
+			n.Version = b.Version
+			if b.Commit != "" {
+				n.Version += " (" + shortCommit(b.Commit) + ")"
+			}
+		} else {
+			n.Version = "?"
+		}
+		cancel()
+	}
+}
+
+// shortCommit keeps a commit hash readable in a table (12 hex digits, and
+// the -dirty mark).
+func shortCommit(c string) string {
+	hash, dirty, _ := strings.Cut(c, "-")
+	if len(hash) > 12 {
+		hash = hash[:12]
+	}
+	if dirty != "" {
+		return hash + "-" + dirty
+	}
+	return hash
+}
+
 // printCluster writes the operator table of a cluster view.
 func printCluster(out io.Writer, v admin.ClusterView) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "NODE\tALIVE\tINGRESS\tADMIN\tNODE ADDR\tGOSSIP\n")
+	fmt.Fprintf(tw, "NODE\tALIVE\tINGRESS\tADMIN\tNODE ADDR\tGOSSIP\tVERSION\n")
 	for _, n := range v.Nodes {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", n.ID, yesNo(n.Alive),
-			dash(n.IngressAddr), dash(n.AdminAddr), dash(n.NodeAddr), dash(n.GossipAddr))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, yesNo(n.Alive),
+			dash(n.IngressAddr), dash(n.AdminAddr), dash(n.NodeAddr), dash(n.GossipAddr), dash(n.Version))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -51,3 +51,20 @@ func nodeTLS(cfg ServerConfig) (server, client *tls.Config, err error) {
 	}
 	return server, client, nil
 }
+
+// loadIngressTLS builds the ingress's TLS config from --ingress-tls-cert and
+// --ingress-tls-key; nil when they are not set. The certificate is read
+// once: a new one needs a restart.
+func loadIngressTLS(cfg ServerConfig) (*tls.Config, error) {
+	if cfg.IngressTLSCert == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(cfg.IngressTLSCert, cfg.IngressTLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("--ingress-tls-cert/--ingress-tls-key: %w", err)
+	}
+	if leaf := cert.Leaf; leaf != nil && time.Now().After(leaf.NotAfter) {
+		return nil, fmt.Errorf("--ingress-tls-cert: the certificate expired at %s", leaf.NotAfter.UTC().Format(time.RFC3339))
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}

@@ -87,6 +87,13 @@ type Config struct {
 	Backup func(w io.Writer, size func(int64)) (int64, error)
 	// Keys, when set, serves GET /objects/{object}/{key}. Nil answers 404.
 	Keys Keys
+	// Build is this node's build, served by GET /version.
+	Build BuildInfo
+	// RetryInForce fills the unset fields of a service's registered retry
+	// policy with the cluster's defaults, as the invoker does
+	// (outbox.Policy.For); GET /services shows the result. Nil shows the
+	// registered fields only.
+	RetryInForce func(*rpc.RetryPolicy) *rpc.RetryPolicy
 	// RequestTimeout bounds each call into the cluster. Default 10s.
 	RequestTimeout time.Duration
 	// Now stamps service registrations (UpdatedAtUnixMs). Default time.Now.
@@ -146,6 +153,7 @@ func New(cfg Config) (http.Handler, error) {
 		mux.HandleFunc("/objects/{object}/{key}", s.methods(route{get: s.getObjectKey}))
 	}
 	mux.HandleFunc("/metrics", s.methods(route{get: s.metrics}))
+	mux.HandleFunc("/version", s.methods(route{get: s.version}))
 	mux.HandleFunc("/backup", s.methods(route{get: s.backup}))
 	mux.HandleFunc("/healthz", s.methods(route{get: s.healthz}))
 	mux.HandleFunc("/readyz", s.methods(route{get: s.readyz}))

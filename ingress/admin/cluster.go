@@ -13,6 +13,10 @@ type NodeStatus struct {
 	NodeAddr   string `json:"nodeAddr,omitempty"`
 	GossipAddr string `json:"gossipAddr,omitempty"`
 	Alive      bool   `json:"alive"`
+	// Version is the node's build version. /cluster leaves it empty
+	// (gossip does not carry it); raftgate status asks each node's
+	// GET /version.
+	Version string `json:"version,omitempty"`
 }
 
 // PartitionStatus is one Raft group as this node knows it.

@@ -1,8 +1,10 @@
 // Package admin serves raftgate's admin HTTP API for operators (see API.md,
 // "Admin"): the service registry (PUT/GET/DELETE /services/{name},
-// GET /services), the cluster view (GET /cluster), invocation status and
-// cancellation (GET/DELETE /invocations/{id}), Prometheus metrics, health and
-// readiness probes, and pprof behind a flag.
+// GET /services; a registration's retry policy is shown with the cluster's
+// defaults filled in), the cluster view (GET /cluster), invocation status
+// and cancellation (GET/DELETE /invocations/{id}), the node's build
+// (GET /version), Prometheus metrics, health and readiness probes, and
+// pprof behind a flag.
 //
 // It owns no state: the node's wiring supplies the cluster view, the
 // invocation calls (through the dispatch client) and the registry as three

@@ -41,7 +41,33 @@ type ServiceView struct {
 	Shared []string `json:"shared,omitempty"`
 	// UpdatedAt is RFC 3339, empty when unknown.
 	UpdatedAt string `json:"updatedAt,omitempty"`
+	// Retry is the retry policy in force for the service's deliveries: its
+	// registration's fields, the cluster's defaults for the others.
+	Retry RetryView `json:"retry"`
 }
+
+// RetryView is a retry policy in JSON; durations in Go syntax ("100ms").
+type RetryView struct {
+	MaxAttempts    uint32 `json:"maxAttempts"`
+	InitialBackoff string `json:"initialBackoff"`
+	MaxBackoff     string `json:"maxBackoff"`
+	AttemptTimeout string `json:"attemptTimeout"`
+}
+
+// RetryRequest is the "retry" object of PUT /services/{name}; every field
+// is optional (unset: the cluster's default).
+type RetryRequest struct {
+	MaxAttempts    *uint32 `json:"maxAttempts,omitempty"`
+	InitialBackoff string  `json:"initialBackoff,omitempty"`
+	MaxBackoff     string  `json:"maxBackoff,omitempty"`
+	AttemptTimeout string  `json:"attemptTimeout,omitempty"`
+}
+
+// Bounds of a registered retry policy: a typo should not retry for a year.
+const (
+	maxRetryAttempts = 10_000
+	maxRetryDuration = 24 * time.Hour
+)
 
 // ServiceList is the JSON form of GET /services.
 type ServiceList struct {
@@ -59,6 +85,8 @@ type ServiceRequest struct {
 	// Shared lists the handlers of an object or workflow that run
 	// alongside the exclusive ones.
 	Shared []string `json:"shared,omitempty"`
+	// Retry overrides the cluster's default retry policy; optional.
+	Retry *RetryRequest `json:"retry,omitempty"`
 }
 
 // Service kinds as the admin API spells them.
@@ -80,8 +108,15 @@ func parseKind(s string) (rpc.Service_Kind, error) {
 	return 0, fmt.Errorf(`kind %q is unknown: want "service", "object" or "workflow"`, s)
 }
 
-func serviceView(svc *rpc.Service) ServiceView {
+func (s *server) serviceView(svc *rpc.Service) ServiceView {
 	v := ServiceView{Name: svc.GetName(), URL: svc.GetUrl(), Handlers: svc.GetHandlers(), Kind: kindNames[svc.GetKind()], Shared: svc.GetShared()}
+	r := s.retryInForce(svc.GetRetry())
+	v.Retry = RetryView{
+		MaxAttempts:    r.GetMaxAttempts(),
+		InitialBackoff: msText(r.GetInitialBackoffMs()),
+		MaxBackoff:     msText(r.GetMaxBackoffMs()),
+		AttemptTimeout: msText(r.GetAttemptTimeoutMs()),
+	}
 	if v.Handlers == nil {
 		v.Handlers = []string{}
 	}
@@ -113,7 +148,7 @@ func (s *server) listServices(w http.ResponseWriter, r *http.Request) {
 	svcs := s.cfg.Registry.List()
 	out := ServiceList{Services: make([]ServiceView, 0, len(svcs))}
 	for _, svc := range svcs {
-		out.Services = append(out.Services, serviceView(svc))
+		out.Services = append(out.Services, s.serviceView(svc))
 	}
 	slices.SortFunc(out.Services, func(a, b ServiceView) int { return strings.Compare(a.Name, b.Name) })
 	writeJSON(w, http.StatusOK, out)
@@ -129,7 +164,7 @@ func (s *server) getService(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, http.StatusNotFound, fmt.Sprintf("service %q is not registered", name))
 		return
 	}
-	writeJSON(w, http.StatusOK, serviceView(svc))
+	writeJSON(w, http.StatusOK, s.serviceView(svc))
 }
 
 // putService registers or updates a service: 201 when it was new on this
@@ -146,6 +181,9 @@ func (s *server) putService(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	svc, err := validateService(name, req)
+	if err == nil {
+		err = s.checkRetryInForce(svc.Retry)
+	}
 	if err != nil {
 		s.writeError(w, r, http.StatusBadRequest, err.Error())
 		return
@@ -163,7 +201,7 @@ func (s *server) putService(w http.ResponseWriter, r *http.Request) {
 	if existed {
 		status = http.StatusOK
 	}
-	writeJSON(w, status, serviceView(svc))
+	writeJSON(w, status, s.serviceView(svc))
 }
 
 func (s *server) deleteService(w http.ResponseWriter, r *http.Request) {
@@ -192,7 +230,7 @@ func decodeServiceRequest(w http.ResponseWriter, r *http.Request) (ServiceReques
 		if _, tooBig := errors.AsType[*http.MaxBytesError](err); tooBig {
 			return req, fmt.Errorf("body over %d bytes: %w", maxServiceBody, err)
 		}
-		return req, fmt.Errorf(`body is not a service registration {"url", "handlers"}: %v`, err)
+		return req, fmt.Errorf(`body is not a service registration {"url", "handlers", "retry"}: %v`, err)
 	}
 	if dec.More() {
 		return req, errors.New("body has data after the JSON object")
@@ -227,11 +265,90 @@ func validateService(name string, req ServiceRequest) (*rpc.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	svc := &rpc.Service{Name: name, Url: base, Handlers: slices.Clone(req.Handlers), Kind: kind, Shared: slices.Clone(req.Shared)}
+	retry, err := validateRetry(req.Retry)
+	if err != nil {
+		return nil, err
+	}
+	svc := &rpc.Service{Name: name, Url: base, Handlers: slices.Clone(req.Handlers), Kind: kind, Shared: slices.Clone(req.Shared), Retry: retry}
 	if err := registry.CheckKind(svc); err != nil {
 		return nil, err
 	}
 	return svc, nil
+}
+
+// validateRetry checks a registration's "retry" object; nil when absent.
+func validateRetry(req *RetryRequest) (*rpc.RetryPolicy, error) {
+	if req == nil {
+		return nil, nil
+	}
+	var p rpc.RetryPolicy
+	if n := req.MaxAttempts; n != nil {
+		if *n < 1 || *n > maxRetryAttempts {
+			return nil, fmt.Errorf("retry.maxAttempts %d is out of range 1..%d (leave it out for the cluster's default)", *n, maxRetryAttempts)
+		}
+		p.MaxAttempts = *n
+	}
+	for _, f := range []struct {
+		name, text string
+		ms         *int64
+	}{
+		{"initialBackoff", req.InitialBackoff, &p.InitialBackoffMs},
+		{"maxBackoff", req.MaxBackoff, &p.MaxBackoffMs},
+		{"attemptTimeout", req.AttemptTimeout, &p.AttemptTimeoutMs},
+	} {
+		if f.text == "" {
+			continue
+		}
+		d, err := time.ParseDuration(f.text)
+		if err != nil || d < time.Millisecond || d > maxRetryDuration {
+			return nil, fmt.Errorf("retry.%s %q must be a duration from 1ms to %v, like \"500ms\" or \"30s\"", f.name, f.text, maxRetryDuration)
+		}
+		*f.ms = d.Milliseconds()
+	}
+	if p.InitialBackoffMs > 0 && p.MaxBackoffMs > 0 && p.InitialBackoffMs > p.MaxBackoffMs {
+		return nil, fmt.Errorf("retry.initialBackoff %s is above retry.maxBackoff %s", req.InitialBackoff, req.MaxBackoff)
+	}
+	return &p, nil
+}
+
+// retryInForce fills the policy's unset fields with the cluster's
+// defaults.
+func (s *server) retryInForce(p *rpc.RetryPolicy) *rpc.RetryPolicy {
+	if s.cfg.RetryInForce == nil {
+		return p
+	}
+	return s.cfg.RetryInForce(p)
+}
+
+// checkRetryInForce refuses a policy that overrides one end of the backoff
+// only and so crosses the cluster's other end (an initial backoff above
+// its maximum, or a maximum below its initial one), which the invoker
+// would resolve silently.
+func (s *server) checkRetryInForce(p *rpc.RetryPolicy) error {
+	if p == nil || s.cfg.RetryInForce == nil {
+		return nil
+	}
+	d := s.cfg.RetryInForce(nil)
+	initial, maxBackoff := d.GetInitialBackoffMs(), d.GetMaxBackoffMs()
+	if ms := p.GetInitialBackoffMs(); ms > 0 {
+		initial = ms
+	}
+	if ms := p.GetMaxBackoffMs(); ms > 0 {
+		maxBackoff = ms
+	}
+	if initial > maxBackoff {
+		return fmt.Errorf("retry: the initial backoff %s would be above the maximum backoff %s (the cluster's default for the one not given); give both",
+			msText(initial), msText(maxBackoff))
+	}
+	return nil
+}
+
+// msText prints milliseconds as a Go duration ("" for 0: not set).
+func msText(ms int64) string {
+	if ms == 0 {
+		return ""
+	}
+	return (time.Duration(ms) * time.Millisecond).String()
 }
 
 // ValidateServiceName checks a service name: [A-Za-z0-9_.-]+, at most 128,

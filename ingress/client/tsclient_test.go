@@ -19,7 +19,12 @@ const tsScript = `
 const clients = require("@restatedev/restate-sdk-clients");
 (async () => {
   const out = {};
-  const rs = clients.connect({ url: process.env.INGRESS_URL });
+  try {
+    await clients.connect({ url: process.env.INGRESS_URL }).serviceClient({ name: "Greeter" }).greet({ name: "eve" });
+  } catch (e) {
+    out.noToken = { status: e.status };
+  }
+  const rs = clients.connect({ url: process.env.INGRESS_URL, headers: { Authorization: "Bearer " + process.env.TOKEN } });
   const greeter = rs.serviceClient({ name: "Greeter" });
   out.call = await greeter.greet({ name: "ann" });
   out.keyedCall = await greeter.greet({ name: "bob" }, clients.Opts.from({ idempotencyKey: "k1" }));
@@ -62,7 +67,8 @@ const clients = require("@restatedev/restate-sdk-clients");
 `
 
 // TestTypeScriptClient checks compatibility with Restate's TypeScript
-// client. It runs only when RAFTGATE_TS_CLIENT_DIR names a directory whose
+// client, through an ingress that requires an API token (the client sends
+// it as a header; without it the answer is 401). It runs only when RAFTGATE_TS_CLIENT_DIR names a directory whose
 // node_modules holds @restatedev/restate-sdk-clients (npm install it there)
 // and node is installed.
 func TestTypeScriptClient(t *testing.T) {
@@ -74,12 +80,18 @@ func TestTypeScriptClient(t *testing.T) {
 	if err != nil {
 		t.Skip("node not installed")
 	}
+	const token = "ts-client-token-0123456789"
+	tokens, err := ingress.ParseTokens([]byte("[[token]]\nname = \"ts\"\ntoken = \"" + token + "\"\nservices = [\"*\"]\nattach = true\noutput = true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := startIngress(t, newMemCluster(echo), func(c *ingress.Config) {
 		c.Services = registry{
 			"Greeter": {Name: "Greeter", Url: "http://127.0.0.1:1", Handlers: []string{"greet"}},
 			"Counter": {Name: "Counter", Url: "http://127.0.0.1:1", Kind: rpc.Service_OBJECT},
 			"Signup":  {Name: "Signup", Url: "http://127.0.0.1:1", Kind: rpc.Service_WORKFLOW},
 		}
+		c.Tokens = tokens
 	})
 	script := filepath.Join(t.TempDir(), "drive.cjs")
 	if err := os.WriteFile(script, []byte(tsScript), 0o600); err != nil {
@@ -88,7 +100,7 @@ func TestTypeScriptClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, script)
-	cmd.Env = append(os.Environ(), "INGRESS_URL="+srv.URL, "NODE_PATH="+filepath.Join(dir, "node_modules"))
+	cmd.Env = append(os.Environ(), "INGRESS_URL="+srv.URL, "TOKEN="+token, "NODE_PATH="+filepath.Join(dir, "node_modules"))
 	outb, err := cmd.Output()
 	if err != nil {
 		var stderr []byte
@@ -98,6 +110,9 @@ func TestTypeScriptClient(t *testing.T) {
 		t.Fatalf("node: %v\n%s\n%s", err, outb, stderr)
 	}
 	var got struct {
+		NoToken struct {
+			Status int `json:"status"`
+		} `json:"noToken"`
 		Call      map[string]string `json:"call"`
 		KeyedCall map[string]string `json:"keyedCall"`
 		Send      struct {
@@ -140,6 +155,9 @@ func TestTypeScriptClient(t *testing.T) {
 		t.Fatalf("node printed %q: %v", outb, err)
 	}
 	t.Logf("TypeScript client saw: %s", outb)
+	if got.NoToken.Status != 401 {
+		t.Fatalf("without a token: %+v, want 401", got.NoToken)
+	}
 	if got.Call["name"] != "ann" || got.KeyedCall["name"] != "bob" || got.Result["name"] != "cy" {
 		t.Fatalf("results: %+v", got)
 	}

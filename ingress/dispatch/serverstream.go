@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -257,7 +258,8 @@ func (st *serverStream) count(call *serverCall, resp *rpc.DispatchResponse) {
 	case resp == nil:
 		code = "expired"
 	case e != nil:
-		code = e.Code.String()
+		// Label values are lower case throughout: not_leader, not NOT_LEADER.
+		code = strings.ToLower(e.Code.String())
 	}
 	st.s.metrics.requests.WithLabelValues(call.op, code).Inc()
 	st.s.metrics.seconds.WithLabelValues(call.op).Observe(time.Since(call.start).Seconds())
