@@ -16,7 +16,7 @@ func TestSingleVoterElectsItselfAndApplies(t *testing.T) {
 	var persists, lastApplied atomic.Uint64
 	c := newCluster(t, testSeed(t), 1, []GroupID{MetaGroup, 1}, func(cfg *Config) {
 		cfg.Knobs = &Knobs{
-			BeforePersist: func() { persists.Add(1) },
+			BeforeLogWrite: func() { persists.Add(1) },
 			AfterApply: func(g GroupID, index uint64) {
 				if g == 1 {
 					if prev := lastApplied.Swap(index); prev > index {
@@ -249,7 +249,7 @@ func TestSnapshotCatchUpAfterCompaction(t *testing.T) {
 	if got[0] != "e0" || got[len(got)-1] != "e199" {
 		t.Fatalf("after catch-up: first %q last %q", got[0], got[len(got)-1])
 	}
-	if n := c.nodes[down]; testCounter(n.metrics.snapshotsRecv) == 0 {
+	if n := c.nodes[down]; testCounter(n.metrics.snapshotsInstalled) == 0 {
 		t.Fatalf("follower %d caught up without a snapshot", down)
 	}
 	// The caught-up follower keeps replicating from the log afterwards, and
@@ -311,7 +311,7 @@ func TestFailedCommitStopsAllWrites(t *testing.T) {
 	c := newCluster(t, testSeed(t), 3, []GroupID{MetaGroup, 1, 2}, func(cfg *Config) {
 		id := cfg.NodeID
 		cfg.Knobs = &Knobs{
-			BeforePersist: func() {
+			BeforeLogWrite: func() {
 				if id == target.Load() && failed.Load() {
 					commitsAfter.Add(1)
 				}

@@ -299,7 +299,7 @@ func (c *cluster) tickSettled() {
 	}
 	idle := func() bool {
 		for _, id := range running {
-			if !c.nodes[id].w.idle() {
+			if !c.nodes[id].lw.idle() || !c.nodes[id].ap.idle() {
 				return false
 			}
 		}

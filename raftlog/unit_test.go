@@ -469,7 +469,7 @@ func TestBackupRestoresAndStopsOnClose(t *testing.T) {
 	}
 	c.stop(1)
 	c.dirs[1] = t.TempDir()
-	if err := os.WriteFile(filepath.Join(c.dirs[1], "raft.db"), buf.Bytes(), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(c.dirs[1], stateFile), buf.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	c.start(1)
