@@ -28,6 +28,9 @@ type applyReq struct {
 	// flush: checkpoint before done is closed (a backup wants everything
 	// applied so far in state.db).
 	flush bool
+	// update runs in the open transaction, which is then checkpointed
+	// before done is closed (creating a group's buckets).
+	update func(*bolt.Tx) error
 	done  chan struct{}
 
 	// Results, read by the group after appliedDone (or done).
@@ -95,14 +98,15 @@ type checkpointPolicy struct {
 }
 
 // checkpointDue is the applier's commit rule, a pure function of its
-// inputs: commit when a request needs it at once (a snapshot install, a
-// stop), when entries were applied and interval has passed since the last
-// checkpoint, or when entries reached the policy's count.
-func (p checkpointPolicy) checkpointDue(now, last time.Time, entries int, force bool) (due bool, wakeAt time.Time) {
+// inputs: commit when a request needs it at once (force: a backup, a new
+// group), when a transaction is open and interval has passed since the
+// last checkpoint, or when entries applied reached the policy's count.
+// Otherwise it says when to look again (zero: when woken).
+func (p checkpointPolicy) checkpointDue(now, last time.Time, open bool, entries int, force bool) (due bool, wakeAt time.Time) {
 	switch {
 	case force:
 		return true, time.Time{}
-	case entries == 0:
+	case !open:
 		return false, time.Time{}
 	case entries >= p.entries || !now.Before(last.Add(p.interval)):
 		return true, time.Time{}
@@ -168,7 +172,7 @@ func (a *applier) run() {
 		a.busy = len(batch) > 0
 		a.mu.Unlock()
 		if len(batch) == 0 {
-			due, wakeAt := a.policy.checkpointDue(time.Now(), a.lastCheckpoint, a.entries, false)
+			due, wakeAt := a.policy.checkpointDue(time.Now(), a.lastCheckpoint, a.tx != nil, a.entries, false)
 			if due {
 				a.checkpoint()
 				continue
@@ -196,7 +200,7 @@ func (a *applier) run() {
 			continue
 		}
 		force := a.runBatch(batch)
-		if due, _ := a.policy.checkpointDue(time.Now(), a.lastCheckpoint, a.entries, force); due {
+		if due, _ := a.policy.checkpointDue(time.Now(), a.lastCheckpoint, a.tx != nil, a.entries, force); due {
 			a.checkpoint()
 		}
 		for _, r := range batch {
@@ -245,6 +249,11 @@ func (a *applier) runBatch(batch []*applyReq) (force bool) {
 			force = true
 			continue
 		}
+		if r.update != nil {
+			r.err = r.update(a.tx)
+			force = true
+			continue
+		}
 		if r.g.writeFailed.Load() {
 			// An earlier request of this group failed: nothing after it may
 			// be applied (that would skip entries).
@@ -265,7 +274,7 @@ func (a *applier) runBatch(batch []*applyReq) (force bool) {
 		a.journal = append(a.journal, r)
 	}
 	a.runEffects()
-	return false
+	return force
 }
 
 func (a *applier) begin() error {

@@ -99,49 +99,27 @@ type groupState struct {
 	appliedIdx, appliedTm uint64
 }
 
-// ensureGroupState creates the group's buckets at the bootstrap point if
-// absent, and reads back what is stored.
-func ensureGroupState(db *bolt.DB, id GroupID, voters []uint64) (groupState, error) {
-	var gs groupState
-	err := db.Update(func(tx *bolt.Tx) error {
-		if tx.Bucket(groupBucketName(id)) != nil {
-			return nil
-		}
-		root, err := tx.CreateBucket(groupBucketName(id))
-		if err != nil {
-			return err
-		}
-		meta, err := root.CreateBucket(bucketMeta)
-		if err != nil {
-			return err
-		}
-		if _, err := root.CreateBucket(bucketState); err != nil {
-			return err
-		}
-		conf, err := proto.Marshal(&pb.ConfState{Voters: voters})
-		if err != nil {
-			return err
-		}
-		if err := meta.Put(keyConf, conf); err != nil {
-			return err
-		}
-		return meta.Put(keyApplied, encodePair(initialIndex, initialTerm))
-	})
-	if err != nil {
-		return gs, fmt.Errorf("raftlog: create group %d: %w", id, err)
+// createGroupState creates the group's buckets at the bootstrap point if
+// absent (in the applier's transaction).
+func createGroupState(tx *bolt.Tx, id GroupID, voters []uint64) error {
+	if tx.Bucket(groupBucketName(id)) != nil {
+		return nil
 	}
-	err = db.View(func(tx *bolt.Tx) error {
-		gb, err := openGroupBuckets(tx, id)
-		if err != nil {
-			return err
-		}
-		gs, err = readGroupState(gb)
+	root, err := tx.CreateBucket(groupBucketName(id))
+	if err != nil {
 		return err
-	})
-	if err != nil {
-		return gs, fmt.Errorf("raftlog: read group %d: %w", id, err)
 	}
-	return gs, nil
+	meta, err := root.CreateBucket(bucketMeta)
+	if err != nil {
+		return err
+	}
+	if _, err := root.CreateBucket(bucketState); err != nil {
+		return err
+	}
+	if err := putConf(meta, &pb.ConfState{Voters: voters}); err != nil {
+		return err
+	}
+	return meta.Put(keyApplied, encodePair(initialIndex, initialTerm))
 }
 
 func readGroupState(gb groupBuckets) (groupState, error) {

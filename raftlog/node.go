@@ -112,7 +112,7 @@ func open(cfg Config, newTransport func(*Node) transport) (*Node, error) {
 		log:      lg,
 		wal:      w,
 		db:       db,
-		metrics:  newMetrics(cfg.Registerer, fileSize(db.Path()), func() float64 { return float64(w.Stats().Bytes) }),
+		metrics:  newMetrics(cfg.Registerer, fileSize(db.Path()), func() float64 { return float64(w.Stats().SegmentBytes) }),
 		groups:   make(map[GroupID]*Group),
 		watchers: make(map[uint64]*watcher),
 		stop:     make(chan struct{}),
@@ -178,23 +178,30 @@ func (n *Node) AddGroup(id GroupID, voters []uint64, sm StateMachine) (*Group, e
 	if _, ok := n.groups[id]; ok {
 		return nil, fmt.Errorf("%w: %d", ErrGroupExists, id)
 	}
-	gs, err := ensureGroupState(n.db, id, voters)
-	if err != nil {
-		return nil, err
+	create := &applyReq{update: func(tx *bolt.Tx) error { return createGroupState(tx, id, voters) }, done: make(chan struct{})}
+	if !n.ap.submit(create) {
+		return nil, ErrStopped
 	}
-	store, err := n.openLog(id, gs)
-	if err != nil {
-		return nil, err
+	if <-create.done; create.err != nil {
+		return nil, fmt.Errorf("raftlog: create group %d: %w", id, create.err)
 	}
-	err = n.db.View(func(tx *bolt.Tx) error {
+	var gs groupState
+	err := n.db.View(func(tx *bolt.Tx) error {
 		gb, err := openGroupBuckets(tx, id)
 		if err != nil {
+			return err
+		}
+		if gs, err = readGroupState(gb); err != nil {
 			return err
 		}
 		return sm.Restore(gb.state)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("raftlog: group %d: restore: %w", id, err)
+		return nil, fmt.Errorf("raftlog: group %d: open state: %w", id, err)
+	}
+	store, err := n.openLog(id, gs)
+	if err != nil {
+		return nil, err
 	}
 	g, err := newGroup(n, id, gs, store, sm)
 	if err != nil {
