@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -110,7 +110,7 @@ var (
 
 // retryAdvice tells the caller whether and how retrying an ambiguous append
 // is safe.
-func retryAdvice(key string, id partition.InvocationID) string {
+func retryAdvice(key string, id invocation.ID) string {
 	if key != "" {
 		return "retrying with the same idempotency-key is safe"
 	}
@@ -119,7 +119,7 @@ func retryAdvice(key string, id partition.InvocationID) string {
 
 // appendError maps an error of Dispatcher.Append to the answer. ok is false
 // when the client went away (nothing to write).
-func appendError(ctx, reqCtx context.Context, err error, partitionID uint32, key string, id partition.InvocationID) (*apiError, bool) {
+func appendError(ctx, reqCtx context.Context, err error, partitionID uint32, key string, id invocation.ID) (*apiError, bool) {
 	if reqCtx.Err() != nil {
 		return nil, false
 	}
@@ -143,7 +143,7 @@ func appendError(ctx, reqCtx context.Context, err error, partitionID uint32, key
 
 // lookupError maps an error of Dispatcher.Output or Attach. ok is false when
 // the client went away.
-func lookupError(ctx, reqCtx context.Context, err error, partitionID uint32, id partition.InvocationID) (*apiError, bool) {
+func lookupError(ctx, reqCtx context.Context, err error, partitionID uint32, id invocation.ID) (*apiError, bool) {
 	if reqCtx.Err() != nil {
 		return nil, false
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -19,7 +19,7 @@ import (
 // complete invocations and inject errors or blocking.
 type fakeDispatcher struct {
 	mu          sync.Mutex
-	invocations map[partition.InvocationID]*fakeInvocation
+	invocations map[invocation.ID]*fakeInvocation
 	appends     []fakeAppend
 	// complete, when set, completes an invocation as soon as it is appended.
 	complete func(*rpc.Invoke) *rpc.Result
@@ -30,7 +30,7 @@ type fakeDispatcher struct {
 	appendHook func(ctx context.Context, part uint32, inv *rpc.Invoke) (*rpc.Appended, error)
 	outputHook func(ctx context.Context, part uint32, id []byte) (*rpc.InvocationResult, error)
 	// attaching receives the id of every Attach once it is waiting.
-	attaching chan partition.InvocationID
+	attaching chan invocation.ID
 }
 
 type fakeAppend struct {
@@ -45,14 +45,14 @@ type fakeInvocation struct {
 }
 
 func newFakeDispatcher(now func() time.Time) *fakeDispatcher {
-	return &fakeDispatcher{invocations: map[partition.InvocationID]*fakeInvocation{}, now: now}
+	return &fakeDispatcher{invocations: map[invocation.ID]*fakeInvocation{}, now: now}
 }
 
 func (f *fakeDispatcher) Append(ctx context.Context, part uint32, inv *rpc.Invoke) (*rpc.Appended, error) {
 	if f.appendHook != nil {
 		return f.appendHook(ctx, part, inv)
 	}
-	id, err := partition.IDFromBytes(inv.InvocationId)
+	id, err := invocation.IDFromBytes(inv.InvocationId)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", rpc.ErrInvalid, err)
 	}
@@ -77,7 +77,7 @@ func (f *fakeDispatcher) Append(ctx context.Context, part uint32, inv *rpc.Invok
 }
 
 // finish records the result of invocation id.
-func (f *fakeDispatcher) finish(id partition.InvocationID, res *rpc.Result) {
+func (f *fakeDispatcher) finish(id invocation.ID, res *rpc.Result) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fi := f.invocations[id]
@@ -93,7 +93,7 @@ func (f *fakeDispatcher) Output(ctx context.Context, part uint32, idb []byte) (*
 	if f.outputHook != nil {
 		return f.outputHook(ctx, part, idb)
 	}
-	id, err := partition.IDFromBytes(idb)
+	id, err := invocation.IDFromBytes(idb)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", rpc.ErrInvalid, err)
 	}
@@ -110,7 +110,7 @@ func (f *fakeDispatcher) Output(ctx context.Context, part uint32, idb []byte) (*
 }
 
 func (f *fakeDispatcher) Attach(ctx context.Context, part uint32, idb []byte) (*rpc.InvocationResult, error) {
-	id, err := partition.IDFromBytes(idb)
+	id, err := invocation.IDFromBytes(idb)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", rpc.ErrInvalid, err)
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/invocation"
 )
 
 // FuzzParsePath: never panics; a parsed route printed back parses to
@@ -69,8 +69,8 @@ func FuzzParseDuration(f *testing.F) {
 func FuzzParseInvocationID(f *testing.F) {
 	f.Add("inv_")
 	f.Add("inv_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")
-	f.Add(partition.IdempotentID("S", "h", "k").String())
-	f.Add(strings.ToUpper(partition.IdempotentID("S", "h", "k").String()))
+	f.Add(invocation.Idempotent("S", "h", "k").String())
+	f.Add(strings.ToUpper(invocation.Idempotent("S", "h", "k").String()))
 	f.Add("inv_" + strings.Repeat("7", 39))
 	f.Fuzz(func(t *testing.T, s string) {
 		id, err := parseInvocationID(s)
@@ -84,7 +84,7 @@ func FuzzParseInvocationID(f *testing.F) {
 		if err != nil || again != id {
 			t.Fatalf("printed id %s does not parse back: %v", id, err)
 		}
-		if p := partition.PartitionFor(id.PartitionKey(), 7); p < 1 || p > 7 {
+		if p := invocation.PartitionFor(id.PartitionKey(), 7); p < 1 || p > 7 {
 			t.Fatalf("partition %d out of range", p)
 		}
 	})

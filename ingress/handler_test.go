@@ -13,7 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -44,9 +44,9 @@ func decodeError(t *testing.T, w *httptest.ResponseRecorder, code int, source st
 	return e.Message
 }
 
-func mustID(t *testing.T, w *httptest.ResponseRecorder) partition.InvocationID {
+func mustID(t *testing.T, w *httptest.ResponseRecorder) invocation.ID {
 	t.Helper()
-	id, err := partition.ParseID(w.Header().Get("X-Restate-Id"))
+	id, err := invocation.ParseID(w.Header().Get("X-Restate-Id"))
 	if err != nil {
 		t.Fatalf("x-restate-id %q: %v", w.Header().Get("X-Restate-Id"), err)
 	}
@@ -68,7 +68,7 @@ func TestCallReturnsResult(t *testing.T) {
 	if string(inv.InvocationId) != string(id[:]) {
 		t.Fatalf("appended id differs from x-restate-id")
 	}
-	if want := partition.PartitionFor(id.PartitionKey(), 4); a.partition != want {
+	if want := invocation.PartitionFor(id.PartitionKey(), 4); a.partition != want {
 		t.Fatalf("partition = %d, want %d", a.partition, want)
 	}
 	if inv.Service != "Greeter" || inv.Handler != "greet" || string(inv.Body) != `{"name":"ann"}` ||
@@ -94,7 +94,7 @@ func TestCallWithIdempotencyKey(t *testing.T) {
 		t.Fatalf("answer = %d %q", w.Code, w.Body)
 	}
 	id := mustID(t, w)
-	if id != partition.IdempotentID("Greeter", "greet", "k1") {
+	if id != invocation.Idempotent("Greeter", "greet", "k1") {
 		t.Fatal("id is not IdempotentID(service, handler, key)")
 	}
 	if want := testNow.Add(time.Hour).Format(time.RFC3339Nano); w.Header().Get("Idempotency-Expires") != want {
@@ -171,7 +171,7 @@ func TestSend(t *testing.T) {
 		t.Fatalf("sends with one key: %+v then %+v", b1, b2)
 	}
 	// Once completed, a send with the key reports when the result expires.
-	id, _ := partition.ParseID(b1.InvocationID)
+	id, _ := invocation.ParseID(b1.InvocationID)
 	fd.finish(id, &rpc.Result{Status: 200})
 	if _, w := send("/Greeter/greet/send", "Idempotency-Key", "once"); w.Header().Get("Idempotency-Expires") == "" {
 		t.Fatal("send of a completed keyed invocation lacks idempotency-expires")
@@ -248,7 +248,7 @@ func TestAttachAndOutput(t *testing.T) {
 		t.Fatalf("470 message %q", msg)
 	}
 	// attach waits until the result exists.
-	fd.attaching = make(chan partition.InvocationID, 1)
+	fd.attaching = make(chan invocation.ID, 1)
 	done := make(chan *httptest.ResponseRecorder)
 	go func() { done <- do(h, "GET", "/restate/invocation/"+id.String()+"/attach", "") }()
 	completeAfterAttach(fd, &rpc.Result{Status: 200, Body: []byte("done"), ContentType: "text/plain"})
@@ -281,7 +281,7 @@ func TestAttachAndOutput(t *testing.T) {
 		t.Fatalf("upper-case id: %d %s", w.Code, w.Body)
 	}
 	// Unknown invocation (by id and by key): 404.
-	unknown := partition.RandomID().String()
+	unknown := invocation.Random().String()
 	decodeError(t, do(h, "GET", "/restate/invocation/"+unknown+"/output", ""), 404, "ingress")
 	decodeError(t, do(h, "GET", "/restate/invocation/"+unknown+"/attach", ""), 404, "ingress")
 	decodeError(t, do(h, "GET", "/restate/invocation/Greeter/greet/nokey/attach", ""), 404, "ingress")
@@ -542,7 +542,7 @@ func TestDispatcherErrors(t *testing.T) {
 	fd.outputHook = func(context.Context, uint32, []byte) (*rpc.InvocationResult, error) {
 		return nil, fmt.Errorf("output: %w", rpc.ErrUnavailable)
 	}
-	w = do(h, "GET", "/restate/invocation/"+partition.RandomID().String()+"/output", "")
+	w = do(h, "GET", "/restate/invocation/"+invocation.Random().String()+"/output", "")
 	decodeError(t, w, 503, "ingress")
 	if w.Header().Get("Retry-After") == "" {
 		t.Fatal("503 without Retry-After")
@@ -684,7 +684,7 @@ func TestConfigValidate(t *testing.T) {
 
 func TestStopWaiting(t *testing.T) {
 	h, fd := newTestHandler(t, nil)
-	fd.attaching = make(chan partition.InvocationID, 1)
+	fd.attaching = make(chan invocation.ID, 1)
 	answer := make(chan *httptest.ResponseRecorder)
 	go func() { answer <- do(h, "POST", "/Greeter/greet", "") }()
 	id := <-fd.attaching

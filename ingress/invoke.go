@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -58,17 +58,17 @@ func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, rt route) int {
 
 	// The id and the request id are fixed before the first attempt, so that
 	// every retry inside the cluster is the same request.
-	var id partition.InvocationID
+	var id invocation.ID
 	if key != "" {
-		id = partition.IdempotentID(rt.service, rt.handler, key)
+		id = invocation.Idempotent(rt.service, rt.handler, key)
 	} else {
-		id = partition.RandomID()
+		id = invocation.Random()
 	}
-	part := partition.PartitionFor(id.PartitionKey(), h.cfg.Partitions)
+	part := invocation.PartitionFor(id.PartitionKey(), h.cfg.Partitions)
 	now := h.cfg.Clock()
 	inv := &rpc.Invoke{
 		InvocationId:     id[:],
-		RequestId:        partition.NewRequestID(),
+		RequestId:        invocation.NewRequestID(),
 		Service:          rt.service,
 		Handler:          rt.handler,
 		Body:             body,
@@ -136,7 +136,7 @@ func (h *Handler) forwardHeaders(hdr http.Header) []*rpc.Header {
 // {"invocationId","status"[,"executionTime"]}. previously is only reported
 // for a caller's idempotency key: without one, a duplicate can only be this
 // request's own retry inside the cluster.
-func (h *Handler) writeSendResponse(w http.ResponseWriter, id partition.InvocationID, previously bool, notBeforeMs int64) int {
+func (h *Handler) writeSendResponse(w http.ResponseWriter, id invocation.ID, previously bool, notBeforeMs int64) int {
 	idText := id.String()
 	b := make([]byte, 0, 128)
 	b = append(b, `{"invocationId":"`...)

@@ -8,20 +8,20 @@ import (
 	"strings"
 	"time"
 
-	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 )
 
 // parseInvocationID parses a printed invocation id as the ingress accepts
-// it: partition.ParseID, plus canonical form (base32 leaves 3 spare bits in
+// it: invocation.ParseID, plus canonical form (base32 leaves 3 spare bits in
 // the last character; two spellings of one id would otherwise both parse).
-func parseInvocationID(s string) (partition.InvocationID, error) {
-	id, err := partition.ParseID(s)
+func parseInvocationID(s string) (invocation.ID, error) {
+	id, err := invocation.ParseID(s)
 	if err != nil {
 		return id, err
 	}
 	if !strings.EqualFold(id.String(), s) {
-		return partition.InvocationID{}, partition.ErrMalformedID
+		return invocation.ID{}, invocation.ErrMalformedID
 	}
 	return id, nil
 }
@@ -29,12 +29,12 @@ func parseInvocationID(s string) (partition.InvocationID, error) {
 // lookup serves GET /restate/invocation/.../attach and .../output.
 func (h *Handler) lookup(w http.ResponseWriter, r *http.Request, rt route) int {
 	start := time.Now()
-	var id partition.InvocationID
+	var id invocation.ID
 	if rt.byKey() {
 		if len(rt.key) > maxIdempotencyKeyLen {
 			return h.writeError(w, errBadRequest(fmt.Sprintf("bad idempotency key in the path: longer than %d bytes", maxIdempotencyKeyLen)))
 		}
-		id = partition.IdempotentID(rt.service, rt.handler, rt.key)
+		id = invocation.Idempotent(rt.service, rt.handler, rt.key)
 	} else {
 		var err error
 		if id, err = parseInvocationID(rt.id); err != nil {
@@ -43,7 +43,7 @@ func (h *Handler) lookup(w http.ResponseWriter, r *http.Request, rt route) int {
 				" (the last character carries spare bits and has one valid spelling); copy it from x-restate-id"))
 		}
 	}
-	part := partition.PartitionFor(id.PartitionKey(), h.cfg.Partitions)
+	part := invocation.PartitionFor(id.PartitionKey(), h.cfg.Partitions)
 	if rt.kind == routeAttach {
 		timeout, e := clientTimeout(r)
 		if e != nil {
@@ -63,7 +63,7 @@ func (h *Handler) lookup(w http.ResponseWriter, r *http.Request, rt route) int {
 // waitResult attaches to invocation id until its result exists, the wait
 // timeout (client's, else DefaultCallTimeout, counted from start) passes, or
 // the client goes away.
-func (h *Handler) waitResult(w http.ResponseWriter, r *http.Request, start time.Time, timeout time.Duration, part uint32, id partition.InvocationID, key string) int {
+func (h *Handler) waitResult(w http.ResponseWriter, r *http.Request, start time.Time, timeout time.Duration, part uint32, id invocation.ID, key string) int {
 	if timeout <= 0 {
 		timeout = h.cfg.DefaultCallTimeout
 	}
@@ -83,7 +83,7 @@ func (h *Handler) waitResult(w http.ResponseWriter, r *http.Request, start time.
 	return h.writeResult(w, id, key, res)
 }
 
-func (h *Handler) lookupFailed(w http.ResponseWriter, ctx, reqCtx context.Context, err error, part uint32, id partition.InvocationID) int {
+func (h *Handler) lookupFailed(w http.ResponseWriter, ctx, reqCtx context.Context, err error, part uint32, id invocation.ID) int {
 	ae, ok := lookupError(ctx, reqCtx, err, part, id)
 	if !ok {
 		return statusClientGone
@@ -96,7 +96,7 @@ func (h *Handler) lookupFailed(w http.ResponseWriter, ctx, reqCtx context.Contex
 
 // writeResult answers with an invocation's result. key is the caller's
 // idempotency key of a call, if any.
-func (h *Handler) writeResult(w http.ResponseWriter, id partition.InvocationID, key string, ir *rpc.InvocationResult) int {
+func (h *Handler) writeResult(w http.ResponseWriter, id invocation.ID, key string, ir *rpc.InvocationResult) int {
 	res := ir.GetResult()
 	if res == nil {
 		h.log.Error().Stringer("invocation", id).Msg("dispatcher returned a result without a Result")

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/invocation"
 )
 
 func TestParseDuration(t *testing.T) {
@@ -116,7 +116,7 @@ func TestParsePath(t *testing.T) {
 }
 
 func TestParseInvocationIDCanonical(t *testing.T) {
-	id := partition.RandomID()
+	id := invocation.Random()
 	s := id.String()
 	if got, err := parseInvocationID(s); err != nil || got != id {
 		t.Fatalf("parse(%s) = %v, %v", s, got, err)
@@ -124,7 +124,7 @@ func TestParseInvocationIDCanonical(t *testing.T) {
 	if got, err := parseInvocationID("inv_" + strings.ToUpper(s[4:])); err != nil || got != id {
 		t.Fatalf("upper case: %v, %v", got, err)
 	}
-	// Flip a spare low bit of the last character: partition.ParseID accepts
+	// Flip a spare low bit of the last character: invocation.ParseID accepts
 	// it, the ingress does not.
 	last := s[len(s)-1]
 	alt := strings.IndexByte("abcdefghijklmnopqrstuvwxyz234567", last) ^ 1

@@ -37,7 +37,7 @@ func BenchmarkApplyInvoke(b *testing.B) {
 					inv.ProposedAtUnixMs = int64(i + j)
 					cmds[j] = invokeCmd(inv)
 				}
-				data, err := EncodeBatch(cmds...)
+				data, err := rpc.EncodeBatch(cmds...)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/raftlog"
+	"github.com/raftgate/raftgate/registry"
 	"github.com/raftgate/raftgate/rpc"
 	"github.com/rs/zerolog"
 	bolt "go.etcd.io/bbolt"
@@ -18,14 +20,14 @@ import (
 )
 
 // raftNode is one in-process raftgate node over real raftlog, bbolt (fsync
-// on) and gRPC on 127.0.0.1: the metadata group with the Registry and
+// on) and gRPC on 127.0.0.1: the metadata group with the registry.Registry and
 // partition 1 with a Processor.
 type raftNode struct {
 	id      uint64
 	dataDir string
 	node    *raftlog.Node
 	srv     *grpc.Server
-	reg     *Registry
+	reg     *registry.Registry
 	proc    *Processor
 	meta    *raftlog.Group
 	group   *raftlog.Group
@@ -85,7 +87,7 @@ func (c *raftCluster) start(i int, l net.Listener) {
 	srv := grpc.NewServer()
 	node.RegisterGRPC(srv)
 	go func() { _ = srv.Serve(l) }()
-	reg := NewRegistry(logger)
+	reg := registry.NewRegistry(logger)
 	cfg := DefaultConfig()
 	cfg.Services = reg
 	cfg.Logger = logger
@@ -299,7 +301,7 @@ func TestRaftClusterEveryInvocationHasExactlyOneResult(t *testing.T) {
 		t.Fatalf("service saw %d distinct invocations, want %d", ids, total)
 	}
 	for _, inv := range invs {
-		id, _ := IDFromBytes(inv.InvocationId)
+		id, _ := invocation.IDFromBytes(inv.InvocationId)
 		if svc.count(id) < 1 {
 			t.Fatalf("%v never delivered", id)
 		}

@@ -31,7 +31,7 @@ type Log interface {
 	Status() raftlog.Status
 }
 
-// ServiceLookup resolves a registered service by name (the Registry).
+// ServiceLookup resolves a registered service by name (registry.Registry).
 // Lookup is called from the invoker's goroutines and must be safe for
 // concurrent use.
 type ServiceLookup interface {
@@ -179,6 +179,4 @@ func (c Config) Validate() error {
 var (
 	_ Log                  = (*raftlog.Group)(nil)
 	_ raftlog.StateMachine = (*Processor)(nil)
-	_ raftlog.StateMachine = (*Registry)(nil)
-	_ ServiceLookup        = (*Registry)(nil)
 )

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/outbox"
 	"github.com/raftgate/raftgate/rpc"
 )
@@ -58,7 +59,7 @@ func (iv *invoker) call(ctx context.Context, inv *rpc.Invoke, attempt uint32) at
 	if inv.ContentType != "" {
 		req.Header.Set("Content-Type", inv.ContentType)
 	}
-	id, _ := IDFromBytes(inv.InvocationId)
+	id, _ := invocation.IDFromBytes(inv.InvocationId)
 	req.Header.Set(headerInvocationID, id.String())
 	req.Header.Set(headerAttempt, strconv.FormatUint(uint64(attempt), 10))
 	if inv.IdempotencyKey != "" {

@@ -1,12 +1,13 @@
 // Package partition owns the partition processor: the command encoding of
 // a partition's log, the deterministic state machine that applies it, the
 // leader-side request tracker, attach waiters, the retention sweeper and
-// the invoker that runs invocations. It also holds the Registry, the
-// metadata group's state machine (the service registry).
+// the invoker that runs invocations. The metadata group's state machine,
+// the service registry, is package registry; invocation ids and routing are
+// package invocation.
 //
 // # Log and state
 //
-// Every entry of a partition's log is an rpc.CommandBatch (BatchVersion;
+// Every entry of a partition's log is an rpc.CommandBatch (rpc.BatchVersion;
 // other versions stop the group rather than diverge). Apply runs inside
 // raftlog's write transaction and touches only the group's state bucket:
 //

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/outbox"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/rpc"
@@ -182,7 +183,7 @@ func (c *fakeCluster) countCommands(t *testing.T, match func(*rpc.Command) bool)
 	defer c.mu.Unlock()
 	n := 0
 	for _, e := range c.entries {
-		b, err := DecodeBatch(e.Data)
+		b, err := rpc.DecodeBatch(e.Data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -428,7 +429,7 @@ func (s *recordingService) serve(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(out)
 }
 
-func (s *recordingService) count(id InvocationID) int {
+func (s *recordingService) count(id invocation.ID) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.deliveries[id.String()]
@@ -470,10 +471,10 @@ func (m *manualClock) Advance(d time.Duration) {
 }
 
 func newInvoke(service string, n int) *rpc.Invoke {
-	id := RandomID()
+	id := invocation.Random()
 	return &rpc.Invoke{
 		InvocationId: id.Bytes(),
-		RequestId:    NewRequestID(),
+		RequestId:    invocation.NewRequestID(),
 		Service:      service,
 		Handler:      "greet",
 		Body:         []byte("hello " + strconv.Itoa(n)),

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/outbox"
 	"github.com/raftgate/raftgate/rpc"
 	bolt "go.etcd.io/bbolt"
@@ -314,7 +315,7 @@ const (
 )
 
 func idString(b []byte) string {
-	id, err := IDFromBytes(b)
+	id, err := invocation.IDFromBytes(b)
 	if err != nil {
 		return fmt.Sprintf("%x", b)
 	}

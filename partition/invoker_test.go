@@ -117,7 +117,7 @@ func TestLargeBacklogBounded(t *testing.T) {
 			inv.ProposedAtUnixMs = time.Now().UnixMilli()
 			cmds = append(cmds, invokeCmd(inv))
 		}
-		data, err := EncodeBatch(cmds...)
+		data, err := rpc.EncodeBatch(cmds...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -82,7 +82,7 @@ func (p *Processor) proposeBatch(batch []proposal) {
 			}
 		}
 	}
-	data, err := EncodeBatch(cmds...)
+	data, err := rpc.EncodeBatch(cmds...)
 	if err != nil {
 		fail(fmt.Errorf("partition %d: %w", p.cfg.Partition, err))
 		return

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/outbox"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/results"
@@ -57,7 +58,7 @@ func (m *machine) apply(b *bolt.Bucket, entries []raftlog.Entry) (*effects, erro
 	}
 	fx := &effects{applied: make(map[string]int)}
 	for _, e := range entries {
-		batch, err := DecodeBatch(e.Data)
+		batch, err := rpc.DecodeBatch(e.Data)
 		if err != nil {
 			return nil, fmt.Errorf("entry %d: %w", e.Index, err)
 		}
@@ -145,7 +146,7 @@ func (m *machine) applyCommand(b *bolt.Bucket, term uint64, c *rpc.Command, fx *
 // exists is a no-op reporting the existing invocation.
 func (m *machine) invoke(b *bolt.Bucket, term uint64, c *rpc.Invoke, fx *effects) error {
 	r := reply{requestID: string(c.RequestId), term: term}
-	if len(c.InvocationId) != IDLen || c.Service == "" || c.Handler == "" {
+	if len(c.InvocationId) != invocation.IDLen || c.Service == "" || c.Handler == "" {
 		r.err = fmt.Errorf("partition: malformed invoke: %w", rpc.ErrInvalid)
 		fx.replies = append(fx.replies, r)
 		return nil
@@ -286,13 +287,13 @@ func dueOf(rec *rpc.InvocationRecord) int64 {
 }
 
 // recordKey orders records by the id bytes after the partition key: for
-// ids from RandomID that is creation time, so new records append to the
-// bucket's last page (the partition keys of one partition are random).
+// ids from invocation.Random that is creation time, so new records append
+// to the bucket's last page (the partition keys of one partition are random).
 func recordKey(id []byte) []byte {
-	if len(id) != IDLen {
+	if len(id) != invocation.IDLen {
 		return id
 	}
-	k := make([]byte, 0, IDLen)
+	k := make([]byte, 0, invocation.IDLen)
 	return append(append(k, id[8:]...), id[:8]...)
 }
 

@@ -43,7 +43,7 @@ func applyAll(t testing.TB, entries []raftlog.Entry, chunk int) string {
 func mixedLog(t testing.TB) []raftlog.Entry {
 	var entries []raftlog.Entry
 	add := func(term uint64, cmds ...*rpc.Command) {
-		data, err := EncodeBatch(cmds...)
+		data, err := rpc.EncodeBatch(cmds...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,11 +114,11 @@ func TestReplicasIdenticalAfterWorkload(t *testing.T) {
 }
 
 func TestUnknownBatchVersionRefused(t *testing.T) {
-	data, err := marshalOpts.Marshal(&rpc.CommandBatch{Version: BatchVersion + 1})
+	data, err := marshalOpts.Marshal(&rpc.CommandBatch{Version: rpc.BatchVersion + 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := DecodeBatch(data); !errors.Is(err, ErrUnknownVersion) {
+	if _, err := rpc.DecodeBatch(data); !errors.Is(err, rpc.ErrUnknownVersion) {
 		t.Fatalf("decode = %v", err)
 	}
 	db, err := bolt.Open(filepath.Join(t.TempDir(), "v.db"), 0o600, nil)
@@ -132,7 +132,7 @@ func TestUnknownBatchVersionRefused(t *testing.T) {
 		_, err := m.apply(b, []raftlog.Entry{{Index: 1, Term: 1, Data: data}})
 		return err
 	})
-	if !errors.Is(err, ErrUnknownVersion) {
+	if !errors.Is(err, rpc.ErrUnknownVersion) {
 		t.Fatalf("apply = %v", err)
 	}
 }
@@ -148,7 +148,7 @@ func TestStateFormatRefusesOldLayout(t *testing.T) {
 	defer db.Close()
 	inv := newInvoke("svc", 1)
 	entry := func(index uint64) []raftlog.Entry {
-		data, err := EncodeBatch(invokeCmd(inv))
+		data, err := rpc.EncodeBatch(invokeCmd(inv))
 		if err != nil {
 			t.Fatal(err)
 		}

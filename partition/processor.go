@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/outbox"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/results"
@@ -158,7 +159,7 @@ func (p *Processor) Append(ctx context.Context, inv *rpc.Invoke) (*rpc.Appended,
 // 409, failed). Cancelling a completed invocation does nothing;
 // rpc.ErrNotFound for an unknown or purged one.
 func (p *Processor) Cancel(ctx context.Context, requestID, id []byte) error {
-	if len(id) != IDLen || len(requestID) == 0 || len(requestID) > maxRequestIDLen {
+	if len(id) != invocation.IDLen || len(requestID) == 0 || len(requestID) > maxRequestIDLen {
 		return fmt.Errorf("partition: cancel: malformed id: %w", rpc.ErrInvalid)
 	}
 	r, err := p.request(ctx, requestID, func(term uint64) *rpc.Command {
@@ -361,7 +362,7 @@ func (p *Processor) isStarted() bool {
 
 // readBarrier checks leadership and waits for a ReadIndex.
 func (p *Processor) readBarrier(ctx context.Context, id []byte) error {
-	if len(id) != IDLen {
+	if len(id) != invocation.IDLen {
 		return fmt.Errorf("partition: malformed id: %w", rpc.ErrInvalid)
 	}
 	if leading, _, _ := p.tracker.leadership(); !leading || !p.isStarted() {
@@ -422,15 +423,15 @@ func (p *Processor) mapLogError(err error) error {
 	}
 }
 
-// maxRequestIDLen bounds request ids (16 bytes from NewRequestID).
+// maxRequestIDLen bounds request ids (16 bytes from invocation.NewRequestID).
 const maxRequestIDLen = 64
 
 func validateInvoke(inv *rpc.Invoke) error {
 	switch {
 	case inv == nil:
 		return fmt.Errorf("partition: nil invoke: %w", rpc.ErrInvalid)
-	case len(inv.InvocationId) != IDLen:
-		return fmt.Errorf("partition: invocation id has %d bytes, want %d: %w", len(inv.InvocationId), IDLen, rpc.ErrInvalid)
+	case len(inv.InvocationId) != invocation.IDLen:
+		return fmt.Errorf("partition: invocation id has %d bytes, want %d: %w", len(inv.InvocationId), invocation.IDLen, rpc.ErrInvalid)
 	case len(inv.RequestId) == 0 || len(inv.RequestId) > maxRequestIDLen:
 		return fmt.Errorf("partition: request id has %d bytes: %w", len(inv.RequestId), rpc.ErrInvalid)
 	case inv.Service == "" || inv.Handler == "":

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/rpc"
 )
@@ -46,7 +47,7 @@ func TestFollowerAnswersNotLeader(t *testing.T) {
 	if !errors.As(err, &nl) || nl.Leader != 1 || nl.Term != 1 {
 		t.Fatalf("follower append = %v, want NotLeaderError{1, 1}", err)
 	}
-	if _, err := c.replicas[1].p.Output(ctxT(t), RandomID().Bytes()); !errors.As(err, &nl) {
+	if _, err := c.replicas[1].p.Output(ctxT(t), invocation.Random().Bytes()); !errors.As(err, &nl) {
 		t.Fatalf("follower output = %v", err)
 	}
 	if _, err := c.replicas[0].p.Append(ctxT(t), &rpc.Invoke{InvocationId: []byte("short")}); !errors.Is(err, rpc.ErrInvalid) {
@@ -60,8 +61,8 @@ func TestFollowerAnswersNotLeader(t *testing.T) {
 	defer p.Close()
 	p.OnLeadership(raftlog.LeaderEvent{Group: 1, Leader: 1, Term: 1, IsSelf: true})
 	for _, call := range []func() error{
-		func() error { _, err := p.Output(ctxT(t), RandomID().Bytes()); return err },
-		func() error { _, err := p.Attach(ctxT(t), RandomID().Bytes()); return err },
+		func() error { _, err := p.Output(ctxT(t), invocation.Random().Bytes()); return err },
+		func() error { _, err := p.Attach(ctxT(t), invocation.Random().Bytes()); return err },
 		func() error { _, err := p.Append(ctxT(t), newInvoke("greeter", 1)); return err },
 	} {
 		if err := call(); !errors.As(err, &nl) {
@@ -319,7 +320,7 @@ func TestInvokeRunsAndAttach(t *testing.T) {
 		}
 		got <- res
 	}()
-	id, _ := IDFromBytes(inv.InvocationId)
+	id, _ := invocation.IDFromBytes(inv.InvocationId)
 	waitFor(t, 5*time.Second, "delivery", func() bool { return svc.count(id) == 1 })
 	rec, err := p.Status(ctxT(t), inv.InvocationId)
 	if err != nil || rec.State != rpc.InvocationRecord_RUNNING {
@@ -344,7 +345,7 @@ func TestInvokeRunsAndAttach(t *testing.T) {
 	if p.OutboxDepth() != 0 {
 		t.Fatalf("outbox depth %d", p.OutboxDepth())
 	}
-	if _, err := p.Output(ctxT(t), RandomID().Bytes()); !errors.Is(err, rpc.ErrNotFound) {
+	if _, err := p.Output(ctxT(t), invocation.Random().Bytes()); !errors.Is(err, rpc.ErrNotFound) {
 		t.Fatalf("output of unknown = %v", err)
 	}
 }
@@ -384,7 +385,7 @@ func TestRetriesAndTerminalFailures(t *testing.T) {
 	if r.Status != 500 || !r.Failed || r.Attempts != 5 || !strings.Contains(r.Error, "gave up after 5 attempts") {
 		t.Fatalf("down = %v", r)
 	}
-	id, _ := IDFromBytes(down.InvocationId)
+	id, _ := invocation.IDFromBytes(down.InvocationId)
 	if n := svc.count(id); n != 5 {
 		t.Fatalf("down delivered %d times, want 5", n)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 	bolt "go.etcd.io/bbolt"
 )
@@ -105,7 +106,7 @@ func TestCancel(t *testing.T) {
 		}
 		attached <- res
 	}()
-	if err := p.Cancel(ctxT(t), NewRequestID(), inv.InvocationId); err != nil {
+	if err := p.Cancel(ctxT(t), invocation.NewRequestID(), inv.InvocationId); err != nil {
 		t.Fatal(err)
 	}
 	res := <-attached
@@ -113,10 +114,10 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("cancelled result = %v", r)
 	}
 	// Cancelling again does nothing; an unknown id is not found.
-	if err := p.Cancel(ctxT(t), NewRequestID(), inv.InvocationId); err != nil {
+	if err := p.Cancel(ctxT(t), invocation.NewRequestID(), inv.InvocationId); err != nil {
 		t.Fatalf("second cancel = %v", err)
 	}
-	if err := p.Cancel(ctxT(t), NewRequestID(), RandomID().Bytes()); !errors.Is(err, rpc.ErrNotFound) {
+	if err := p.Cancel(ctxT(t), invocation.NewRequestID(), invocation.Random().Bytes()); !errors.Is(err, rpc.ErrNotFound) {
 		t.Fatalf("cancel unknown = %v", err)
 	}
 	clock.Advance(2 * time.Hour)
@@ -151,7 +152,7 @@ func TestDelayedSend(t *testing.T) {
 	if _, err := p.Output(ctxT(t), delayed.InvocationId); !errors.Is(err, rpc.ErrNotReady) {
 		t.Fatalf("delayed output before its time = %v", err)
 	}
-	id, _ := IDFromBytes(delayed.InvocationId)
+	id, _ := invocation.IDFromBytes(delayed.InvocationId)
 	if svc.count(id) != 0 {
 		t.Fatal("delayed invocation ran early")
 	}
@@ -182,7 +183,7 @@ func TestOutboxSurvivesLeaderCrashBeforeComplete(t *testing.T) {
 	if _, err := c.replicas[0].p.Append(ctxT(t), inv); err != nil {
 		t.Fatal(err)
 	}
-	id, _ := IDFromBytes(inv.InvocationId)
+	id, _ := invocation.IDFromBytes(inv.InvocationId)
 	waitFor(t, 5*time.Second, "first delivery", func() bool { return svc.count(id) == 1 })
 	c.mu.Lock()
 	c.replicas[0].down = true
@@ -193,7 +194,7 @@ func TestOutboxSurvivesLeaderCrashBeforeComplete(t *testing.T) {
 		t.Fatalf("deliveries = %d, want 2 (at-least-once across the crash)", svc.count(id))
 	}
 	// Replay the stale leader's Complete after the fact: a no-op.
-	stale, err := EncodeBatch(completeCmd(&rpc.Complete{InvocationId: inv.InvocationId, Result: &rpc.Result{Status: 200, Body: []byte("stale")}}))
+	stale, err := rpc.EncodeBatch(completeCmd(&rpc.Complete{InvocationId: inv.InvocationId, Result: &rpc.Result{Status: 200, Body: []byte("stale")}}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -219,26 +219,26 @@ func garbageRaft(t *testing.T, n *node, rng *rand.Rand) {
 func garbageDispatch(t *testing.T, n *node, rng *rand.Rand) {
 	cc := dialNode(t, n)
 	client := rpc.NewDispatchClient(cc)
-	wrongPartitionID := partition.RandomID()
-	wrongPart := partition.PartitionFor(wrongPartitionID.PartitionKey(), robustnessPartitions)%robustnessPartitions + 1
+	wrongPartitionID := invocation.Random()
+	wrongPart := invocation.PartitionFor(wrongPartitionID.PartitionKey(), robustnessPartitions)%robustnessPartitions + 1
 	invoke := func(id []byte) *rpc.Invoke {
-		return &rpc.Invoke{InvocationId: id, RequestId: partition.NewRequestID(), Service: "Echo", Handler: "echo", Body: []byte(`"garbage"`)}
+		return &rpc.Invoke{InvocationId: id, RequestId: invocation.NewRequestID(), Service: "Echo", Handler: "echo", Body: []byte(`"garbage"`)}
 	}
 	reqs := map[string]*rpc.DispatchRequest{
 		"no body":               {Partition: 1},
 		"unknown partition":     {Partition: 9999, Body: &rpc.DispatchRequest_Output{Output: &rpc.GetOutput{InvocationId: randomBytes(rng, 24)}}},
 		"append without invoke": {Partition: 1, Body: &rpc.DispatchRequest_Append{Append: &rpc.AppendInvocation{}}},
-		"append short id":       {Partition: 1, RequestId: partition.NewRequestID(), Body: &rpc.DispatchRequest_Append{Append: &rpc.AppendInvocation{Invoke: invoke([]byte{1, 2, 3})}}},
-		"append wrong partition": {Partition: wrongPart, RequestId: partition.NewRequestID(),
+		"append short id":       {Partition: 1, RequestId: invocation.NewRequestID(), Body: &rpc.DispatchRequest_Append{Append: &rpc.AppendInvocation{Invoke: invoke([]byte{1, 2, 3})}}},
+		"append wrong partition": {Partition: wrongPart, RequestId: invocation.NewRequestID(),
 			Body: &rpc.DispatchRequest_Append{Append: &rpc.AppendInvocation{Invoke: invoke(wrongPartitionID.Bytes())}}},
-		"append to metadata group": {Partition: 0, RequestId: partition.NewRequestID(), Body: &rpc.DispatchRequest_Append{Append: &rpc.AppendInvocation{Invoke: invoke(partition.RandomID().Bytes())}}},
+		"append to metadata group": {Partition: 0, RequestId: invocation.NewRequestID(), Body: &rpc.DispatchRequest_Append{Append: &rpc.AppendInvocation{Invoke: invoke(invocation.Random().Bytes())}}},
 		"output garbage id":        {Partition: 2, Body: &rpc.DispatchRequest_Output{Output: &rpc.GetOutput{InvocationId: randomBytes(rng, 7)}}},
 		"attach garbage id":        {Partition: 2, TimeoutMs: 500, Body: &rpc.DispatchRequest_Attach{Attach: &rpc.AttachInvocation{InvocationId: randomBytes(rng, 40)}}},
 		"status garbage id":        {Partition: 3, Body: &rpc.DispatchRequest_Status{Status: &rpc.GetStatus{}}},
 		"cancel garbage id":        {Partition: 4, Body: &rpc.DispatchRequest_Cancel{Cancel: &rpc.CancelInvocation{InvocationId: randomBytes(rng, 24)}}},
-		"put service to a partition": {Partition: 1, RequestId: partition.NewRequestID(),
+		"put service to a partition": {Partition: 1, RequestId: invocation.NewRequestID(),
 			Body: &rpc.DispatchRequest_PutService{PutService: &rpc.PutService{Service: &rpc.Service{Name: "\x00bad", Url: "::"}}}},
-		"negative timeout": {Partition: 1, TimeoutMs: -5, Body: &rpc.DispatchRequest_Output{Output: &rpc.GetOutput{InvocationId: partition.RandomID().Bytes()}}},
+		"negative timeout": {Partition: 1, TimeoutMs: -5, Body: &rpc.DispatchRequest_Output{Output: &rpc.GetOutput{InvocationId: invocation.Random().Bytes()}}},
 	}
 	names := make([]string, 0, len(reqs))
 	for name := range reqs {
@@ -249,8 +249,8 @@ func garbageDispatch(t *testing.T, n *node, rng *rand.Rand) {
 		answer := dispatchOnce(client, reqs[name], uint64(i+1))
 		t.Logf("dispatch %q to node %d: %s", name, n.id, answer)
 	}
-	big := &rpc.DispatchRequest{Partition: 1, RequestId: partition.NewRequestID(),
-		Body: &rpc.DispatchRequest_Append{Append: &rpc.AppendInvocation{Invoke: invoke(partition.RandomID().Bytes())}}}
+	big := &rpc.DispatchRequest{Partition: 1, RequestId: invocation.NewRequestID(),
+		Body: &rpc.DispatchRequest_Append{Append: &rpc.AppendInvocation{Invoke: invoke(invocation.Random().Bytes())}}}
 	big.GetAppend().Invoke.Body = randomBytes(rng, 20<<20)
 	t.Logf("dispatch oversize (%d bytes): %s", proto.Size(big), dispatchOnce(client, big, 999))
 }

@@ -12,7 +12,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -28,12 +28,12 @@ import (
 // (TestPartitionCountMismatchRefused).
 func TestDispatchRefusesMisroutedInvocation(t *testing.T) {
 	c := startCluster(t, clusterOpts{nodes: 3, partitions: robustnessPartitions})
-	id := partition.RandomID()
-	owner := partition.PartitionFor(id.PartitionKey(), robustnessPartitions)
+	id := invocation.Random()
+	owner := invocation.PartitionFor(id.PartitionKey(), robustnessPartitions)
 	wrong := owner%robustnessPartitions + 1
-	req := &rpc.DispatchRequest{Partition: wrong, RequestId: partition.NewRequestID(),
+	req := &rpc.DispatchRequest{Partition: wrong, RequestId: invocation.NewRequestID(),
 		Body: &rpc.DispatchRequest_Append{Append: &rpc.AppendInvocation{Invoke: &rpc.Invoke{
-			InvocationId: id.Bytes(), RequestId: partition.NewRequestID(), Service: "Echo", Handler: "echo", Body: []byte(`"x"`)}}}}
+			InvocationId: id.Bytes(), RequestId: invocation.NewRequestID(), Service: "Echo", Handler: "echo", Body: []byte(`"x"`)}}}}
 	for _, n := range c.nodes {
 		answer := dispatchOnce(rpc.NewDispatchClient(dialNode(t, n)), req, 1)
 		t.Logf("node %d: %s", n.id, answer)

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/invocation"
 )
 
 // clusterView is the part of GET /cluster the robustness suite reads.
@@ -156,7 +156,7 @@ func probeKeys(service, handler, prefix string, n uint32) map[uint32]string {
 	keys := map[uint32]string{}
 	for i := 0; uint32(len(keys)) < n; i++ {
 		k := fmt.Sprintf("%s-%d", prefix, i)
-		p := partition.PartitionFor(partition.IdempotentID(service, handler, k).PartitionKey(), n)
+		p := invocation.PartitionFor(invocation.Idempotent(service, handler, k).PartitionKey(), n)
 		if _, ok := keys[p]; !ok {
 			keys[p] = k
 		}

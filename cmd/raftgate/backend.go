@@ -8,14 +8,16 @@ import (
 
 	"github.com/raftgate/raftgate/ingress/admin"
 	"github.com/raftgate/raftgate/ingress/dispatch"
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/partition"
 	"github.com/raftgate/raftgate/raftlog"
+	"github.com/raftgate/raftgate/registry"
 	"github.com/raftgate/raftgate/rpc"
 )
 
 // backend serves the dispatch stream from this node's state machines.
 type backend struct {
-	registry   *partition.Registry
+	registry   *registry.Registry
 	processors []*partition.Processor
 }
 
@@ -29,8 +31,8 @@ func (b backend) processor(p uint32, id []byte) (*partition.Processor, error) {
 	if p == 0 || p > n {
 		return nil, fmt.Errorf("%w: no partition %d on this cluster (1..%d)", rpc.ErrInvalid, p, n)
 	}
-	if err := partition.CheckOwner(id, p, n); err != nil {
-		return nil, err
+	if err := invocation.CheckOwner(id, p, n); err != nil {
+		return nil, fmt.Errorf("%w: %w", rpc.ErrInvalid, err)
 	}
 	return b.processors[p], nil
 }
@@ -87,7 +89,7 @@ func (b backend) DeleteService(ctx context.Context, name string) error {
 // dispatch client to the metadata group's leader, reads are local.
 type registryView struct {
 	client   *dispatch.Client
-	registry *partition.Registry
+	registry *registry.Registry
 }
 
 func (r registryView) PutService(ctx context.Context, svc *rpc.Service) error {
@@ -105,7 +107,7 @@ func (r registryView) List() []*rpc.Service                    { return r.regist
 // node's registry replica catch up with the metadata group's leader (at
 // most registryCatchUp), so a service registered through another node a
 // moment ago is found.
-type freshServices struct{ registry *partition.Registry }
+type freshServices struct{ registry *registry.Registry }
 
 const registryCatchUp = 250 * time.Millisecond
 
@@ -141,7 +143,7 @@ func (c clusterView) Partitions(withDigest bool) []admin.PartitionStatus {
 			}
 		}
 		if id > 0 {
-			ps.FirstKey, ps.LastKey = partition.KeyRange(id, c.n.cfg.Partitions)
+			ps.FirstKey, ps.LastKey = invocation.KeyRange(id, c.n.cfg.Partitions)
 		}
 		if st.IsLeader {
 			for _, voter := range st.Voters {

@@ -17,7 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/raftgate/raftgate/ingress/admin"
-	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -47,7 +47,7 @@ func (c testCluster) Nodes() []admin.NodeStatus {
 
 func (c testCluster) Partitions(bool) []admin.PartitionStatus {
 	depth := 3
-	first, last := partition.KeyRange(2, 2)
+	first, last := invocation.KeyRange(2, 2)
 	return []admin.PartitionStatus{
 		{ID: 0, Leader: 1, Term: 2, AppliedIndex: 10},
 		{ID: 1, LastKey: 1<<63 - 1, Leader: 1, Term: 5, AppliedIndex: 120, OutboxDepth: &depth,

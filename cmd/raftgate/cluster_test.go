@@ -16,7 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/raftgate/raftgate/ingress/admin"
-	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/test/freeport"
 )
@@ -190,7 +190,7 @@ func TestIngressAPIOnThreeNodeCluster(t *testing.T) {
 		if r.status != 200 || r.body != `{"a":1}` || r.header.Get("content-type") != "application/json" {
 			t.Fatalf("call = %d %q %q", r.status, r.body, r.header.Get("content-type"))
 		}
-		if _, err := partition.ParseID(r.header.Get("x-restate-id")); err != nil {
+		if _, err := invocation.ParseID(r.header.Get("x-restate-id")); err != nil {
 			t.Fatalf("x-restate-id %q: %v", r.header.Get("x-restate-id"), err)
 		}
 	})
@@ -331,7 +331,7 @@ func TestIngressAPIOnThreeNodeCluster(t *testing.T) {
 			status                   int
 		}{
 			{"malformed id", "GET", "/restate/invocation/inv_nope/output", "", nil, 400},
-			{"unknown invocation", "GET", "/restate/invocation/" + partition.RandomID().String() + "/output", "", nil, 404},
+			{"unknown invocation", "GET", "/restate/invocation/" + invocation.Random().String() + "/output", "", nil, 404},
 			{"unknown service", "POST", "/Nope/echo", `"x"`, nil, 404},
 			{"unknown handler", "POST", "/Strict/other", `"x"`, nil, 404},
 			{"wrong method", "PUT", "/Echo/echo", `"x"`, nil, 405},
@@ -406,7 +406,7 @@ func TestIngressAPIOnThreeNodeCluster(t *testing.T) {
 func keyForPartition(t *testing.T, service, handler string, p, n uint32) string {
 	for i := range 100000 {
 		k := fmt.Sprintf("k-%d", i)
-		if partition.PartitionFor(partition.IdempotentID(service, handler, k).PartitionKey(), n) == p {
+		if invocation.PartitionFor(invocation.Idempotent(service, handler, k).PartitionKey(), n) == p {
 			return k
 		}
 	}

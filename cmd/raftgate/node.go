@@ -24,6 +24,7 @@ import (
 	"github.com/raftgate/raftgate/leadership"
 	"github.com/raftgate/raftgate/partition"
 	"github.com/raftgate/raftgate/raftlog"
+	"github.com/raftgate/raftgate/registry"
 )
 
 // maxGRPCMessage bounds one gRPC message between nodes: an ingress body of
@@ -72,7 +73,7 @@ type node struct {
 	grpc    *grpc.Server
 	served  chan error
 
-	registry   *partition.Registry
+	registry   *registry.Registry
 	processors []*partition.Processor // index = partition id; [0] unused
 
 	dispatchServer *dispatch.Server
@@ -212,7 +213,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 
 	// State machines first, then the leadership watch, then the groups: no
 	// leadership event can reach a processor that does not exist yet.
-	n.registry = partition.NewRegistry(n.log.With().Str("component", "registry").Logger())
+	n.registry = registry.NewRegistry(n.log.With().Str("component", "registry").Logger())
 	n.processors = make([]*partition.Processor, cfg.Partitions+1)
 	for p := uint32(1); p <= cfg.Partitions; p++ {
 		pc := partition.DefaultConfig()

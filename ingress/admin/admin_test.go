@@ -16,7 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -342,7 +342,7 @@ func TestMethodsAndUnknownPaths(t *testing.T) {
 func TestClusterView(t *testing.T) {
 	f := newFixture(t, nil)
 	depth := 7
-	first, last := partition.KeyRange(2, testPartitions)
+	first, last := invocation.KeyRange(2, testPartitions)
 	f.cluster.nodes = []NodeStatus{{ID: 1, IngressAddr: "127.0.0.1:8080", NodeAddr: "127.0.0.1:5122", Alive: true}, {ID: 2}}
 	f.cluster.partitions = []PartitionStatus{
 		{ID: 1, Leader: 1, Term: 3, AppliedIndex: 42, Replicas: []ReplicaStatus{{NodeID: 1, Match: 42}, {NodeID: 2, Match: 40, Lag: 2}}, OutboxDepth: &depth},
@@ -416,8 +416,8 @@ func TestMetricsAndPprof(t *testing.T) {
 
 func TestInvocationStatusAndCancel(t *testing.T) {
 	f := newFixture(t, nil)
-	id := partition.IdempotentID("Greeter", "greet", "k1")
-	wantPartition := partition.PartitionFor(id.PartitionKey(), testPartitions)
+	id := invocation.Idempotent("Greeter", "greet", "k1")
+	wantPartition := invocation.PartitionFor(id.PartitionKey(), testPartitions)
 	f.invocations.records[string(id.Bytes())] = &rpc.InvocationRecord{
 		Invoke: &rpc.Invoke{Service: "Greeter", Handler: "greet", IdempotencyKey: "k1",
 			ProposedAtUnixMs: 1_700_000_000_000, NotBeforeUnixMs: 1_700_000_010_000},
@@ -459,7 +459,7 @@ func TestInvocationStatusAndCancel(t *testing.T) {
 
 	// A result's own delivery counts: two failures, then success on the third.
 	f.invocations.statusErr = nil
-	done := partition.IdempotentID("Greeter", "greet", "k2")
+	done := invocation.Idempotent("Greeter", "greet", "k2")
 	f.invocations.records[string(done.Bytes())] = &rpc.InvocationRecord{
 		Invoke: &rpc.Invoke{Service: "Greeter", Handler: "greet"}, State: rpc.InvocationRecord_COMPLETED,
 		Attempts: 2, Result: &rpc.Result{Status: 200, Attempts: 3},
@@ -473,7 +473,7 @@ func TestInvocationErrors(t *testing.T) {
 	f := newFixture(t, nil)
 	wantError(t, f.do(t, "GET", "/invocations/nope", ""), http.StatusBadRequest, "malformed invocation id")
 	wantError(t, f.do(t, "DELETE", "/invocations/inv_abc", ""), http.StatusBadRequest, "malformed invocation id")
-	id := partition.RandomID().String()
+	id := invocation.Random().String()
 	wantError(t, f.do(t, "GET", "/invocations/"+id, ""), http.StatusNotFound, "not found")
 	wantError(t, f.do(t, "DELETE", "/invocations/"+id, ""), http.StatusNotFound, "not found")
 	f.invocations.err = rpc.ErrUnavailable

@@ -20,7 +20,7 @@ type PartitionStatus struct {
 	// ID is 1..P for partitions; 0 is the metadata group.
 	ID uint32 `json:"id"`
 	// FirstKey and LastKey bound the partition-key range it owns
-	// (partition.KeyRange); strings in JSON so that no client loses bits.
+	// (invocation.KeyRange); strings in JSON so that no client loses bits.
 	FirstKey uint64 `json:"firstKey,string"`
 	LastKey  uint64 `json:"lastKey,string"`
 	// Leader is the node id of the leader (0 when none is known) at Term.

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"unicode/utf8"
 
-	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -61,7 +61,7 @@ func stateName(s rpc.InvocationRecord_State) string {
 
 // invocationView renders a record; it reads only the record, so it is the
 // same on every node.
-func invocationView(id partition.InvocationID, p uint32, rec *rpc.InvocationRecord) InvocationView {
+func invocationView(id invocation.ID, p uint32, rec *rpc.InvocationRecord) InvocationView {
 	inv := rec.GetInvoke()
 	v := InvocationView{
 		ID:             id.String(),
@@ -123,13 +123,13 @@ func optionalTime(ms int64) string {
 }
 
 // parseInvocationID reads {id} and routes it to its partition.
-func (s *server) parseInvocationID(w http.ResponseWriter, r *http.Request) (partition.InvocationID, uint32, bool) {
-	id, err := partition.ParseID(r.PathValue("id"))
+func (s *server) parseInvocationID(w http.ResponseWriter, r *http.Request) (invocation.ID, uint32, bool) {
+	id, err := invocation.ParseID(r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, http.StatusBadRequest, fmt.Sprintf("%v: an invocation id looks like inv_… as returned in x-restate-id", err))
 		return id, 0, false
 	}
-	return id, partition.PartitionFor(id.PartitionKey(), s.cfg.Partitions), true
+	return id, invocation.PartitionFor(id.PartitionKey(), s.cfg.Partitions), true
 }
 
 func (s *server) getInvocation(w http.ResponseWriter, r *http.Request) {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/raftgate/raftgate/ingress"
 	"github.com/raftgate/raftgate/ingress/client"
-	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -46,7 +46,7 @@ func TestCall(t *testing.T) {
 	if resp.Status != 200 || string(resp.Body) != `{"name":"ann"}` || resp.ContentType != "application/json" {
 		t.Fatalf("response = %+v", resp)
 	}
-	if _, err := partition.ParseID(resp.InvocationID); err != nil {
+	if _, err := invocation.ParseID(resp.InvocationID); err != nil {
 		t.Fatalf("invocation id %q: %v", resp.InvocationID, err)
 	}
 	if !resp.IdempotencyExpires.IsZero() {
@@ -56,7 +56,7 @@ func TestCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if keyed.InvocationID != partition.IdempotentID("Greeter", "greet", "k").String() || keyed.IdempotencyExpires.IsZero() ||
+	if keyed.InvocationID != invocation.Idempotent("Greeter", "greet", "k").String() || keyed.IdempotencyExpires.IsZero() ||
 		keyed.ContentType != "text/plain" {
 		t.Fatalf("keyed call = %+v", keyed)
 	}
@@ -126,7 +126,7 @@ func TestSendAttachOutput(t *testing.T) {
 	if !errors.Is(err, client.ErrNotReady) || !errors.As(err, &e) || e.InvocationID != sent.InvocationID {
 		t.Fatalf("attach timeout: %v", err)
 	}
-	id, _ := partition.ParseID(sent.InvocationID)
+	id, _ := invocation.ParseID(sent.InvocationID)
 	cluster.finish(id, &rpc.Result{Status: 200, Body: []byte("ok"), ContentType: "text/plain"})
 	for _, get := range []func() (*client.Response, error){
 		func() (*client.Response, error) { return c.Attach(ctx, sent.InvocationID) },
@@ -140,7 +140,7 @@ func TestSendAttachOutput(t *testing.T) {
 		}
 	}
 	// Unknown and malformed ids.
-	if _, err := c.Output(ctx, partition.RandomID().String()); !errors.Is(err, client.ErrNotFound) {
+	if _, err := c.Output(ctx, invocation.Random().String()); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("unknown id: %v", err)
 	}
 	if _, err := c.Attach(ctx, "inv_nope"); !errors.As(err, &e) || e.Code != 400 {

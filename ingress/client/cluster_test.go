@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/raftgate/raftgate/ingress"
-	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -18,7 +18,7 @@ import (
 // invocation with run (nil: invocations stay pending until finish).
 type memCluster struct {
 	mu          sync.Mutex
-	invocations map[partition.InvocationID]*memInvocation
+	invocations map[invocation.ID]*memInvocation
 	run         func(*rpc.Invoke) *rpc.Result
 }
 
@@ -29,11 +29,11 @@ type memInvocation struct {
 }
 
 func newMemCluster(run func(*rpc.Invoke) *rpc.Result) *memCluster {
-	return &memCluster{invocations: map[partition.InvocationID]*memInvocation{}, run: run}
+	return &memCluster{invocations: map[invocation.ID]*memInvocation{}, run: run}
 }
 
 func (m *memCluster) Append(_ context.Context, _ uint32, inv *rpc.Invoke) (*rpc.Appended, error) {
-	id, err := partition.IDFromBytes(inv.InvocationId)
+	id, err := invocation.IDFromBytes(inv.InvocationId)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", rpc.ErrInvalid, err)
 	}
@@ -50,7 +50,7 @@ func (m *memCluster) Append(_ context.Context, _ uint32, inv *rpc.Invoke) (*rpc.
 	return &rpc.Appended{InvocationId: id[:], NotBeforeUnixMs: inv.NotBeforeUnixMs}, nil
 }
 
-func (m *memCluster) finish(id partition.InvocationID, res *rpc.Result) {
+func (m *memCluster) finish(id invocation.ID, res *rpc.Result) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	mi := m.invocations[id]
@@ -63,7 +63,7 @@ func (m *memCluster) finish(id partition.InvocationID, res *rpc.Result) {
 }
 
 func (m *memCluster) get(idb []byte) (*memInvocation, error) {
-	id, err := partition.IDFromBytes(idb)
+	id, err := invocation.IDFromBytes(idb)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", rpc.ErrInvalid, err)
 	}

@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"slices"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -217,7 +217,7 @@ func (c *Client) Append(ctx context.Context, partitionID uint32, inv *rpc.Invoke
 	}
 	if len(inv.RequestId) == 0 {
 		inv = proto.Clone(inv).(*rpc.Invoke)
-		inv.RequestId = newRequestID()
+		inv.RequestId = invocation.NewRequestID()
 	}
 	resp, err := c.call(ctx, opAppend, &rpc.DispatchRequest{
 		RequestId: inv.RequestId,
@@ -237,7 +237,7 @@ func (c *Client) Append(ctx context.Context, partitionID uint32, inv *rpc.Invoke
 // otherwise), read linearizably at the leader.
 func (c *Client) Output(ctx context.Context, partitionID uint32, id []byte) (*rpc.InvocationResult, error) {
 	resp, err := c.call(ctx, opOutput, &rpc.DispatchRequest{
-		RequestId: newRequestID(),
+		RequestId: invocation.NewRequestID(),
 		Partition: partitionID,
 		Body:      &rpc.DispatchRequest_Output{Output: &rpc.GetOutput{InvocationId: id}},
 	})
@@ -248,7 +248,7 @@ func (c *Client) Output(ctx context.Context, partitionID uint32, id []byte) (*rp
 // default timeout), across leader changes.
 func (c *Client) Attach(ctx context.Context, partitionID uint32, id []byte) (*rpc.InvocationResult, error) {
 	resp, err := c.call(ctx, opAttach, &rpc.DispatchRequest{
-		RequestId: newRequestID(),
+		RequestId: invocation.NewRequestID(),
 		Partition: partitionID,
 		Body:      &rpc.DispatchRequest_Attach{Attach: &rpc.AttachInvocation{InvocationId: id}},
 	})
@@ -258,7 +258,7 @@ func (c *Client) Attach(ctx context.Context, partitionID uint32, id []byte) (*rp
 // Status returns the invocation's stored record.
 func (c *Client) Status(ctx context.Context, partitionID uint32, id []byte) (*rpc.InvocationRecord, error) {
 	resp, err := c.call(ctx, opStatus, &rpc.DispatchRequest{
-		RequestId: newRequestID(),
+		RequestId: invocation.NewRequestID(),
 		Partition: partitionID,
 		Body:      &rpc.DispatchRequest_Status{Status: &rpc.GetStatus{InvocationId: id}},
 	})
@@ -298,7 +298,7 @@ func (c *Client) DeleteService(ctx context.Context, name string) error {
 }
 
 func (c *Client) callDone(ctx context.Context, op string, req *rpc.DispatchRequest) error {
-	req.RequestId = newRequestID()
+	req.RequestId = invocation.NewRequestID()
 	resp, err := c.call(ctx, op, req)
 	if err != nil {
 		return err
@@ -307,15 +307,6 @@ func (c *Client) callDone(ctx context.Context, op string, req *rpc.DispatchReque
 		return unexpected(op, resp)
 	}
 	return nil
-}
-
-// newRequestID returns a fresh 16-byte request id, the format of
-// partition.NewRequestID (not imported: the client must not pull in the
-// partition processor and its storage).
-func newRequestID() []byte {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails on supported platforms
-	return b
 }
 
 func resultOf(op string, resp *rpc.DispatchResponse, err error) (*rpc.InvocationResult, error) {

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -225,7 +226,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 func invoke(i int) *rpc.Invoke {
 	id := make([]byte, 24)
 	id[0], id[1], id[2] = 'X', byte(i>>8), byte(i)
-	return &rpc.Invoke{InvocationId: id, RequestId: newRequestID(), Service: "S", Handler: "h"}
+	return &rpc.Invoke{InvocationId: id, RequestId: invocation.NewRequestID(), Service: "S", Handler: "h"}
 }
 
 // metricValue reads a counter or gauge.

@@ -1,4 +1,4 @@
-package partition
+package registry
 
 import (
 	"context"
@@ -19,6 +19,9 @@ import (
 
 // servicesBucket: service name → marshalled rpc.Service.
 var servicesBucket = []byte("services")
+
+// storeMarshal is deterministic: every replica must store the same bytes.
+var storeMarshal = proto.MarshalOptions{Deterministic: true}
 
 // recentOutcomes is how many applied entries' outcomes the registry keeps
 // for proposers whose entry applied before Propose returned.
@@ -54,6 +57,8 @@ type entryOutcome struct {
 	err  error
 }
 
+var _ raftlog.StateMachine = (*Registry)(nil)
+
 // NewRegistry returns an empty registry; raftlog's AddGroup restores it.
 func NewRegistry(logger zerolog.Logger) *Registry {
 	return &Registry{
@@ -69,7 +74,12 @@ func NewRegistry(logger zerolog.Logger) *Registry {
 // MetaLog is what the registry needs of the metadata group; *raftlog.Group
 // satisfies it.
 type MetaLog interface {
-	Log
+	// Propose appends data if this node leads; fails at once with
+	// *raftlog.NotLeaderError, raftlog.ErrProposalDropped or
+	// raftlog.ErrStopped.
+	Propose(ctx context.Context, data []byte) (raftlog.Proposal, error)
+	// Status returns the group's state on this node.
+	Status() raftlog.Status
 	// CatchUp returns once this replica applied everything the leader had
 	// committed when it was called (on followers too).
 	CatchUp(ctx context.Context) error
@@ -184,7 +194,7 @@ func (r *Registry) propose(ctx context.Context, cmd *rpc.Command) error {
 	if !st.IsLeader {
 		return &rpc.NotLeaderError{Leader: st.Leader, Term: st.Term}
 	}
-	data, err := EncodeBatch(cmd)
+	data, err := rpc.EncodeBatch(cmd)
 	if err != nil {
 		return err
 	}
@@ -240,7 +250,7 @@ func (r *Registry) Apply(b *bolt.Bucket, entries []raftlog.Entry) (raftlog.Appli
 	for i, e := range entries {
 		indexes[i] = e.Index
 		outcomes[i].term = e.Term
-		batch, err := DecodeBatch(e.Data)
+		batch, err := rpc.DecodeBatch(e.Data)
 		if err != nil {
 			return raftlog.Applied{}, fmt.Errorf("registry: entry %d: %w", e.Index, err)
 		}
@@ -252,7 +262,7 @@ func (r *Registry) Apply(b *bolt.Bucket, entries []raftlog.Entry) (raftlog.Appli
 					outcomes[i].err = fmt.Errorf("registry: malformed service: %w", rpc.ErrInvalid)
 					continue
 				}
-				data, err := marshalOpts.Marshal(svc)
+				data, err := storeMarshal.Marshal(svc)
 				if err != nil {
 					return raftlog.Applied{}, fmt.Errorf("registry: marshal: %w", err)
 				}

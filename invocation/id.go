@@ -1,4 +1,4 @@
-package partition
+package invocation
 
 import (
 	"crypto/rand"
@@ -7,10 +7,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strings"
 	"time"
-
-	"github.com/raftgate/raftgate/rpc"
 )
 
 // IDLen is the length of an invocation id in bytes: an 8-byte partition key
@@ -28,22 +27,22 @@ var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadd
 // invocation id.
 var ErrMalformedID = errors.New("malformed invocation id")
 
-// InvocationID identifies one invocation. Because the partition key is part
+// ID identifies one invocation. Because the partition key is part
 // of it, any node can route a lookup by id without a directory.
-type InvocationID [IDLen]byte
+type ID [IDLen]byte
 
 // PartitionKey is the 64-bit key that selects the partition.
-func (id InvocationID) PartitionKey() uint64 { return binary.BigEndian.Uint64(id[:8]) }
+func (id ID) PartitionKey() uint64 { return binary.BigEndian.Uint64(id[:8]) }
 
 // String prints the id as inv_ followed by base32.
-func (id InvocationID) String() string { return idPrefix + idEncoding.EncodeToString(id[:]) }
+func (id ID) String() string { return idPrefix + idEncoding.EncodeToString(id[:]) }
 
 // Bytes returns the id's wire form.
-func (id InvocationID) Bytes() []byte { return append([]byte(nil), id[:]...) }
+func (id ID) Bytes() []byte { return append([]byte(nil), id[:]...) }
 
 // ParseID parses the printed form of an id.
-func ParseID(s string) (InvocationID, error) {
-	var id InvocationID
+func ParseID(s string) (ID, error) {
+	var id ID
 	rest, ok := strings.CutPrefix(s, idPrefix)
 	if !ok {
 		return id, fmt.Errorf("%w %q: must start with %q", ErrMalformedID, s, idPrefix)
@@ -60,8 +59,8 @@ func ParseID(s string) (InvocationID, error) {
 }
 
 // IDFromBytes converts the wire form of an id.
-func IDFromBytes(b []byte) (InvocationID, error) {
-	var id InvocationID
+func IDFromBytes(b []byte) (ID, error) {
+	var id ID
 	if len(b) != IDLen {
 		return id, fmt.Errorf("%w: %d bytes, want %d", ErrMalformedID, len(b), IDLen)
 	}
@@ -69,11 +68,11 @@ func IDFromBytes(b []byte) (InvocationID, error) {
 	return id, nil
 }
 
-// IdempotentID is the id of the invocation of service/handler with the
+// Idempotent is the id of the invocation of service/handler with the
 // caller's idempotency key: every node computes the same id for the same
 // key, so a retry through any ingress lands on the same partition and is
 // de-duplicated there.
-func IdempotentID(service, handler, key string) InvocationID {
+func Idempotent(service, handler, key string) ID {
 	h := sha256.New()
 	for _, part := range []string{service, handler, key} {
 		var n [8]byte
@@ -81,22 +80,22 @@ func IdempotentID(service, handler, key string) InvocationID {
 		h.Write(n[:])
 		h.Write([]byte(part))
 	}
-	var id InvocationID
+	var id ID
 	copy(id[:], h.Sum(nil))
 	return id
 }
 
-// RandomID returns a fresh id for an invocation without an idempotency
+// Random returns a fresh id for an invocation without an idempotency
 // key: a random partition key, then the creation time (unix milliseconds,
 // 48 bits) and 80 random bits. The time makes the records a partition
-// stores (keyed by the bytes after the partition key first, see recordKey)
+// stores (keyed by the bytes after the partition key first)
 // arrive in ascending order, so a new one lands on the last page of the
 // partition's index instead of a random page, which keeps bbolt commits
 // small; 80 random bits keep ids unique and unguessable.
-func RandomID() InvocationID { return randomIDAt(time.Now()) }
+func Random() ID { return randomAt(time.Now()) }
 
-func randomIDAt(now time.Time) InvocationID {
-	var id InvocationID
+func randomAt(now time.Time) ID {
+	var id ID
 	if _, err := rand.Read(id[:]); err != nil {
 		panic(fmt.Sprintf("crypto/rand: %v", err)) // never fails on supported platforms
 	}
@@ -123,11 +122,12 @@ func PartitionFor(key uint64, n uint32) uint32 {
 	if n <= 1 {
 		return 1
 	}
-	hi, _ := mulHi(key, uint64(n))
+	hi, _ := bits.Mul64(key, uint64(n)) // floor(key·n / 2⁶⁴)
 	return uint32(hi) + 1
 }
 
-// KeyRange returns the first and last partition key owned by partition p of n.
+// KeyRange returns the first and last partition key owned by partition p
+// of n (p in 1..n).
 func KeyRange(p, n uint32) (first, last uint64) {
 	if n <= 1 {
 		return 0, ^uint64(0)
@@ -139,58 +139,32 @@ func KeyRange(p, n uint32) (first, last uint64) {
 	return first, rangeStart(p, n) - 1
 }
 
-// rangeStart is the smallest key k with floor(k·n / 2⁶⁴) >= i.
+// rangeStart is the smallest key k with floor(k·n / 2⁶⁴) >= i, for i < n.
 func rangeStart(i, n uint32) uint64 {
-	if i == 0 {
-		return 0
-	}
-	// ceil(i·2⁶⁴ / n)
-	q, r := divmod128(uint64(i), 0, uint64(n))
+	// ceil(i·2⁶⁴ / n); i < n keeps the quotient within 64 bits.
+	q, r := bits.Div64(uint64(i), 0, uint64(n))
 	if r != 0 {
 		q++
 	}
 	return q
 }
 
-func mulHi(a, b uint64) (hi, lo uint64) {
-	const mask32 = 1<<32 - 1
-	a0, a1 := a&mask32, a>>32
-	b0, b1 := b&mask32, b>>32
-	w0 := a0 * b0
-	t := a1*b0 + w0>>32
-	w1 := t&mask32 + a0*b1
-	hi = a1*b1 + t>>32 + w1>>32
-	lo = a * b
-	return
-}
+// ErrNotOwner is returned (wrapped) by CheckOwner for an id that belongs to
+// another partition.
+var ErrNotOwner = errors.New("wrong partition")
 
-// divmod128 divides the 128-bit number hi:lo by d (hi < d).
-func divmod128(hi, lo, d uint64) (q, r uint64) {
-	for i := 0; i < 64; i++ {
-		carry := hi >> 63
-		hi = hi<<1 | lo>>63
-		lo <<= 1
-		q <<= 1
-		if carry == 1 || hi >= d {
-			hi -= d
-			q |= 1
-		}
-	}
-	return q, hi
-}
-
-// CheckOwner returns an error wrapping rpc.ErrInvalid unless the invocation
+// CheckOwner returns an error wrapping ErrMalformedID or ErrNotOwner unless
 // id is well formed and belongs to partition p of n. A node must never
 // store an invocation in a partition that does not own its id: lookups,
 // which route by the id, would not find it there.
 func CheckOwner(id []byte, p, n uint32) error {
 	iid, err := IDFromBytes(id)
 	if err != nil {
-		return fmt.Errorf("%w: %v", rpc.ErrInvalid, err)
+		return err
 	}
 	if owner := PartitionFor(iid.PartitionKey(), n); owner != p {
 		return fmt.Errorf("%w: invocation %s belongs to partition %d of %d, not %d (do all nodes use the same --partitions?)",
-			rpc.ErrInvalid, iid, owner, n, p)
+			ErrNotOwner, iid, owner, n, p)
 	}
 	return nil
 }

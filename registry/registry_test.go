@@ -1,4 +1,4 @@
-package partition
+package registry
 
 import (
 	"context"
@@ -13,6 +13,9 @@ import (
 	"github.com/rs/zerolog"
 	bolt "go.etcd.io/bbolt"
 )
+
+// stateBucket stands for the group's state bucket raftlog hands to Apply.
+var stateBucket = []byte("state")
 
 // metaLog is a single-node metadata group that applies each proposal
 // synchronously before Propose returns (the entry-before-reply race).
@@ -53,8 +56,6 @@ func (l *metaLog) Propose(ctx context.Context, data []byte) (raftlog.Proposal, e
 	return raftlog.Proposal{Index: l.index, Term: l.term}, nil
 }
 
-func (l *metaLog) ReadIndex(context.Context) error { return nil }
-
 func (l *metaLog) CatchUp(ctx context.Context) error {
 	l.mu.Lock()
 	l.catchUps++
@@ -69,9 +70,6 @@ func (l *metaLog) CatchUp(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-func (l *metaLog) View(fn func(b *bolt.Bucket) error) error {
-	return l.db.View(func(tx *bolt.Tx) error { return fn(tx.Bucket(stateBucket)) })
 }
 func (l *metaLog) Status() raftlog.Status {
 	l.mu.Lock()
@@ -200,7 +198,7 @@ func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
 	waitFor(t, 5*time.Second, "LookupFresh to catch up", func() bool { return catchUps() == 2 })
 	// Meanwhile the registration applies on this replica; then the
 	// catch-up completes.
-	data, err := EncodeBatch(&rpc.Command{Cmd: &rpc.Command_PutService{PutService: &rpc.PutService{
+	data, err := rpc.EncodeBatch(&rpc.Command{Cmd: &rpc.Command_PutService{PutService: &rpc.PutService{
 		Service: &rpc.Service{Name: "echo", Url: "http://127.0.0.1:9"}}}})
 	if err != nil {
 		t.Fatal(err)
@@ -228,5 +226,16 @@ func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
 	}
 	if _, err := reg.LookupFresh("nope", time.Minute); !errors.Is(err, rpc.ErrNotFound) || catchUps() != 3 {
 		t.Fatalf("miss after a catch-up that worked: %v (%d catch-ups), want rpc.ErrNotFound", err, catchUps())
+	}
+}
+
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(2 * time.Millisecond) // polling interval of a condition, not synchronisation
 	}
 }

@@ -1,0 +1,18 @@
+// Package invocation defines invocation ids and request ids and routes an
+// invocation to its partition. It is a leaf: it imports nothing of
+// raftgate, so the ingress, its dispatch client, the CLI and the partition
+// processor all share one definition.
+//
+// An ID is 24 bytes: an 8-byte partition key, then 16 id bytes. It prints
+// as "inv_" followed by lowercase base32 (ParseID accepts only the one
+// canonical spelling). Idempotent derives the id from service, handler and
+// idempotency key, so every node computes the same id for a retry; Random
+// puts the creation time after the partition key, so a partition's records
+// (keyed by the bytes after the partition key first) arrive in ascending
+// order.
+//
+// Partition i of n owns the contiguous key range
+// [(i-1)·2⁶⁴/n, i·2⁶⁴/n) (PartitionFor, KeyRange): a later split is a range
+// change, not a re-hash. CheckOwner refuses an id addressed to a partition
+// that does not own it.
+package invocation
