@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"time"
 
@@ -29,6 +30,12 @@ type Config struct {
 	// SecretKey encrypts gossip (AES, 16, 24 or 32 bytes). Optional; every
 	// node of a cluster needs the same key.
 	SecretKey []byte
+	// Voters lists the node ids of the cluster (--initial-cluster). A node
+	// that gossips with another id is not listed as a member, and gossiped
+	// leader entries naming another leader are dropped; each such node is
+	// logged once. Until membership changes exist, only the voters belong
+	// to the cluster. Empty: every node seen is a member.
+	Voters []uint64
 	// Logger receives this package's logs and memberlist's.
 	Logger zerolog.Logger
 
@@ -104,6 +111,9 @@ func (c Config) Validate() error {
 	}
 	if c.Self.NodeAddr == "" {
 		return bad("Self.NodeAddr is required")
+	}
+	if len(c.Voters) > 0 && !slices.Contains(c.Voters, c.Self.ID) {
+		return bad("Self.ID %d is not one of Voters %v", c.Self.ID, c.Voters)
 	}
 	if c.Listener != nil && c.Listener.addr != c.BindAddr {
 		return bad("Listener is bound to %s, BindAddr is %s", c.Listener.addr, c.BindAddr)

@@ -68,6 +68,11 @@ func (m *Membership) setMember(n *memberlist.Node, alive bool) {
 		return
 	}
 	m.mu.Lock()
+	if !m.isVoter(info.ID) {
+		m.noteOutsiderLocked(info.ID, n.Address())
+		m.mu.Unlock()
+		return
+	}
 	prev, had := m.members[info.ID]
 	m.members[info.ID] = Member{NodeInfo: info, GossipAddr: n.Address(), Alive: alive}
 	m.mu.Unlock()

@@ -3,7 +3,8 @@
 //
 // It owns:
 //   - membership: each node advertises its NodeInfo (id and addresses) in
-//     memberlist node metadata; Members reports every node seen, alive or not;
+//     memberlist node metadata; Members reports every node seen, alive or
+//     not, among Config.Voters (a node outside them is ignored, logged once);
 //   - the leader table: partition → (leader, term), fed by this node's Raft
 //     leadership events (SetLocal) and by NOT_LEADER answers (Hint), spread
 //     by broadcasts (changes, within a few gossip intervals) and by push/pull

@@ -26,12 +26,17 @@ type Membership struct {
 	list  *memberlist.Memberlist
 	queue *memberlist.TransmitLimitedQueue
 
-	// mu guards the leader table, the member map and the watcher set.
+	// voters is Config.Voters as a set; nil admits every node.
+	voters map[uint64]bool
+
+	// mu guards the leader table, the member map, the watcher set and the
+	// outsiders already logged.
 	mu        sync.Mutex
 	leaders   table
 	members   map[uint64]Member
 	watchers  map[int]*watcher
 	nextWatch int
+	outsiders map[uint64]bool
 
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -61,6 +66,13 @@ func Start(cfg Config) (_ *Membership, err error) {
 		members:  map[uint64]Member{cfg.Self.ID: {NodeInfo: cfg.Self, Alive: true}},
 		watchers: map[int]*watcher{},
 		stop:     make(chan struct{}),
+	}
+	if len(cfg.Voters) > 0 {
+		m.voters = map[uint64]bool{}
+		for _, id := range cfg.Voters {
+			m.voters[id] = true
+		}
+		m.outsiders = map[uint64]bool{}
 	}
 	mc, err := m.memberlistConfig()
 	if err != nil {
@@ -239,6 +251,30 @@ func (m *Membership) Members() []Member {
 	return out
 }
 
+// isVoter reports whether id may be a member (see Config.Voters).
+func (m *Membership) isVoter(id uint64) bool {
+	return m.voters == nil || m.voters[id]
+}
+
+// maxOutsidersLogged bounds the outsiders remembered as logged: ids are
+// chosen by whoever gossips, so the set must not grow without bound.
+const maxOutsidersLogged = 64
+
+// noteOutsiderLocked logs, once per node id, that a node outside the
+// voters was seen; m.mu is held. addr is its gossip address, when known.
+func (m *Membership) noteOutsiderLocked(id uint64, addr string) {
+	if m.outsiders[id] {
+		return
+	}
+	ev := m.log.Debug()
+	if len(m.outsiders) < maxOutsidersLogged {
+		m.outsiders[id] = true
+		ev = m.log.Warn()
+	}
+	ev.Uint64("member", id).Str("gossip_addr", addr).Uints64("voters", m.cfg.Voters).
+		Msg("ignoring a node outside the cluster's voters (--initial-cluster): it is not listed as a member and its leadership gossip is dropped (membership changes are not supported yet)")
+}
+
 // numAlive counts alive members; it sizes broadcast retransmits. It reads
 // the member map rather than memberlist, which calls it during Create.
 func (m *Membership) numAlive() int {
@@ -299,8 +335,17 @@ func (m *Membership) update(u Update, spread bool) {
 	}
 }
 
+// mergeAll merges gossiped updates; those naming a leader that is not a
+// voter are dropped (only a voter can lead one of the cluster's groups).
 func (m *Membership) mergeAll(us []Update, spread bool) {
 	m.mu.Lock()
+	us = slices.DeleteFunc(slices.Clone(us), func(u Update) bool {
+		if u.Leader == 0 || m.isVoter(u.Leader) {
+			return false
+		}
+		m.noteOutsiderLocked(u.Leader, "")
+		return true
+	})
 	changed := m.leaders.applyAll(us)
 	m.notifyLocked(changed)
 	m.mu.Unlock()

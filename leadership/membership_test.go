@@ -313,3 +313,81 @@ func TestStartOnABoundListener(t *testing.T) {
 	}
 	l.Close()
 }
+
+// TestNodeOutsideVotersIsNotAMember: a node whose id is not one of the
+// voters joins gossip, but no voter lists it as a member, takes its
+// leadership claims, or logs it more than once.
+func TestNodeOutsideVotersIsNotAMember(t *testing.T) {
+	voters := []uint64{1, 2}
+	start := func(id uint64, join ...string) (*Membership, *lockedBuffer) {
+		t.Helper()
+		logs := &lockedBuffer{}
+		cfg := DefaultLocalConfig()
+		cfg.BindAddr = freeGossipAddr(t)
+		cfg.Self = NodeInfo{ID: id, NodeAddr: fmt.Sprintf("127.0.0.1:%d", 5000+id)}
+		cfg.Join = join
+		if id != 4 {
+			cfg.Voters = voters
+		}
+		cfg.Logger = zerolog.New(logs).Level(zerolog.DebugLevel)
+		m, err := Start(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			m.Close()
+			if t.Failed() {
+				t.Logf("node %d logs:\n%s", id, tail(logs.String(), 40))
+			}
+		})
+		return m, logs
+	}
+	n1, logs1 := start(1)
+	n2, _ := start(2, gossipAddr(n1))
+	outsider, _ := start(4, gossipAddr(n1))
+	// The outsider claims a partition at a term higher than the voters'.
+	n1.SetLocal(1, 1, 3)
+	outsider.SetLocal(1, 4, 9)
+
+	// The outsider sees everyone (it has no voter list): gossip reached it
+	// and it reached the voters.
+	waitFor(t, 10*time.Second, "the outsider to see both voters", func() bool {
+		a, okA := outsider.Node(1)
+		b, okB := outsider.Node(2)
+		return okA && okB && a.Alive && b.Alive
+	})
+	waitFor(t, 10*time.Second, "node 2 to learn node 1's leadership", func() bool {
+		l, term, _ := n2.Leader(1)
+		return l == 1 && term == 3
+	})
+	// A few push/pull rounds (1 s each in the local profile) later, the
+	// voters still list only each other and keep their own leader.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, n := range []*Membership{n1, n2} {
+			var ids []uint64
+			for _, m := range n.Members() {
+				ids = append(ids, m.ID)
+			}
+			if !slices.Equal(ids, voters) {
+				t.Fatalf("node %d lists members %v, want %v", n.cfg.Self.ID, ids, voters)
+			}
+			if l, term, _ := n.Leader(1); l != 1 || term != 3 {
+				t.Fatalf("node %d: partition 1 led by %d at term %d, want the voter 1 at term 3", n.cfg.Self.ID, l, term)
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // the condition is "stays so": sample it
+	}
+	if n := strings.Count(logs1.String(), "ignoring a node outside the cluster's voters"); n != 1 {
+		t.Fatalf("node 1 logged the outsider %d times, want once:\n%s", n, tail(logs1.String(), 40))
+	}
+}
+
+func TestValidateRefusesSelfOutsideVoters(t *testing.T) {
+	cfg := DefaultLocalConfig()
+	cfg.Self = NodeInfo{ID: 3, NodeAddr: "127.0.0.1:5003"}
+	cfg.Voters = []uint64{1, 2}
+	if err := cfg.Validate(); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("Validate: %v, want ErrInvalidConfig", err)
+	}
+}

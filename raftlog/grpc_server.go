@@ -3,6 +3,7 @@ package raftlog
 import (
 	"errors"
 	"io"
+	"sync"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
@@ -17,7 +18,21 @@ import (
 type raftServer struct {
 	rpc.UnimplementedRaftServer
 	n *Node
+
+	// refusalsMu guards refusalsLogged: the refusals already logged at
+	// warn level, so that a sender refused twice a second is logged once.
+	refusalsMu     sync.Mutex
+	refusalsLogged map[refusal]bool
 }
+
+// refusal is one cause of refusing inbound messages.
+type refusal struct {
+	from, to uint64
+	reason   string
+}
+
+// maxRefusalsLogged bounds refusalsLogged: senders choose the ids.
+const maxRefusalsLogged = 64
 
 func (s *raftServer) register(r grpc.ServiceRegistrar) { rpc.RegisterRaftServer(r, s) }
 
@@ -25,13 +40,31 @@ var errRefused = errors.New("raftlog: message refused")
 
 // accept checks the sender and addressee of an inbound message: a batch or
 // message addressed to another node, or from a node that is not a voter,
-// is logged and dropped.
+// is dropped and logged, at warn level once per cause.
 func (s *raftServer) accept(from, to uint64) bool {
-	if to != s.n.cfg.NodeID || !s.n.isPeer(from) {
-		s.n.log.Warn().Uint64("from", from).Uint64("to", to).Msg("raft message refused: wrong addressee or unknown sender")
-		return false
+	var reason string
+	switch {
+	case to != s.n.cfg.NodeID:
+		reason = "addressed to another node id than this node's"
+	case !s.n.isPeer(from):
+		reason = "the sender is not one of this node's peers in its voters (--initial-cluster)"
+	default:
+		return true
 	}
-	return true
+	r := refusal{from: from, to: to, reason: reason}
+	s.refusalsMu.Lock()
+	ev := s.n.log.Debug()
+	if !s.refusalsLogged[r] && len(s.refusalsLogged) < maxRefusalsLogged {
+		if s.refusalsLogged == nil {
+			s.refusalsLogged = map[refusal]bool{}
+		}
+		s.refusalsLogged[r] = true
+		ev = s.n.log.Warn()
+	}
+	s.refusalsMu.Unlock()
+	ev.Uint64("from", from).Uint64("to", to).Uint64("self", s.n.cfg.NodeID).Str("reason", reason).
+		Msg("raft message refused (logged once per sender and reason)")
+	return false
 }
 
 // Send receives batches of raft messages from one peer.

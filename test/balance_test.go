@@ -9,18 +9,18 @@ import (
 	"time"
 )
 
-// TestLeaderBalancing runs three processes with --balance-leaders: every
-// group ends up led by its preferred node (group g by node g mod 3 + 1, the
-// nodes being 1, 2, 3), leaves a node that shuts down and comes back to it
-// after its restart, while a client that sends all along never sees an
-// error: hand-offs are retried by the ingress.
+// TestLeaderBalancing runs three processes with the default flags (leader
+// balancing is on by default): every group ends up led by its preferred
+// node (group g by node g mod 3 + 1, the nodes being 1, 2, 3), leaves a
+// node that shuts down and comes back to it after its restart, while a
+// client that sends all along never sees an error: hand-offs are retried
+// by the ingress.
 func TestLeaderBalancing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process-level test skipped in -short mode")
 	}
 	const groups = robustnessPartitions + 1 // partitions 1..4 and the metadata group 0
-	c := startCluster(t, clusterOpts{nodes: 3, partitions: robustnessPartitions,
-		extraArgs: func(int) []string { return []string{"--balance-leaders"} }})
+	c := startCluster(t, clusterOpts{nodes: 3, partitions: robustnessPartitions})
 	rec := newRecorder(t)
 	c.registerService(c.nodes[0], "Echo", rec.srv.URL)
 	preferred := func(g uint32) uint64 { return uint64(g%3) + 1 }

@@ -10,11 +10,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/raftgate/raftgate/ingress/admin"
 	"github.com/raftgate/raftgate/invocation"
@@ -49,7 +52,7 @@ func (c testCluster) Partitions(bool) []admin.PartitionStatus {
 	depth := 3
 	first, last := invocation.KeyRange(2, 2)
 	return []admin.PartitionStatus{
-		{ID: 0, Leader: 1, Term: 2, AppliedIndex: 10},
+		{ID: 0, Leader: 1, Term: 2, AppliedIndex: 10, Replicas: []admin.ReplicaStatus{{NodeID: 1, Match: 10}}},
 		{ID: 1, LastKey: 1<<63 - 1, Leader: 1, Term: 5, AppliedIndex: 120, OutboxDepth: &depth,
 			Replicas: []admin.ReplicaStatus{{NodeID: 1, Match: 120}, {NodeID: 2, Match: 100, Lag: 20, State: "probe"}}},
 		{ID: 2, FirstKey: first, LastKey: last, Term: 6, AppliedIndex: 7},
@@ -131,7 +134,8 @@ func TestStatusTable(t *testing.T) {
 		"2     NO     -",
 		"2 partitions, ready",
 		"0          metadata",
-		"1          0000000000000000-7fffffffffffffff  1       5     120      3       1:120/0 2:100/20(probe)",
+		// Node 2 is not alive: its lag would read as "caught up".
+		"1          0000000000000000-7fffffffffffffff  1       5     120      3       1:120/0 2:unreachable(match 100)",
 		"2          8000000000000000-ffffffffffffffff  none    6     7        -       -",
 	} {
 		if !strings.Contains(res.stdout, want) {
@@ -147,6 +151,59 @@ func TestStatusTable(t *testing.T) {
 	res = runCLI(t, "", "status", "--admin", "http://127.0.0.1:1")
 	if res.code == 0 || !strings.Contains(res.stderr, "admin API at http://127.0.0.1:1") {
 		t.Fatalf("unreachable admin: exit %d, %q", res.code, res.stderr)
+	}
+}
+
+// splitCluster is a view of a node that leads partition 1; partition 2 is
+// led by node 3, whose admin API is at leaderAdmin.
+type splitCluster struct{ leaderAdmin string }
+
+func (c splitCluster) Nodes() []admin.NodeStatus {
+	return []admin.NodeStatus{
+		{ID: 1, AdminAddr: "127.0.0.1:9070", Alive: true},
+		{ID: 2, Alive: true},
+		{ID: 3, AdminAddr: c.leaderAdmin, Alive: true},
+	}
+}
+
+func (c splitCluster) Partitions(bool) []admin.PartitionStatus {
+	depth := 0
+	return []admin.PartitionStatus{
+		{ID: 1, Leader: 1, Term: 5, AppliedIndex: 9, OutboxDepth: &depth,
+			Replicas: []admin.ReplicaStatus{{NodeID: 1, Match: 9}, {NodeID: 2, Match: 9}, {NodeID: 3, Match: 9}}},
+		{ID: 2, Leader: 3, Term: 6, AppliedIndex: 7},
+	}
+}
+
+func (c splitCluster) Ready() bool { return true }
+
+// TestStatusSaysWhatItCannotSee: a leader whose admin API refuses the
+// request (it wants a token that was not given) or cannot be reached makes
+// status say so and exit non-zero, after printing what it could see.
+func TestStatusSaysWhatItCannotSee(t *testing.T) {
+	leader := startAdmin(t, "tok", &testRegistry{svcs: map[string]*rpc.Service{}})
+	for _, tc := range []struct {
+		name, leaderAdmin, want string
+	}{
+		{"token wanted", strings.TrimPrefix(leader, "http://"), "node 3 leads partitions whose replicas and outbox are not shown: its admin API at " + leader + " refused (401 from admin"},
+		{"unreachable", "127.0.0.1:1", "node 3 leads partitions whose replicas and outbox are not shown: admin API at http://127.0.0.1:1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := admin.New(admin.Config{Cluster: splitCluster{leaderAdmin: tc.leaderAdmin}, Invocations: noInvocations{},
+				Registry: &testRegistry{svcs: map[string]*rpc.Service{}}, Partitions: 2, Logger: zerolog.Nop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewServer(h)
+			t.Cleanup(srv.Close)
+			res := runCLI(t, "", "status", "--admin", srv.URL)
+			if res.code == 0 || !strings.Contains(res.stderr, tc.want) {
+				t.Fatalf("exit %d, stderr %q; want a non-zero exit saying %q", res.code, res.stderr, tc.want)
+			}
+			if !strings.Contains(res.stdout, "1:9/0 2:9/0 3:9/0") {
+				t.Fatalf("what could be seen is not shown:\n%s", res.stdout)
+			}
+		})
 	}
 }
 
@@ -187,33 +244,42 @@ func TestServicesCommands(t *testing.T) {
 	}
 }
 
-// invokeIngress records what invoke sent and answers like an ingress.
+// invokeIngress records what invoke sent and answers like an ingress: a
+// send of Greeter/H is accepted as invocation inv_H, whose attach answers
+// by H (greet: the greeting; slow: not ready; fail: a recorded failure).
 type invokeIngress struct {
 	mu   sync.Mutex
-	last *http.Request
-	body string
+	sent *http.Request // the last send
+	body string        // its body
+	last *http.Request // the last request
 }
 
 func (g *invokeIngress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b, _ := io.ReadAll(r.Body)
 	g.mu.Lock()
-	g.last, g.body = r, string(b)
+	g.last = r
+	if r.Method == http.MethodPost {
+		g.sent, g.body = r, string(b)
+	}
 	g.mu.Unlock()
+	if handler, ok := strings.CutPrefix(r.URL.Path, "/Greeter/"); ok && strings.HasSuffix(handler, "/send") {
+		id := "inv_" + strings.TrimSuffix(handler, "/send")
+		w.Header().Set("x-restate-id", id)
+		w.WriteHeader(http.StatusAccepted)
+		fmt.Fprintf(w, `{"invocationId":%q,"status":"Accepted","executionTime":"2026-01-01T00:00:10Z"}`, id)
+		return
+	}
 	switch r.URL.Path {
-	case "/Greeter/greet":
-		w.Header().Set("x-restate-id", "inv_1")
+	case "/restate/invocation/inv_greet/attach":
+		w.Header().Set("x-restate-id", "inv_greet")
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `"Hello, Ada!"`)
-	case "/Greeter/greet/send":
-		w.Header().Set("x-restate-id", "inv_2")
-		w.WriteHeader(http.StatusAccepted)
-		io.WriteString(w, `{"invocationId":"inv_2","status":"Accepted","executionTime":"2026-01-01T00:00:10Z"}`)
-	case "/Greeter/slow":
-		w.Header().Set("x-restate-id", "inv_4")
+	case "/restate/invocation/inv_slow/attach":
+		w.Header().Set("x-restate-id", "inv_slow")
 		w.WriteHeader(470)
 		io.WriteString(w, `{"code":470,"message":"not ready","source":"ingress"}`)
-	case "/Greeter/fail":
-		w.Header().Set("x-restate-id", "inv_3")
+	case "/restate/invocation/inv_fail/attach":
+		w.Header().Set("x-restate-id", "inv_fail")
 		w.Header().Set("x-restate-error-source", "invocation")
 		w.WriteHeader(http.StatusBadRequest)
 		io.WriteString(w, "no such person")
@@ -230,27 +296,27 @@ func TestInvoke(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	res := runCLI(t, "", "invoke", "Greeter/greet", `"Ada"`, "--ingress", srv.URL, "--idempotency-key", "k1")
-	if res.code != 0 || res.stdout != "\"Hello, Ada!\"\n" || !strings.Contains(res.stderr, "invocation inv_1: 200 OK") {
+	if res.code != 0 || res.stdout != "\"Hello, Ada!\"\n" || !strings.Contains(res.stderr, "invocation inv_greet: 200 OK") {
 		t.Fatalf("call: %+v", res)
 	}
-	if g.body != `"Ada"` || g.last.Header.Get("Content-Type") != "application/json" || g.last.Header.Get("idempotency-key") != "k1" {
-		t.Fatalf("sent %q %v", g.body, g.last.Header)
+	if g.body != `"Ada"` || g.sent.Header.Get("Content-Type") != "application/json" || g.sent.Header.Get("idempotency-key") != "k1" {
+		t.Fatalf("sent %q %v", g.body, g.sent.Header)
 	}
 
 	res = runCLI(t, "Grace", "invoke", "Greeter/greet", "-", "--ingress", srv.URL, "--send", "--delay", "PT10S")
-	if res.code != 0 || res.stdout != "inv_2\n" || !strings.Contains(res.stderr, "Accepted, runs at 2026-01-01T00:00:10Z") {
+	if res.code != 0 || res.stdout != "inv_greet\n" || !strings.Contains(res.stderr, "Accepted, runs at 2026-01-01T00:00:10Z") {
 		t.Fatalf("send: %+v", res)
 	}
-	if g.body != "Grace" || g.last.URL.Query().Get("delay") != "PT10S" || !strings.HasPrefix(g.last.Header.Get("Content-Type"), "text/plain") {
-		t.Fatalf("sent %q to %v with %v", g.body, g.last.URL, g.last.Header)
+	if g.body != "Grace" || g.sent.URL.Query().Get("delay") != "PT10S" || !strings.HasPrefix(g.sent.Header.Get("Content-Type"), "text/plain") {
+		t.Fatalf("sent %q to %v with %v", g.body, g.sent.URL, g.sent.Header)
 	}
 
 	res = runCLI(t, "", "invoke", "Greeter/fail", `"x"`, "--ingress", srv.URL)
-	if res.code == 0 || res.stdout != "no such person\n" || !strings.Contains(res.stderr, "invocation inv_3 failed: 400") {
+	if res.code == 0 || res.stdout != "no such person\n" || !strings.Contains(res.stderr, "invocation inv_fail failed: 400") {
 		t.Fatalf("failed invocation: %+v", res)
 	}
 	res = runCLI(t, "", "invoke", "Greeter/slow", "--ingress", srv.URL, "--timeout", "1s")
-	if res.code == 0 || g.last.Header.Get("x-raftgate-timeout") != "1s" || !strings.Contains(res.stderr, "/restate/invocation/inv_4/attach") {
+	if res.code == 0 || g.last.Header.Get("x-raftgate-timeout") != "1s" || !strings.Contains(res.stderr, "/restate/invocation/inv_slow/attach") {
 		t.Fatalf("timed out call: %+v", res)
 	}
 	res = runCLI(t, "", "invoke", "Nope/x", "--ingress", srv.URL)
@@ -263,6 +329,59 @@ func TestInvoke(t *testing.T) {
 	} {
 		if res := runCLI(t, "", args...); res.code == 0 {
 			t.Fatalf("%v accepted: %+v", args, res)
+		}
+	}
+}
+
+// TestInvokeSaysWhatItWaitsFor: a call whose invocation is not answered
+// at once says on stderr that it waits, and after which failed attempts,
+// as the admin API tells them.
+func TestInvokeSaysWhatItWaitsFor(t *testing.T) {
+	release := make(chan struct{})
+	ingress := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/Echo/echo/send":
+			w.WriteHeader(http.StatusAccepted)
+			io.WriteString(w, `{"invocationId":"inv_w","status":"Accepted"}`)
+		case "/restate/invocation/inv_w/attach":
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+			w.Header().Set("x-restate-id", "inv_w")
+			io.WriteString(w, `"hi"`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(ingress.Close)
+	var polls atomic.Int32
+	var releaseOnce sync.Once
+	adminSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/invocations/inv_w" || r.Header.Get("Authorization") != "Bearer tok" {
+			http.NotFound(w, r)
+			return
+		}
+		n := polls.Add(1)
+		if n >= 2 {
+			defer releaseOnce.Do(func() { close(release) })
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"inv_w","status":"running","attempts":2,"lastError":"dial tcp 127.0.0.1:9999: connection refused","nextRetryAt":"2026-01-01T00:00:02Z"}`)
+	}))
+	t.Cleanup(adminSrv.Close)
+
+	res := runCLI(t, "", "invoke", "Echo/echo", `"hi"`, "--ingress", ingress.URL, "--admin", adminSrv.URL, "--admin-token", "tok")
+	if res.code != 0 || res.stdout != "\"hi\"\n" {
+		t.Fatalf("call: %+v", res)
+	}
+	for _, want := range []string{
+		"invocation inv_w: waiting for its result\n",
+		"invocation inv_w: attempt 2 failed: dial tcp 127.0.0.1:9999: connection refused; next attempt at 2026-01-01T00:00:02Z\n",
+	} {
+		if strings.Count(res.stderr, want) != 1 {
+			t.Errorf("stderr holds %q %d times, want once:\n%s", want, strings.Count(res.stderr, want), res.stderr)
 		}
 	}
 }
@@ -304,8 +423,50 @@ func TestEnvReachesInheritedFlags(t *testing.T) {
 	}
 }
 
+// boltFileBytes returns the bytes of a small real bbolt database.
+func boltFileBytes(t *testing.T) []byte {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "src.db")
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucket([]byte("state"))
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte("k"), bytes.Repeat([]byte("raftgate"), 4096))
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// dirNames lists the names in dir.
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
 func TestBackupCommand(t *testing.T) {
-	data := bytes.Repeat([]byte("raftgate"), 4096)
+	data := boltFileBytes(t)
 	cut := false
 	h, err := admin.New(admin.Config{Cluster: testCluster{ready: true}, Invocations: noInvocations{},
 		Registry: &testRegistry{svcs: map[string]*rpc.Service{}}, Partitions: 2, Token: "tok", Logger: zerolog.Nop(),
@@ -352,12 +513,80 @@ func TestBackupCommand(t *testing.T) {
 	if res.code == 0 || !strings.Contains(res.stderr, "cut short") {
 		t.Fatalf("cut short: exit %d, %q", res.code, res.stderr)
 	}
-	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 {
-		var names []string
-		for _, e := range entries {
-			names = append(names, e.Name())
-		}
+	if names := dirNames(t, dir); len(names) != 1 {
 		t.Fatalf("after a failed copy the directory holds %v, want only raft.db", names)
+	}
+}
+
+// TestBackupChecksWhatItGets: an answer that is not a whole bbolt file
+// fails the command and leaves nothing behind, and an output directory that
+// cannot take the file fails before the node is asked.
+func TestBackupChecksWhatItGets(t *testing.T) {
+	good := boltFileBytes(t)
+	corrupt := bytes.Clone(good)
+	// Both meta pages (pages 0 and 1) keep their magic but lose their
+	// checksums' agreement: bbolt refuses to open the file.
+	for _, page := range []int{0, os.Getpagesize()} { // bbolt's default page size
+		corrupt[page+boltMagicOffset+8] ^= 0xff
+	}
+	var asked atomic.Int32
+	for _, tc := range []struct {
+		name, want string
+		serve      func(w http.ResponseWriter)
+	}{
+		{"empty 200", "0 bytes without bbolt's magic number", func(w http.ResponseWriter) {}},
+		{"a web page", "bytes without bbolt's magic number", func(w http.ResponseWriter) {
+			io.WriteString(w, "<html>hello</html>")
+		}},
+		{"corrupt meta pages", "bbolt cannot open it", func(w http.ResponseWriter) {
+			w.Header().Set("Content-Length", strconv.Itoa(len(corrupt)))
+			w.Write(corrupt)
+		}},
+		{"no length", "no Content-Length", func(w http.ResponseWriter) {
+			w.Write(good[:100])
+			w.(http.Flusher).Flush() // chunked: no length announced
+			w.Write(good[100:])
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				asked.Add(1)
+				tc.serve(w)
+			}))
+			t.Cleanup(srv.Close)
+			dir := t.TempDir()
+			res := runCLI(t, "", "backup", "--admin", srv.URL, "-o", filepath.Join(dir, "x.db"))
+			if res.code == 0 || !strings.Contains(res.stderr, tc.want) {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want a failure saying %q", res.code, res.stdout, res.stderr, tc.want)
+			}
+			if names := dirNames(t, dir); len(names) != 0 {
+				t.Fatalf("a failed backup left %v", names)
+			}
+		})
+	}
+
+	asked.Store(0)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		w.Write(good)
+	}))
+	t.Cleanup(srv.Close)
+	readOnly := t.TempDir()
+	if err := os.Chmod(readOnly, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chmod(readOnly, 0o700) })
+	outs := []string{filepath.Join(t.TempDir(), "missing", "x.db")}
+	if os.Geteuid() != 0 { // root writes anywhere
+		outs = append(outs, filepath.Join(readOnly, "x.db"))
+	}
+	for _, out := range outs {
+		res := runCLI(t, "", "backup", "--admin", srv.URL, "-o", out)
+		if res.code == 0 || !strings.Contains(res.stderr, "--output: cannot write there") {
+			t.Errorf("-o %s: exit %d, stderr %q; want a failure naming --output", out, res.code, res.stderr)
+		}
+	}
+	if n := asked.Load(); n != 0 {
+		t.Fatalf("the node was asked %d times for a copy that had nowhere to go", n)
 	}
 }

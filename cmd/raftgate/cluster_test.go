@@ -37,6 +37,12 @@ func freeAddr(t *testing.T) string {
 // ready.
 func startTestCluster(t *testing.T, n int) []*node {
 	t.Helper()
+	return startTestClusterLogging(t, n, func(uint64) zerolog.Logger { return zerolog.Nop() })
+}
+
+// startTestClusterLogging is startTestCluster with each node's logger.
+func startTestClusterLogging(t *testing.T, n int, logger func(id uint64) zerolog.Logger) []*node {
+	t.Helper()
 	initial := map[uint64]string{}
 	cfgs := make([]ServerConfig, n)
 	var gossip []string
@@ -61,7 +67,7 @@ func startTestCluster(t *testing.T, n int) []*node {
 		if err := cfgs[i].Validate(); err != nil {
 			t.Fatal(err)
 		}
-		nd, err := startNode(cfgs[i], zerolog.Nop())
+		nd, err := startNode(cfgs[i], logger(cfgs[i].NodeID))
 		if err != nil {
 			t.Fatalf("node %d: %v", i+1, err)
 		}
@@ -70,6 +76,7 @@ func startTestCluster(t *testing.T, n int) []*node {
 	}
 	for _, nd := range nodes {
 		waitFor(t, 20*time.Second, fmt.Sprintf("node %d ready", nd.cfg.NodeID), clusterView{n: nd}.Ready)
+		waitFor(t, 20*time.Second, fmt.Sprintf("node %d serving its ingress", nd.cfg.NodeID), nd.serving)
 	}
 	return nodes
 }

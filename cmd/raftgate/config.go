@@ -49,7 +49,7 @@ type ServerConfig struct {
 	Retention time.Duration
 	// BalanceLeaders moves each partition's leadership to its preferred
 	// node when that node is up and replicating, spreading the leaders over
-	// the cluster (--balance-leaders; off by default, see
+	// the cluster (--balance-leaders; on by default, see
 	// docs/operations.md "Leader balancing").
 	BalanceLeaders bool
 
@@ -87,6 +87,9 @@ type ServerConfig struct {
 	LogFormat string
 	// LogLevel is trace, debug, info, warn or error (--log-level).
 	LogLevel string
+	// QuietRaft drops the raft library's info-level messages (elections,
+	// votes, configuration); `dev` sets it below --log-level debug. No flag.
+	QuietRaft bool
 }
 
 // Defaults of `raftgate server`, also used by `dev` for node 1.
@@ -116,6 +119,7 @@ func DefaultServerConfig() ServerConfig {
 		InitialCluster: map[uint64]string{1: DefaultNodeAddr},
 		Partitions:     DefaultPartitions,
 		Retention:      24 * time.Hour,
+		BalanceLeaders: true,
 		ShutdownGrace:  10 * time.Second,
 		RequestTimeout: 30 * time.Second,
 		MaxConcurrent:  1024,

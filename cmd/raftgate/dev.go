@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -85,9 +86,11 @@ func newDevCmd(env cliEnv, runNode serverRunner) *cobra.Command {
 		Use:   "dev",
 		Short: "run a local cluster with an example Greeter service and print commands to try",
 		Long: `dev starts a 1- or 3-node cluster on the default ports (node 2 and 3 at +100
-and +200), an example Greeter service, registers it, and prints curl
-commands to try. Data lives under --data-dir, or a temporary directory that
-is removed on exit.`,
+and +200; move them with --ingress-addr, --admin-addr, --node-addr and
+--gossip-addr, node 1's addresses), an example Greeter service, registers
+it, and prints commands to try. Data lives under --data-dir, or a
+temporary directory that is removed on exit. The raft library's own
+messages (elections, votes) show at --log-level debug.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if nodes != 1 && nodes != 3 {
@@ -111,11 +114,14 @@ is removed on exit.`,
 			cfgs := devConfigs(nodes, dir, addrs)
 			for i := range cfgs {
 				cfgs[i].LogLevel = logLevel
+				// Raft's own elections and votes are for debugging.
+				cfgs[i].QuietRaft = logger.GetLevel() > zerolog.DebugLevel
 				if err := cfgs[i].Validate(); err != nil {
 					return err
 				}
 			}
-			return runDev(cmd.Context(), env.stdout, logger, cfgs, dataDir == "", runNode)
+			exe, _ := os.Executable()
+			return runDev(cmd.Context(), env.stdout, logger, cfgs, devHelp{cli: devCLI(os.Args[0], exe), tempDir: dataDir == ""}, runNode)
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "keep data here (default: a temp dir removed on exit)")
@@ -128,9 +134,15 @@ is removed on exit.`,
 	return cmd
 }
 
+// devHelp is what the help text needs besides the configs.
+type devHelp struct {
+	cli     string // how to run this program (devCLI)
+	tempDir bool   // the data dir is removed on exit
+}
+
 // runDev runs the nodes and the example service until ctx ends or a node
 // stops, and registers the service once the cluster is ready.
-func runDev(ctx context.Context, out io.Writer, logger zerolog.Logger, cfgs []ServerConfig, tempDir bool, runNode serverRunner) error {
+func runDev(ctx context.Context, out io.Writer, logger zerolog.Logger, cfgs []ServerConfig, help devHelp, runNode serverRunner) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -184,7 +196,7 @@ func runDev(ctx context.Context, out io.Writer, logger zerolog.Logger, cfgs []Se
 			if err != nil {
 				return fmt.Errorf("dev: registering the example service: %w", err)
 			}
-			printDevHelp(out, cfgs, greeterURL, tempDir)
+			printDevHelp(out, help.cli, cfgs, greeterURL, help.tempDir)
 		}
 	}
 }
@@ -220,7 +232,18 @@ func registerWhenReady(ctx context.Context, c *adminClient, greeterURL string, t
 	}
 }
 
-func printDevHelp(out io.Writer, cfgs []ServerConfig, greeterURL string, tempDir bool) {
+// devCLI is how the help text names this program so that its commands
+// work when pasted: `go run` builds into a temporary directory that is
+// gone afterwards, so there it is `go run ./cmd/raftgate` (from the
+// module's root); otherwise the path it was started by.
+func devCLI(arg0, executable string) string {
+	if strings.Contains(executable, string(filepath.Separator)+"go-build") {
+		return "go run ./cmd/raftgate"
+	}
+	return arg0
+}
+
+func printDevHelp(out io.Writer, cli string, cfgs []ServerConfig, greeterURL string, tempDir bool) {
 	ingress := "http://" + cfgs[0].IngressAddr
 	data := filepath.Dir(cfgs[0].DataDir)
 	if tempDir {
@@ -233,20 +256,20 @@ Example service %s at %s, registered.
 Try:
   # call and wait for the result
   curl -s %[5]s/Greeter/greet -H 'content-type: application/json' -d '"Ada"'
-  # send without waiting: answers the invocation id
-  curl -s %[5]s/Greeter/greet/send -H 'content-type: application/json' -d '"Ada"'
+  # send without waiting: answers the invocation id (kept in ID here)
+  ID=$(curl -s %[5]s/Greeter/greet/send -H 'content-type: application/json' -d '"Ada"' | sed 's/.*"invocationId":"\([^"]*\)".*/\1/')
   # attach to it (long-poll) or read its output (470 while not ready)
-  curl -s %[5]s/restate/invocation/<inv_id>/attach
-  curl -s %[5]s/restate/invocation/<inv_id>/output
+  curl -s "%[5]s/restate/invocation/$ID/attach"
+  curl -s "%[5]s/restate/invocation/$ID/output"
   # an idempotency key de-duplicates: run it twice, get one invocation
   curl -s %[5]s/Greeter/greet -H 'idempotency-key: order-42' -H 'content-type: application/json' -d '"Ada"'
   curl -s %[5]s/restate/invocation/Greeter/greet/order-42/output
   # run no earlier than in 10 seconds
   curl -s '%[5]s/Greeter/greet/send?delay=10s' -H 'content-type: application/json' -d '"Ada"'
   # the cluster and the registry
-  raftgate status --admin http://%[6]s
-  raftgate services list --admin http://%[6]s
-`, len(cfgs), data, greeterName, greeterURL, ingress, cfgs[0].AdminAddr)
+  %[7]s status --admin http://%[6]s
+  %[7]s services list --admin http://%[6]s
+`, len(cfgs), data, greeterName, greeterURL, ingress, cfgs[0].AdminAddr, cli)
 	if len(cfgs) > 1 {
 		fmt.Fprintf(out, "  # every node's ingress serves every invocation: also")
 		for _, c := range cfgs[1:] {

@@ -119,7 +119,7 @@ func TestRunDevRegistersTheGreeter(t *testing.T) {
 	defer cancel()
 	out := &syncBuffer{}
 	done := make(chan error, 1)
-	go func() { done <- runDev(ctx, out, zerolog.Nop(), cfgs, true, node) }()
+	go func() { done <- runDev(ctx, out, zerolog.Nop(), cfgs, devHelp{cli: "raftgate", tempDir: true}, node) }()
 
 	waitFor(t, 10*time.Second, "the dev help text", func() bool { return strings.Contains(out.String(), "Ctrl-C stops the cluster") })
 	if running.Load() != 3 {
@@ -156,7 +156,7 @@ func TestRunDevRegistersTheGreeter(t *testing.T) {
 func TestRunDevFailsWhenANodeFails(t *testing.T) {
 	cfgs := devConfigs(1, t.TempDir(), defaultDevAddrs())
 	cfgs[0].AdminAddr = "127.0.0.1:1" // never ready
-	err := runDev(context.Background(), io.Discard, zerolog.Nop(), cfgs, true,
+	err := runDev(context.Background(), io.Discard, zerolog.Nop(), cfgs, devHelp{cli: "raftgate", tempDir: true},
 		func(context.Context, ServerConfig, zerolog.Logger) error { return errors.New("boom") })
 	if err == nil || err.Error() != "node 1: boom" {
 		t.Fatalf("got %v", err)
@@ -188,5 +188,44 @@ func TestRegisterWhenReadyWaitsForReadiness(t *testing.T) {
 	err := registerWhenReady(context.Background(), &adminClient{base: "http://127.0.0.1:1", http: srv.Client()}, "http://x", 50*time.Millisecond, time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "cluster not ready after 50ms") {
 		t.Fatalf("unreachable admin: %v", err)
+	}
+}
+
+// TestEchoCommand runs `raftgate echo` and calls it as raftgate would.
+func TestEchoCommand(t *testing.T) {
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	env := cliEnv{stdin: strings.NewReader(""), stdout: stdout, stderr: stderr, lookupEnv: func(string) (string, bool) { return "", false }}
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"echo", "--addr", addr}, env, nil) }()
+	waitFor(t, 10*time.Second, "echo to listen", func() bool { return strings.Contains(stdout.String(), "Echo service at http://"+addr) })
+
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/Echo/anything", strings.NewReader(`{"a":1}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("x-restate-id", "inv_1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != `{"a":1}` || resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("echo answered %d %q %v", resp.StatusCode, body, resp.Header)
+	}
+	if !strings.Contains(stderr.String(), "Echo/anything: invocation inv_1") {
+		t.Errorf("call not noted: %q", stderr.String())
+	}
+	resp, err = http.Post("http://"+addr+"/Other/x", "text/plain", strings.NewReader("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("another service's path: %d, want 404", resp.StatusCode)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("echo exited %d: %s", code, stderr.String())
 	}
 }

@@ -42,3 +42,116 @@ func TestOperationsDocListsEveryServerFlag(t *testing.T) {
 		}
 	})
 }
+
+// readmeCommands returns the raftgate command lines of README.md's sh
+// blocks, continuation lines joined and the blocks' variables (NAME=value
+// lines) substituted, split into words as a shell would (single quotes).
+func readmeCommands(t *testing.T) [][]string {
+	t.Helper()
+	doc, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmds [][]string
+	vars := map[string]string{}
+	inBlock := false
+	var pending string
+	for _, line := range strings.Split(string(doc), "\n") {
+		switch {
+		case strings.HasPrefix(line, "```sh"):
+			inBlock = true
+			continue
+		case strings.HasPrefix(line, "```"):
+			inBlock = false
+			continue
+		case !inBlock:
+			continue
+		}
+		if cont, ok := strings.CutSuffix(line, `\`); ok {
+			pending += cont
+			continue
+		}
+		line, pending = pending+line, ""
+		if code, _, ok := strings.Cut(line, " #"); ok {
+			line = code
+		}
+		line = strings.TrimSpace(line)
+		if name, value, ok := strings.Cut(line, "="); ok && !strings.ContainsAny(name, " -") && name != "" {
+			vars[name] = value
+			continue
+		}
+		for _, prefix := range []string{"./raftgate ", "go run ./cmd/raftgate "} {
+			if rest, ok := strings.CutPrefix(line, prefix); ok {
+				for name, value := range vars {
+					rest = strings.ReplaceAll(rest, "$"+name, value)
+				}
+				cmds = append(cmds, shellWords(rest))
+			}
+		}
+	}
+	return cmds
+}
+
+// shellWords splits s at blanks, keeping single-quoted text whole.
+func shellWords(s string) []string {
+	var words []string
+	var word strings.Builder
+	inWord, quoted := false, false
+	for _, r := range s {
+		switch {
+		case r == '\'':
+			quoted, inWord = !quoted, true
+		case r == ' ' && !quoted:
+			if inWord {
+				words = append(words, word.String())
+				word.Reset()
+				inWord = false
+			}
+		default:
+			word.WriteRune(r)
+			inWord = true
+		}
+	}
+	if inWord {
+		words = append(words, word.String())
+	}
+	return words
+}
+
+// TestReadmeCommandsParse: every raftgate command in README.md names a
+// subcommand, and its flags and arguments parse; the three-node section
+// runs the example service it registers.
+func TestReadmeCommandsParse(t *testing.T) {
+	cmds := readmeCommands(t)
+	if len(cmds) < 8 {
+		t.Fatalf("found %d raftgate commands in README.md", len(cmds))
+	}
+	var echoAddr string
+	registered := map[string]string{}
+	for _, args := range cmds {
+		root := newRootCmd(cliEnv{}, nil)
+		cmd, rest, err := root.Find(args)
+		if err != nil || cmd == root {
+			t.Errorf("README: raftgate %s: not a subcommand (%v)", strings.Join(args, " "), err)
+			continue
+		}
+		if err := cmd.ParseFlags(rest); err != nil {
+			t.Errorf("README: raftgate %s: %v", strings.Join(args, " "), err)
+			continue
+		}
+		if err := cmd.ValidateArgs(cmd.Flags().Args()); err != nil {
+			t.Errorf("README: raftgate %s: %v", strings.Join(args, " "), err)
+		}
+		switch cmd.Name() {
+		case "echo":
+			echoAddr = cmd.Flags().Lookup("addr").Value.String()
+		case "add":
+			if a := cmd.Flags().Args(); len(a) == 2 {
+				registered[a[0]] = a[1]
+			}
+		}
+	}
+	if echoAddr == "" || registered[echoServiceName] != "http://"+echoAddr {
+		t.Fatalf("README registers Echo at %q, and runs raftgate echo at %q", registered[echoServiceName], echoAddr)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/raftgate/raftgate/ingress/admin"
 )
 
 // invokeOptions are the flags of `raftgate invoke`.
@@ -31,13 +34,16 @@ const statusNotReady = 470
 
 func newInvokeCmd(env cliEnv) *cobra.Command {
 	var o invokeOptions
+	var newAdmin func() *adminClient
 	cmd := &cobra.Command{
 		Use:   "invoke SERVICE/HANDLER [BODY]",
 		Short: "invoke a handler through the ingress and print the invocation id and result",
 		Long: `invoke calls SERVICE/HANDLER with BODY (JSON if it parses as JSON, else text;
 "-" reads stdin, "@FILE" reads a file). The invocation id goes to stderr and
 the result body to stdout; with --send, stdout gets the invocation id. The
-exit code is non-zero when the invocation or the request failed.`,
+exit code is non-zero when the invocation or the request failed.
+A call is sent, then attached to. While it waits, stderr says so, with
+each failed delivery attempt, as the admin API (--admin) reports them.`,
 		Example: `  raftgate invoke Greeter/greet '"Ada"'
   raftgate invoke Greeter/greet '"Ada"' --send --delay 10s
   raftgate invoke Greeter/greet '"Ada"' --idempotency-key order-42`,
@@ -50,7 +56,7 @@ exit code is non-zero when the invocation or the request failed.`,
 					return err
 				}
 			}
-			return runInvoke(cmd, env, o, args[0], body)
+			return runInvoke(cmd, env, o, newAdmin(), args[0], body)
 		},
 	}
 	f := cmd.Flags()
@@ -60,6 +66,7 @@ exit code is non-zero when the invocation or the request failed.`,
 	f.StringVar(&o.delay, "delay", "", "with --send: run no earlier than now+delay (10s, PT10S)")
 	f.StringVar(&o.contentType, "content-type", "", "content-type of BODY (default: application/json when BODY is JSON, else text/plain)")
 	f.DurationVar(&o.timeout, "timeout", 0, "stop waiting for a call's result after this long (the invocation goes on)")
+	newAdmin = addAdminFlags(cmd)
 	return cmd
 }
 
@@ -83,7 +90,7 @@ func invocationPath(target string) (string, error) {
 	return "/" + url.PathEscape(service) + "/" + url.PathEscape(handler), nil
 }
 
-func runInvoke(cmd *cobra.Command, env cliEnv, o invokeOptions, target string, body []byte) error {
+func runInvoke(cmd *cobra.Command, env cliEnv, o invokeOptions, admin *adminClient, target string, body []byte) error {
 	path, err := invocationPath(target)
 	if err != nil {
 		return err
@@ -97,13 +104,12 @@ func runInvoke(cmd *cobra.Command, env cliEnv, o invokeOptions, target string, b
 	if cmd.Flags().Changed("idempotency-key") && strings.TrimSpace(o.idempotencyKey) == "" {
 		return errors.New("--idempotency-key: empty; give a key or leave the flag out")
 	}
-	if o.send {
-		path += "/send"
-		if o.delay != "" {
-			path += "?delay=" + url.QueryEscape(o.delay)
-		}
+	ingress := normalizeBaseURL(o.ingress)
+	sendPath := path + "/send"
+	if o.delay != "" {
+		sendPath += "?delay=" + url.QueryEscape(o.delay)
 	}
-	req, err := http.NewRequestWithContext(cmd.Context(), http.MethodPost, normalizeBaseURL(o.ingress)+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(cmd.Context(), http.MethodPost, ingress+sendPath, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -113,47 +119,22 @@ func runInvoke(cmd *cobra.Command, env cliEnv, o invokeOptions, target string, b
 	if o.idempotencyKey != "" {
 		req.Header.Set("idempotency-key", o.idempotencyKey)
 	}
-	if o.timeout > 0 && !o.send {
-		req.Header.Set("x-raftgate-timeout", o.timeout.String())
-	}
-	resp, err := http.DefaultClient.Do(req)
+	status, hdr, data, err := roundTrip(req)
 	if err != nil {
-		return fmt.Errorf("ingress: %w", err)
+		return err
 	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return fmt.Errorf("ingress: reading the answer: %w", err)
+	if status/100 != 2 {
+		return ingressFailure(env, status, hdr, data)
 	}
-	id := resp.Header.Get("x-restate-id")
-
-	if resp.StatusCode == statusNotReady && id != "" {
-		fmt.Fprintf(env.stderr, "invocation %s: no result yet; it goes on. Fetch it later with:\n  curl %s/restate/invocation/%s/attach\n",
-			id, normalizeBaseURL(o.ingress), id)
-		return errSilent
+	var acc struct {
+		InvocationID  string `json:"invocationId"`
+		Status        string `json:"status"`
+		ExecutionTime string `json:"executionTime"`
 	}
-	if resp.StatusCode/100 != 2 {
-		if resp.Header.Get("x-restate-error-source") == "invocation" {
-			// A recorded failure of the service itself: show its answer as is.
-			fmt.Fprintf(env.stderr, "invocation %s failed: %d %s\n", id, resp.StatusCode, http.StatusText(resp.StatusCode))
-			writeBody(env.stdout, data)
-			return errSilent
-		}
-		if id != "" {
-			fmt.Fprintf(env.stderr, "invocation %s\n", id)
-		}
-		return errorFromResponse(resp.StatusCode, data)
+	if err := json.Unmarshal(data, &acc); err != nil || acc.InvocationID == "" {
+		return fmt.Errorf("ingress: unexpected answer to send: %q", data)
 	}
-
 	if o.send {
-		var acc struct {
-			InvocationID  string `json:"invocationId"`
-			Status        string `json:"status"`
-			ExecutionTime string `json:"executionTime"`
-		}
-		if err := json.Unmarshal(data, &acc); err != nil || acc.InvocationID == "" {
-			return fmt.Errorf("ingress: unexpected answer to send: %q", data)
-		}
 		note := acc.Status
 		if acc.ExecutionTime != "" {
 			note += ", runs at " + acc.ExecutionTime
@@ -162,9 +143,120 @@ func runInvoke(cmd *cobra.Command, env cliEnv, o invokeOptions, target string, b
 		fmt.Fprintln(env.stdout, acc.InvocationID)
 		return nil
 	}
-	fmt.Fprintf(env.stderr, "invocation %s: %d %s\n", id, resp.StatusCode, http.StatusText(resp.StatusCode))
+
+	// A call is a send and an attach: with the id known while it waits,
+	// invoke can say what the invocation is waiting for.
+	id := acc.InvocationID
+	req, err = http.NewRequestWithContext(cmd.Context(), http.MethodGet, ingress+"/restate/invocation/"+url.PathEscape(id)+"/attach", nil)
+	if err != nil {
+		return err
+	}
+	if o.timeout > 0 {
+		req.Header.Set("x-raftgate-timeout", o.timeout.String())
+	}
+	stopWatching := watchInvocation(cmd.Context(), env.stderr, admin, id, invokeProgressEvery)
+	status, hdr, data, err = roundTrip(req)
+	stopWatching()
+	if err != nil {
+		return err
+	}
+	if status == statusNotReady {
+		fmt.Fprintf(env.stderr, "invocation %s: no result yet; it goes on. Fetch it later with:\n  curl %s/restate/invocation/%s/attach\n",
+			id, ingress, id)
+		return errSilent
+	}
+	if status/100 != 2 {
+		if hdr.Get("x-restate-id") == "" {
+			hdr.Set("x-restate-id", id)
+		}
+		return ingressFailure(env, status, hdr, data)
+	}
+	fmt.Fprintf(env.stderr, "invocation %s: %d %s\n", id, status, http.StatusText(status))
 	writeBody(env.stdout, data)
 	return nil
+}
+
+// roundTrip sends req to the ingress and reads the whole answer.
+func roundTrip(req *http.Request) (int, http.Header, []byte, error) {
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("ingress: %w", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("ingress: reading the answer: %w", err)
+	}
+	return resp.StatusCode, resp.Header, data, nil
+}
+
+// ingressFailure reports a non-2xx answer: a recorded failure of the
+// service itself is shown as is, an error of the cluster as an error.
+func ingressFailure(env cliEnv, status int, hdr http.Header, data []byte) error {
+	id := hdr.Get("x-restate-id")
+	if hdr.Get("x-restate-error-source") == "invocation" {
+		fmt.Fprintf(env.stderr, "invocation %s failed: %d %s\n", id, status, http.StatusText(status))
+		writeBody(env.stdout, data)
+		return errSilent
+	}
+	if id != "" {
+		fmt.Fprintf(env.stderr, "invocation %s\n", id)
+	}
+	return errorFromResponse(status, data)
+}
+
+// invokeProgressEvery is how often a waiting call asks the admin API how
+// its invocation is doing; a call answered sooner prints nothing of it.
+const invokeProgressEvery = time.Second
+
+// watchInvocation reports on w, until stop is called, that invocation id
+// is waited for and each delivery attempt that failed meanwhile, as the
+// admin API (GET /invocations/{id}) tells them.
+func watchInvocation(ctx context.Context, w io.Writer, c *adminClient, id string, every time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		var reported uint32
+		var saidWaiting, saidUnknown bool
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			var v admin.InvocationView
+			err := c.do(ctx, http.MethodGet, "/invocations/"+url.PathEscape(id), nil, &v)
+			if ctx.Err() != nil {
+				return
+			}
+			if !saidWaiting {
+				saidWaiting = true
+				fmt.Fprintf(w, "invocation %s: waiting for its result\n", id)
+			}
+			if err != nil {
+				if !saidUnknown {
+					saidUnknown = true
+					fmt.Fprintf(w, "invocation %s: cannot tell its attempts: %v\n", id, err)
+				}
+				continue
+			}
+			if v.Attempts > reported && v.LastError != "" && v.Result == nil {
+				reported = v.Attempts
+				next := ""
+				if v.NextRetryAt != "" {
+					next = "; next attempt at " + v.NextRetryAt
+				}
+				fmt.Fprintf(w, "invocation %s: attempt %d failed: %s%s\n", id, v.Attempts, v.LastError, next)
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // bodyContentType picks the request's content-type.

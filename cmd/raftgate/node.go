@@ -56,10 +56,19 @@ func runServer(ctx context.Context, cfg ServerConfig, logger zerolog.Logger) err
 	select {
 	case <-ctx.Done():
 		return n.shutdown()
+	case err := <-n.serveFailed:
+		return errors.Join(err, n.shutdown())
 	case err := <-n.raft.Failed():
 		// A group stopped (corrupt or stale log, failing Apply): this node
 		// can no longer serve it, so it stops rather than limp.
-		n.log.Error().Err(err).Msg("stopping: a Raft group failed")
+		if errors.Is(err, raftlog.ErrStaleLog) {
+			restore := n.restoreCommand()
+			n.log.Error().Err(err).Str("restore", restore).
+				Msg("stopping: this node's log is older than what the cluster has from it (an emptied or old data dir); restore it from a peer")
+			err = fmt.Errorf("%w; restore this node's data dir from a peer (docs/operations.md, \"Backup and restore\"): %s", err, restore)
+		} else {
+			n.log.Error().Err(err).Msg("stopping: a Raft group failed")
+		}
 		return errors.Join(err, n.shutdown())
 	}
 }
@@ -82,6 +91,13 @@ type node struct {
 	ingressHTTP    *httpService
 	adminHTTP      *httpService
 	stopWatch      func()
+	// logChecked is closed once the node's log was checked against the
+	// leaders and the ingress serves (logcheck.go); serveFailed tells that
+	// the ingress could not listen then; stopLogCheck ends the check.
+	// ingressHTTP is set by the check, and read once it ended.
+	logChecked   chan struct{}
+	serveFailed  chan error
+	stopLogCheck func()
 
 	closeOnce sync.Once
 	closeErr  error
@@ -91,7 +107,11 @@ type node struct {
 // else starts, so that a port in use fails the start before the data dir is
 // created or opened.
 type nodeListeners struct {
-	node, ingress, admin net.Listener
+	node, admin net.Listener
+	// ingressAddr is the ingress address, checked free by binding it and
+	// let go at once: the ingress listens only once the log check passed
+	// (logcheck.go), and a client meets refused connections until then.
+	ingressAddr string
 	// gossip is nil once handed to leadership.Start, which owns it then.
 	gossip *leadership.Listener
 }
@@ -99,17 +119,22 @@ type nodeListeners struct {
 // listenNode binds the node-to-node, ingress, admin and gossip addresses;
 // on error it closes what it bound and names the flag and the address.
 func listenNode(cfg ServerConfig, logger zerolog.Logger) (l nodeListeners, err error) {
+	var ingress net.Listener
 	for _, b := range []struct {
 		flag, addr string
 		ln         *net.Listener
 	}{
 		{"node-addr", cfg.NodeAddr, &l.node},
-		{"ingress-addr", cfg.IngressAddr, &l.ingress},
+		{"ingress-addr", cfg.IngressAddr, &ingress},
 		{"admin-addr", cfg.AdminAddr, &l.admin},
 	} {
 		if *b.ln, err = net.Listen("tcp", b.addr); err != nil {
 			l.close()
 			return nodeListeners{}, fmt.Errorf("--%s: %w", b.flag, err)
+		}
+		if b.ln == &ingress {
+			l.ingressAddr = ingress.Addr().String()
+			ingress.Close()
 		}
 	}
 	if l.gossip, err = leadership.Listen(cfg.GossipAddr, logger); err != nil {
@@ -122,7 +147,7 @@ func listenNode(cfg ServerConfig, logger zerolog.Logger) (l nodeListeners, err e
 // close closes every bound listener (a listener already closed by its
 // server just answers an error, ignored here).
 func (l nodeListeners) close() {
-	for _, ln := range []net.Listener{l.node, l.ingress, l.admin} {
+	for _, ln := range []net.Listener{l.node, l.admin} {
 		if ln != nil {
 			ln.Close()
 		}
@@ -134,8 +159,9 @@ func (l nodeListeners) close() {
 
 // startNode binds the node's listeners, then starts the components
 // bottom-up: storage and Raft groups, gossip, the node's gRPC server (Raft
-// transport + dispatch), then the ingress and admin HTTP APIs. On error it
-// closes what it started.
+// transport + dispatch), the admin HTTP API, and the check of its log
+// against the leaders, which starts the ingress HTTP API once it passes
+// (logcheck.go). On error it closes what it started.
 func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	n := &node{cfg: cfg, log: logger}
 	defer func() {
@@ -181,6 +207,12 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 		}
 	}()
 
+	if isEmptyDir(cfg.DataDir) && len(cfg.InitialCluster) > 1 {
+		// Said first: if the cluster ran before, the leaders refuse this
+		// node in a few seconds, after warning about their heartbeats.
+		n.log.Info().Str("data_dir", cfg.DataDir).Str("if_refused", n.restoreCommand()).
+			Msg("empty data dir: joining as a new replica, which is right when the cluster is first started; a node of a running cluster that lost its data is refused, and is restored from a peer")
+	}
 	if err := pinPartitionCount(cfg.DataDir, cfg.Partitions); err != nil {
 		return nil, err
 	}
@@ -190,6 +222,9 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	rcfg.Peers = cfg.InitialCluster
 	rcfg.DialOptions = dialOpts
 	rcfg.Logger = n.log
+	if cfg.QuietRaft {
+		rcfg.Logger = n.log.Hook(newRaftChatterHook(cfg.NodeID))
+	}
 	rcfg.Registerer = reg
 	if cfg.BalanceLeaders {
 		rcfg.LeaderBalanceTicks = raftlog.DefaultLeaderBalanceTicks
@@ -199,12 +234,18 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	}
 	n.raft.RegisterGRPC(n.grpc)
 
+	voters := make([]uint64, 0, len(cfg.InitialCluster))
+	for id := range cfg.InitialCluster {
+		voters = append(voters, id)
+	}
+	slices.Sort(voters)
 	lcfg := leadership.DefaultConfig()
 	lcfg.Self = leadership.NodeInfo{ID: cfg.NodeID, IngressAddr: cfg.IngressAddr, AdminAddr: cfg.AdminAddr, NodeAddr: cfg.InitialCluster[cfg.NodeID]}
 	lcfg.BindAddr = cfg.GossipAddr
 	lcfg.AdvertiseAddr = cfg.AdvertiseGossipAddr
 	lcfg.Join = cfg.Join
 	lcfg.SecretKey = cfg.GossipKey
+	lcfg.Voters = voters
 	lcfg.Logger = n.log
 	lcfg.Listener, lns.gossip = lns.gossip, nil // Start owns it now
 	if n.members, err = leadership.Start(lcfg); err != nil {
@@ -227,11 +268,6 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 		}
 	}
 	n.stopWatch = n.raft.Watch(n.onLeadership)
-	voters := make([]uint64, 0, len(cfg.InitialCluster))
-	for id := range cfg.InitialCluster {
-		voters = append(voters, id)
-	}
-	slices.Sort(voters)
 	meta, err := n.raft.AddGroup(raftlog.MetaGroup, voters, n.registry)
 	if err != nil {
 		return nil, fmt.Errorf("metadata group: %w", err)
@@ -293,8 +329,8 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	n.ingressHTTP = serveHTTP("ingress", lns.ingress, n.ingress, n.log)
-	n.adminHTTP = serveHTTP("admin", lns.admin, adminHandler, n.log)
+	n.startLogCheck(lns.ingressAddr)
+	n.adminHTTP = serveHTTP("admin", lns.admin, n.gateUntilChecked(adminHandler, adminReadsPass), n.log)
 	n.log.Info().Uint32("partitions", cfg.Partitions).Str("ingress", cfg.IngressAddr).Str("admin", cfg.AdminAddr).
 		Str("node_addr", cfg.NodeAddr).Msg("raftgate node started")
 	return n, nil
@@ -330,32 +366,53 @@ func (n *node) gracefulClose() error {
 	grace := n.cfg.ShutdownGrace
 	n.log.Info().Dur("grace", grace).Msg("shutting down")
 	n.ingress.Drain()
+	n.stopLogCheck() // a node still checking its log serves no client
 
-	transferCtx, cancel := context.WithDeadline(context.Background(), start.Add(grace/2))
-	if err := n.raft.TransferAll(transferCtx); err != nil {
-		n.log.Warn().Err(err).Msg("leadership transfer incomplete; peers will elect after the election timeout")
+	// A lone node has nobody to hand its groups to.
+	if len(n.cfg.InitialCluster) > 1 {
+		transferCtx, cancel := context.WithDeadline(context.Background(), start.Add(grace/2))
+		n.logTransferFailures(n.raft.TransferAll(transferCtx))
+		cancel()
 	}
-	cancel()
 
-	// Keep the ingress listening for the drain delay (the transfer above
-	// runs in it): health and new requests get a retry-safe 503, so a load
-	// balancer marks the node down and moves traffic, rather than meeting
-	// refused connections. Then stop accepting.
-	time.Sleep(time.Until(start.Add(n.cfg.DrainDelay)))
+	var err error
+	if n.ingressHTTP != nil {
+		// Keep the ingress listening for the drain delay (the transfer
+		// above runs in it): health and new requests get a retry-safe 503,
+		// so a load balancer marks the node down and moves traffic, rather
+		// than meeting refused connections. Then stop accepting.
+		time.Sleep(time.Until(start.Add(n.cfg.DrainDelay)))
 
-	// Requests still waiting for a result get a retry-safe 503 a second
-	// before the grace ends (half of it at most), while the server still
-	// drains: once its deadline passes it closes connections, and they would
-	// see a drop. The second lets http.Server notice the connections idle.
-	stopWaiting := time.AfterFunc(time.Until(start.Add(grace-min(grace/2, time.Second))), n.ingress.StopWaiting)
-	httpCtx, cancel := context.WithDeadline(context.Background(), start.Add(grace))
-	err := n.ingressHTTP.Shutdown(httpCtx)
-	cancel()
-	stopWaiting.Stop()
-	n.ingressHTTP = nil
+		// Requests still waiting for a result get a retry-safe 503 a
+		// second before the grace ends (half of it at most), while the
+		// server still drains: once its deadline passes it closes
+		// connections, and they would see a drop. The second lets
+		// http.Server notice the connections idle.
+		stopWaiting := time.AfterFunc(time.Until(start.Add(grace-min(grace/2, time.Second))), n.ingress.StopWaiting)
+		httpCtx, cancel := context.WithDeadline(context.Background(), start.Add(grace))
+		err = n.ingressHTTP.Shutdown(httpCtx)
+		cancel()
+		stopWaiting.Stop()
+		n.ingressHTTP = nil
+	}
 	err = errors.Join(err, n.close())
 	n.log.Info().Dur("took", time.Since(start).Round(time.Millisecond)).Msg("stopped")
 	return err
+}
+
+// logTransferFailures logs each group's failed hand-off on a line of its
+// own (TransferAll joins them).
+func (n *node) logTransferFailures(err error) {
+	if err == nil {
+		return
+	}
+	errs := []error{err}
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = joined.Unwrap()
+	}
+	for _, err := range errs {
+		n.log.Warn().Err(err).Msg("leadership transfer incomplete; peers will elect after the election timeout")
+	}
 }
 
 // closeAll closes whatever was started, at once and without handing
@@ -371,6 +428,9 @@ func (n *node) close() error {
 	var errs []error
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	if n.stopLogCheck != nil {
+		n.stopLogCheck() // before reading ingressHTTP, which it sets
+	}
 	if n.ingressHTTP != nil {
 		errs = append(errs, n.ingressHTTP.Shutdown(ctx))
 	}

@@ -68,6 +68,7 @@ dashes as underscores); flags win over the environment.`,
 		newServicesCmd(env),
 		newInvokeCmd(env),
 		newBenchCmd(env),
+		newEchoCmd(env),
 	)
 	return root
 }

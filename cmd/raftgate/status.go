@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -26,17 +28,28 @@ func newStatusCmd(env cliEnv) *cobra.Command {
 		if err := c.do(cmd.Context(), "GET", "/cluster", nil, &view); err != nil {
 			return err
 		}
-		fillFromLeaders(cmd.Context(), c, &view)
-		return printCluster(env.stdout, view)
+		unseen := fillFromLeaders(cmd.Context(), c, &view)
+		if err := printCluster(env.stdout, view); err != nil {
+			return err
+		}
+		if len(unseen) == 0 {
+			return nil
+		}
+		// The table is incomplete: say why, and fail, so that neither a
+		// person nor a script takes the "-" for "nothing to show".
+		for _, u := range unseen {
+			fmt.Fprintf(env.stderr, "raftgate: %s\n", u)
+		}
+		return errSilent
 	}
 	return cmd
 }
 
 // fillFromLeaders completes the partitions the queried node does not lead:
 // only a leader knows its replicas' progress and its outbox, so each
-// leader's admin API (its address from the node list) is asked once. A
-// leader that cannot be reached leaves its partitions as they were ("-").
-func fillFromLeaders(ctx context.Context, c *adminClient, v *admin.ClusterView) {
+// leader's admin API (its address from the node list) is asked once. It
+// returns, per leader that could not be asked, why its partitions stay "-".
+func fillFromLeaders(ctx context.Context, c *adminClient, v *admin.ClusterView) []string {
 	adminOf := map[uint64]string{}
 	for _, n := range v.Nodes {
 		if n.Alive && n.AdminAddr != "" {
@@ -44,30 +57,50 @@ func fillFromLeaders(ctx context.Context, c *adminClient, v *admin.ClusterView) 
 		}
 	}
 	asked := map[uint64]map[uint32]admin.PartitionStatus{}
+	var unseen []string
 	for i := range v.Partitions {
 		p := &v.Partitions[i]
-		if p.Leader == 0 || len(p.Replicas) > 0 || adminOf[p.Leader] == "" {
+		if p.Leader == 0 || len(p.Replicas) > 0 {
 			continue
 		}
 		byID, ok := asked[p.Leader]
 		if !ok {
-			var lv admin.ClusterView
-			other := *c
-			other.base = normalizeBaseURL(adminOf[p.Leader])
-			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			if other.do(ctx, "GET", "/cluster", nil, &lv) == nil {
-				byID = map[uint32]admin.PartitionStatus{}
-				for _, lp := range lv.Partitions {
-					byID[lp.ID] = lp
-				}
+			var err error
+			byID, err = leaderPartitions(ctx, c, p.Leader, adminOf[p.Leader])
+			if err != nil {
+				unseen = append(unseen, fmt.Sprintf("node %d leads partitions whose replicas and outbox are not shown: %v", p.Leader, err))
 			}
-			cancel()
 			asked[p.Leader] = byID
 		}
 		if lp, ok := byID[p.ID]; ok && lp.Leader == p.Leader && lp.Term == p.Term {
 			p.Replicas, p.OutboxDepth = lp.Replicas, lp.OutboxDepth
 		}
 	}
+	return unseen
+}
+
+// leaderPartitions asks leader's admin API (at addr, "" when gossip does
+// not show it alive) for its partitions.
+func leaderPartitions(ctx context.Context, c *adminClient, leader uint64, addr string) (map[uint32]admin.PartitionStatus, error) {
+	if addr == "" {
+		return nil, errors.New("it is not an alive gossip member, so its admin API is unknown")
+	}
+	var lv admin.ClusterView
+	other := *c
+	other.base = normalizeBaseURL(addr)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := other.do(ctx, "GET", "/cluster", nil, &lv); err != nil {
+		if isStatus(err, http.StatusUnauthorized) {
+			return nil, fmt.Errorf("its admin API at %s refused (%v); give its token with --admin-token", other.base, err)
+		}
+		return nil, err
+	}
+	byID := map[uint32]admin.PartitionStatus{}
+	for _, lp := range lv.Partitions {
+		byID[lp.ID] = lp
+	}
+	return byID, nil
 }
 
 // printCluster writes the operator table of a cluster view.
@@ -82,6 +115,10 @@ func printCluster(out io.Writer, v admin.ClusterView) error {
 		return err
 	}
 
+	alive := map[uint64]bool{}
+	for _, n := range v.Nodes {
+		alive[n.ID] = n.Alive
+	}
 	ready := "ready"
 	if !v.Ready {
 		ready = "NOT READY: a partition has no known leader"
@@ -102,17 +139,24 @@ func printCluster(out io.Writer, v admin.ClusterView) error {
 		if p.OutboxDepth != nil {
 			outbox = fmt.Sprint(*p.OutboxDepth)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\n", p.ID, keys, leader, p.Term, p.AppliedIndex, outbox, replicaText(p.Replicas))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\n", p.ID, keys, leader, p.Term, p.AppliedIndex, outbox, replicaText(p.Replicas, alive))
 	}
 	return tw.Flush()
 }
 
-func replicaText(rs []admin.ReplicaStatus) string {
+// replicaText shows each replica as node:match/lag. A replica on a node
+// that gossip does not show alive is shown unreachable: a leader's lag for
+// a stopped node stays 0 while nothing is written, which reads as caught up.
+func replicaText(rs []admin.ReplicaStatus, alive map[uint64]bool) string {
 	if len(rs) == 0 {
 		return "-"
 	}
 	parts := make([]string, 0, len(rs))
 	for _, r := range rs {
+		if !alive[r.NodeID] {
+			parts = append(parts, fmt.Sprintf("%d:unreachable(match %d)", r.NodeID, r.Match))
+			continue
+		}
 		s := fmt.Sprintf("%d:%d/%d", r.NodeID, r.Match, r.Lag)
 		if r.State != "" && r.State != "replicate" {
 			s += "(" + r.State + ")"

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// TestDevHelpCommandsWorkAsPrinted runs `dev` with a real node and pastes
+// every curl command of its help text, in order, into one shell: each must
+// succeed, and the attach (which uses the id the send printed) must answer
+// the greeting. The raftgate commands name a program that exists after `go
+// run` has ended.
+func TestDevHelpCommandsWorkAsPrinted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a node")
+	}
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("no curl")
+	}
+	cfgs := devConfigs(1, t.TempDir(), devAddrs{ingress: freeAddr(t), admin: freeAddr(t), node: freeAddr(t), gossip: freeAddr(t)})
+	cfgs[0].QuietRaft = true
+	if err := cfgs[0].Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- runDev(ctx, out, zerolog.Nop(), cfgs, devHelp{cli: "go run ./cmd/raftgate", tempDir: true}, runServer)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("runDev: %v", err)
+		}
+	})
+	waitFor(t, 30*time.Second, "the dev help text", func() bool { return strings.Contains(out.String(), "Ctrl-C stops the cluster") })
+
+	var script []string
+	for _, line := range strings.Split(out.String(), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case strings.Contains(line, "<") || strings.Contains(line, ">"):
+			t.Errorf("help line %q holds a shell redirection", line)
+		case strings.HasPrefix(line, "curl ") || strings.HasPrefix(line, "ID="):
+			// An HTTP error fails the line, and the script.
+			script = append(script, strings.Replace(line, "curl -s ", "curl -sS --fail-with-body ", 1)+" || exit 1")
+		case strings.Contains(line, " status --admin ") || strings.Contains(line, " services list --admin "):
+			if !strings.HasPrefix(line, "go run ./cmd/raftgate ") {
+				t.Errorf("help line %q: want it to start with go run ./cmd/raftgate", line)
+			}
+		}
+	}
+	if len(script) < 7 {
+		t.Fatalf("found %d curl commands in the help text:\n%s", len(script), out.String())
+	}
+	sh := "set -u\n" + strings.Join(script, "\necho\n") + "\necho\n"
+	cmd := exec.Command("sh", "-c", sh)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("pasted help commands failed: %v\nstdout:\n%s\nstderr:\n%s\nscript:\n%s", err, stdout.String(), stderr.String(), sh)
+	}
+	if n := strings.Count(stdout.String(), `"Hello, Ada!"`); n < 3 {
+		t.Fatalf("want the greeting from the call, the attach and the keyed call, got %d:\n%s", n, stdout.String())
+	}
+}
+
+func TestDevCLIName(t *testing.T) {
+	for _, tc := range []struct{ arg0, exe, want string }{
+		{"/tmp/go-build1234/b001/exe/raftgate", "/tmp/go-build1234/b001/exe/raftgate", "go run ./cmd/raftgate"},
+		{"./raftgate", "/home/ada/raftgate/raftgate", "./raftgate"},
+		{"raftgate", "/usr/local/bin/raftgate", "raftgate"},
+	} {
+		if got := devCLI(tc.arg0, filepath.FromSlash(tc.exe)); got != tc.want {
+			t.Errorf("devCLI(%q, %q) = %q, want %q", tc.arg0, tc.exe, got, tc.want)
+		}
+	}
+}
+
+// TestDevLogsNoRaftChatterAtInfo: `dev` below --log-level debug drops the
+// raft library's own messages, and a lone node stopping logs no failed
+// leadership hand-off (it has nobody to hand over to).
+func TestDevLogsNoRaftChatterAtInfo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a node")
+	}
+	var quiet []bool
+	stand := func(ctx context.Context, cfg ServerConfig, _ zerolog.Logger) error {
+		quiet = append(quiet, cfg.QuietRaft)
+		return context.Canceled
+	}
+	for _, level := range []string{"info", "debug"} {
+		var stdout, stderr bytes.Buffer
+		env := cliEnv{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr, lookupEnv: func(string) (string, bool) { return "", false }}
+		run(context.Background(), []string{"dev", "--log-level", level, "--admin-addr", "127.0.0.1:1"}, env, stand)
+	}
+	if len(quiet) != 2 || !quiet[0] || quiet[1] {
+		t.Fatalf("QuietRaft at info, debug: %v; want true, false", quiet)
+	}
+
+	cfg := devConfigs(1, t.TempDir(), devAddrs{ingress: freeAddr(t), admin: freeAddr(t), node: freeAddr(t), gossip: freeAddr(t)})[0]
+	cfg.QuietRaft = true
+	cfg.LogFormat = "json"
+	logs := &syncBuffer{}
+	logger, err := newLogger(logs, "json", "info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd, err := startNode(cfg, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the node ready", clusterView{n: nd}.Ready)
+	if err := nd.shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(logs.String(), "\n") {
+		for _, bad := range []string{"became leader", "newRaft", "MsgVoteResp", "switched to configuration", "leadership transfer incomplete", `\\n`} {
+			if strings.Contains(line, bad) {
+				t.Errorf("log line holds %q: %s", bad, line)
+			}
+		}
+	}
+	if !strings.Contains(logs.String(), "raftgate node started") {
+		t.Fatalf("no start line in the log:\n%s", logs.String())
+	}
+}
+
+func TestRaftChatterHook(t *testing.T) {
+	var buf bytes.Buffer
+	log := zerolog.New(&buf).Hook(newRaftChatterHook(26))
+	log.Info().Msg("1a became leader at term 2")
+	log.Info().Msg("newRaft 1a [peers: [1a]]")
+	log.Info().Msg("raft.node: 1a elected leader 1a at term 2")
+	log.Info().Msg("raft leadership")
+	log.Warn().Msg("1a stepped down to follower since quorum is not active")
+	got := buf.String()
+	if strings.Contains(got, "became leader") || strings.Contains(got, "newRaft") || strings.Contains(got, "elected") {
+		t.Errorf("raft's info chatter passed:\n%s", got)
+	}
+	if !strings.Contains(got, "raft leadership") || !strings.Contains(got, "stepped down") {
+		t.Errorf("raftlog's message or raft's warning was dropped:\n%s", got)
+	}
+}
