@@ -39,6 +39,10 @@ var (
 	keyApplied = []byte("applied")
 )
 
+// StateFile is the name of the state file in a node's data dir: what a
+// backup copies and a restore puts in place.
+const StateFile = stateFile
+
 const (
 	stateFile     = "state.db"
 	walDirName    = "wal"
