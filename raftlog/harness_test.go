@@ -341,3 +341,24 @@ func (c *cluster) converged(gid GroupID, minLen int, timeout time.Duration) []st
 	})
 	return ref
 }
+
+// sameDigests waits until every running node has applied gid to the same
+// index with the same state digest.
+func (c *cluster) sameDigests(gid GroupID, timeout time.Duration) {
+	c.t.Helper()
+	waitFor(c.t, timeout, fmt.Sprintf("equal state digests of group %d", gid), func() bool {
+		var ref *Digest
+		for _, id := range c.running() {
+			d, err := c.nodes[id].Group(gid).StateDigest()
+			if err != nil {
+				return false
+			}
+			if ref == nil {
+				ref = &d
+			} else if d != *ref {
+				return false
+			}
+		}
+		return ref != nil
+	})
+}
