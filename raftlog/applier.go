@@ -31,7 +31,7 @@ type applyReq struct {
 	// update runs in the open transaction, which is then checkpointed
 	// before done is closed (creating a group's buckets).
 	update func(*bolt.Tx) error
-	done  chan struct{}
+	done   chan struct{}
 
 	// Results, read by the group after appliedDone (or done).
 	appliedIdx, appliedTrm uint64
