@@ -12,6 +12,8 @@ import (
 	"github.com/rs/zerolog"
 	bolt "go.etcd.io/bbolt"
 	"google.golang.org/grpc"
+
+	"github.com/raftgate/raftgate/raftlog/wal"
 )
 
 // GroupID names a Raft group on a node. MetaGroup holds cluster metadata;
@@ -35,22 +37,26 @@ type Entry struct {
 // StateMachine is implemented by the partition processor and the metadata
 // registry. Its methods are called one at a time, never concurrently, and
 // in a happens-before order: Restore on the AddGroup caller's goroutine when
-// the group opens; Apply, Restore (snapshot install) and the Applied
-// functions on the node's write goroutine, which serves every group (so
-// none of them may block).
+// the group opens; Apply, Restore (snapshot install, or a rollback) and the
+// Applied functions on the node's applier goroutine, which serves every
+// group (so none of them may block).
 type StateMachine interface {
 	// Apply applies committed entries that carry data, in log order, inside
-	// the node's write transaction. b is the group's state bucket; the state
-	// machine keeps all its replicated state beneath it. raftlog records the
-	// applied index in the same transaction, so state and applied index
-	// become durable together. Apply must be deterministic: no clock, no
-	// randomness, no local-only state, no map-order effects. An error stops
-	// the group.
+	// the applier's state transaction. b is the group's state bucket; the
+	// state machine keeps all its replicated state beneath it. raftlog
+	// records the applied index in the same transaction, so state and
+	// applied index become durable together at the next checkpoint. Apply
+	// must be deterministic: no clock, no randomness, no local-only state,
+	// no map-order effects: a restart replays the entries after the last
+	// checkpoint, and a rollback re-applies them, to the same state. An
+	// error stops the group.
 	Apply(b *bolt.Bucket, entries []Entry) (Applied, error)
 
-	// Restore is called when the group opens and inside the transaction
-	// that replaced the state bucket with a snapshot's content; the state
-	// machine rebuilds its in-memory indexes from b.
+	// Restore is called when the group opens, inside the transaction that
+	// replaced the state bucket with a snapshot's content, and after a
+	// rollback (another group's Apply failed in the shared transaction)
+	// before the same entries are applied again; the state machine rebuilds
+	// its in-memory indexes from b.
 	Restore(b *bolt.Bucket) error
 }
 
@@ -58,15 +64,13 @@ type StateMachine interface {
 // on the write goroutine, each at most once. Either may be nil; neither may
 // block.
 type Applied struct {
-	// Acknowledge runs once every Apply of the write transaction succeeded,
-	// before the transaction commits. The entries are committed (durable on
-	// a quorum) already, so an answer that depends only on the entries'
-	// own outcome may go out now, one bbolt commit earlier. It must reveal
-	// nothing a reader would then look for through View or ReadIndex: the
-	// transaction is not visible yet.
+	// Acknowledge runs once every Apply of the applier's batch succeeded.
+	// The entries are committed (durable on a quorum of write-ahead logs),
+	// so an answer that depends only on the entries' own outcome may go out.
 	Acknowledge func()
-	// Reveal runs after the transaction has been fsynced, before the next
-	// Apply: the effects are now visible to View and ReadIndex readers.
+	// Reveal runs right after every Acknowledge of the batch, before the
+	// next Apply: the effects are visible to View and ReadIndex readers
+	// (they read inside the applier's transaction).
 	Reveal func()
 }
 
@@ -122,7 +126,8 @@ func (e *NotLeaderError) Error() string {
 type Config struct {
 	// NodeID is this node's Raft id (non-zero).
 	NodeID uint64
-	// DataDir holds the node's one bbolt file (raft.db).
+	// DataDir holds the node's write-ahead log (wal/) and state file
+	// (state.db).
 	DataDir string
 	// Peers maps every voter's id (this node's too) to the address the
 	// others dial to reach it.
@@ -147,9 +152,20 @@ type Config struct {
 	MaxSizePerMsg             uint64
 	MaxInflightMsgs           int
 	MaxUncommittedEntriesSize uint64
-	// EntryCacheBytes bounds each group's in-memory cache of recent log
-	// entries (the hot tail that replication reads).
-	EntryCacheBytes uint64
+	// IdleCompactAfter: a group that applied too few entries for the
+	// SnapshotEntries rule compacts its log up to its checkpoint once this
+	// long has passed since its last compaction, so that it does not keep
+	// old write-ahead log segments alive.
+	IdleCompactAfter time.Duration
+	// CheckpointInterval and CheckpointEntries: the applier commits its
+	// state transaction (a checkpoint) once this long has passed since the
+	// last one with entries applied, or once this many entries were
+	// applied. Checkpoints are off the acknowledgement path; they bound what
+	// a restart replays from the log.
+	CheckpointInterval time.Duration
+	CheckpointEntries  int
+	// WALSegmentBytes is the size of one write-ahead log segment file.
+	WALSegmentBytes int64
 	// PeerQueueMessages bounds the messages queued for one peer; beyond it
 	// messages are dropped and raft is told the peer is unreachable.
 	PeerQueueMessages int
@@ -171,16 +187,39 @@ type Config struct {
 	Knobs *Knobs
 }
 
-// Knobs are testing hooks at durability boundaries. Each may be nil.
+// Knobs are testing hooks at the durability boundaries (failpoints). Each
+// may be nil.
 type Knobs struct {
-	// BeforePersist runs before a write batch is committed.
-	BeforePersist func()
-	// FailCommit, when it returns an error, makes the batch's commit fail
-	// with it instead of committing (a disk error such as ENOSPC).
+	// BeforeLogWrite runs before a log batch's write(2); AfterLogWrite
+	// after it, before its fdatasync; AfterLogSync after the fdatasync,
+	// before anything in the batch is acknowledged.
+	BeforeLogWrite, AfterLogWrite, AfterLogSync func()
+	// DuringCheckpoint runs when a state checkpoint has written its
+	// transaction's changes in memory and is about to commit them.
+	DuringCheckpoint func()
+	// FailCommit, when it returns an error, makes a checkpoint fail with it
+	// instead of committing (a disk error such as ENOSPC).
 	FailCommit func() error
 	// AfterApply runs after a group applied entries up to index.
 	AfterApply func(group GroupID, index uint64)
 	// ManualTicks: the node starts no ticker; the test advances Raft time
 	// with Node.Tick.
 	ManualTicks bool
+	// LogFS is the write-ahead log's file layer (wal.CrashFS in power-loss
+	// tests); nil is the operating system's.
+	LogFS wal.FS
+}
+
+func (k *Knobs) walFS() wal.FS {
+	if k == nil {
+		return nil
+	}
+	return k.LogFS
+}
+
+func (k *Knobs) walKnobs() *wal.Knobs {
+	if k == nil || (k.BeforeLogWrite == nil && k.AfterLogWrite == nil && k.AfterLogSync == nil) {
+		return nil
+	}
+	return &wal.Knobs{BeforeWrite: k.BeforeLogWrite, AfterWrite: k.AfterLogWrite, AfterSync: k.AfterLogSync}
 }

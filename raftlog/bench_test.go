@@ -194,13 +194,13 @@ func benchPropose(b *testing.B, proposers, partitions int) {
 	b.ReportMetric(float64(cpuUsed.Microseconds())/float64(len(all)), "cpu-us/entry")
 	for _, id := range c.ids {
 		m := c.nodes[id].metrics
-		cnt, sum := testHistogram(m.fsyncSeconds)
-		_, ents := testHistogram(m.batchEntries)
-		_, reqs := testHistogram(m.batchGroups)
-		st := c.nodes[id].db.Stats()
-		pages := st.TxStats.GetWrite()
-		b.Logf("node %d: %d commits, avg %.2f ms, %.1f entries, %.1f requests, %.1f pages per commit",
-			id, cnt, 1000*sum/float64(max(cnt, 1)), ents/float64(max(cnt, 1)), reqs/float64(max(cnt, 1)), float64(pages)/float64(max(cnt, 1)))
+		syncs, syncSum := testHistogram(m.walSyncSeconds)
+		_, ents := testHistogram(m.walBatchEntries)
+		writes, reqs := testHistogram(m.walBatchRequests)
+		cps, cpSum := testHistogram(m.checkpointSeconds)
+		b.Logf("node %d: %d log writes (%.1f entries, %.1f requests each), %d fdatasyncs avg %.2f ms, %d checkpoints avg %.2f ms",
+			id, writes, ents/float64(max(writes, 1)), reqs/float64(max(writes, 1)),
+			syncs, 1000*syncSum/float64(max(syncs, 1)), cps, 1000*cpSum/float64(max(cps, 1)))
 	}
 	changes := -changes0
 	for _, id := range c.ids {

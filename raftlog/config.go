@@ -29,7 +29,10 @@ func DefaultConfig() Config {
 		MaxSizePerMsg:             1 << 20,
 		MaxInflightMsgs:           256,
 		MaxUncommittedEntriesSize: 64 << 20,
-		EntryCacheBytes:           8 << 20,
+		IdleCompactAfter:          10 * time.Second,
+		CheckpointInterval:        100 * time.Millisecond,
+		CheckpointEntries:         10000,
+		WALSegmentBytes:           64 << 20,
 		PeerQueueMessages:         16384,
 	}
 }
@@ -61,8 +64,17 @@ func (c Config) withDefaults() Config {
 	if c.MaxUncommittedEntriesSize == 0 {
 		c.MaxUncommittedEntriesSize = d.MaxUncommittedEntriesSize
 	}
-	if c.EntryCacheBytes == 0 {
-		c.EntryCacheBytes = d.EntryCacheBytes
+	if c.IdleCompactAfter == 0 {
+		c.IdleCompactAfter = d.IdleCompactAfter
+	}
+	if c.CheckpointInterval == 0 {
+		c.CheckpointInterval = d.CheckpointInterval
+	}
+	if c.CheckpointEntries == 0 {
+		c.CheckpointEntries = d.CheckpointEntries
+	}
+	if c.WALSegmentBytes == 0 {
+		c.WALSegmentBytes = d.WALSegmentBytes
 	}
 	if c.PeerQueueMessages == 0 {
 		c.PeerQueueMessages = d.PeerQueueMessages
@@ -98,6 +110,10 @@ func (c Config) Validate() error {
 		return bad("MaxInflightMsgs", "must be positive")
 	case c.MaxUncommittedEntriesSize < c.MaxSizePerMsg:
 		return bad("MaxUncommittedEntriesSize", "must be at least MaxSizePerMsg")
+	case c.CheckpointInterval < 0 || c.CheckpointEntries < 0:
+		return bad("Checkpoint", "interval and entries must not be negative")
+	case c.WALSegmentBytes < 64<<10:
+		return bad("WALSegmentBytes", "must be at least 64 KiB")
 	case c.PeerQueueMessages < 16:
 		return bad("PeerQueueMessages", "must be at least 16")
 	case c.LeaderBalanceTicks < 0:

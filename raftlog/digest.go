@@ -17,7 +17,7 @@ type Digest struct {
 }
 
 // StateDigest hashes the group's state bucket and reads its applied index
-// in one read transaction, so the two belong together.
+// in one step of the applier, so the two belong together.
 func (g *Group) StateDigest() (Digest, error) {
 	var d Digest
 	select {
@@ -25,20 +25,25 @@ func (g *Group) StateDigest() (Digest, error) {
 		return d, ErrStopped
 	default:
 	}
-	err := g.n.db.View(func(tx *bolt.Tx) error {
-		gb, err := openGroupBuckets(tx, g.id)
-		if err != nil {
-			return err
-		}
-		if d.Applied, _, err = decodePair(gb.meta.Get(keyApplied)); err != nil {
+	// On the applier, so the digest and the applied index belong together
+	// (whether checkpointed or not).
+	r := &applyReq{g: g, done: make(chan struct{}), view: func(*bolt.Bucket) error { return nil }}
+	r.view = func(state *bolt.Bucket) error {
+		meta := state.Tx().Bucket(groupBucketName(g.id)).Bucket(bucketMeta)
+		var err error
+		if d.Applied, _, err = decodePair(meta.Get(keyApplied)); err != nil {
 			return err
 		}
 		h := sha256.New()
-		hashBucket(h, gb.state)
+		hashBucket(h, state)
 		copy(d.Hash[:], h.Sum(nil))
 		return nil
-	})
-	return d, err
+	}
+	if !g.n.ap.submit(r) {
+		return d, ErrStopped
+	}
+	<-r.done
+	return d, r.err
 }
 
 // hashBucket feeds every key, value and nested bucket of b to h, in bbolt's

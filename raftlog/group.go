@@ -52,9 +52,11 @@ type Group struct {
 
 	// leader is the latest LeaderEvent, published for lock-free reads.
 	leader atomic.Pointer[LeaderEvent]
-	// applied is the durable applied index, published for Status.
+	// applied is the applied index (checkpointed or not: readers see the
+	// applier's open transaction), published for Status.
 	applied atomic.Uint64
-	// writeFailed: a write of this group failed; the writer skips the rest.
+	// writeFailed: a write or apply of this group failed; the applier skips
+	// the rest.
 	writeFailed atomic.Bool
 
 	// Loop-owned.
@@ -74,10 +76,13 @@ type Group struct {
 	readSeq      uint64
 	readIssued   map[uint64]*readBatch
 	readAwait    []*readBatch
-	compacting   bool
-	appliedGge   prometheus.Gauge
-	outBuf       []*pb.Message
-	propBuf      []*pb.Entry
+	// checkpoint is the applied index durable in state.db; lastCompact
+	// when the compaction point last moved.
+	checkpoint  uint64
+	lastCompact time.Time
+	appliedGge  prometheus.Gauge
+	outBuf      []*pb.Message
+	propBuf     []*pb.Entry
 	// snapFiles are spooled snapshots stepped into raft this iteration;
 	// those raft did not take are deleted after the next Ready.
 	snapFiles    []string
@@ -90,30 +95,35 @@ type Group struct {
 	balanceTicks   int
 	balanceBackoff int
 
-	// Writer-owned scratch for Apply batches.
+	// Applier-owned scratch for Apply batches.
 	applyBuf []Entry
 }
 
 type inbox struct {
-	done    []*writeReq
-	ticks   int
-	msgs    []*pb.Message
-	reports []func()
-	control []func()
-	reads   []*readWaiter
-	props   []*proposal
+	appended    []*appendReq
+	applied     []*applyReq
+	checkpoints []checkpoint
+	failure     error
+	ticks       int
+	msgs        []*pb.Message
+	reports     []func()
+	control     []func()
+	reads       []*readWaiter
+	props       []*proposal
 }
 
 // reset empties the inbox for reuse, dropping references it held.
 func (in inbox) reset() inbox {
-	clear(in.done)
+	clear(in.appended)
+	clear(in.applied)
 	clear(in.msgs)
 	clear(in.reports)
 	clear(in.control)
 	clear(in.reads)
 	clear(in.props)
 	return inbox{
-		done: in.done[:0], msgs: in.msgs[:0], reports: in.reports[:0],
+		appended: in.appended[:0], applied: in.applied[:0], checkpoints: in.checkpoints[:0],
+		msgs: in.msgs[:0], reports: in.reports[:0],
 		control: in.control[:0], reads: in.reads[:0], props: in.props[:0],
 	}
 }
@@ -141,31 +151,33 @@ type readBatch struct {
 	index   uint64
 }
 
-func newGroup(n *Node, id GroupID, pg persistedGroup, sm StateMachine) (*Group, error) {
+func newGroup(n *Node, id GroupID, gs groupState, store *logStore, sm StateMachine) (*Group, error) {
 	g := &Group{
 		id: id, n: n, sm: sm,
-		voters:     slices.Clone(pg.conf.GetVoters()),
-		log:        n.log.With().Uint32("group", uint32(id)).Logger(),
-		changed:    make(chan struct{}),
-		wake:       make(chan struct{}, 1),
-		stopc:      make(chan struct{}),
-		done:       make(chan struct{}),
-		readIssued: make(map[uint64]*readBatch),
-		appliedGge: n.metrics.appliedGauge(id),
+		voters:      slices.Clone(gs.conf.GetVoters()),
+		log:         n.log.With().Uint32("group", uint32(id)).Logger(),
+		changed:     make(chan struct{}),
+		wake:        make(chan struct{}, 1),
+		stopc:       make(chan struct{}),
+		done:        make(chan struct{}),
+		readIssued:  make(map[uint64]*readBatch),
+		appliedGge:  n.metrics.appliedGauge(id),
+		store:       store,
+		checkpoint:  gs.appliedIdx,
+		lastCompact: time.Now(),
 	}
 	if n.cfg.LeaderBalanceTicks > 0 && len(g.voters) > 1 {
 		g.preferred = PreferredLeader(id, g.voters)
 	}
-	g.store = newLogStore(n.db, id, pg, n.cfg.EntryCacheBytes)
-	g.appliedTerm = pg.appliedTm
-	g.applied.Store(pg.appliedIdx)
-	g.appliedGge.Set(float64(pg.appliedIdx))
-	rn, err := raft.NewRawNode(n.cfg.raftConfig(g.store, pg.appliedIdx, raftLogger{g.log}))
+	g.appliedTerm = gs.appliedTm
+	g.applied.Store(gs.appliedIdx)
+	g.appliedGge.Set(float64(gs.appliedIdx))
+	rn, err := raft.NewRawNode(n.cfg.raftConfig(g.store, gs.appliedIdx, raftLogger{g.log}))
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: group %d: %w", id, err)
 	}
 	g.rn = rn
-	g.leader.Store(&LeaderEvent{Group: id, Term: pg.hard.GetTerm()})
+	g.leader.Store(&LeaderEvent{Group: id, Term: store.hard.GetTerm()})
 	if len(g.voters) == 1 && g.voters[0] == n.cfg.NodeID {
 		// A lone voter need not wait an election timeout.
 		if err := rn.Campaign(); err != nil {
@@ -254,20 +266,22 @@ func (g *Group) read(ctx context.Context, anyReplica bool) error {
 	}
 }
 
-// View runs fn in a read transaction over the group's state bucket.
+// View runs fn over the group's state bucket, on the applier, inside its
+// open transaction: fn sees every entry applied so far (checkpointed or
+// not), so a read after a ReadIndex or an acknowledgement sees what was
+// acknowledged. fn must not block or keep references to bucket memory.
 func (g *Group) View(fn func(b *bolt.Bucket) error) error {
 	select {
 	case <-g.done:
 		return ErrStopped
 	default:
 	}
-	return g.n.db.View(func(tx *bolt.Tx) error {
-		gb, err := openGroupBuckets(tx, g.id)
-		if err != nil {
-			return err
-		}
-		return fn(gb.state)
-	})
+	r := &applyReq{g: g, view: fn, done: make(chan struct{})}
+	if !g.n.ap.submit(r) {
+		return ErrStopped
+	}
+	<-r.done
+	return r.err
 }
 
 // Status returns the group's current state on this node. Once the group has
@@ -386,10 +400,37 @@ func (g *Group) enqueueMessage(m *pb.Message) bool {
 
 func (g *Group) addTick() { g.enqueue(func(in *inbox) { in.ticks++ }) }
 
-// writeDone is called by the writer once r is durable (or failed).
-func (g *Group) writeDone(r *writeReq) {
+// appendDone is called by the log writer once r is durable (or failed).
+func (g *Group) appendDone(r *appendReq) {
+	g.enqueueDone(func(in *inbox) { in.appended = append(in.appended, r) })
+}
+
+// appliedDone is called by the applier once r is applied (or failed).
+func (g *Group) appliedDone(r *applyReq) {
+	g.enqueueDone(func(in *inbox) { in.applied = append(in.applied, r) })
+}
+
+// checkpointed is called by the applier once the group's state up to cp
+// is durable in state.db.
+func (g *Group) checkpointed(cp checkpoint) {
+	g.enqueueDone(func(in *inbox) { in.checkpoints = append(in.checkpoints, cp) })
+}
+
+// checkpointFailed is called by the applier when a checkpoint holding the
+// group's applies failed: the group stops.
+func (g *Group) checkpointFailed(err error) {
+	g.enqueueDone(func(in *inbox) {
+		if in.failure == nil {
+			in.failure = err
+		}
+	})
+}
+
+// enqueueDone adds a writer's hand-back to the inbox, even while the group
+// stops (nothing is lost by adding to an inbox nobody reads).
+func (g *Group) enqueueDone(fn func(*inbox)) {
 	g.mu.Lock()
-	g.in.done = append(g.in.done, r)
+	fn(&g.in)
 	g.mu.Unlock()
 	select {
 	case g.wake <- struct{}{}:

@@ -174,7 +174,7 @@ func TestGRPCSnapshotCatchUp(t *testing.T) {
 	waitFor(t, 15*time.Second, "restarted follower to catch up", func() bool {
 		return len(entriesOf(t, c.nodes[down].Group(1))) >= len(want)
 	})
-	if testCounter(c.nodes[down].metrics.snapshotsRecv) == 0 {
+	if testCounter(c.nodes[down].metrics.snapshotsInstalled) == 0 {
 		t.Fatal("follower caught up without a snapshot")
 	}
 	if got := entriesOf(t, c.nodes[down].Group(1)); !slices.Equal(want, got[:len(want)]) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -35,19 +36,10 @@ func (g *Group) run() {
 		in := g.in
 		g.in = g.spare
 		g.mu.Unlock()
-		err := g.process(&in)
+		err := g.process(&in, time.Now())
 		g.spare = in.reset()
 		if err != nil {
-			g.stopOnce.Do(func() { close(g.stopc) })
-			if !errors.Is(err, ErrStopped) {
-				g.log.Error().Err(err).Msg("raftlog group stopped")
-				g.n.reportFailure(err)
-				// A stopped group leads nothing: watchers (the partition's
-				// request tracking) fail what waits on it at once, and
-				// callers retry at the new leader, rather than waiting for
-				// the node to close.
-				g.publishLeader(0, g.rn.BasicStatus().GetTerm(), false)
-			}
+			g.fail(err)
 			return
 		}
 		if g.rn.HasReady() {
@@ -59,14 +51,42 @@ func (g *Group) run() {
 	}
 }
 
-func (g *Group) process(in *inbox) error {
-	for _, r := range in.done {
-		if err := g.writeFinished(r); err != nil {
+// fail stops the group after err; the loop returns at its next iteration.
+func (g *Group) fail(err error) {
+	g.stopOnce.Do(func() { close(g.stopc) })
+	if errors.Is(err, ErrStopped) {
+		return
+	}
+	g.log.Error().Err(err).Msg("raftlog group stopped")
+	g.n.reportFailure(err)
+	// A stopped group leads nothing: watchers (the partition's request
+	// tracking) fail what waits on it at once, and callers retry at the
+	// new leader, rather than waiting for the node to close.
+	g.publishLeader(0, g.rn.BasicStatus().GetTerm(), false)
+}
+
+func (g *Group) process(in *inbox, now time.Time) error {
+	for _, r := range in.appended {
+		if err := g.appendFinished(r); err != nil {
 			return err
 		}
 	}
+	for _, r := range in.applied {
+		if err := g.applyFinished(r); err != nil {
+			return err
+		}
+	}
+	if in.failure != nil {
+		return in.failure
+	}
+	for _, cp := range in.checkpoints {
+		g.checkpointFinished(cp, now)
+	}
 	for i := 0; i < min(in.ticks, g.n.cfg.ElectionTicks); i++ {
 		g.rn.Tick()
+	}
+	if in.ticks > 0 {
+		g.maybeCompact(now) // an idle group gets no checkpoint to prompt it
 	}
 	for _, m := range in.msgs {
 		if err := g.checkHeartbeatCommit(m); err != nil {
@@ -195,7 +215,8 @@ func (g *Group) issueRead(ws []*readWaiter) {
 	g.rn.ReadIndex(binary.BigEndian.AppendUint64(nil, g.readSeq))
 }
 
-// handleReady implements steps 1–3 of the order in doc.go for one Ready.
+// handleReady implements steps 1, 2 and 4 of the order in doc.go for one
+// Ready.
 func (g *Group) handleReady() {
 	rd := g.rn.Ready()
 	g.observeLeadership(rd)
@@ -213,25 +234,19 @@ func (g *Group) handleReady() {
 	}
 	g.releaseReads()
 
-	var req *writeReq
+	var appendMsg, applyMsg *pb.Message
 	out := g.outBuf[:0]
 	for _, m := range rd.Messages {
 		switch m.GetTo() {
 		case raft.LocalAppendThread:
-			if req == nil {
-				req = &writeReq{g: g}
-			}
-			req.append = m
+			appendMsg = m
 			if ents := m.GetEntries(); len(ents) > 0 {
 				g.lastAppended = ents[len(ents)-1].GetIndex()
 			} else if snap := m.GetSnapshot(); !raft.IsEmptySnap(snap) {
 				g.lastAppended = snap.GetMetadata().GetIndex()
 			}
 		case raft.LocalApplyThread:
-			if req == nil {
-				req = &writeReq{g: g}
-			}
-			req.apply = m
+			applyMsg = m
 		default:
 			if m.GetType() == pb.MsgSnap {
 				g.n.metrics.snapshotsSent.Inc()
@@ -248,42 +263,49 @@ func (g *Group) handleReady() {
 	}
 	clear(out)
 	g.outBuf = out[:0]
-	if req != nil && req.append != nil {
-		if snap := req.append.GetSnapshot(); !raft.IsEmptySnap(snap) {
+	if appendMsg != nil {
+		if snap := appendMsg.GetSnapshot(); !raft.IsEmptySnap(snap) {
+			// Step 2a: a snapshot's state is installed and checkpointed
+			// before the log is told to start after it.
 			g.keepSnapshot = string(snap.GetData())
+			if err := g.install(snap); err != nil {
+				g.fail(err)
+				return
+			}
+		}
+		// Step 2: persist in the node's next log write.
+		if !g.n.lw.submit(&appendReq{g: g, msg: appendMsg}) {
+			g.stopOnce.Do(func() { close(g.stopc) })
+			return
 		}
 	}
-	// Step 2: persist (and apply) in the node's next group commit. A
-	// follower's apply is a request of its own, deferred: nobody waits
-	// for it, and holding it back keeps its state pages out of the
-	// commits that acknowledge entries.
-	var deferredApply *writeReq
-	if req != nil && !g.isLeader && req.apply != nil {
-		deferredApply = &writeReq{g: g, apply: req.apply, deferred: true, applyBytes: entriesBytes(req.apply.GetEntries())}
-		req.apply = nil
-		if req.append == nil {
-			req = nil
-		}
-	}
-	if req != nil {
-		req.lazy = g.isLazy(req)
-		req.leaderAppend = g.isLeader && len(req.append.GetEntries()) > 0
-		req.leaderApply = g.isLeader && len(req.apply.GetEntries()) > 0
-	}
-	for _, r := range []*writeReq{req, deferredApply} {
-		if r != nil && !g.n.w.submit(r) {
+	// Step 4: apply in the applier's next batch. Raft hands out for apply
+	// only entries already durable in this node's log.
+	if applyMsg != nil {
+		if !g.n.ap.submit(&applyReq{g: g, apply: applyMsg}) {
 			g.stopOnce.Do(func() { close(g.stopc) })
 			return
 		}
 	}
 }
 
-func entriesBytes(ents []*pb.Entry) int {
-	n := 0
-	for _, e := range ents {
-		n += len(e.GetData())
+// install installs snap through the applier and waits until it is
+// checkpointed.
+func (g *Group) install(snap *pb.Snapshot) error {
+	r := &applyReq{g: g, install: snap, done: make(chan struct{})}
+	if !g.n.ap.submit(r) {
+		return ErrStopped
 	}
-	return n
+	<-r.done
+	if r.err != nil {
+		return r.err
+	}
+	g.store.restored(snap.GetMetadata())
+	g.setApplied(snap.GetMetadata().GetIndex(), snap.GetMetadata().GetTerm())
+	g.checkpoint = snap.GetMetadata().GetIndex()
+	g.n.metrics.snapshotsInstalled.Inc()
+	_ = os.Remove(string(snap.GetData()))
+	return nil
 }
 
 // dropUnusedSnapshots deletes spooled snapshot files that raft refused
@@ -298,81 +320,50 @@ func (g *Group) dropUnusedSnapshots() {
 	g.snapFiles = g.snapFiles[:0]
 }
 
-// isLazy: nothing waits on this write soon. A commit-index-only hard state
-// is not on any acknowledgement's path (a follower's apply is not either:
-// handleReady defers it on its own; the leader's apply answers proposers);
-// entries, snapshots, term or vote changes and log-probe rejections are
-// urgent.
-func (g *Group) isLazy(r *writeReq) bool {
-	if g.isLeader {
-		return false
-	}
-	if m := r.append; m != nil {
-		if len(m.GetEntries()) > 0 || !raft.IsEmptySnap(m.GetSnapshot()) {
-			return false
-		}
-		// With no new entries, a MsgAppResp only repeats what the leader
-		// already heard (it answers a commit-index update); a rejection
-		// (log probing) or a vote answer is awaited.
-		for _, resp := range m.GetResponses() {
-			if resp.GetTo() != g.n.cfg.NodeID && (resp.GetType() != pb.MsgAppResp || resp.GetReject()) {
-				return false
-			}
-		}
-		if (m.Term != nil && m.GetTerm() != g.store.hard.GetTerm()) || (m.Vote != nil && m.GetVote() != g.store.hard.GetVote()) {
-			return false
-		}
-	}
-	return true
-}
-
-// writeFinished implements steps 3–4 of doc.go once a write is durable.
-func (g *Group) writeFinished(r *writeReq) error {
+// appendFinished implements step 3 of doc.go once an append is durable
+// (the log writer already sent the responses addressed to peers).
+func (g *Group) appendFinished(r *appendReq) error {
 	if r.err != nil {
 		return r.err
 	}
-	if m := r.append; m != nil {
-		if snap := m.GetSnapshot(); !raft.IsEmptySnap(snap) {
-			g.store.restored(snap.GetMetadata())
-			g.setApplied(snap.GetMetadata().GetIndex(), snap.GetMetadata().GetTerm())
-			_ = os.Remove(string(snap.GetData()))
-		}
-		g.store.appended(m.GetEntries())
-		if m.Term != nil || m.Vote != nil || m.Commit != nil {
-			g.store.setHardState(&pb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())})
-		}
-		// The writer already sent the responses addressed to peers.
-		for _, resp := range m.GetResponses() {
-			if resp.GetTo() == g.n.cfg.NodeID {
-				_ = g.rn.Step(resp)
-			}
-		}
+	m := r.msg
+	if m.Term != nil || m.Vote != nil || m.Commit != nil {
+		g.store.setHardState(&pb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())})
 	}
-	if c := r.compact; c != nil {
-		g.store.compacted(c.index, c.term)
-		g.compacting = false
-		if c.more {
-			g.compacting = true
-			if !g.n.w.submit(&writeReq{g: g, compact: &compaction{index: c.index, term: c.term}, deferred: true}) {
-				g.compacting = false
-			}
-		}
-	}
-	if m := r.apply; m != nil {
-		if r.appliedIdx > 0 {
-			g.setApplied(r.appliedIdx, r.appliedTrm)
-		}
-		for _, resp := range m.GetResponses() {
+	for _, resp := range m.GetResponses() {
+		if resp.GetTo() == g.n.cfg.NodeID {
 			_ = g.rn.Step(resp)
 		}
-		g.n.metrics.applied.Add(float64(r.applyCount))
-		if k := g.n.cfg.Knobs; k != nil && k.AfterApply != nil {
-			k.AfterApply(g.id, g.applied.Load())
-		}
-		g.releaseReads()
-		g.maybeCompact()
 	}
 	return nil
+}
+
+// applyFinished implements step 5 of doc.go once entries are applied.
+func (g *Group) applyFinished(r *applyReq) error {
+	if r.err != nil {
+		return r.err
+	}
+	if r.appliedIdx > 0 {
+		g.setApplied(r.appliedIdx, r.appliedTrm)
+	}
+	for _, resp := range r.apply.GetResponses() {
+		_ = g.rn.Step(resp)
+	}
+	g.n.metrics.applied.Add(float64(r.applyCount))
+	if k := g.n.cfg.Knobs; k != nil && k.AfterApply != nil {
+		k.AfterApply(g.id, g.applied.Load())
+	}
+	g.releaseReads()
+	return nil
+}
+
+// checkpointFinished implements step 6 of doc.go: the state is durable up
+// to cp, so the log may be compacted and released up to it.
+func (g *Group) checkpointFinished(cp checkpoint, now time.Time) {
+	if cp.index > g.checkpoint {
+		g.checkpoint = cp.index
+	}
+	g.maybeCompact(now)
 }
 
 func (g *Group) setApplied(index, term uint64) {
@@ -384,25 +375,37 @@ func (g *Group) setApplied(index, term uint64) {
 	g.appliedGge.Set(float64(index))
 }
 
-// maybeCompact schedules a compaction once SnapshotEntries were applied
-// since the last one, keeping SnapshotCatchUpEntries behind the applied
-// index in the log.
-func (g *Group) maybeCompact() {
-	cfg := g.n.cfg
-	applied := g.applied.Load()
-	if g.compacting || applied < g.store.snapIndex+cfg.SnapshotEntries {
+// maybeCompact moves the compaction point when compactionPoint says so;
+// the log releases the entries after its next write.
+func (g *Group) maybeCompact(now time.Time) {
+	index, due := compactionPoint(g.n.cfg, g.applied.Load(), g.checkpoint, g.store.compactIndex, now.Sub(g.lastCompact))
+	if !due {
 		return
 	}
-	index := applied - cfg.SnapshotCatchUpEntries
 	term, err := g.store.Term(index)
 	if err != nil {
 		g.log.Warn().Err(err).Uint64("index", index).Msg("compaction skipped")
 		return
 	}
-	g.compacting = true
-	if !g.n.w.submit(&writeReq{g: g, compact: &compaction{index: index, term: term}, deferred: true}) {
-		g.compacting = false
+	g.store.compacted(index, term)
+	g.lastCompact = now
+	g.n.lw.release(g.id, index)
+}
+
+// compactionPoint is the compaction rule, a pure function: once
+// SnapshotEntries were applied since the compaction point, compact up to
+// SnapshotCatchUpEntries behind the applied index, and never past the last
+// checkpoint (entries after it are what a restart replays). A group that
+// rarely reaches that count would keep old log segments alive, so once
+// Config.IdleCompactAfter has passed since its last compaction it compacts
+// up to its checkpoint whatever the count.
+func compactionPoint(cfg Config, applied, checkpoint, compactIndex uint64, sinceLast time.Duration) (uint64, bool) {
+	index := min(checkpoint, applied-min(applied, cfg.SnapshotCatchUpEntries))
+	due := applied >= compactIndex+cfg.SnapshotEntries
+	if !due && checkpoint > compactIndex && sinceLast > cfg.IdleCompactAfter {
+		index, due = checkpoint, true
 	}
+	return index, due && index > compactIndex
 }
 
 func (g *Group) releaseReads() {

@@ -9,25 +9,28 @@ import (
 // metrics are created per Node and registered on Config.Registerer (none
 // when nil), so two nodes in one process never share a registry.
 type metrics struct {
-	proposals      prometheus.Counter
-	proposalErrors prometheus.Counter
-	applied        prometheus.Counter
-	fsyncSeconds   prometheus.Histogram
-	applySeconds   prometheus.Histogram
-	batchEntries   prometheus.Histogram
-	batchGroups    prometheus.Histogram
-	batchPages     prometheus.Histogram
-	leaderChanges  prometheus.Counter
-	leaderHandoffs prometheus.Counter
-	snapshotsSent  prometheus.Counter
-	snapshotsRecv  prometheus.Counter
-	droppedMsgs    prometheus.Counter
-	writeFailures  prometheus.Counter
-	appliedIndex   *prometheus.GaugeVec
+	proposals          prometheus.Counter
+	proposalErrors     prometheus.Counter
+	applied            prometheus.Counter
+	walSyncSeconds     prometheus.Histogram
+	walBatchEntries    prometheus.Histogram
+	walBatchRequests   prometheus.Histogram
+	applySeconds       prometheus.Histogram
+	checkpointSeconds  prometheus.Histogram
+	checkpointEntries  prometheus.Histogram
+	leaderChanges      prometheus.Counter
+	leaderHandoffs     prometheus.Counter
+	snapshotsSent      prometheus.Counter
+	snapshotsReceived  prometheus.Counter
+	snapshotsInstalled prometheus.Counter
+	droppedMsgs        prometheus.Counter
+	writeFailures      prometheus.Counter
+	appliedIndex       *prometheus.GaugeVec
 }
 
-// newMetrics creates the node's metrics; dbSize reports raft.db's size.
-func newMetrics(reg prometheus.Registerer, dbSize func() float64) *metrics {
+// newMetrics creates the node's metrics; dbSize reports state.db's size,
+// walSize the write-ahead log's.
+func newMetrics(reg prometheus.Registerer, dbSize, walSize func() float64) *metrics {
 	m := &metrics{
 		proposals: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "raftgate_raft_proposals_total", Help: "Entries accepted by raft on this node as leader.",
@@ -38,28 +41,32 @@ func newMetrics(reg prometheus.Registerer, dbSize func() float64) *metrics {
 		applied: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "raftgate_raft_applied_entries_total", Help: "Committed entries applied to state machines.",
 		}),
-		fsyncSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "raftgate_raft_write_commit_seconds", Help: "Duration of one group-commit bbolt transaction commit (write + fsync).",
-			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 14),
+		walSyncSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "raftgate_wal_fsync_seconds", Help: "Duration of one write-ahead log batch write with its fdatasync.",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
+		}),
+		walBatchEntries: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "raftgate_wal_batch_entries", Help: "Log entries appended per write-ahead log write.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+		}),
+		walBatchRequests: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "raftgate_wal_batch_requests", Help: "Group appends carried per write-ahead log write.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
 		}),
 		applySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "raftgate_raft_apply_seconds", Help: "Duration of one StateMachine.Apply call.",
 			Buckets: prometheus.ExponentialBuckets(0.00001, 2, 16),
 		}),
-		batchEntries: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "raftgate_raft_write_batch_entries", Help: "Log entries appended per write transaction.",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+		checkpointSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "raftgate_checkpoint_seconds", Help: "Duration of one state checkpoint (bbolt commit with its fsyncs).",
+			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 14),
 		}),
-		batchGroups: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "raftgate_raft_write_batch_requests", Help: "Group write requests carried per write transaction.",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
-		}),
-		batchPages: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "raftgate_raft_write_batch_pages", Help: "Pages written (one pwrite each) per write transaction.",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+		checkpointEntries: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "raftgate_checkpoint_entries", Help: "Entries applied since the previous checkpoint, per checkpoint.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 16),
 		}),
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "raftgate_raft_leader_changes_all_groups_total", Help: "Leader or term changes seen by this node's groups.",
+			Name: "raftgate_raft_leader_changes_all_groups_total", Help: "Leader or term changes seen by this node's groups (all groups together).",
 		}),
 		leaderHandoffs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "raftgate_raft_leader_handoffs_total", Help: "Leaderships handed to a group's preferred voter (leader balancing).",
@@ -67,8 +74,11 @@ func newMetrics(reg prometheus.Registerer, dbSize func() float64) *metrics {
 		snapshotsSent: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "raftgate_raft_snapshots_sent_total", Help: "Snapshots streamed to followers.",
 		}),
-		snapshotsRecv: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "raftgate_raft_snapshots_installed_total", Help: "Snapshots installed on this node.",
+		snapshotsReceived: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "raftgate_raft_snapshots_received_total", Help: "Snapshots received in full and handed to raft (which may still refuse a stale one).",
+		}),
+		snapshotsInstalled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "raftgate_raft_snapshots_installed_total", Help: "Snapshots installed and checkpointed on this node.",
 		}),
 		droppedMsgs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "raftgate_raft_dropped_messages_total", Help: "Outbound raft messages dropped (queue full or peer down).",
@@ -77,16 +87,19 @@ func newMetrics(reg prometheus.Registerer, dbSize func() float64) *metrics {
 			Name: "raftgate_raft_applied_index", Help: "Applied log index per group.",
 		}, []string{"group"}),
 		writeFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "raftgate_raft_write_failures_total", Help: "Write transactions whose commit failed (a disk error such as ENOSPC); after one the node writes nothing more.",
+			Name: "raftgate_storage_write_failures_total", Help: "Log writes or state checkpoints that failed (a disk error such as ENOSPC); after one the node writes nothing more.",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.proposals, m.proposalErrors, m.applied, m.fsyncSeconds, m.applySeconds,
-			m.batchEntries, m.batchGroups, m.batchPages, m.leaderChanges, m.leaderHandoffs, m.snapshotsSent, m.snapshotsRecv,
-			m.droppedMsgs, m.writeFailures, m.appliedIndex,
+		reg.MustRegister(m.proposals, m.proposalErrors, m.applied, m.walSyncSeconds, m.walBatchEntries, m.walBatchRequests,
+			m.applySeconds, m.checkpointSeconds, m.checkpointEntries, m.leaderChanges, m.leaderHandoffs,
+			m.snapshotsSent, m.snapshotsReceived, m.snapshotsInstalled, m.droppedMsgs, m.writeFailures, m.appliedIndex,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "raftgate_raft_db_size_bytes", Help: "Size of this node's raft.db file (watch it against the free space of its disk).",
-			}, dbSize))
+				Name: "raftgate_state_db_size_bytes", Help: "Size of this node's state.db file (watch it against the free space of its disk).",
+			}, dbSize),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "raftgate_wal_size_bytes", Help: "Bytes of this node's write-ahead log segments on disk.",
+			}, walSize))
 	}
 	return m
 }

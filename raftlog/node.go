@@ -1,6 +1,7 @@
 package raftlog
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,18 +18,22 @@ import (
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+
+	"github.com/raftgate/raftgate/raftlog/wal"
 )
 
 // ErrGroupExists: AddGroup was called twice for one id.
 var ErrGroupExists = errors.New("raftlog: group already added")
 
-// Node hosts this process's Raft groups, their shared bbolt file and write
-// loop, and the gRPC transport to peers.
+// Node hosts this process's Raft groups, their shared write-ahead log and
+// state file with their two write paths, and the gRPC transport to peers.
 type Node struct {
 	cfg     Config
 	log     zerolog.Logger
+	wal     *wal.WAL
 	db      *bolt.DB
-	w       *writer
+	lw      *logWriter
+	ap      *applier
 	tr      transport
 	server  *raftServer
 	metrics *metrics
@@ -78,23 +83,37 @@ func open(cfg Config, newTransport func(*Node) transport) (*Node, error) {
 	if err := os.MkdirAll(snapDir, 0o700); err != nil {
 		return nil, fmt.Errorf("raftlog: create data dir: %w", err)
 	}
-	db, err := bolt.Open(filepath.Join(cfg.DataDir, "raft.db"), 0o600, &bolt.Options{
-		Timeout:        2 * time.Second,
-		NoFreelistSync: true,
-		FreelistType:   bolt.FreelistMapType,
-		NoSync:         noSync,
-		// A large initial mapping avoids remaps, which wait for every read
-		// transaction (a snapshot being streamed) to finish.
-		InitialMmapSize: 1 << 30,
+	lg := cfg.Logger.With().Str("component", "raftlog").Logger()
+	if err := migrateFormat1(cfg.DataDir, lg); err != nil {
+		return nil, err
+	}
+	w, err := wal.Open(wal.Options{
+		Dir:         filepath.Join(cfg.DataDir, walDirName),
+		SegmentSize: cfg.WALSegmentBytes,
+		FS:          cfg.Knobs.walFS(),
+		Knobs:       cfg.Knobs.walKnobs(),
+		Logger:      lg,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("raftlog: open raft.db: %w", err)
+		return nil, fmt.Errorf("raftlog: %w", err)
+	}
+	db, err := openStateDB(filepath.Join(cfg.DataDir, stateFile))
+	if err == nil {
+		err = checkFormat(db)
+		if err != nil {
+			db.Close()
+		}
+	}
+	if err != nil {
+		w.Close()
+		return nil, err
 	}
 	n := &Node{
 		cfg:      cfg,
-		log:      cfg.Logger.With().Str("component", "raftlog").Logger(),
+		log:      lg,
+		wal:      w,
 		db:       db,
-		metrics:  newMetrics(cfg.Registerer, fileSize(db.Path())),
+		metrics:  newMetrics(cfg.Registerer, fileSize(db.Path()), func() float64 { return float64(w.Stats().SegmentBytes) }),
 		groups:   make(map[GroupID]*Group),
 		watchers: make(map[uint64]*watcher),
 		stop:     make(chan struct{}),
@@ -105,12 +124,30 @@ func open(cfg Config, newTransport func(*Node) transport) (*Node, error) {
 	}
 	n.server = &raftServer{n: n}
 	n.tr = newTransport(n)
-	n.w = newWriter(db, n.log, n.metrics, cfg.Knobs, n.tr, cfg.NodeID)
+	n.lw = newLogWriter(w, n.log, n.metrics, n.tr, cfg.NodeID)
+	n.ap = newApplier(db, n.log, n.metrics, cfg.Knobs, checkpointPolicy{interval: cfg.CheckpointInterval, entries: cfg.CheckpointEntries}, n.lw.breakOff)
 	if cfg.Knobs == nil || !cfg.Knobs.ManualTicks {
 		n.wg.Add(1)
 		go n.tickLoop()
 	}
 	return n, nil
+}
+
+// openStateDB opens state.db.
+func openStateDB(path string) (*bolt.DB, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:        2 * time.Second,
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
+		NoSync:         noSync,
+		// A large initial mapping avoids remaps, which wait for every read
+		// transaction (a snapshot being streamed) to finish.
+		InitialMmapSize: 1 << 30,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: open %s: %w", stateFile, err)
+	}
+	return db, nil
 }
 
 // RegisterGRPC registers the Raft transport service on s.
@@ -142,21 +179,32 @@ func (n *Node) AddGroup(id GroupID, voters []uint64, sm StateMachine) (*Group, e
 	if _, ok := n.groups[id]; ok {
 		return nil, fmt.Errorf("%w: %d", ErrGroupExists, id)
 	}
-	pg, _, err := ensureGroup(n.db, id, voters)
-	if err != nil {
-		return nil, err
+	create := &applyReq{update: func(tx *bolt.Tx) error { return createGroupState(tx, id, voters) }, done: make(chan struct{})}
+	if !n.ap.submit(create) {
+		return nil, ErrStopped
 	}
-	err = n.db.View(func(tx *bolt.Tx) error {
+	if <-create.done; create.err != nil {
+		return nil, fmt.Errorf("raftlog: create group %d: %w", id, create.err)
+	}
+	var gs groupState
+	err := n.db.View(func(tx *bolt.Tx) error {
 		gb, err := openGroupBuckets(tx, id)
 		if err != nil {
+			return err
+		}
+		if gs, err = readGroupState(gb); err != nil {
 			return err
 		}
 		return sm.Restore(gb.state)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("raftlog: group %d: restore: %w", id, err)
+		return nil, fmt.Errorf("raftlog: group %d: open state: %w", id, err)
 	}
-	g, err := newGroup(n, id, pg, sm)
+	store, err := n.openLog(id, gs)
+	if err != nil {
+		return nil, err
+	}
+	g, err := newGroup(n, id, gs, store, sm)
 	if err != nil {
 		return nil, err
 	}
@@ -281,8 +329,9 @@ func (n *Node) tickLoop() {
 	}
 }
 
-// Backup writes a consistent copy of the node's bbolt file (every group's
-// log, hard state and state machine) to w from one read transaction, while
+// Backup writes a consistent copy of the node's state.db (every group's
+// state machine at its last checkpoint, with the applied index it
+// reflects) to w from one read transaction, while
 // the node keeps running; size is called with the copy's length before the
 // first byte. It returns the bytes written. The read transaction stays
 // open while w is slow, and bbolt cannot reuse the pages it sees freed
@@ -292,6 +341,12 @@ func (n *Node) Backup(w io.Writer, size func(int64)) (int64, error) {
 	if n.isClosed() {
 		return 0, ErrStopped
 	}
+	// Checkpoint first, so the copy holds everything applied until now.
+	flush := &applyReq{flush: true, done: make(chan struct{})}
+	if !n.ap.submit(flush) {
+		return 0, ErrStopped
+	}
+	<-flush.done
 	var written int64
 	err := n.db.View(func(tx *bolt.Tx) error {
 		size(tx.Size())
@@ -334,16 +389,18 @@ func (n *Node) Close() error {
 			groups = append(groups, g)
 		}
 		n.mu.Unlock()
-		// Groups and the writer first: they are the transport's senders.
-		// Then the transport (its snapshot streams read bbolt).
+		// Groups and the writers first: they are the transport's senders;
+		// the applier checkpoints what was applied. Then the transport (its
+		// snapshot streams read state.db), then the files.
 		close(n.stop)
 		for _, g := range groups {
 			g.stop()
 		}
 		n.wg.Wait()
-		n.w.close()
+		n.lw.close()
+		n.ap.close()
 		n.tr.close()
-		n.closeErr = n.db.Close()
+		n.closeErr = errors.Join(n.db.Close(), n.wal.Close())
 	})
 	return n.closeErr
 }
@@ -415,4 +472,84 @@ func fileSize(path string) func() float64 {
 		}
 		return float64(st.Size())
 	}
+}
+
+// openLog opens group id's view of the write-ahead log and reconciles it
+// with the group's checkpointed state (applied index A, term T). The log
+// must reach A with the same term there; otherwise (a crash between a
+// snapshot install's checkpoint and its log write, a state file restored
+// from a backup, a fresh group) it is reset to start after A, which is
+// safe because everything up to A is in the state. A log that starts after
+// A has lost entries the state lacks: the node refuses to start.
+func (n *Node) openLog(id GroupID, gs groupState) (*logStore, error) {
+	g := uint32(id)
+	a, t := gs.appliedIdx, gs.appliedTm
+	known := slices.Contains(n.wal.Groups(), g)
+	first, last := n.wal.FirstIndex(g), n.wal.LastIndex(g)
+	if known && first > a+1 {
+		return nil, fmt.Errorf("raftlog: group %d: the log starts at index %d but the state is checkpointed at %d: entries are missing; restore this node from a peer (docs/operations.md, \"Backup and restore\")", id, first, a)
+	}
+	consistent := known && last >= a
+	if consistent {
+		if term, err := n.wal.Term(g, a); err != nil || term != t {
+			consistent = false
+		}
+	}
+	hs := n.wal.HardState(g)
+	if !consistent {
+		if known {
+			n.log.Info().Uint32("group", g).Uint64("applied", a).Uint64("log_last", last).
+				Msg("log reset to start after the checkpointed state (it did not reach it with the same term)")
+		}
+		hs = &pb.HardState{Term: new(max(hs.GetTerm(), t)), Vote: new(hs.GetVote()), Commit: new(a)}
+		if hs.GetTerm() != n.wal.HardState(g).GetTerm() {
+			hs.Vote = new(uint64(0))
+		}
+		if err := n.lw.write(func(b *wal.Batch) {
+			b.SetFirstIndex(g, a, t)
+			b.SetHardState(g, hs)
+		}); err != nil {
+			return nil, fmt.Errorf("raftlog: group %d: reset log: %w", id, err)
+		}
+		first, last = n.wal.FirstIndex(g), n.wal.LastIndex(g)
+	}
+	// Raft requires applied <= commit <= last index.
+	hs = &pb.HardState{Term: new(hs.GetTerm()), Vote: new(hs.GetVote()), Commit: new(min(max(hs.GetCommit(), a), last))}
+	compactTerm, err := n.wal.Term(g, first-1)
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: group %d: term at %d: %w", id, first-1, err)
+	}
+	return &logStore{wal: n.wal, group: g, hard: hs, conf: gs.conf, compactIndex: first - 1, compactTerm: compactTerm}, nil
+}
+
+// ErrPinMismatch: Pin found another value stored under the name.
+var ErrPinMismatch = errors.New("raftlog: pinned value differs")
+
+// Pin stores value under name in state.db the first time, and from then on
+// checks that it is the same, so that a setting fixed for a data dir's
+// life (the partition count) travels with the state file, into backups too.
+// A mismatch is an ErrPinMismatch naming both values.
+func (n *Node) Pin(name string, value []byte) error {
+	r := &applyReq{done: make(chan struct{}), update: func(tx *bolt.Tx) error {
+		node, err := tx.CreateBucketIfNotExists(bucketNode)
+		if err != nil {
+			return err
+		}
+		pins, err := node.CreateBucketIfNotExists(bucketPins)
+		if err != nil {
+			return err
+		}
+		if have := pins.Get([]byte(name)); have != nil {
+			if !bytes.Equal(have, value) {
+				return fmt.Errorf("%w: %s is %q in this data dir, not %q", ErrPinMismatch, name, have, value)
+			}
+			return nil
+		}
+		return pins.Put([]byte(name), value)
+	}}
+	if !n.ap.submit(r) {
+		return ErrStopped
+	}
+	<-r.done
+	return r.err
 }

@@ -22,7 +22,7 @@ func TestOutageCausesLoggedOncePerCause(t *testing.T) {
 	}
 	var out strings.Builder
 	p := &peerSender{
-		t:   &grpcTransport{ctx: context.Background(), n: &Node{metrics: newMetrics(nil, func() float64 { return 0 })}},
+		t:   &grpcTransport{ctx: context.Background(), n: &Node{metrics: newMetrics(nil, nil, nil)}},
 		log: zerolog.New(&out).Level(zerolog.DebugLevel),
 	}
 	errs := []error{tlsRefused, pipe("40001"), tlsRefused, pipe("40002"), tlsRefused, pipe("40003"),

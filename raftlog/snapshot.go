@@ -25,11 +25,14 @@ import (
 //	        | 'E'                                       leave the nested bucket
 //
 // The leader's raft.Storage.Snapshot returns metadata only. When raft emits
-// MsgSnap, the sender opens a bbolt read transaction, reads the applied
-// index and term stored with the state, rewrites the message's metadata to
-// them and streams the bucket in chunks from that one consistent view. The
-// receiver spools the chunks to a file under DataDir/snapshots and steps the
-// MsgSnap with Data = the file's path; the writer installs it from there.
+// MsgSnap, the sender opens a bbolt read transaction (the last
+// checkpoint), reads the applied index and term stored with the state,
+// rewrites the message's metadata to them and streams the bucket in chunks
+// from that one consistent view. The checkpoint is never behind the
+// compaction point, so the follower gets everything the leader's log no
+// longer has. The receiver spools the chunks to a file under
+// DataDir/snapshots and steps the MsgSnap with Data = the file's path; the
+// applier installs it from there.
 
 const (
 	snapMagic     = "RLSNAP1\n"
@@ -303,53 +306,11 @@ func (s *snapshotSink) finish() error {
 		_ = os.Remove(s.f.Name())
 		return fmt.Errorf("raftlog: group %d: not accepting snapshot", s.group)
 	}
-	s.n.metrics.snapshotsRecv.Inc()
+	s.n.metrics.snapshotsReceived.Inc()
 	return nil
 }
 
 func (s *snapshotSink) abort() {
 	_ = s.f.Close()
 	_ = os.Remove(s.f.Name())
-}
-
-// installSnapshot replaces the group's state bucket and log with snap,
-// inside the writer's transaction, and calls StateMachine.Restore there.
-func (g *Group) installSnapshot(tx *bolt.Tx, gb groupBuckets, snap *pb.Snapshot) (groupBuckets, error) {
-	meta := snap.GetMetadata()
-	f, err := os.Open(string(snap.GetData()))
-	if err != nil {
-		return gb, fmt.Errorf("raftlog: group %d: open snapshot: %w", g.id, err)
-	}
-	defer f.Close()
-	for _, name := range [][]byte{bucketState, bucketLog} {
-		if err := gb.root.DeleteBucket(name); err != nil {
-			return gb, err
-		}
-		if _, err := gb.root.CreateBucket(name); err != nil {
-			return gb, err
-		}
-	}
-	if gb, err = openGroupBuckets(tx, g.id); err != nil {
-		return gb, err
-	}
-	if err := decodeSnapshotInto(f, gb.state); err != nil {
-		return gb, fmt.Errorf("raftlog: group %d: %w", g.id, err)
-	}
-	conf, err := proto.Marshal(meta.GetConfState())
-	if err != nil {
-		return gb, err
-	}
-	for k, v := range map[string][]byte{
-		string(keyConf):    conf,
-		string(keySnap):    encodePair(meta.GetIndex(), meta.GetTerm()),
-		string(keyApplied): encodePair(meta.GetIndex(), meta.GetTerm()),
-	} {
-		if err := gb.meta.Put([]byte(k), v); err != nil {
-			return gb, err
-		}
-	}
-	if err := g.sm.Restore(gb.state); err != nil {
-		return gb, fmt.Errorf("raftlog: group %d: restore snapshot: %w", g.id, err)
-	}
-	return gb, nil
 }

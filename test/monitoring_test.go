@@ -27,13 +27,9 @@ const (
 )
 
 // pendingMetrics are named by the dashboard and the rules before the
-// product exports them: the write-ahead-log engine's histograms, which the
-// lead's storage rewrite adds. Remove an entry once its metric is exported
-// (the test then checks it like the others).
-var pendingMetrics = map[string][]string{
-	"raftgate_wal_fsync_seconds":  {"le"},
-	"raftgate_checkpoint_seconds": {"le"},
-}
+// product exports them. Remove an entry once its metric is exported (the
+// test then checks it like the others). None is pending now.
+var pendingMetrics = map[string][]string{}
 
 // prometheusLabels are added by Prometheus to every scraped series, and up
 // is the series it records per target.

@@ -18,7 +18,7 @@ import (
 // TestRestoreLostNodeFromPeerBackup follows docs/operations.md "Backup and
 // restore": a node killed under traffic loses its whole data directory; a
 // hot backup of a peer taken after the loss with `raftgate backup` (GET
-// /backup on the peer's admin API) becomes its raft.db; the node restarts from it, catches up, serves, and
+// /backup on the peer's admin API) becomes its state.db; the node restarts from it, catches up, serves, and
 // its replicas end identical to the others'. Nothing acknowledged is lost.
 func TestRestoreLostNodeFromPeerBackup(t *testing.T) {
 	c := startEchoCluster(t)
@@ -104,7 +104,7 @@ func TestRestoreWholeClusterFromOneBackup(t *testing.T) {
 		acked = append(acked, key)
 	}
 
-	backup := filepath.Join(t.TempDir(), "raft.db")
+	backup := filepath.Join(t.TempDir(), "state.db")
 	if out, err := exec.Command(binary, "backup", "--admin", c.nodes[1].adminURL(), "-o", backup).CombinedOutput(); err != nil {
 		t.Fatalf("raftgate backup: %v\n%s", err, out)
 	}
@@ -120,7 +120,7 @@ func TestRestoreWholeClusterFromOneBackup(t *testing.T) {
 		if err := os.MkdirAll(n.dataDir, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(n.dataDir, "raft.db"), copyBytes, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(n.dataDir, "state.db"), copyBytes, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -248,7 +248,7 @@ func (c *cluster) restoreFromPeer(n *node) {
 	if err := os.MkdirAll(n.dataDir, 0o700); err != nil {
 		c.t.Fatal(err)
 	}
-	out, err := exec.Command(binary, "backup", "--admin", peer.adminURL(), "-o", filepath.Join(n.dataDir, "raft.db")).CombinedOutput()
+	out, err := exec.Command(binary, "backup", "--admin", peer.adminURL(), "-o", filepath.Join(n.dataDir, "state.db")).CombinedOutput()
 	if err != nil {
 		c.t.Fatalf("raftgate backup from node %d: %v\n%s", peer.id, err, out)
 	}

@@ -498,7 +498,7 @@ func TestBackupCommand(t *testing.T) {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	dir := t.TempDir()
-	out := filepath.Join(dir, "raft.db")
+	out := filepath.Join(dir, "state.db")
 
 	res := runCLI(t, "", "backup", "--admin", srv.URL, "--admin-token", "tok", "-o", out)
 	if res.code != 0 || !strings.Contains(res.stdout, fmt.Sprintf("wrote %d bytes", len(data))) {
@@ -526,7 +526,7 @@ func TestBackupCommand(t *testing.T) {
 		t.Fatalf("cut short: exit %d, %q", res.code, res.stderr)
 	}
 	if names := dirNames(t, dir); len(names) != 1 {
-		t.Fatalf("after a failed copy the directory holds %v, want only raft.db", names)
+		t.Fatalf("after a failed copy the directory holds %v, want only state.db", names)
 	}
 }
 

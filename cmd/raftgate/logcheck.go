@@ -27,10 +27,6 @@ import (
 // serving, but answers writes and /readyz with 503 on connections it
 // closes.
 
-// dataFileName is the node's bbolt file in its data dir (raftlog's), the
-// file a restore puts in place.
-const dataFileName = "raft.db"
-
 // logCheckRetry is the wait between two catch-up attempts of a group that
 // has no leader yet or did not answer.
 const logCheckRetry = 100 * time.Millisecond
@@ -147,5 +143,5 @@ func (n *node) restoreCommand() string {
 		}
 	}
 	return fmt.Sprintf("stop this node, empty %s, then: raftgate backup --admin %s -o %s, and start it again",
-		n.cfg.DataDir, peer, filepath.Join(n.cfg.DataDir, dataFileName))
+		n.cfg.DataDir, peer, filepath.Join(n.cfg.DataDir, raftlog.StateFile))
 }

@@ -249,7 +249,7 @@ func (s *server) backup(w http.ResponseWriter, r *http.Request) {
 	n, err := s.cfg.Backup(dst, func(size int64) {
 		h := w.Header()
 		h.Set("Content-Type", "application/octet-stream")
-		h.Set("Content-Disposition", `attachment; filename="raft.db"`)
+		h.Set("Content-Disposition", `attachment; filename="state.db"`)
 		h.Set("Content-Length", strconv.FormatInt(size, 10))
 		w.WriteHeader(http.StatusOK)
 		started = true

@@ -1,0 +1,573 @@
+package raftlog
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// applyReq is one unit of work for the state applier: a group's
+// MsgStorageApply (committed entries to apply), a snapshot install, or a
+// read (view) of a group's state.
+type applyReq struct {
+	g *Group
+	// apply: raft's MsgStorageApply; its entries are applied in log order.
+	apply *pb.Message
+	// install: a snapshot to install (state replaced from the spooled file),
+	// checkpointed before done is closed.
+	install *pb.Snapshot
+	// view reads the group's state bucket inside the applier's transaction,
+	// so it sees every applied entry (checkpointed or not).
+	view func(*bolt.Bucket) error
+	// flush: checkpoint before done is closed (a backup wants everything
+	// applied so far in state.db).
+	flush bool
+	// update runs in the open transaction, which is then checkpointed
+	// before done is closed (creating a group's buckets).
+	update func(*bolt.Tx) error
+	done   chan struct{}
+
+	// Results, read by the group after appliedDone (or done).
+	appliedIdx, appliedTrm uint64
+	applyCount             int
+	err                    error
+
+	// Applier-owned: the state machine's effects of the last successful
+	// Apply, and whether they already ran (a replay after a rollback must
+	// not run them twice).
+	fx    []Applied
+	acked bool
+}
+
+// checkpoint is a durable state commit the applier reports to a group:
+// its state at index is in state.db, so its log may be released up to it.
+type checkpoint struct {
+	index, term uint64
+}
+
+// applier is the node's state write path. It keeps one bbolt write
+// transaction open across many batches: each batch of queued requests (of
+// every group, leaders and followers alike) runs Apply inside it, then the
+// state machines' Acknowledge and Reveal, then the groups learn what was
+// applied. Readers (View, StateDigest) are served inside the same
+// transaction, so a read that follows an acknowledgement sees what was
+// acknowledged although it is not yet checkpointed. The transaction is
+// committed (a checkpoint: bbolt's fsyncs) when checkpointDue says so, off
+// every acknowledgement's path: what it makes durable is already in the
+// write-ahead log, and a restart replays the log past each group's
+// checkpointed applied index.
+type applier struct {
+	db      *bolt.DB
+	log     zerolog.Logger
+	metrics *metrics
+	knobs   *Knobs
+	policy  checkpointPolicy
+	// onBroken is told of a failed checkpoint: the node stops writing.
+	onBroken func(error)
+
+	mu      sync.Mutex
+	queue   []*applyReq
+	stopped bool
+	busy    bool
+
+	wake chan struct{}
+	stop chan struct{}
+	done chan struct{}
+
+	// Applier-owned.
+	tx *bolt.Tx
+	// journal holds every apply request run in tx, in order, for a replay
+	// when one group's Apply fails and tx must be rolled back.
+	journal []*applyReq
+	// since the last checkpoint
+	lastCheckpoint time.Time
+	entries        int
+	// broken is the error of a failed checkpoint commit: state machines
+	// then run ahead of state.db, so nothing more is applied.
+	broken error
+}
+
+// checkpointPolicy decides when the applier commits.
+type checkpointPolicy struct {
+	interval time.Duration
+	entries  int
+}
+
+// checkpointDue is the applier's commit rule, a pure function of its
+// inputs: commit when a request needs it at once (force: a backup, a new
+// group), when a transaction is open and interval has passed since the
+// last checkpoint, or when entries applied reached the policy's count.
+// Otherwise it says when to look again (zero: when woken).
+func (p checkpointPolicy) checkpointDue(now, last time.Time, open bool, entries int, force bool) (due bool, wakeAt time.Time) {
+	switch {
+	case force:
+		return true, time.Time{}
+	case !open:
+		return false, time.Time{}
+	case entries >= p.entries || !now.Before(last.Add(p.interval)):
+		return true, time.Time{}
+	}
+	return false, last.Add(p.interval)
+}
+
+func newApplier(db *bolt.DB, lg zerolog.Logger, m *metrics, k *Knobs, p checkpointPolicy, onBroken func(error)) *applier {
+	a := newApplierState(db, lg, m, k, p, onBroken, time.Now())
+	go a.run()
+	return a
+}
+
+// newApplierState returns an applier that runs nothing by itself: run, or
+// a test, drives it with step.
+func newApplierState(db *bolt.DB, lg zerolog.Logger, m *metrics, k *Knobs, p checkpointPolicy, onBroken func(error), now time.Time) *applier {
+	return &applier{db: db, log: lg, metrics: m, knobs: k, policy: p, onBroken: onBroken,
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		lastCheckpoint: now}
+}
+
+// submit queues r; it never blocks. It returns false once the applier
+// stopped.
+func (a *applier) submit(r *applyReq) bool {
+	a.mu.Lock()
+	if a.stopped {
+		a.mu.Unlock()
+		return false
+	}
+	a.queue = append(a.queue, r)
+	a.mu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// idle says whether nothing is queued or being applied.
+func (a *applier) idle() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.queue) == 0 && !a.busy
+}
+
+// close stops the applier: what is applied is checkpointed, what is still
+// queued fails with ErrStopped.
+func (a *applier) close() {
+	a.mu.Lock()
+	if a.stopped {
+		a.mu.Unlock()
+		<-a.done
+		return
+	}
+	a.stopped = true
+	a.mu.Unlock()
+	close(a.stop)
+	<-a.done
+}
+
+func (a *applier) run() {
+	defer close(a.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		a.mu.Lock()
+		batch := a.queue
+		a.queue = nil
+		a.busy = len(batch) > 0
+		a.mu.Unlock()
+		wakeAt := a.step(batch, time.Now())
+		if len(batch) > 0 {
+			a.mu.Lock()
+			a.busy = false
+			a.mu.Unlock()
+			continue
+		}
+		var timerC <-chan time.Time
+		if !wakeAt.IsZero() {
+			timer.Reset(time.Until(wakeAt))
+			timerC = timer.C
+		}
+		select {
+		case <-a.wake:
+		case <-timerC:
+		case <-a.stop:
+			timer.Stop()
+			a.failQueued()
+			if a.broken == nil {
+				a.checkpoint(time.Now())
+			}
+			if a.tx != nil {
+				_ = a.tx.Rollback()
+			}
+			return
+		}
+		timer.Stop()
+	}
+}
+
+// step is one decision of the applier at now, over the requests queued
+// since the last one: it runs them (if any), checkpoints when
+// checkpointDue says so, and hands every request back. With nothing to
+// run it returns when to look again (zero: when woken). It reads no clock.
+func (a *applier) step(batch []*applyReq, now time.Time) (wakeAt time.Time) {
+	if len(batch) == 0 {
+		due, wakeAt := a.policy.checkpointDue(now, a.lastCheckpoint, a.tx != nil, a.entries, false)
+		if !due {
+			return wakeAt
+		}
+		a.checkpoint(now)
+		return time.Time{}
+	}
+	force := a.runBatch(batch, now)
+	if due, _ := a.policy.checkpointDue(now, a.lastCheckpoint, a.tx != nil, a.entries, force); due {
+		a.checkpoint(now)
+	}
+	for _, r := range batch {
+		a.finish(r)
+	}
+	return time.Time{}
+}
+
+// finish hands a request back to whoever waits for it.
+func (a *applier) finish(r *applyReq) {
+	switch {
+	case r.done != nil:
+		close(r.done)
+	case r.apply != nil:
+		r.g.appliedDone(r)
+	}
+}
+
+// runBatch runs batch in the open transaction: applies, installs and views
+// in queue order, then the effects of the applies. An install is
+// checkpointed at once. It reports whether a checkpoint is needed now.
+func (a *applier) runBatch(batch []*applyReq, now time.Time) (force bool) {
+	if a.broken != nil {
+		for _, r := range batch {
+			r.err = fmt.Errorf("raftlog: an earlier checkpoint failed, nothing is applied after it: %w", a.broken)
+			if r.g != nil {
+				r.g.writeFailed.Store(true)
+			}
+		}
+		return false
+	}
+	for i := 0; i < len(batch); i++ {
+		r := batch[i]
+		if err := a.begin(); err != nil {
+			r.err = err
+			continue
+		}
+		if r.view != nil {
+			r.err = a.runView(r)
+			continue
+		}
+		if r.flush {
+			force = true
+			continue
+		}
+		if r.update != nil {
+			r.err = r.update(a.tx)
+			force = true
+			continue
+		}
+		if r.g.writeFailed.Load() {
+			// An earlier request of this group failed: nothing after it may
+			// be applied (that would skip entries).
+			r.err = errGroupStopped
+			continue
+		}
+		if err := a.exec(r); err != nil {
+			a.fail(r, err)
+			continue
+		}
+		if r.install != nil {
+			// Durable before anything relies on it: the log forgets what
+			// the snapshot replaces once the group hears it is done.
+			a.runEffects()
+			a.checkpoint(now)
+			continue
+		}
+		a.journal = append(a.journal, r)
+	}
+	a.runEffects()
+	return force
+}
+
+func (a *applier) begin() error {
+	if a.tx != nil {
+		return nil
+	}
+	tx, err := a.db.Begin(true)
+	if err != nil {
+		return fmt.Errorf("raftlog: begin state transaction: %w", err)
+	}
+	a.tx = tx
+	return nil
+}
+
+func (a *applier) runView(r *applyReq) error {
+	gb, err := openGroupBuckets(a.tx, r.g.id)
+	if err != nil {
+		return err
+	}
+	return r.view(gb.state)
+}
+
+// runEffects runs Acknowledge, then Reveal, of every journalled apply that
+// has not run them yet, in log order. Their entries are committed (durable
+// on a quorum of write-ahead logs), and readers see their state in this
+// transaction already.
+func (a *applier) runEffects() {
+	for _, r := range a.journal {
+		if r.acked {
+			continue
+		}
+		for _, fx := range r.fx {
+			if fx.Acknowledge != nil {
+				fx.Acknowledge()
+			}
+		}
+	}
+	for _, r := range a.journal {
+		if r.acked {
+			continue
+		}
+		r.acked = true
+		for _, fx := range r.fx {
+			if fx.Reveal != nil {
+				fx.Reveal()
+			}
+		}
+		r.fx = nil
+	}
+}
+
+// exec runs one apply or install request in the open transaction and
+// records its outcome in r (read by the group once r is handed back).
+func (a *applier) exec(r *applyReq) error {
+	gb, err := openGroupBuckets(a.tx, r.g.id)
+	if err != nil {
+		return err
+	}
+	if r.install != nil {
+		return r.g.installSnapshot(a.tx, gb, r.install)
+	}
+	fx, count, err := a.applyEntries(gb, r)
+	r.fx = append(r.fx[:0], fx...)
+	if ents := r.apply.GetEntries(); err == nil && len(ents) > 0 {
+		last := ents[len(ents)-1]
+		r.appliedIdx, r.appliedTrm, r.applyCount = last.GetIndex(), last.GetTerm(), count
+	}
+	return err
+}
+
+// applyEntries applies r's committed entries that carry data and writes
+// the applied index beside the state. It changes nothing in r, so a replay
+// may run it again after r was handed back.
+func (a *applier) applyEntries(gb groupBuckets, r *applyReq) (fx []Applied, count int, err error) {
+	ents := r.apply.GetEntries()
+	if len(ents) == 0 {
+		return nil, 0, nil
+	}
+	g := r.g
+	batch := g.applyBuf[:0]
+	for _, e := range ents {
+		if e.GetType() != pb.EntryNormal || len(e.GetData()) == 0 {
+			// Empty entries are new leaders' no-ops; configuration changes
+			// are never proposed (voters are fixed at bootstrap).
+			continue
+		}
+		batch = append(batch, Entry{Index: e.GetIndex(), Term: e.GetTerm(), Data: e.GetData()})
+	}
+	g.applyBuf = batch[:0]
+	if count = len(batch); count > 0 {
+		start := time.Now()
+		applied, err := g.sm.Apply(gb.state, batch)
+		a.metrics.applySeconds.Observe(time.Since(start).Seconds())
+		clear(batch)
+		if err != nil {
+			return nil, 0, fmt.Errorf("raftlog: group %d: apply: %w", g.id, err)
+		}
+		fx = []Applied{applied}
+	}
+	a.entries += count
+	last := ents[len(ents)-1]
+	return fx, count, gb.meta.Put(keyApplied, encodePair(last.GetIndex(), last.GetTerm()))
+}
+
+// fail handles a failed request: its group stops, and the transaction,
+// which may hold other groups' applies since the last checkpoint, is rolled
+// back and rebuilt without it. Every other state machine that applied in
+// the lost transaction is restored from its checkpointed bucket and
+// re-applies the same entries (Apply is deterministic, so to the same
+// state); effects that already ran are not run again.
+func (a *applier) fail(failed *applyReq, err error) {
+	failed.err = err
+	failed.fx = nil
+	failed.g.writeFailed.Store(true)
+	for {
+		_ = a.tx.Rollback()
+		a.tx = nil
+		a.entries = 0
+		if err := a.begin(); err != nil {
+			a.broken = err
+			return
+		}
+		replay := a.journal[:0:0]
+		for _, r := range a.journal {
+			if !r.g.writeFailed.Load() {
+				replay = append(replay, r)
+			}
+		}
+		a.journal = replay
+		again := a.replay()
+		if again == nil {
+			return
+		}
+		// A replayed Apply failed too: stop that group as well and start
+		// over without it.
+		again.fx = nil
+	}
+}
+
+// replay restores every journalled group and re-runs the journal in the
+// fresh transaction. It returns the request whose replay failed, if any.
+func (a *applier) replay() *applyReq {
+	restored := map[GroupID]bool{}
+	for _, r := range a.journal {
+		if restored[r.g.id] {
+			continue
+		}
+		restored[r.g.id] = true
+		gb, err := openGroupBuckets(a.tx, r.g.id)
+		if err == nil {
+			err = r.g.sm.Restore(gb.state)
+		}
+		if err != nil {
+			r.g.writeFailed.Store(true)
+			r.g.checkpointFailed(fmt.Errorf("raftlog: group %d: restore after rollback: %w", r.g.id, err))
+			return r
+		}
+	}
+	for _, r := range a.journal {
+		gb, err := openGroupBuckets(a.tx, r.g.id)
+		var fx []Applied
+		if err == nil {
+			fx, _, err = a.applyEntries(gb, r)
+		}
+		if err != nil {
+			r.g.writeFailed.Store(true)
+			r.g.checkpointFailed(err)
+			return r
+		}
+		if !r.acked {
+			r.fx = fx
+		}
+	}
+	return nil
+}
+
+// checkpoint commits the open transaction and tells each group how far its
+// state is now durable.
+func (a *applier) checkpoint(now time.Time) {
+	if a.tx == nil {
+		a.lastCheckpoint = now
+		return
+	}
+	if k := a.knobs; k != nil && k.DuringCheckpoint != nil {
+		k.DuringCheckpoint()
+	}
+	start := time.Now()
+	var err error
+	if k := a.knobs; k != nil && k.FailCommit != nil {
+		err = k.FailCommit()
+	}
+	if err != nil {
+		_ = a.tx.Rollback()
+	} else {
+		err = a.tx.Commit()
+	}
+	a.tx = nil
+	if err != nil {
+		a.broken = fmt.Errorf("raftlog: checkpoint: %w", err)
+		a.metrics.writeFailures.Inc()
+		a.log.Error().Err(a.broken).Msg("state checkpoint failed; this node writes nothing more and its groups stop")
+		a.onBroken(a.broken)
+		for _, r := range a.journal {
+			r.g.writeFailed.Store(true)
+			r.g.checkpointFailed(a.broken)
+		}
+		a.journal = nil
+		return
+	}
+	a.metrics.checkpointSeconds.Observe(time.Since(start).Seconds())
+	a.metrics.checkpointEntries.Observe(float64(a.entries))
+	last := map[*Group]checkpoint{}
+	var order []*Group
+	for _, r := range a.journal {
+		if r.appliedIdx == 0 {
+			continue
+		}
+		if _, ok := last[r.g]; !ok {
+			order = append(order, r.g)
+		}
+		last[r.g] = checkpoint{index: r.appliedIdx, term: r.appliedTrm}
+	}
+	for _, g := range order {
+		g.checkpointed(last[g])
+	}
+	clear(a.journal)
+	a.journal = a.journal[:0]
+	a.entries = 0
+	a.lastCheckpoint = now
+}
+
+// failQueued answers everything still queued with ErrStopped.
+func (a *applier) failQueued() {
+	a.mu.Lock()
+	rest := a.queue
+	a.queue = nil
+	a.mu.Unlock()
+	for _, r := range rest {
+		r.err = ErrStopped
+		a.finish(r)
+	}
+}
+
+// installSnapshot replaces the group's state bucket with snap's content,
+// inside the applier's transaction, and calls StateMachine.Restore there.
+func (g *Group) installSnapshot(tx *bolt.Tx, gb groupBuckets, snap *pb.Snapshot) error {
+	meta := snap.GetMetadata()
+	f, err := os.Open(string(snap.GetData()))
+	if err != nil {
+		return fmt.Errorf("raftlog: group %d: open snapshot: %w", g.id, err)
+	}
+	defer f.Close()
+	if err := gb.root.DeleteBucket(bucketState); err != nil {
+		return err
+	}
+	state, err := gb.root.CreateBucket(bucketState)
+	if err != nil {
+		return err
+	}
+	if err := decodeSnapshotInto(f, state); err != nil {
+		return fmt.Errorf("raftlog: group %d: %w", g.id, err)
+	}
+	if err := putConf(gb.meta, meta.GetConfState()); err != nil {
+		return err
+	}
+	if err := gb.meta.Put(keyApplied, encodePair(meta.GetIndex(), meta.GetTerm())); err != nil {
+		return err
+	}
+	if err := g.sm.Restore(state); err != nil {
+		return fmt.Errorf("raftlog: group %d: restore snapshot: %w", g.id, err)
+	}
+	return nil
+}
+
+// errGroupStopped marks a request whose group stopped before it ran.
+var errGroupStopped = errors.New("raftlog: group stopped")
