@@ -86,7 +86,7 @@ func TestTornTailAtEveryOffset(t *testing.T) {
 		log = append(log, writeBatches(t, w, r, 1, true)...)
 	}
 	lastSeq := w.active.seq
-	for w.off < 2000 {
+	for w.off < 1200 {
 		log = append(log, writeBatches(t, w, r, 1, true)...)
 	}
 	if w.active.seq != lastSeq {
