@@ -197,7 +197,13 @@ func (w *WAL) apply(b *Batch, seq uint64, frameOff int64) (forgot bool) {
 		switch op.kind {
 		case opEntries:
 			g := w.groupFor(op.group)
-			if op.a <= g.last() {
+			switch {
+			case op.a <= g.base:
+				// A Release raced past the start of this append (the
+				// caller released entries it was still replacing): the
+				// log restarts here, as recovery would.
+				g.reset(op.a-1, binary.LittleEndian.Uint64(b.buf[op.prevTermAt:]))
+			case op.a <= g.last():
 				g.truncateFrom(op.a)
 			}
 			for j, e := range op.ents {
