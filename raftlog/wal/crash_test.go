@@ -299,3 +299,61 @@ func TestCrashFS(t *testing.T) {
 		}
 	}
 }
+
+// TestRetireWaitsForStateFrame: after a crash right after a cut-over (the
+// new segment has no state frame yet), the segment before it holds the
+// only copy of the groups' state and must not be retired, however much
+// is released, until the new segment's state frame is durable.
+func TestRetireWaitsForStateFrame(t *testing.T) {
+	seed := testSeed(t)
+	dir := t.TempDir()
+	r := newRandomOps(t, seed, 3)
+	r.appendOnly = true
+	w := mustOpen(t, Options{Dir: dir, SegmentSize: 4096})
+	var log []written
+	for w.Stats().CutOvers == 0 {
+		log = append(log, writeBatches(t, w, r, 1, true)...)
+	}
+	lastSeq := w.active.seq
+	w.Close()
+	// The crash struck between the cut-over's rename and its first write.
+	if err := os.Truncate(w.path(segmentName(lastSeq)), segHeaderSize); err != nil {
+		t.Fatal(err)
+	}
+	r.m = expectedAt(log, lastSeq, 0)
+
+	cfs := NewCrashFS()
+	w = mustOpen(t, Options{Dir: dir, SegmentSize: 4096, FS: cfs})
+	r.m.check(t, w, r.rng)
+	for id, g := range r.m.groups {
+		w.Release(id, g.last())
+		r.m.release(id, g.last())
+	}
+	w.mu.RLock()
+	live, retired := len(w.segments), len(w.retired)
+	w.mu.RUnlock()
+	if live != 2 || retired != 0 {
+		t.Fatalf("%d segments live, %d retired: the only copy of the state was retired", live, retired)
+	}
+	// Once the new segment's state frame is written, the old one may go.
+	log = writeBatches(t, w, r, 1, true)
+	for id, g := range r.m.groups {
+		w.Release(id, g.last())
+		r.m.release(id, g.last())
+	}
+	w.mu.RLock()
+	live = len(w.segments)
+	w.mu.RUnlock()
+	if live != 1 {
+		t.Fatalf("%d segments live after the state frame was written and everything released", live)
+	}
+	if err := cfs.Crash(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	w = mustOpen(t, Options{Dir: dir, SegmentSize: 4096, FS: NewCrashFS()})
+	defer w.Close()
+	if err := log[0].m.diff(w, r.rng, true); err != nil {
+		t.Fatal(err)
+	}
+}
