@@ -261,6 +261,9 @@ func (w *WAL) replay(s *segment, p []byte, payloadOff int64, first bool) error {
 			if r.err != nil {
 				break
 			}
+			if base > last {
+				return fmt.Errorf("group %d: state with base %d past its last index %d", id, base, last)
+			}
 			g := w.groupFor(id)
 			if g.last() < last || g.base > last {
 				// Its older entries were in segments already retired
