@@ -232,7 +232,9 @@ func TestBitFlip(t *testing.T) {
 					if err := expectedAt(log, lastSeq, int64(fr[0])).diff(w, r.rng, false); err != nil {
 						t.Fatalf("flip at byte %d of the last record: %v", bit/8, err)
 					}
-					if w.Stats().TornTailBytes == 0 || !strings.Contains(logBuf.String(), "torn") {
+					logged := logBuf.String()
+					if w.Stats().TornTailBytes == 0 || !strings.Contains(logged, "torn") || !strings.Contains(logged, `"file":"`+name+`"`) ||
+						!strings.Contains(logged, fmt.Sprintf(`"offset":%d`, fr[0])) || !strings.Contains(logged, `"bytes_dropped":`) {
 						t.Fatalf("flip at byte %d of the last record: not reported as a torn tail (log %q)", bit/8, logBuf.String())
 					}
 					w.Close()
