@@ -345,6 +345,12 @@ func TestRetireWaitsForStateFrame(t *testing.T) {
 	live = len(w.segments)
 	w.mu.RUnlock()
 	if live != 1 {
+		for _, sg := range w.segments {
+			t.Logf("segment %d hasState %v maxIndex %v", sg.seq, sg.hasState, sg.maxIndex)
+		}
+		for id, g := range w.groups {
+			t.Logf("group %d base %d last %d", id, g.base, g.last())
+		}
 		t.Fatalf("%d segments live after the state frame was written and everything released", live)
 	}
 	if err := cfs.Crash(); err != nil {

@@ -113,9 +113,10 @@
 //
 // # Deletion rule
 //
-// Each segment remembers, per group, the highest entry index written in it
-// (a SetFirstIndex or DropGroup forgets the group in all older segments:
-// those entries are dead). The oldest segment is retired once every group
+// Each segment remembers, per group, the highest live entry index written
+// in it (a conflicting append lowers it in every segment to the index
+// before the replaced tail; a SetFirstIndex or DropGroup forgets the group
+// in all segments: those entries are dead). The oldest segment is retired once every group
 // in it is released past that index (or gone), and the segment after it
 // has its state frame on disk. Retired segments are recycled (at most two
 // kept) or removed, then the directory is fsynced. Only a prefix is ever

@@ -299,6 +299,7 @@ func (w *WAL) replay(s *segment, p []byte, payloadOff int64, first bool) error {
 				return fmt.Errorf("group %d: entries from %d follow term %d, the log has %d", id, firstIndex, prevTerm, g.termAt(firstIndex-1))
 			case firstIndex <= g.last():
 				g.truncateFrom(firstIndex)
+				w.truncated(id, firstIndex)
 			}
 			for j := 0; j < count && r.err == nil; j++ {
 				at := payloadOff + int64(r.pos)
