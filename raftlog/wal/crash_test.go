@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	raftpb "go.etcd.io/raft/v3/raftpb"
@@ -196,7 +197,7 @@ func TestKnobsFireInOrder(t *testing.T) {
 // failingFS fails every write once told to.
 type failingFS struct {
 	OSFS
-	fail *bool
+	fail *atomic.Bool
 }
 
 func (f failingFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
@@ -209,28 +210,28 @@ func (f failingFS) OpenFile(name string, flag int, perm os.FileMode) (File, erro
 
 type failingFile struct {
 	File
-	fail *bool
+	fail *atomic.Bool
 }
 
 func (f failingFile) WriteAt(p []byte, off int64) (int, error) {
-	if *f.fail {
+	if f.fail.Load() {
 		return 0, errors.New("injected write error")
 	}
 	return f.File.WriteAt(p, off)
 }
 
 func TestBrokenAfterWriteError(t *testing.T) {
-	fail := false
+	var fail atomic.Bool
 	w := mustOpen(t, Options{Dir: t.TempDir(), FS: failingFS{fail: &fail}})
 	defer w.Close()
 	var b Batch
 	b.Append(1, []*raftpb.Entry{ent(1, 1, "x")})
-	fail = true
+	fail.Store(true)
 	err := w.Write(&b, true)
 	if err == nil {
 		t.Fatal("write error not reported")
 	}
-	fail = false
+	fail.Store(false)
 	b.Reset()
 	b.Append(1, []*raftpb.Entry{ent(1, 1, "x")})
 	if err2 := w.Write(&b, true); err2 != err {
