@@ -197,3 +197,32 @@ func TestRandomAgainstModel(t *testing.T) {
 		t.Fatalf("%d segments live: released segments are not deleted", st.Segments)
 	}
 }
+
+// TestBatchLargerThanSegment: a batch that does not fit even an empty
+// segment goes into a fresh one, which grows past the preallocated size.
+func TestBatchLargerThanSegment(t *testing.T) {
+	dir := t.TempDir()
+	w := mustOpen(t, Options{Dir: dir, SegmentSize: 4096})
+	m := newModel()
+	rng := rand.New(rand.NewPCG(3, 4))
+	var b Batch
+	for i, size := range []int{100, 10000, 50, 20000, 10} {
+		index := uint64(i + 1)
+		e := &raftpb.Entry{Index: new(index), Term: new(uint64(1)), Data: make([]byte, size)}
+		e.Data[size-1] = byte(i)
+		b.Reset()
+		b.Append(1, []*raftpb.Entry{e})
+		if err := w.Write(&b, false); err != nil {
+			t.Fatal(err)
+		}
+		m.append(1, []*raftpb.Entry{e})
+	}
+	m.check(t, w, rng)
+	if st := w.Stats(); st.CutOvers < 2 {
+		t.Fatalf("%d cut-overs for batches larger than a segment", st.CutOvers)
+	}
+	w.Close()
+	w = mustOpen(t, Options{Dir: dir, SegmentSize: 4096})
+	defer w.Close()
+	m.check(t, w, rng)
+}
