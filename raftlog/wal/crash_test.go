@@ -364,3 +364,35 @@ func TestRetireWaitsForStateFrame(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestProcessCrashThenPowerLoss: a process restart keeps unsynced writes
+// in the page cache (the same CrashFS); when the first write after the
+// restart starts a new segment, a later power loss must not leave a hole
+// behind it.
+func TestProcessCrashThenPowerLoss(t *testing.T) {
+	seed := testSeed(t)
+	dir := t.TempDir()
+	r := newRandomOps(t, seed, 3)
+	r.appendOnly = true
+	cfs := NewCrashFS() // one machine: its page cache outlives the process
+	w := mustOpen(t, Options{Dir: dir, SegmentSize: 4096, FS: cfs})
+	writeBatches(t, w, r, 1, true)
+	for w.off < 3500 {
+		writeBatches(t, w, r, 1, false)
+	}
+	seq := w.active.seq
+	w.Close() // the process dies; nothing is lost yet
+	w = mustOpen(t, Options{Dir: dir, SegmentSize: 4096, FS: cfs})
+	r.m.check(t, w, r.rng)
+	var log []written
+	for w.active.seq == seq {
+		log = append(log, writeBatches(t, w, r, 1, true)...)
+	}
+	if err := cfs.Crash(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	w = mustOpen(t, Options{Dir: dir, SegmentSize: 4096, FS: NewCrashFS()})
+	defer w.Close()
+	log[len(log)-1].m.check(t, w, r.rng)
+}

@@ -96,10 +96,14 @@
 //   - A damaged last record is indistinguishable from a torn write, and
 //     is treated as one: it is dropped only if it is the tail and nothing
 //     valid that a sync covered follows it. This is safe in the crash model
-//     the log is built for (a power cut loses only unsynced writes, which
-//     were never acknowledged). Damage to synced bytes at the very tail
-//     (bit rot) would go unnoticed by this rule; everywhere else it is
-//     caught.
+//     the log is built for: a power cut loses only writes that no
+//     completed fdatasync covered, and nothing in those was acknowledged
+//     (Write returns only after the sync). Media damage (bit rot) to the
+//     records written since the last sync that a later frame records
+//     would be taken for a torn tail too; anywhere else it is caught.
+//   - Open fdatasyncs the last segment once: what survived a process
+//     crash in the page cache must be durable before anything is written
+//     after it.
 //   - Corruption refuses Open with a *CorruptError naming the file and the
 //     offset and the way out: restore the node from a peer.
 //

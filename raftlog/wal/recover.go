@@ -228,6 +228,13 @@ func (w *WAL) readSegment(seq uint64, last bool, bufp *[]byte) (*segment, int, e
 			Str("reason", reason).Msg("wal truncated a torn write at the tail of the log")
 	}
 	if last {
+		// What survived a process crash may still sit unsynced in the page
+		// cache: sync it before anything is written after it (in this
+		// segment, or in the next one, which a cut-over could start at
+		// once).
+		if err := f.Sync(); err != nil {
+			return nil, 0, fmt.Errorf("wal: sync %s: %w", name, err)
+		}
 		w.active, w.off, w.syncedOff = s, int64(end), int64(end)
 		w.needState = !s.hasState
 	}
