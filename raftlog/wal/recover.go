@@ -110,16 +110,8 @@ func (w *WAL) createFirst() error {
 }
 
 // recoverSegment replays one segment into the index and returns it and
-// where its records end. buf is a reusable read buffer.
+// where its records end. *bufp is a reusable read buffer.
 func (w *WAL) recoverSegment(seq uint64, last bool, bufp *[]byte) (*segment, int64, error) {
-	s, end, err := w.readSegment(seq, last, bufp)
-	if err != nil {
-		return nil, 0, err
-	}
-	return s, int64(end), nil
-}
-
-func (w *WAL) readSegment(seq uint64, last bool, bufp *[]byte) (*segment, int, error) {
 	buf := *bufp
 	name := segmentName(seq)
 	f, err := w.fs.OpenFile(w.path(name), os.O_RDWR, 0)
@@ -238,7 +230,7 @@ func (w *WAL) readSegment(seq uint64, last bool, bufp *[]byte) (*segment, int, e
 		w.active, w.off, w.syncedOff = s, int64(end), int64(end)
 		w.needState = !s.hasState
 	}
-	return s, end, nil
+	return s, int64(end), nil
 }
 
 // replay applies one frame's records to the index. first says whether the
