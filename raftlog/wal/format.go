@@ -53,7 +53,7 @@ type CorruptError struct {
 
 func (e *CorruptError) Error() string {
 	return fmt.Sprintf("wal: %s is corrupt at offset %d: %s; refusing to start: "+
-		"restore this node from a peer (docs/operations.md, \"Restoring a node\")",
+		"restore this node from a peer (docs/operations.md, \"Backup and restore\")",
 		e.File, e.Offset, e.Reason)
 }
 
@@ -135,7 +135,9 @@ func validFrameAt(data []byte, off int, seq uint64) (frame, bool) {
 		return frame{}, false
 	}
 	f := readFrameHeader(data[off:])
-	if f.seq != seq || f.payloadLen == 0 || off+frameSize(f.payloadLen) > len(data) {
+	// The padding carries nothing and is not checked (it may even be cut
+	// off by the end of the file).
+	if f.seq != seq || f.payloadLen == 0 || off+frameHeaderLen+f.payloadLen > len(data) {
 		return f, false
 	}
 	crc := crc32.Checksum(data[off+4:off+frameHeaderLen+f.payloadLen], castagnoli)
@@ -149,7 +151,7 @@ func validWithSeq(data []byte, off int, seq uint64) bool {
 		return false
 	}
 	f := readFrameHeader(data[off:])
-	if f.payloadLen == 0 || off+frameSize(f.payloadLen) > len(data) {
+	if f.payloadLen == 0 || off+frameHeaderLen+f.payloadLen > len(data) {
 		return false
 	}
 	var hdr [frameHeaderLen - 4]byte

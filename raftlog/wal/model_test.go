@@ -69,6 +69,10 @@ type randomOps struct {
 	terms   map[uint32]uint64
 	batch   Batch
 	pending *model
+	lastSeq uint64 // segment of the last batch written by writeBatches
+	// appendOnly leaves out SetFirstIndex and DropGroup, so that no
+	// segment is retired without a Release.
+	appendOnly bool
 }
 
 func newRandomOps(t *testing.T, seed uint64, groups int) *randomOps {
@@ -84,7 +88,11 @@ func (r *randomOps) next() {
 	for range 1 + rng.IntN(6) {
 		id := uint32(1 + rng.IntN(r.groups))
 		g := r.pending.group(id)
-		switch x := rng.IntN(100); {
+		x := rng.IntN(100)
+		if r.appendOnly {
+			x %= 80
+		}
+		switch {
 		case x < 60:
 			first := g.last() + 1
 			if len(g.ents) > 0 && rng.IntN(5) == 0 {
@@ -172,12 +180,7 @@ func TestRandomAgainstModel(t *testing.T) {
 			if err := w.Close(); err != nil {
 				t.Fatalf("step %d: close: %v", step, err)
 			}
-			var err error
-			w, err = Open(Options{Dir: dir, SegmentSize: segSize, Logger: testLogger(t)})
-			if err != nil {
-				dumpCorrupt(err, dir)
-				t.Fatal(err)
-			}
+			w = mustOpen(t, Options{Dir: dir, SegmentSize: segSize})
 			r.m.releaseAll(w)
 			r.m.check(t, w, r.rng)
 			reopens++
@@ -193,4 +196,33 @@ func TestRandomAgainstModel(t *testing.T) {
 	if st.Segments > 40 {
 		t.Fatalf("%d segments live: released segments are not deleted", st.Segments)
 	}
+}
+
+// TestBatchLargerThanSegment: a batch that does not fit even an empty
+// segment goes into a fresh one, which grows past the preallocated size.
+func TestBatchLargerThanSegment(t *testing.T) {
+	dir := t.TempDir()
+	w := mustOpen(t, Options{Dir: dir, SegmentSize: 4096})
+	m := newModel()
+	rng := rand.New(rand.NewPCG(3, 4))
+	var b Batch
+	for i, size := range []int{100, 10000, 50, 20000, 10} {
+		index := uint64(i + 1)
+		e := &raftpb.Entry{Index: new(index), Term: new(uint64(1)), Data: make([]byte, size)}
+		e.Data[size-1] = byte(i)
+		b.Reset()
+		b.Append(1, []*raftpb.Entry{e})
+		if err := w.Write(&b, false); err != nil {
+			t.Fatal(err)
+		}
+		m.append(1, []*raftpb.Entry{e})
+	}
+	m.check(t, w, rng)
+	if st := w.Stats(); st.CutOvers < 2 {
+		t.Fatalf("%d cut-overs for batches larger than a segment", st.CutOvers)
+	}
+	w.Close()
+	w = mustOpen(t, Options{Dir: dir, SegmentSize: 4096})
+	defer w.Close()
+	m.check(t, w, rng)
 }

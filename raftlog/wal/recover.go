@@ -2,6 +2,7 @@ package wal
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -57,16 +58,10 @@ func (w *WAL) recover() ([]string, error) {
 	var prevEnd int64
 	for i, seq := range seqs {
 		last := i == len(seqs)-1
+		w.recPrev, w.recPrevEnd = prev, prevEnd
 		s, end, err := w.recoverSegment(seq, last, &buf)
 		if err != nil {
 			return nil, err
-		}
-		// A segment is synced whole before the next one is started, and
-		// the next one's state frame says where it ended: a segment that
-		// ends early lost durable records.
-		if prev != nil && s.hasState && s.prevSeq == prev.seq && s.prevEnd != prevEnd {
-			return nil, &CorruptError{File: w.path(prev.name), Offset: prevEnd,
-				Reason: fmt.Sprintf("records end here, but the next segment says they end at %d", s.prevEnd)}
 		}
 		if last && w.needState && prev != nil {
 			w.prevSeq, w.prevEnd = prev.seq, prevEnd
@@ -115,16 +110,8 @@ func (w *WAL) createFirst() error {
 }
 
 // recoverSegment replays one segment into the index and returns it and
-// where its records end. buf is a reusable read buffer.
+// where its records end. *bufp is a reusable read buffer.
 func (w *WAL) recoverSegment(seq uint64, last bool, bufp *[]byte) (*segment, int64, error) {
-	s, end, err := w.readSegment(seq, last, bufp)
-	if err != nil {
-		return nil, 0, err
-	}
-	return s, int64(end), nil
-}
-
-func (w *WAL) readSegment(seq uint64, last bool, bufp *[]byte) (*segment, int, error) {
 	buf := *bufp
 	name := segmentName(seq)
 	f, err := w.fs.OpenFile(w.path(name), os.O_RDWR, 0)
@@ -162,6 +149,10 @@ func (w *WAL) readSegment(seq uint64, last bool, bufp *[]byte) (*segment, int, e
 		}
 		payload := data[off+frameHeaderLen : off+frameHeaderLen+fr.payloadLen]
 		if err := w.replay(s, payload, int64(off+frameHeaderLen), off == segHeaderSize); err != nil {
+			var ce *CorruptError
+			if errors.As(err, &ce) {
+				return nil, 0, err
+			}
 			return nil, 0, &CorruptError{File: w.path(name), Offset: int64(off), Reason: err.Error()}
 		}
 		off += frameSize(fr.payloadLen)
@@ -172,11 +163,15 @@ func (w *WAL) readSegment(seq uint64, last bool, bufp *[]byte) (*segment, int, e
 	// a recycled file), or a damaged frame of this segment.
 	tornEnd, reason := end, ""
 	if end+frameHeaderLen <= len(data) {
-		// A torn frame of ours has our sequence number and a synced mark
-		// not past itself; older bytes of a recycled file rarely pass for
-		// that, and if they do, zeroing them below does no harm.
+		// A torn frame of ours has our sequence number and a plausible
+		// synced mark or length (or would be valid but for a damaged
+		// sequence number). Older bytes of a recycled file rarely pass for
+		// that, and if they do, zeroing them below does no harm: this only
+		// decides what is logged and zeroed, not what is recovered.
 		h := readFrameHeader(data[end:])
-		if (h.seq == seq && h.synced >= segHeaderSize && h.synced <= int64(end)) || validWithSeq(data, end, seq) {
+		plausibleSynced := h.synced >= segHeaderSize && h.synced <= int64(end)
+		plausibleLen := h.payloadLen > 0 && end+frameHeaderLen+h.payloadLen <= len(data)
+		if (h.seq == seq && (plausibleSynced || plausibleLen)) || validWithSeq(data, end, seq) {
 			reason = "frame checksum mismatch or frame cut short"
 			tornEnd = len(data)
 			if h.payloadLen > 0 {
@@ -225,10 +220,17 @@ func (w *WAL) readSegment(seq uint64, last bool, bufp *[]byte) (*segment, int, e
 			Str("reason", reason).Msg("wal truncated a torn write at the tail of the log")
 	}
 	if last {
+		// What survived a process crash may still sit unsynced in the page
+		// cache: sync it before anything is written after it (in this
+		// segment, or in the next one, which a cut-over could start at
+		// once).
+		if err := f.Sync(); err != nil {
+			return nil, 0, fmt.Errorf("wal: sync %s: %w", name, err)
+		}
 		w.active, w.off, w.syncedOff = s, int64(end), int64(end)
 		w.needState = !s.hasState
 	}
-	return s, end, nil
+	return s, int64(end), nil
 }
 
 // replay applies one frame's records to the index. first says whether the
@@ -243,13 +245,23 @@ func (w *WAL) replay(s *segment, p []byte, payloadOff int64, first bool) error {
 				return fmt.Errorf("state frame not at the start of the segment")
 			}
 			s.hasState = true
-			s.prevSeq, s.prevEnd = r.u64(), int64(r.u64())
+			prevSeq, prevEnd := r.u64(), int64(r.u64())
+			// A segment is synced whole before the next one is started,
+			// and the next one's state frame says where it ended: one
+			// that ends early lost durable records.
+			if p := w.recPrev; r.err == nil && p != nil && prevSeq == p.seq && prevEnd != w.recPrevEnd {
+				return &CorruptError{File: w.path(p.name), Offset: w.recPrevEnd,
+					Reason: fmt.Sprintf("records end here, but the next segment says they end at %d", prevEnd)}
+			}
 		case opGroupState:
 			base, baseTerm, last, lastTerm := r.u64(), r.u64(), r.u64(), r.u64()
 			hasHS := r.byte() == 1
 			term, vote, commit := r.u64(), r.u64(), r.u64()
 			if r.err != nil {
 				break
+			}
+			if base > last {
+				return fmt.Errorf("group %d: state with base %d past its last index %d", id, base, last)
 			}
 			g := w.groupFor(id)
 			if g.last() < last || g.base > last {
@@ -286,6 +298,7 @@ func (w *WAL) replay(s *segment, p []byte, payloadOff int64, first bool) error {
 				return fmt.Errorf("group %d: entries from %d follow term %d, the log has %d", id, firstIndex, prevTerm, g.termAt(firstIndex-1))
 			case firstIndex <= g.last():
 				g.truncateFrom(firstIndex)
+				w.truncated(id, firstIndex)
 			}
 			for j := 0; j < count && r.err == nil; j++ {
 				at := payloadOff + int64(r.pos)

@@ -86,12 +86,16 @@ type WAL struct {
 	needState bool  // active lacks its leading state frame
 	// prevSeq and prevEnd name the segment before active and where its
 	// records end, for active's state frame.
-	prevSeq  uint64
-	prevEnd  int64
-	broken   error
-	writeBuf []byte
-	stateBuf []byte
-	sim      map[uint32]simGroup
+	prevSeq uint64
+	prevEnd int64
+	// recPrev and recPrevEnd are the segment recovered before the one
+	// being recovered, and where its records end (Open only).
+	recPrev    *segment
+	recPrevEnd int64
+	broken     error
+	writeBuf   []byte
+	stateBuf   []byte
+	sim        map[uint32]simGroup
 
 	// mu guards the groups' indexes and the segment list; Write holds it
 	// only to validate and to publish a batch, never across I/O.

@@ -40,14 +40,16 @@ func (w *WAL) Write(b *Batch, sync bool) error {
 	if payloadLen > maxBatchPayload {
 		return fmt.Errorf("wal: batch of %d bytes is larger than the limit of %d", payloadLen, maxBatchPayload)
 	}
-	b.buf = padFrame(b.buf, 0)
+	// The padded frame; b.buf itself keeps its length, so the batch stays
+	// a valid batch whatever happens here.
+	frame := padFrame(b.buf, 0)
 
 	stateLen := 0
 	if w.needState {
 		w.stateBuf = w.encodeState(w.stateBuf[:0])
 		stateLen = len(w.stateBuf)
 	}
-	if w.off+int64(stateLen+len(b.buf)) > w.segSize && w.off > segHeaderSize {
+	if w.off+int64(stateLen+len(frame)) > w.segSize && w.off > segHeaderSize {
 		if err := w.cutOver(); err != nil {
 			return w.fail(err)
 		}
@@ -56,12 +58,12 @@ func (w *WAL) Write(b *Batch, sync bool) error {
 	}
 
 	seq := w.active.seq
-	sealFrame(b.buf, payloadLen, seq, w.syncedOff)
-	out := b.buf
+	sealFrame(frame, payloadLen, seq, w.syncedOff)
+	out := frame
 	wroteState := w.needState
 	if wroteState {
 		sealFrame(w.stateBuf, stateLenPayload(w.stateBuf), seq, w.syncedOff)
-		w.writeBuf = append(append(w.writeBuf[:0], w.stateBuf...), b.buf...)
+		w.writeBuf = append(append(w.writeBuf[:0], w.stateBuf...), frame...)
 		out = w.writeBuf
 		sync = true
 	}
@@ -197,8 +199,15 @@ func (w *WAL) apply(b *Batch, seq uint64, frameOff int64) (forgot bool) {
 		switch op.kind {
 		case opEntries:
 			g := w.groupFor(op.group)
-			if op.a <= g.last() {
+			switch {
+			case op.a <= g.base:
+				// A Release raced past the start of this append (the
+				// caller released entries it was still replacing): the
+				// log restarts here, as recovery would.
+				g.reset(op.a-1, binary.LittleEndian.Uint64(b.buf[op.prevTermAt:]))
+			case op.a <= g.last():
 				g.truncateFrom(op.a)
+				w.truncated(op.group, op.a)
 			}
 			for j, e := range op.ents {
 				off := frameOff + int64(b.entryOffs[op.firstEntry+j])
@@ -236,6 +245,16 @@ func (w *WAL) groupFor(id uint32) *group {
 		w.groups[id] = g
 	}
 	return g
+}
+
+// truncated notes that group id's entries from index i on were replaced:
+// no segment holds live entries of it beyond i-1 any more.
+func (w *WAL) truncated(id uint32, i uint64) {
+	for _, s := range w.segments {
+		if m, ok := s.maxIndex[id]; ok && m >= i {
+			s.maxIndex[id] = i - 1
+		}
+	}
 }
 
 // forget drops group id from every segment's bookkeeping: its entries
