@@ -77,6 +77,8 @@ type node struct {
 	extraArgs                        []string
 	cmd                              *exec.Cmd
 	exited                           chan struct{}
+	// env is added to the process's environment at its next start.
+	env []string
 }
 
 func (n *node) ingressURL() string { return "http://" + n.ingressAddr }
@@ -179,6 +181,9 @@ func (c *cluster) start(n *node) {
 	}
 	cmd := exec.Command(binary, n.extraArgs...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if len(n.env) > 0 {
+		cmd.Env = append(os.Environ(), n.env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		logf.Close()

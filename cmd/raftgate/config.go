@@ -90,6 +90,9 @@ type ServerConfig struct {
 	// QuietRaft drops the raft library's info-level messages (elections,
 	// votes, configuration); `dev` sets it below --log-level debug. No flag.
 	QuietRaft bool
+	// failpoint, from RAFTGATE_FAILPOINT (crash tests only, failpoint.go),
+	// kills the process at a storage durability boundary. No flag.
+	failpoint *failpoint
 }
 
 // Defaults of `raftgate server`, also used by `dev` for node 1.

@@ -93,6 +93,12 @@ func newServerCmd(env cliEnv, runNode serverRunner) *cobra.Command {
 		if err != nil {
 			return err
 		}
+		if spec, ok := env.lookupEnv(failpointEnv); ok && spec != "" {
+			seed, _ := env.lookupEnv(failpointSeedEnv)
+			if cfg.failpoint, err = parseFailpoint(spec, seed); err != nil {
+				return err
+			}
+		}
 		logger, err := newLogger(env.stderr, cfg.LogFormat, cfg.LogLevel)
 		if err != nil {
 			return err
@@ -100,6 +106,9 @@ func newServerCmd(env cliEnv, runNode serverRunner) *cobra.Command {
 		// Every line of a node's log names the node (the libraries below
 		// do not add it themselves).
 		logger = logger.With().Uint64("node", cfg.NodeID).Logger()
+		if cfg.failpoint != nil {
+			cfg.failpoint.warn(logger)
+		}
 		logger.Info().Str("data_dir", cfg.DataDir).
 			Str("ingress", cfg.IngressAddr).Str("admin", cfg.AdminAddr).Str("node_addr", cfg.NodeAddr).
 			Str("gossip", cfg.GossipAddr).Uint32("partitions", cfg.Partitions).
