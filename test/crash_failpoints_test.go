@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,41 +86,7 @@ func runCrashRound(t *testing.T, c *cluster, svc *recorder, r crashRound, rng *r
 	if r.leader {
 		victim = preferredOfMost(c)
 	}
-	hits0, since := metricValue(t, victim, r.hits), time.Now()
-	progress(30)
-	rate := (metricValue(t, victim, r.hits) - hits0) / time.Since(since).Seconds()
-	// A follower restarts in about a second; a preferred leader gets its
-	// partitions back once the others have led them for 5 s (raftlog
-	// balance.go), so its kill is aimed later.
-	aim := 3 * time.Second
-	if r.leader {
-		aim = 9 * time.Second
-	}
-	killAt := max(5, int(rate*aim.Seconds()))
-	t.Logf("%s: node %d, %.0f hits/s, kill at hit %d", r.failpoint, victim.id, rate, killAt)
-
-	c.terminate(victim, 20*time.Second)
-	victim.env = []string{
-		fmt.Sprintf("RAFTGATE_FAILPOINT=%s@%d", r.failpoint, killAt),
-		fmt.Sprintf("RAFTGATE_FAILPOINT_SEED=%d", seed),
-	}
-	c.start(victim)
-	victim.env = nil
-	started := time.Now()
-	led := 0
-	waitFor(t, 60*time.Second, fmt.Sprintf("node %d to kill itself at %s", victim.id, r.failpoint), func() bool {
-		if !victim.alive() {
-			return true
-		}
-		if k, err := partitionsLedBy(victim); err == nil {
-			led = k
-		}
-		return false
-	})
-	if !strings.Contains(tail(victim.logPath, 20), "failpoint reached") {
-		t.Fatalf("node %d exited without reaching its failpoint:\n%s", victim.id, tail(victim.logPath, 20))
-	}
-	t.Logf("%s: node %d killed itself %v after its start, leading %d partitions", r.failpoint, victim.id, time.Since(started).Round(time.Millisecond), led)
+	led := crashAt(t, c, victim, r, progress, seed)
 	if r.leader && 2*led < robustnessPartitions {
 		t.Errorf("%s: node %d led %d of %d partitions when it died, want at least half", r.failpoint, victim.id, led, robustnessPartitions)
 	}
@@ -141,6 +108,50 @@ func runCrashRound(t *testing.T, c *cluster, svc *recorder, r crashRound, rng *r
 	if t.Failed() {
 		dumpRecording(t, rec)
 	}
+}
+
+// crashAt restarts victim with r's failpoint, aimed a few seconds into its
+// run from the rate of hits it had while progress(30) more invocations
+// were acknowledged, and waits until it killed itself there. It returns how
+// many partitions the victim said it led last before it died.
+func crashAt(t *testing.T, c *cluster, victim *node, r crashRound, progress func(int), seed uint64) (led int) {
+	t.Helper()
+	hits0, since := metricValue(t, victim, r.hits), time.Now()
+	progress(30)
+	rate := (metricValue(t, victim, r.hits) - hits0) / time.Since(since).Seconds()
+	// A follower restarts in about a second; a preferred leader gets its
+	// partitions back once the others have led them for 5 s (raftlog
+	// balance.go), so its kill is aimed later.
+	aim := 3 * time.Second
+	if r.leader {
+		aim = 9 * time.Second
+	}
+	killAt := max(5, int(rate*aim.Seconds()))
+	t.Logf("%s: node %d, %.0f hits/s, kill at hit %d", r.failpoint, victim.id, rate, killAt)
+
+	c.terminate(victim, 20*time.Second)
+	logStart := fileSize(victim.logPath)
+	victim.env = []string{
+		fmt.Sprintf("RAFTGATE_FAILPOINT=%s@%d", r.failpoint, killAt),
+		fmt.Sprintf("RAFTGATE_FAILPOINT_SEED=%d", seed),
+	}
+	c.start(victim)
+	victim.env = nil
+	started := time.Now()
+	waitFor(t, 60*time.Second, fmt.Sprintf("node %d to kill itself at %s", victim.id, r.failpoint), func() bool {
+		if !victim.alive() {
+			return true
+		}
+		if k, err := partitionsLedBy(victim); err == nil {
+			led = k
+		}
+		return false
+	})
+	if b, err := os.ReadFile(victim.logPath); err != nil || !strings.Contains(string(b[logStart:]), "failpoint reached") {
+		t.Fatalf("node %d exited without reaching its failpoint:\n%s", victim.id, tail(victim.logPath, 20))
+	}
+	t.Logf("%s: node %d killed itself %v after its start, leading %d partitions", r.failpoint, victim.id, time.Since(started).Round(time.Millisecond), led)
+	return led
 }
 
 // preferredOfMost is the node that leader balancing makes the leader of
@@ -232,4 +243,13 @@ func readThroughOtherNodes(tr *traffic) {
 	}
 	close(work)
 	wg.Wait()
+}
+
+// fileSize is the size of the file at path, 0 if there is none.
+func fileSize(path string) int64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
 }

@@ -103,6 +103,9 @@ type clusterOpts struct {
 	// proxied routes node-to-node gRPC through a faultNet: each node's
 	// --initial-cluster names a proxy per peer, --node-addr stays real.
 	proxied bool
+	// dataDir, when set, names each node's data dir (default: under
+	// t.TempDir()).
+	dataDir func(id int) string
 }
 
 // startCluster starts opts.nodes servers on free ports and waits until each
@@ -127,6 +130,9 @@ func startCluster(t testing.TB, opts clusterOpts) *cluster {
 		}
 		if opts.extraArgs != nil {
 			n.extraArgs = opts.extraArgs(i)
+		}
+		if opts.dataDir != nil {
+			n.dataDir = opts.dataDir(i)
 		}
 		initial = append(initial, fmt.Sprintf("%d=%s", i, n.nodeAddr))
 		gossip = append(gossip, n.gossipAddr)
