@@ -31,7 +31,7 @@ type applyReq struct {
 	// update runs in the open transaction, which is then checkpointed
 	// before done is closed (creating a group's buckets).
 	update func(*bolt.Tx) error
-	done  chan struct{}
+	done   chan struct{}
 
 	// Results, read by the group after appliedDone (or done).
 	appliedIdx, appliedTrm uint64
@@ -68,6 +68,8 @@ type applier struct {
 	metrics *metrics
 	knobs   *Knobs
 	policy  checkpointPolicy
+	// onBroken is told of a failed checkpoint: the node stops writing.
+	onBroken func(error)
 
 	mu      sync.Mutex
 	queue   []*applyReq
@@ -114,8 +116,8 @@ func (p checkpointPolicy) checkpointDue(now, last time.Time, open bool, entries 
 	return false, last.Add(p.interval)
 }
 
-func newApplier(db *bolt.DB, lg zerolog.Logger, m *metrics, k *Knobs, p checkpointPolicy) *applier {
-	a := &applier{db: db, log: lg, metrics: m, knobs: k, policy: p,
+func newApplier(db *bolt.DB, lg zerolog.Logger, m *metrics, k *Knobs, p checkpointPolicy, onBroken func(error)) *applier {
+	a := &applier{db: db, log: lg, metrics: m, knobs: k, policy: p, onBroken: onBroken,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		lastCheckpoint: time.Now()}
 	go a.run()
@@ -326,7 +328,8 @@ func (a *applier) runEffects() {
 	}
 }
 
-// exec runs one apply or install request in the open transaction.
+// exec runs one apply or install request in the open transaction and
+// records its outcome in r (read by the group once r is handed back).
 func (a *applier) exec(r *applyReq) error {
 	gb, err := openGroupBuckets(a.tx, r.g.id)
 	if err != nil {
@@ -335,9 +338,22 @@ func (a *applier) exec(r *applyReq) error {
 	if r.install != nil {
 		return r.g.installSnapshot(a.tx, gb, r.install)
 	}
+	fx, count, err := a.applyEntries(gb, r)
+	r.fx = append(r.fx[:0], fx...)
+	if ents := r.apply.GetEntries(); err == nil && len(ents) > 0 {
+		last := ents[len(ents)-1]
+		r.appliedIdx, r.appliedTrm, r.applyCount = last.GetIndex(), last.GetTerm(), count
+	}
+	return err
+}
+
+// applyEntries applies r's committed entries that carry data and writes
+// the applied index beside the state. It changes nothing in r, so a replay
+// may run it again after r was handed back.
+func (a *applier) applyEntries(gb groupBuckets, r *applyReq) (fx []Applied, count int, err error) {
 	ents := r.apply.GetEntries()
 	if len(ents) == 0 {
-		return nil
+		return nil, 0, nil
 	}
 	g := r.g
 	batch := g.applyBuf[:0]
@@ -350,21 +366,19 @@ func (a *applier) exec(r *applyReq) error {
 		batch = append(batch, Entry{Index: e.GetIndex(), Term: e.GetTerm(), Data: e.GetData()})
 	}
 	g.applyBuf = batch[:0]
-	r.fx = r.fx[:0]
-	if len(batch) > 0 {
+	if count = len(batch); count > 0 {
 		start := time.Now()
-		fx, err := g.sm.Apply(gb.state, batch)
+		applied, err := g.sm.Apply(gb.state, batch)
 		a.metrics.applySeconds.Observe(time.Since(start).Seconds())
 		clear(batch)
 		if err != nil {
-			return fmt.Errorf("raftlog: group %d: apply: %w", g.id, err)
+			return nil, 0, fmt.Errorf("raftlog: group %d: apply: %w", g.id, err)
 		}
-		r.fx = append(r.fx, fx)
+		fx = []Applied{applied}
 	}
+	a.entries += count
 	last := ents[len(ents)-1]
-	r.appliedIdx, r.appliedTrm, r.applyCount = last.GetIndex(), last.GetTerm(), len(batch)
-	a.entries += len(batch)
-	return gb.meta.Put(keyApplied, encodePair(r.appliedIdx, r.appliedTrm))
+	return fx, count, gb.meta.Put(keyApplied, encodePair(last.GetIndex(), last.GetTerm()))
 }
 
 // fail handles a failed request: its group stops, and the transaction,
@@ -416,20 +430,24 @@ func (a *applier) replay() *applyReq {
 			err = r.g.sm.Restore(gb.state)
 		}
 		if err != nil {
-			r.err = fmt.Errorf("raftlog: group %d: restore after rollback: %w", r.g.id, err)
 			r.g.writeFailed.Store(true)
+			r.g.checkpointFailed(fmt.Errorf("raftlog: group %d: restore after rollback: %w", r.g.id, err))
 			return r
 		}
 	}
 	for _, r := range a.journal {
-		acked := r.acked
-		if err := a.exec(r); err != nil {
-			r.err = err
+		gb, err := openGroupBuckets(a.tx, r.g.id)
+		var fx []Applied
+		if err == nil {
+			fx, _, err = a.applyEntries(gb, r)
+		}
+		if err != nil {
 			r.g.writeFailed.Store(true)
+			r.g.checkpointFailed(err)
 			return r
 		}
-		if acked {
-			r.fx = nil
+		if !r.acked {
+			r.fx = fx
 		}
 	}
 	return nil
@@ -459,7 +477,8 @@ func (a *applier) checkpoint() {
 	if err != nil {
 		a.broken = fmt.Errorf("raftlog: checkpoint: %w", err)
 		a.metrics.writeFailures.Inc()
-		a.log.Error().Err(a.broken).Msg("state checkpoint failed; this node applies nothing more and its groups stop")
+		a.log.Error().Err(a.broken).Msg("state checkpoint failed; this node writes nothing more and its groups stop")
+		a.onBroken(a.broken)
 		for _, r := range a.journal {
 			r.g.writeFailed.Store(true)
 			r.g.checkpointFailed(a.broken)

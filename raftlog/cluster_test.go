@@ -269,7 +269,9 @@ func TestApplyErrorStopsOnlyThatGroup(t *testing.T) {
 	c := newCluster(t, testSeed(t), 1, []GroupID{1, 2}, nil)
 	c.leader(1, c.ids, 2*time.Second)
 	c.leader(2, c.ids, 2*time.Second)
+	c.sms[1][1].mu.Lock()
 	c.sms[1][1].failOn = "poison"
+	c.sms[1][1].mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if _, err := c.nodes[1].Group(1).Propose(ctx, []byte("poison")); err != nil {
@@ -287,6 +289,70 @@ func TestApplyErrorStopsOnlyThatGroup(t *testing.T) {
 	}
 }
 
+// TestFailedApplyRollsBackOnlyItsGroup: groups share the applier's open
+// transaction between checkpoints, so a failing Apply in one group rolls
+// back the others' applies too. They must be restored and re-applied to
+// the same state, without their effects running twice, and a restart
+// (which replays the log past the last checkpoint) must find them whole.
+func TestFailedApplyRollsBackOnlyItsGroup(t *testing.T) {
+	c := newCluster(t, testSeed(t), 1, []GroupID{1, 2}, func(cfg *Config) {
+		cfg.CheckpointInterval = time.Hour // one transaction for the whole test
+		cfg.CheckpointEntries = 1 << 30
+	})
+	c.leader(1, c.ids, 2*time.Second)
+	c.leader(2, c.ids, 2*time.Second)
+	var want []string
+	for i := range 20 {
+		want = append(want, fmt.Sprintf("ok%d", i))
+		if err := c.propose(1, 2, want[i]); err != nil {
+			t.Fatal(err)
+		}
+		if i < 3 {
+			if err := c.propose(1, 1, fmt.Sprintf("before%d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	sm2 := c.sms[1][2]
+	sm2.mu.Lock()
+	restoresBefore := sm2.restores
+	sm2.mu.Unlock()
+	c.sms[1][1].mu.Lock()
+	c.sms[1][1].failOn = "poison"
+	c.sms[1][1].mu.Unlock()
+	if _, err := c.nodes[1].Group(1).Propose(context.Background(), []byte("poison")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Second, "group 1 to stop", func() bool {
+		_, err := c.nodes[1].Group(1).Propose(context.Background(), []byte("x"))
+		return errors.Is(err, ErrStopped)
+	})
+	for i := range 5 {
+		want = append(want, fmt.Sprintf("after%d", i))
+		if err := c.propose(1, 2, want[len(want)-1]); err != nil {
+			t.Fatalf("group 2 after group 1 failed: %v", err)
+		}
+	}
+	if got := entriesOf(t, c.nodes[1].Group(2)); !slices.Equal(got, want) {
+		t.Fatalf("group 2 holds %v after the rollback, want %v", got, want)
+	}
+	sm2.mu.Lock()
+	restores, reveals, count := sm2.restores-restoresBefore, sm2.reveals, sm2.count
+	sm2.mu.Unlock()
+	if restores != 1 || reveals != len(want) || count != uint64(len(want)) {
+		t.Fatalf("group 2: %d restores (want 1: the rollback), %d entries revealed and count %d (want %d each: no effect ran twice)",
+			restores, reveals, count, len(want))
+	}
+	// Nothing was checkpointed: a power cut now would lose the state file's
+	// view, so restart from the log alone (no final checkpoint either).
+	c.stop(1)
+	c.start(1)
+	c.leader(2, c.ids, 2*time.Second)
+	if got := entriesOf(t, c.nodes[1].Group(2)); !slices.Equal(got, want) {
+		t.Fatalf("group 2 holds %v after a restart, want %v", got, want)
+	}
+}
+
 // containsInOrder says whether want is a subsequence of got (a retried
 // proposal may have landed twice).
 func containsInOrder(got, want []string) bool {
@@ -299,20 +365,20 @@ func containsInOrder(got, want []string) bool {
 	return i == len(want)
 }
 
-// TestFailedCommitStopsAllWrites: once a commit fails (a full disk), the
-// node writes nothing more, whatever is queued behind it, so no group's
-// log gets a hole and no peer is told of entries that are not on disk.
-// The node reports the failure; restarted, it catches up from what it did
-// write.
+// TestFailedCommitStopsAllWrites: once a state checkpoint fails (a full
+// disk), the node writes nothing more, whatever is queued behind it: its
+// state machines ran ahead of its state file, so it must not go on
+// acknowledging. The node reports the failure; restarted, it catches up
+// from what it did write.
 func TestFailedCommitStopsAllWrites(t *testing.T) {
 	var target atomic.Uint64 // the node whose disk fails
-	var failed atomic.Bool
+	var failed, reported atomic.Bool
 	var commitsAfter atomic.Int64
 	c := newCluster(t, testSeed(t), 3, []GroupID{MetaGroup, 1, 2}, func(cfg *Config) {
 		id := cfg.NodeID
 		cfg.Knobs = &Knobs{
 			BeforeLogWrite: func() {
-				if id == target.Load() && failed.Load() {
+				if id == target.Load() && reported.Load() {
 					commitsAfter.Add(1)
 				}
 			},
@@ -350,6 +416,7 @@ func TestFailedCommitStopsAllWrites(t *testing.T) {
 	}
 	select {
 	case err := <-failures:
+		reported.Store(true)
 		if !strings.Contains(err.Error(), "no space left on device") {
 			t.Fatalf("node %d failed with %v", victim, err)
 		}
@@ -359,11 +426,17 @@ func TestFailedCommitStopsAllWrites(t *testing.T) {
 	if !failed.Load() {
 		t.Fatal("no commit was failed")
 	}
+	// Traffic goes on, and the failed node's peers keep sending to it.
+	for i := range 10 {
+		if err := c.propose(lead, 1, fmt.Sprintf("more-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if n := commitsAfter.Load(); n != 0 {
-		t.Fatalf("node %d committed %d more batches after a failed commit", victim, n)
+		t.Fatalf("node %d wrote %d more log batches after it reported its failed checkpoint", victim, n)
 	}
 	if n := testCounter(c.nodes[victim].metrics.writeFailures); n != 1 {
-		t.Fatalf("raftlog_write_failures_total = %v, want 1", n)
+		t.Fatalf("raftgate_storage_write_failures_total = %v, want 1", n)
 	}
 	waitFor(t, 5*time.Second, "the failed node's groups to announce they lead nothing", func() bool {
 		_, ok1 := stoppedLeading.Load(GroupID(1))
@@ -376,5 +449,6 @@ func TestFailedCommitStopsAllWrites(t *testing.T) {
 	c.start(victim)
 	for gid := range GroupID(2) {
 		c.converged(gid+1, 40, 10*time.Second)
+		c.sameDigests(gid+1, 10*time.Second)
 	}
 }

@@ -81,8 +81,8 @@ type Group struct {
 	checkpoint  uint64
 	lastCompact time.Time
 	appliedGge  prometheus.Gauge
-	outBuf       []*pb.Message
-	propBuf      []*pb.Entry
+	outBuf      []*pb.Message
+	propBuf     []*pb.Entry
 	// snapFiles are spooled snapshots stepped into raft this iteration;
 	// those raft did not take are deleted after the next Ready.
 	snapFiles    []string
@@ -105,11 +105,11 @@ type inbox struct {
 	checkpoints []checkpoint
 	failure     error
 	ticks       int
-	msgs    []*pb.Message
-	reports []func()
-	control []func()
-	reads   []*readWaiter
-	props   []*proposal
+	msgs        []*pb.Message
+	reports     []func()
+	control     []func()
+	reads       []*readWaiter
+	props       []*proposal
 }
 
 // reset empties the inbox for reuse, dropping references it held.

@@ -58,6 +58,8 @@ type recordingSM struct {
 	applied uint64 // durable applied index (set in Reveal)
 	count   uint64 // entries in the bucket (rebuilt by Restore)
 	failOn  string // Apply fails on an entry with this data
+	// reveals counts entries whose Reveal ran, restores Restore calls.
+	reveals, restores int
 }
 
 var bucketEntries = []byte("entries")
@@ -67,8 +69,11 @@ func (s *recordingSM) Apply(b *bolt.Bucket, ents []Entry) (Applied, error) {
 	if err != nil {
 		return Applied{}, err
 	}
+	s.mu.Lock()
+	failOn := s.failOn
+	s.mu.Unlock()
 	for _, e := range ents {
-		if s.failOn != "" && string(e.Data) == s.failOn {
+		if failOn != "" && string(e.Data) == failOn {
 			return Applied{}, errors.New("recordingSM: told to fail")
 		}
 		seq, err := eb.NextSequence()
@@ -84,9 +89,11 @@ func (s *recordingSM) Apply(b *bolt.Bucket, ents []Entry) (Applied, error) {
 	if err := b.Put([]byte("count"), binary.BigEndian.AppendUint64(nil, total)); err != nil {
 		return Applied{}, err
 	}
+	n := len(ents)
 	return Applied{Reveal: func() {
 		s.mu.Lock()
 		s.applied, s.count = last, total
+		s.reveals += n
 		s.mu.Unlock()
 	}}, nil
 }
@@ -98,6 +105,7 @@ func (s *recordingSM) Restore(b *bolt.Bucket) error {
 	}
 	s.mu.Lock()
 	s.count = count
+	s.restores++
 	s.mu.Unlock()
 	return nil
 }
@@ -340,4 +348,25 @@ func (c *cluster) converged(gid GroupID, minLen int, timeout time.Duration) []st
 		return len(ref) >= minLen
 	})
 	return ref
+}
+
+// sameDigests waits until every running node has applied gid to the same
+// index with the same state digest.
+func (c *cluster) sameDigests(gid GroupID, timeout time.Duration) {
+	c.t.Helper()
+	waitFor(c.t, timeout, fmt.Sprintf("equal state digests of group %d", gid), func() bool {
+		var ref *Digest
+		for _, id := range c.running() {
+			d, err := c.nodes[id].Group(gid).StateDigest()
+			if err != nil {
+				return false
+			}
+			if ref == nil {
+				ref = &d
+			} else if d != *ref {
+				return false
+			}
+		}
+		return ref != nil
+	})
 }

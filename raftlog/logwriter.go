@@ -47,6 +47,8 @@ type logWriter struct {
 	releases []release
 	stopped  bool
 	busy     bool
+	// failed is set by breakOff (another write path failed).
+	failed error
 
 	wake chan struct{}
 	stop chan struct{}
@@ -126,6 +128,9 @@ func (lw *logWriter) run() {
 		lw.mu.Lock()
 		batch, rels := lw.queue, lw.releases
 		lw.queue, lw.releases = nil, nil
+		if lw.failed != nil && lw.broken == nil {
+			lw.broken = lw.failed
+		}
 		lw.busy = len(batch) > 0 || len(rels) > 0
 		lw.mu.Unlock()
 		if !lw.busy {
@@ -147,6 +152,16 @@ func (lw *logWriter) run() {
 		lw.busy = false
 		lw.mu.Unlock()
 	}
+}
+
+// breakOff stops all later writes with err (the node's state file
+// failed: a node that cannot apply must not go on acknowledging).
+func (lw *logWriter) breakOff(err error) {
+	lw.mu.Lock()
+	if lw.failed == nil {
+		lw.failed = err
+	}
+	lw.mu.Unlock()
 }
 
 // idle says whether nothing is queued or being written.

@@ -3,6 +3,7 @@ package raftlog
 import (
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -19,6 +20,8 @@ type memNetwork struct {
 	dropPct int
 	delay   time.Duration
 	rng     *rand.Rand
+	// onSend, when set, sees every message a node sends (before faults).
+	onSend atomic.Pointer[func(from uint64, group GroupID, m *pb.Message)]
 }
 
 func newMemNetwork(seed uint64) *memNetwork {
@@ -115,6 +118,9 @@ func (nw *memNetwork) transportFor(n *Node) transport {
 
 func (t *memTransport) send(group GroupID, msgs []*pb.Message) {
 	for _, m := range msgs {
+		if fn := t.nw.onSend.Load(); fn != nil {
+			(*fn)(t.n.cfg.NodeID, group, m)
+		}
 		dst, d := t.nw.route(t.n.cfg.NodeID, m.GetTo())
 		if dst == nil {
 			t.n.reportUnreachable(group, m.GetTo())

@@ -124,7 +124,7 @@ func open(cfg Config, newTransport func(*Node) transport) (*Node, error) {
 	n.server = &raftServer{n: n}
 	n.tr = newTransport(n)
 	n.lw = newLogWriter(w, n.log, n.metrics, n.tr, cfg.NodeID)
-	n.ap = newApplier(db, n.log, n.metrics, cfg.Knobs, checkpointPolicy{interval: cfg.CheckpointInterval, entries: cfg.CheckpointEntries})
+	n.ap = newApplier(db, n.log, n.metrics, cfg.Knobs, checkpointPolicy{interval: cfg.CheckpointInterval, entries: cfg.CheckpointEntries}, n.lw.breakOff)
 	if cfg.Knobs == nil || !cfg.Knobs.ManualTicks {
 		n.wg.Add(1)
 		go n.tickLoop()

@@ -32,8 +32,12 @@ type batchOp struct {
 	// commit; opFirstIndex: a, b = index, term.
 	a, b, c uint64
 	ents    []*raftpb.Entry
-	// firstEntry is the position of ents[0] in entryOffs.
-	firstEntry int
+	// firstEntry is the position of ents[0] in entryOffs; prevTermAt is
+	// where in buf the term of entry a-1 goes, which Write fills in.
+	firstEntry, prevTermAt int
+	// prevSame is the previous op of the same group in the batch (-1:
+	// none), set by Write.
+	prevSame int
 }
 
 // Reset empties the batch, keeping its buffers.
@@ -81,8 +85,10 @@ func (b *Batch) Append(g uint32, ents []*raftpb.Entry) {
 	}
 	b.start(opEntries, g)
 	b.buf = binary.LittleEndian.AppendUint64(b.buf, first)
+	prevTermAt := len(b.buf)
+	b.buf = binary.LittleEndian.AppendUint64(b.buf, 0) // filled in by Write
 	b.buf = binary.LittleEndian.AppendUint32(b.buf, uint32(len(ents)))
-	b.ops = append(b.ops, batchOp{kind: opEntries, group: g, a: first, ents: ents, firstEntry: len(b.entryOffs)})
+	b.ops = append(b.ops, batchOp{kind: opEntries, group: g, a: first, ents: ents, firstEntry: len(b.entryOffs), prevTermAt: prevTermAt})
 	for _, e := range ents {
 		b.entryOffs = append(b.entryOffs, uint32(len(b.buf)))
 		b.buf = appendEntry(b.buf, e)

@@ -31,7 +31,7 @@ const (
 // Encoded sizes of the fixed parts of ops.
 const (
 	opHeaderLen      = 1 + 4     // kind, group
-	entriesFixedLen  = 8 + 4     // first index, count
+	entriesFixedLen  = 8 + 8 + 4 // first index, term of the entry before it, count
 	entryFixedLen    = 8 + 1 + 4 // term, type, data length
 	hardStateLen     = 3 * 8
 	firstIndexLen    = 2 * 8

@@ -53,10 +53,25 @@ func (w *WAL) recover() ([]string, error) {
 		return pool, w.createFirst()
 	}
 	var buf []byte
+	var prev *segment
+	var prevEnd int64
 	for i, seq := range seqs {
-		if buf, err = w.recoverSegment(seq, i == len(seqs)-1, buf); err != nil {
+		last := i == len(seqs)-1
+		s, end, err := w.recoverSegment(seq, last, &buf)
+		if err != nil {
 			return nil, err
 		}
+		// A segment is synced whole before the next one is started, and
+		// the next one's state frame says where it ended: a segment that
+		// ends early lost durable records.
+		if prev != nil && s.hasState && s.prevSeq == prev.seq && s.prevEnd != prevEnd {
+			return nil, &CorruptError{File: w.path(prev.name), Offset: prevEnd,
+				Reason: fmt.Sprintf("records end here, but the next segment says they end at %d", s.prevEnd)}
+		}
+		if last && w.needState && prev != nil {
+			w.prevSeq, w.prevEnd = prev.seq, prevEnd
+		}
+		prev, prevEnd = s, end
 	}
 	return pool, nil
 }
@@ -99,34 +114,44 @@ func (w *WAL) createFirst() error {
 	return nil
 }
 
-// recoverSegment replays one segment into the index. buf is a reusable
-// read buffer.
-func (w *WAL) recoverSegment(seq uint64, last bool, buf []byte) ([]byte, error) {
+// recoverSegment replays one segment into the index and returns it and
+// where its records end. buf is a reusable read buffer.
+func (w *WAL) recoverSegment(seq uint64, last bool, bufp *[]byte) (*segment, int64, error) {
+	s, end, err := w.readSegment(seq, last, bufp)
+	if err != nil {
+		return nil, 0, err
+	}
+	return s, int64(end), nil
+}
+
+func (w *WAL) readSegment(seq uint64, last bool, bufp *[]byte) (*segment, int, error) {
+	buf := *bufp
 	name := segmentName(seq)
 	f, err := w.fs.OpenFile(w.path(name), os.O_RDWR, 0)
 	if err != nil {
-		return buf, fmt.Errorf("wal: open %s: %w", name, err)
+		return nil, 0, fmt.Errorf("wal: open %s: %w", name, err)
 	}
 	s := &segment{seq: seq, name: name, f: f, maxIndex: make(map[uint32]uint64)}
 	w.segments = append(w.segments, s) // closed by Open's caller path on error
 	size, err := f.Size()
 	if err != nil {
-		return buf, fmt.Errorf("wal: stat %s: %w", name, err)
+		return nil, 0, fmt.Errorf("wal: stat %s: %w", name, err)
 	}
 	s.size = size
 	if int64(cap(buf)) < size {
 		buf = make([]byte, size)
+		*bufp = buf
 	}
 	data := buf[:size]
 	if _, err := f.ReadAt(data, 0); err != nil {
-		return buf, fmt.Errorf("wal: read %s: %w", name, err)
+		return nil, 0, fmt.Errorf("wal: read %s: %w", name, err)
 	}
 	hseq, why := decodeSegmentHeader(data)
 	if why == "" && hseq != seq {
 		why = fmt.Sprintf("header says segment %d", hseq)
 	}
 	if why != "" {
-		return buf, &CorruptError{File: w.path(name), Offset: 0, Reason: why}
+		return nil, 0, &CorruptError{File: w.path(name), Offset: 0, Reason: why}
 	}
 
 	off := segHeaderSize
@@ -137,7 +162,7 @@ func (w *WAL) recoverSegment(seq uint64, last bool, buf []byte) ([]byte, error) 
 		}
 		payload := data[off+frameHeaderLen : off+frameHeaderLen+fr.payloadLen]
 		if err := w.replay(s, payload, int64(off+frameHeaderLen), off == segHeaderSize); err != nil {
-			return buf, &CorruptError{File: w.path(name), Offset: int64(off), Reason: err.Error()}
+			return nil, 0, &CorruptError{File: w.path(name), Offset: int64(off), Reason: err.Error()}
 		}
 		off += frameSize(fr.payloadLen)
 	}
@@ -147,8 +172,11 @@ func (w *WAL) recoverSegment(seq uint64, last bool, buf []byte) ([]byte, error) 
 	// a recycled file), or a damaged frame of this segment.
 	tornEnd, reason := end, ""
 	if end+frameHeaderLen <= len(data) {
+		// A torn frame of ours has our sequence number and a synced mark
+		// not past itself; older bytes of a recycled file rarely pass for
+		// that, and if they do, zeroing them below does no harm.
 		h := readFrameHeader(data[end:])
-		if h.seq == seq || validWithSeq(data, end, seq) {
+		if (h.seq == seq && h.synced >= segHeaderSize && h.synced <= int64(end)) || validWithSeq(data, end, seq) {
 			reason = "frame checksum mismatch or frame cut short"
 			tornEnd = len(data)
 			if h.payloadLen > 0 {
@@ -168,13 +196,11 @@ func (w *WAL) recoverSegment(seq uint64, last bool, buf []byte) ([]byte, error) 
 			laterSynced = max(laterSynced, fr.synced)
 		}
 	}
-	if !last && (reason != "" || laterEnd > 0) {
+	if !last && laterEnd > 0 {
 		// A segment is synced whole before the next one exists: damage
-		// here cannot be a torn write.
-		if reason == "" {
-			reason = "valid records follow unreadable bytes"
-		}
-		return buf, &CorruptError{File: w.path(name), Offset: int64(end), Reason: reason}
+		// here cannot be a torn write. (Damage to its very last records
+		// is caught by the next segment's state frame: see recover.)
+		return nil, 0, &CorruptError{File: w.path(name), Offset: int64(end), Reason: "valid records follow unreadable bytes"}
 	}
 	if laterSynced > int64(end) {
 		// A later record was written when the bytes at end were already
@@ -182,17 +208,17 @@ func (w *WAL) recoverSegment(seq uint64, last bool, buf []byte) ([]byte, error) 
 		if reason == "" {
 			reason = "valid records follow unreadable bytes"
 		}
-		return buf, &CorruptError{File: w.path(name), Offset: int64(end), Reason: reason + " (bytes covered by a completed sync)"}
+		return nil, 0, &CorruptError{File: w.path(name), Offset: int64(end), Reason: reason + " (bytes covered by a completed sync)"}
 	}
 	dropEnd := max(tornEnd, laterEnd)
 	if last && dropEnd > end {
 		// A torn tail: never acknowledged (see doc.go). Zero it so that a
 		// shorter record written over it cannot be followed by its remains.
 		if err := writeZeros(f, int64(end), int64(dropEnd)); err != nil {
-			return buf, fmt.Errorf("wal: repair %s: %w", name, err)
+			return nil, 0, fmt.Errorf("wal: repair %s: %w", name, err)
 		}
 		if err := f.Sync(); err != nil {
-			return buf, fmt.Errorf("wal: repair %s: %w", name, err)
+			return nil, 0, fmt.Errorf("wal: repair %s: %w", name, err)
 		}
 		w.stats.tornTail.Add(int64(dropEnd - end))
 		w.log.Warn().Str("file", w.path(name)).Int("offset", end).Int("bytes_dropped", dropEnd-end).
@@ -202,7 +228,7 @@ func (w *WAL) recoverSegment(seq uint64, last bool, buf []byte) ([]byte, error) 
 		w.active, w.off, w.syncedOff = s, int64(end), int64(end)
 		w.needState = !s.hasState
 	}
-	return buf, nil
+	return s, end, nil
 }
 
 // replay applies one frame's records to the index. first says whether the
@@ -217,6 +243,7 @@ func (w *WAL) replay(s *segment, p []byte, payloadOff int64, first bool) error {
 				return fmt.Errorf("state frame not at the start of the segment")
 			}
 			s.hasState = true
+			s.prevSeq, s.prevEnd = r.u64(), int64(r.u64())
 		case opGroupState:
 			base, baseTerm, last, lastTerm := r.u64(), r.u64(), r.u64(), r.u64()
 			hasHS := r.byte() == 1
@@ -225,24 +252,39 @@ func (w *WAL) replay(s *segment, p []byte, payloadOff int64, first bool) error {
 				break
 			}
 			g := w.groupFor(id)
-			switch {
-			case g.last() < last:
-				// Its older entries were in segments already retired.
+			if g.last() < last || g.base > last {
+				// Its older entries were in segments already retired
+				// (released, or dead: overwritten or reset later).
 				g.reset(last, lastTerm)
-			case base > g.base:
-				g.truncateFrom(last + 1)
-				g.compact(base)
-				g.baseTerm = baseTerm
+			} else {
+				if g.last() > last {
+					g.truncateFrom(last + 1)
+				}
+				if base > g.base {
+					g.compact(base)
+				}
+				if base == g.base {
+					g.baseTerm = baseTerm
+				}
 			}
 			g.hasHardState = hasHS
 			g.term, g.vote, g.commit = term, vote, commit
 		case opEntries:
-			firstIndex, count := r.u64(), int(r.u32())
-			g := w.groupFor(id)
-			if r.err == nil && (firstIndex <= g.base || firstIndex > g.last()+1) {
-				return fmt.Errorf("group %d: entries from %d do not follow its log (%d..%d)", id, firstIndex, g.base+1, g.last())
+			firstIndex, prevTerm, count := r.u64(), r.u64(), int(r.u32())
+			if r.err != nil || firstIndex == 0 {
+				return fmt.Errorf("group %d: bad entries record", id)
 			}
-			if firstIndex <= g.last() {
+			g := w.groupFor(id)
+			switch {
+			case firstIndex > g.last()+1:
+				return fmt.Errorf("group %d: entries from %d leave a gap after its last index %d", id, firstIndex, g.last())
+			case firstIndex <= g.base:
+				// The entries before it were in retired segments, and a
+				// state frame moved the base past them: see doc.go.
+				g.reset(firstIndex-1, prevTerm)
+			case g.termAt(firstIndex-1) != prevTerm:
+				return fmt.Errorf("group %d: entries from %d follow term %d, the log has %d", id, firstIndex, prevTerm, g.termAt(firstIndex-1))
+			case firstIndex <= g.last():
 				g.truncateFrom(firstIndex)
 			}
 			for j := 0; j < count && r.err == nil; j++ {

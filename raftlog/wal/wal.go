@@ -84,10 +84,14 @@ type WAL struct {
 	syncedOff int64 // active is durable up to here
 	dirty     bool  // active has writes not covered by a sync
 	needState bool  // active lacks its leading state frame
-	broken    error
-	writeBuf  []byte
-	stateBuf  []byte
-	sim       map[uint32]simGroup
+	// prevSeq and prevEnd name the segment before active and where its
+	// records end, for active's state frame.
+	prevSeq  uint64
+	prevEnd  int64
+	broken   error
+	writeBuf []byte
+	stateBuf []byte
+	sim      map[uint32]simGroup
 
 	// mu guards the groups' indexes and the segment list; Write holds it
 	// only to validate and to publish a batch, never across I/O.
@@ -123,7 +127,11 @@ type segment struct {
 
 	// Guarded by WAL.mu.
 	size     int64
-	hasState bool              // its leading state frame is durable
+	hasState bool // its leading state frame is durable
+	// prevSeq and prevEnd are what its state frame says of the segment
+	// before it (read at recovery only).
+	prevSeq  uint64
+	prevEnd  int64
 	maxIndex map[uint32]uint64 // highest entry index of each group written here
 }
 
@@ -134,7 +142,10 @@ func (s *segment) noteIndex(g uint32, i uint64) {
 }
 
 // simGroup is a group's shape while a batch is validated.
-type simGroup struct{ base, last uint64 }
+type simGroup struct {
+	base, last uint64
+	lastOp     int // index of the group's latest op in the batch, -1 if none
+}
 
 // Open opens (or creates) the log in opts.Dir and recovers it: it reads
 // every segment once, rebuilds each group's index, repairs a torn tail of

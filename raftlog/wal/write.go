@@ -127,7 +127,8 @@ func (w *WAL) sync() error {
 }
 
 // validate checks the batch's appends against the groups' logs, as they
-// will be when each record is reached.
+// will be when each record is reached, and fills in each append's term of
+// the entry before it.
 func (w *WAL) validate(b *Batch) error {
 	clear(w.sim)
 	w.mu.RLock()
@@ -136,10 +137,12 @@ func (w *WAL) validate(b *Batch) error {
 		op := &b.ops[i]
 		s, ok := w.sim[op.group]
 		if !ok {
+			s = simGroup{lastOp: -1}
 			if g := w.groups[op.group]; g != nil {
-				s = simGroup{base: g.base, last: g.last()}
+				s.base, s.last = g.base, g.last()
 			}
 		}
+		op.prevSame = s.lastOp
 		switch op.kind {
 		case opEntries:
 			if op.a <= s.base {
@@ -148,15 +151,42 @@ func (w *WAL) validate(b *Batch) error {
 			if op.a > s.last+1 {
 				return fmt.Errorf("wal: group %d: append at index %d leaves a gap after the last index %d", op.group, op.a, s.last)
 			}
+			binary.LittleEndian.PutUint64(b.buf[op.prevTermAt:], w.termBefore(b, i))
 			s.last = op.a + uint64(len(op.ents)) - 1
 		case opFirstIndex:
-			s = simGroup{base: op.a, last: op.a}
+			s.base, s.last = op.a, op.a
 		case opDropGroup:
-			s = simGroup{}
+			s.base, s.last = 0, 0
 		}
+		s.lastOp = i
 		w.sim[op.group] = s
 	}
 	return nil
+}
+
+// termBefore returns the term of the entry before the append b.ops[i], as
+// the log will be when it is reached: set by an earlier record of the
+// batch, or already in the log (w.mu held).
+func (w *WAL) termBefore(b *Batch, i int) uint64 {
+	op := &b.ops[i]
+	p := op.a - 1
+	for j := op.prevSame; j >= 0; j = b.ops[j].prevSame {
+		prev := &b.ops[j]
+		switch prev.kind {
+		case opEntries:
+			if p >= prev.a && p < prev.a+uint64(len(prev.ents)) {
+				return prev.ents[p-prev.a].GetTerm()
+			}
+		case opFirstIndex:
+			return prev.b // p == prev.a, or validation refused the batch
+		case opDropGroup:
+			return 0
+		}
+	}
+	if g := w.groups[op.group]; g != nil {
+		return g.termAt(p)
+	}
+	return 0
 }
 
 // apply publishes a written batch in the index (w.mu held). It reports
@@ -229,6 +259,8 @@ func (w *WAL) encodeState(buf []byte) []byte {
 	slices.Sort(ids)
 	buf = append(buf, opStateBegin)
 	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(ids)))
+	buf = binary.LittleEndian.AppendUint64(buf, w.prevSeq)
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(w.prevEnd))
 	for _, id := range ids {
 		g := w.groups[id]
 		buf = append(buf, opGroupState)
@@ -275,6 +307,7 @@ func (w *WAL) cutOver() error {
 	w.mu.Lock()
 	w.segments = append(w.segments, s)
 	w.mu.Unlock()
+	w.prevSeq, w.prevEnd = w.active.seq, w.off
 	w.active = s
 	w.off = segHeaderSize
 	w.syncedOff = segHeaderSize
