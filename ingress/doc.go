@@ -18,8 +18,11 @@
 // Request flow of a call:
 //
 //  1. parse path and headers, look the service up, read the body (bounded);
-//  2. compute the invocation id (IdempotentID with a key, RandomID without)
-//     and a request id, both reused on every retry;
+//  2. compute the invocation id (IdempotentID with a key, RandomID without;
+//     for a virtual object or workflow, ids in the partition of its
+//     (service, key), and one fixed id per workflow run) and a request id,
+//     both reused on every retry; mark an object's exclusive handlers and a
+//     workflow's run exclusive (the partition queues them per key);
 //  3. Dispatcher.Append with a deadline of Config.RequestTimeout; the
 //     dispatcher retries the same request until the deadline;
 //  4. Dispatcher.Attach until the result exists, the client timeout passes

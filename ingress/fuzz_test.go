@@ -13,7 +13,8 @@ import (
 func FuzzParsePath(f *testing.F) {
 	for _, s := range []string{"/Greeter/greet", "/Greeter/greet/send", "/restate/health",
 		"/restate/invocation/inv_abc/attach", "/restate/invocation/S/h/k%2F/output", "/a//b", "/%zz", "/", "",
-		"/restate/invocation/a/b/c/d/e/f/g", "/x/y/"} {
+		"/restate/invocation/a/b/c/d/e/f/g", "/x/y/",
+		"/Counter/k/add", "/Counter/k/add/send", "/restate/workflow/W/i/output", "/restate/invocation/O/k/h/i/attach"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, path string) {

@@ -9,13 +9,18 @@ import (
 	"time"
 
 	"github.com/raftgate/raftgate/invocation"
+	"github.com/raftgate/raftgate/registry"
 	"github.com/raftgate/raftgate/rpc"
 )
 
-// invoke serves POST /{service}/{handler} and .../send.
+// maxObjectKeyLen bounds an object key or workflow id: it is stored in
+// every invocation of the key.
+const maxObjectKeyLen = 1024
+
+// invoke serves POST /{service}/{handler}, /{object}/{key}/{handler},
+// /{workflow}/{id}/{handler} and their .../send.
 func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, rt route) int {
 	start := time.Now()
-	send := rt.kind == routeSend
 	svc, err := h.cfg.Services.Lookup(rt.service)
 	if err != nil && !errors.Is(err, rpc.ErrNotFound) {
 		return h.writeError(w, &apiError{code: http.StatusServiceUnavailable, retryAfter: true,
@@ -26,6 +31,14 @@ func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, rt route) int {
 			"service '%s' not found: register it first (raftgate services add %s URL, or PUT /services/%s on the admin API)",
 			rt.service, rt.service, rt.service)))
 	}
+	rt, e := rt.resolve(rt.service, svc.Kind != rpc.Service_SERVICE)
+	if e != nil {
+		return h.writeError(w, e)
+	}
+	send := rt.kind == routeSend
+	if len(rt.objectKey) > maxObjectKeyLen {
+		return h.writeError(w, errBadRequest(fmt.Sprintf("bad path: the key is longer than %d bytes", maxObjectKeyLen)))
+	}
 	if len(svc.Handlers) > 0 && !slices.Contains(svc.Handlers, rt.handler) {
 		return h.writeError(w, errNotFound(fmt.Sprintf(
 			"the service '%s' exists, but has no handler '%s': its registration lists %v",
@@ -34,6 +47,11 @@ func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, rt route) int {
 	key, e := idempotencyKey(r.Header)
 	if e != nil {
 		return h.writeError(w, e)
+	}
+	workflowRun := svc.Kind == rpc.Service_WORKFLOW && rt.handler == registry.WorkflowRun
+	if workflowRun && key != "" {
+		// Restate's answer: the workflow id already makes run idempotent.
+		return h.writeError(w, errBadRequest("cannot use the idempotency key with workflow handlers. The handler invocation will already be idempotent by the workflow key itself."))
 	}
 	delay, hasDelay, e := delayParam(r)
 	if e != nil {
@@ -59,9 +77,16 @@ func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, rt route) int {
 	// The id and the request id are fixed before the first attempt, so that
 	// every retry inside the cluster is the same request.
 	var id invocation.ID
-	if key != "" {
+	switch {
+	case workflowRun:
+		id = invocation.WorkflowRun(rt.service, rt.objectKey)
+	case rt.keyed && key != "":
+		id = invocation.IdempotentKeyed(rt.service, rt.objectKey, rt.handler, key)
+	case rt.keyed:
+		id = invocation.RandomKeyed(rt.service, rt.objectKey)
+	case key != "":
 		id = invocation.Idempotent(rt.service, rt.handler, key)
-	} else {
+	default:
 		id = invocation.Random()
 	}
 	part := invocation.PartitionFor(id.PartitionKey(), h.cfg.Partitions)
@@ -76,6 +101,8 @@ func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, rt route) int {
 		Headers:          h.forwardHeaders(r.Header),
 		IdempotencyKey:   key,
 		ProposedAtUnixMs: now.UnixMilli(),
+		Key:              rt.objectKey,
+		Exclusive:        rt.keyed && registry.Exclusive(svc, rt.handler),
 	}
 	if hasDelay {
 		// Even ?delay=0s: the answer then carries executionTime (now).
@@ -103,7 +130,12 @@ func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, rt route) int {
 		if key != "" && appended.GetCompletedAtUnixMs() > 0 {
 			h.setIdempotencyExpires(w.Header(), appended.GetCompletedAtUnixMs())
 		}
-		return h.writeSendResponse(w, id, key != "" && appended.GetPreviouslyAccepted(), appended.GetNotBeforeUnixMs())
+		return h.writeSendResponse(w, id, (key != "" || workflowRun) && appended.GetPreviouslyAccepted(), appended.GetNotBeforeUnixMs())
+	}
+	if workflowRun && appended.GetPreviouslyAccepted() {
+		// As Restate: a workflow runs once per id; attach or output by
+		// workflow id reads that run's result.
+		return h.writeError(w, &apiError{code: http.StatusConflict, id: id.String(), msg: "the workflow method was already invoked"})
 	}
 	return h.waitResult(w, r, start, timeout, part, id, key)
 }

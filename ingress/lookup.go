@@ -26,16 +26,26 @@ func parseInvocationID(s string) (invocation.ID, error) {
 	return id, nil
 }
 
-// lookup serves GET /restate/invocation/.../attach and .../output.
+// lookup serves GET /restate/invocation/.../attach and .../output, and
+// /restate/workflow/{workflow}/{id}/attach and .../output.
 func (h *Handler) lookup(w http.ResponseWriter, r *http.Request, rt route) int {
 	start := time.Now()
 	var id invocation.ID
-	if rt.byKey() {
+	switch {
+	case len(rt.objectKey) > maxObjectKeyLen:
+		return h.writeError(w, errBadRequest(fmt.Sprintf("bad path: the key is longer than %d bytes", maxObjectKeyLen)))
+	case rt.workflow:
+		id = invocation.WorkflowRun(rt.service, rt.objectKey)
+	case rt.byKey():
 		if len(rt.key) > maxIdempotencyKeyLen {
 			return h.writeError(w, errBadRequest(fmt.Sprintf("bad idempotency key in the path: longer than %d bytes", maxIdempotencyKeyLen)))
 		}
-		id = invocation.Idempotent(rt.service, rt.handler, rt.key)
-	} else {
+		if rt.keyed {
+			id = invocation.IdempotentKeyed(rt.service, rt.objectKey, rt.handler, rt.key)
+		} else {
+			id = invocation.Idempotent(rt.service, rt.handler, rt.key)
+		}
+	default:
 		var err error
 		if id, err = parseInvocationID(rt.id); err != nil {
 			return h.writeError(w, errBadRequest("malformed invocation id "+quotePath(rt.id)+

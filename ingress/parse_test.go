@@ -79,7 +79,12 @@ func TestParsePath(t *testing.T) {
 	for in, want := range map[string]route{
 		"/Greeter/greet":                       {kind: routeCall, service: "Greeter", handler: "greet"},
 		"/Greeter/greet/":                      {kind: routeCall, service: "Greeter", handler: "greet"},
-		"/Greeter/greet/send":                  {kind: routeSend, service: "Greeter", handler: "greet"},
+		"/Greeter/greet/send":                  {kind: routeSend, service: "Greeter", handler: "greet", sendOrKeyed: true},
+		"/Counter/a%2Fb/add":                   {kind: routeCall, service: "Counter", objectKey: "a/b", handler: "add", keyed: true},
+		"/Counter/a/add/send":                  {kind: routeSend, service: "Counter", objectKey: "a", handler: "add", keyed: true},
+		"/restate/workflow/W/id1/attach":       {kind: routeAttach, service: "W", objectKey: "id1", keyed: true, workflow: true},
+		"/restate/workflow/W/id1/output":       {kind: routeOutput, service: "W", objectKey: "id1", keyed: true, workflow: true},
+		"/restate/invocation/O/k/h/i/attach":   {kind: routeAttach, service: "O", objectKey: "k", handler: "h", key: "i", keyed: true},
 		"/my%20svc/h%2Fx":                      {kind: routeCall, service: "my svc", handler: "h/x"},
 		"/restate/health":                      {kind: routeHealth},
 		"/restate/invocation/inv_x/attach":     {kind: routeAttach, id: "inv_x"},
@@ -93,21 +98,23 @@ func TestParsePath(t *testing.T) {
 		}
 	}
 	for in, code := range map[string]int{
-		"":                              400,
-		"/":                             404,
-		"/restate":                      404,
-		"/restate/foo":                  404,
-		"/Greeter":                      400,
-		"/Greeter/greet/call":           400,
-		"/a//b":                         400,
-		"//":                            404,
-		"/a/%zz":                        400,
-		"/a/%2":                         400,
-		"/restate/invocation":           400,
-		"/restate/invocation/x":         400,
-		"/restate/invocation/x/y":       400,
-		"/restate/invocation/a/b/c/d/e": 400,
-		"/a/b/c/d/e/f/g/h/i":            400,
+		"":                                400,
+		"/":                               404,
+		"/restate":                        404,
+		"/restate/foo":                    404,
+		"/Greeter":                        400,
+		"/Greeter/greet/x/call":           400,
+		"/restate/workflow/W/id":          400,
+		"/restate/workflow/W/id/run":      400,
+		"/a//b":                           400,
+		"//":                              404,
+		"/a/%zz":                          400,
+		"/a/%2":                           400,
+		"/restate/invocation":             400,
+		"/restate/invocation/x":           400,
+		"/restate/invocation/x/y":         400,
+		"/restate/invocation/a/b/c/d/e/f": 400,
+		"/a/b/c/d/e/f/g/h/i":              400,
 	} {
 		if _, err := parsePath(in); err == nil || err.code != code {
 			t.Errorf("parsePath(%q) error = %v, want code %d", in, err, code)
@@ -162,11 +169,15 @@ func TestQueryValue(t *testing.T) {
 // escapeRoute prints a route as a path, for the round trip of the fuzzer.
 func escapeRoute(r route) string {
 	e := url.PathEscape
+	target := "/" + e(r.service) + "/" + e(r.handler)
+	if r.keyed {
+		target = "/" + e(r.service) + "/" + e(r.objectKey) + "/" + e(r.handler)
+	}
 	switch r.kind {
 	case routeCall:
-		return "/" + e(r.service) + "/" + e(r.handler)
+		return target
 	case routeSend:
-		return "/" + e(r.service) + "/" + e(r.handler) + "/send"
+		return target + "/send"
 	case routeHealth:
 		return "/restate/health"
 	}
@@ -174,7 +185,12 @@ func escapeRoute(r route) string {
 	if r.kind == routeOutput {
 		verb = "/output"
 	}
-	if r.byKey() {
+	switch {
+	case r.workflow:
+		return "/restate/workflow/" + e(r.service) + "/" + e(r.objectKey) + verb
+	case r.byKey() && r.keyed:
+		return "/restate/invocation/" + e(r.service) + "/" + e(r.objectKey) + "/" + e(r.handler) + "/" + e(r.key) + verb
+	case r.byKey():
 		return "/restate/invocation/" + e(r.service) + "/" + e(r.handler) + "/" + e(r.key) + verb
 	}
 	return "/restate/invocation/" + e(r.id) + verb

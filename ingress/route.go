@@ -43,6 +43,16 @@ type route struct {
 	service, handler string
 	// key is the idempotency key of attach/output by key.
 	key string
+	// objectKey is the key of a keyed service (an object's key, a
+	// workflow's id); keyed says the path had one.
+	objectKey string
+	keyed     bool
+	// sendOrKeyed marks POST /{a}/{b}/send: a send of handler b of a plain
+	// service, or a call of the handler named send of object a's key b.
+	// Only the registry can tell (as in Restate); see resolve.
+	sendOrKeyed bool
+	// workflow: attach/output of a workflow's run by workflow id.
+	workflow bool
 	// id is the printed invocation id of attach/output by id (not yet
 	// validated: parseInvocationID does that).
 	id string
@@ -52,15 +62,31 @@ type route struct {
 // idempotency key.
 func (r route) byKey() bool { return r.id == "" && r.key != "" }
 
+// resolve fixes a call or send route for a service of kind keyed
+// (object or workflow) or not, or says why the path does not fit it.
+func (r route) resolve(svc string, keyed bool) (route, *apiError) {
+	if r.sendOrKeyed && keyed {
+		return route{kind: routeCall, service: r.service, objectKey: r.handler, handler: "send", keyed: true}, nil
+	}
+	switch {
+	case r.keyed && !keyed:
+		return r, errBadRequest("bad path: '" + svc + "' is a plain service, called with POST /" + svc + "/{handler} (or .../send), without a key")
+	case !r.keyed && keyed:
+		return r, errBadRequest("bad path: '" + svc + "' is a virtual object or workflow, called with POST /" + svc + "/{key}/{handler} (or .../send)")
+	}
+	return r, nil
+}
+
 // Path errors. Messages say what the ingress expects.
 const (
-	msgBadServicePath    = "bad path: expected POST /{service}/{handler} (call) or POST /{service}/{handler}/send (send)"
-	msgBadInvocationPath = "bad path: expected GET /restate/invocation/{invocationId}/attach, /restate/invocation/{invocationId}/output, /restate/invocation/{service}/{handler}/{idempotencyKey}/attach or /restate/invocation/{service}/{handler}/{idempotencyKey}/output"
+	msgBadServicePath    = "bad path: expected POST /{service}/{handler} (call), POST /{service}/{handler}/send (send), or for a virtual object or workflow POST /{name}/{key}/{handler} and .../send"
+	msgBadInvocationPath = "bad path: expected GET /restate/invocation/{invocationId}/attach, /restate/invocation/{invocationId}/output, /restate/invocation/{service}/{handler}/{idempotencyKey}/attach or /output, or /restate/invocation/{object}/{key}/{handler}/{idempotencyKey}/attach or /output"
+	msgBadWorkflowPath   = "bad path: expected GET /restate/workflow/{workflow}/{id}/attach or /restate/workflow/{workflow}/{id}/output"
 )
 
 // maxSegments bounds the segments the parser looks at; no route has more
-// than 6.
-const maxSegments = 7
+// than 7.
+const maxSegments = 8
 
 // parsePath parses an escaped request path (url.URL.EscapedPath). One
 // trailing slash is ignored, as Restate's ingress does. Errors are 400 for a
@@ -109,7 +135,11 @@ func parsePath(escaped string) (route, *apiError) {
 	case n == 2:
 		return route{kind: routeCall, service: seg[0], handler: seg[1]}, nil
 	case n == 3 && seg[2] == "send":
-		return route{kind: routeSend, service: seg[0], handler: seg[1]}, nil
+		return route{kind: routeSend, service: seg[0], handler: seg[1], sendOrKeyed: true}, nil
+	case n == 3:
+		return route{kind: routeCall, service: seg[0], objectKey: seg[1], handler: seg[2], keyed: true}, nil
+	case n == 4 && seg[3] == "send":
+		return route{kind: routeSend, service: seg[0], objectKey: seg[1], handler: seg[2], keyed: true}, nil
 	default:
 		return route{}, errBadRequest(msgBadServicePath)
 	}
@@ -134,8 +164,10 @@ func parseRestatePath(seg []string) (route, *apiError) {
 		}
 	case "invocation":
 		return parseInvocationPath(seg[2:])
+	case "workflow":
+		return parseWorkflowPath(seg[2:])
 	}
-	return route{}, errNotFound("no endpoint at /restate/" + seg[1] + ": the ingress serves /restate/health and /restate/invocation/...")
+	return route{}, errNotFound("no endpoint at /restate/" + seg[1] + ": the ingress serves /restate/health, /restate/invocation/... and /restate/workflow/...")
 }
 
 // parseInvocationPath parses what follows /restate/invocation/.
@@ -146,6 +178,8 @@ func parseInvocationPath(seg []string) (route, *apiError) {
 		r.id = seg[0]
 	case 4:
 		r.service, r.handler, r.key = seg[0], seg[1], seg[2]
+	case 5:
+		r.service, r.objectKey, r.handler, r.key, r.keyed = seg[0], seg[1], seg[2], seg[3], true
 	default:
 		return route{}, errBadRequest(msgBadInvocationPath)
 	}
@@ -156,6 +190,23 @@ func parseInvocationPath(seg []string) (route, *apiError) {
 		r.kind = routeOutput
 	default:
 		return route{}, errBadRequest(msgBadInvocationPath)
+	}
+	return r, nil
+}
+
+// parseWorkflowPath parses what follows /restate/workflow/.
+func parseWorkflowPath(seg []string) (route, *apiError) {
+	if len(seg) != 3 {
+		return route{}, errBadRequest(msgBadWorkflowPath)
+	}
+	r := route{service: seg[0], objectKey: seg[1], keyed: true, workflow: true}
+	switch seg[2] {
+	case "attach":
+		r.kind = routeAttach
+	case "output":
+		r.kind = routeOutput
+	default:
+		return route{}, errBadRequest(msgBadWorkflowPath)
 	}
 	return r, nil
 }

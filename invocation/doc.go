@@ -11,6 +11,12 @@
 // (keyed by the bytes after the partition key first) arrive in ascending
 // order.
 //
+// Every invocation of one key of a keyed service (a virtual object's key, a
+// workflow's id) carries the partition key KeyedPartitionKey(service, key),
+// so they all live in the partition that holds that key's queue:
+// RandomKeyed, IdempotentKeyed and WorkflowRun (one id per workflow id, which
+// is what makes a workflow run at most once) derive their ids so.
+//
 // Partition i of n owns the contiguous key range
 // [(i-1)·2⁶⁴/n, i·2⁶⁴/n) (PartitionFor, KeyRange): a later split is a range
 // change, not a re-hash. CheckOwner refuses an id addressed to a partition

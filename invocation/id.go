@@ -168,3 +168,55 @@ func CheckOwner(id []byte, p, n uint32) error {
 	}
 	return nil
 }
+
+// KeyedPartitionKey is the partition key of every invocation of the keyed
+// service's (service, key): all of them live in one partition, where its
+// key queue is.
+func KeyedPartitionKey(service, key string) uint64 {
+	sum := hashParts("key", service, key)
+	return binary.BigEndian.Uint64(sum[:8])
+}
+
+// RandomKeyed is Random with the partition key of (service, key).
+func RandomKeyed(service, key string) ID {
+	id := Random()
+	binary.BigEndian.PutUint64(id[:8], KeyedPartitionKey(service, key))
+	return id
+}
+
+// IdempotentKeyed is the id of the invocation of handler of the keyed
+// service's (service, key) with the caller's idempotency key: like
+// Idempotent, but in the partition of (service, key).
+func IdempotentKeyed(service, key, handler, idempotencyKey string) ID {
+	var id ID
+	sum := hashParts("idempotent", service, key, handler, idempotencyKey)
+	copy(id[:], sum[:])
+	binary.BigEndian.PutUint64(id[:8], KeyedPartitionKey(service, key))
+	return id
+}
+
+// WorkflowRun is the id of the run of workflow service with workflow id
+// key: one id per workflow id, so the partition runs it at most once while
+// its record is kept.
+func WorkflowRun(service, key string) ID {
+	var id ID
+	sum := hashParts("workflow", service, key)
+	copy(id[:], sum[:])
+	binary.BigEndian.PutUint64(id[:8], KeyedPartitionKey(service, key))
+	return id
+}
+
+// hashParts hashes length-prefixed parts, so no two lists of parts
+// collide by concatenation.
+func hashParts(parts ...string) [sha256.Size]byte {
+	h := sha256.New()
+	for _, part := range parts {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write([]byte(part))
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
+}

@@ -159,3 +159,30 @@ func TestCheckOwner(t *testing.T) {
 		t.Errorf("CheckOwner on a short id = %v, want ErrMalformedID", err)
 	}
 }
+
+// Every id of one key of a keyed service carries the key's partition key;
+// ids derived from different parts differ.
+func TestKeyedIDs(t *testing.T) {
+	pk := KeyedPartitionKey("Counter", "alice")
+	if pk == KeyedPartitionKey("Counter", "bob") || pk == KeyedPartitionKey("Counte", "ralice") {
+		t.Fatal("partition keys of different keys collide")
+	}
+	ids := []ID{RandomKeyed("Counter", "alice"), RandomKeyed("Counter", "alice"),
+		IdempotentKeyed("Counter", "alice", "add", "k1"), WorkflowRun("Counter", "alice")}
+	seen := map[ID]bool{}
+	for _, id := range ids {
+		if id.PartitionKey() != pk {
+			t.Fatalf("%s: partition key %x, want %x", id, id.PartitionKey(), pk)
+		}
+		if seen[id] {
+			t.Fatalf("%s minted twice", id)
+		}
+		seen[id] = true
+	}
+	if IdempotentKeyed("Counter", "alice", "add", "k1") != ids[2] || WorkflowRun("Counter", "alice") != ids[3] {
+		t.Fatal("derived ids are not deterministic")
+	}
+	if IdempotentKeyed("Counter", "alice", "add", "k2") == ids[2] || WorkflowRun("Signup", "alice") == ids[3] {
+		t.Fatal("derived ids of different inputs collide")
+	}
+}

@@ -3,7 +3,8 @@
 //
 // The queue lives in one sub-bucket of the partition's state bucket and is
 // changed only by the partition state machine while it applies a command
-// (Invoke adds, AttemptFailed reschedules, Complete removes). The leader's
+// (Invoke adds, AttemptFailed reschedules, Complete removes; for a key of a
+// keyed service only the invocation holding the key is queued here). The leader's
 // invoker only reads it: it reserves entries in memory, delivers them, and
 // proposes the command that removes or reschedules them. Nothing is popped
 // before its outcome is in the log, so a crash or a leader change leaves every

@@ -17,3 +17,4 @@ func purgeCmd(c *rpc.Purge) *rpc.Command   { return &rpc.Command{Cmd: &rpc.Comma
 func attemptFailedCmd(c *rpc.AttemptFailed) *rpc.Command {
 	return &rpc.Command{Cmd: &rpc.Command_AttemptFailed{AttemptFailed: c}}
 }
+func admitCmd(c *rpc.Admit) *rpc.Command { return &rpc.Command{Cmd: &rpc.Command_Admit{Admit: c}} }

@@ -34,6 +34,7 @@ const (
 	headerInvocationID   = "x-restate-id"
 	headerAttempt        = "x-raftgate-attempt"
 	headerIdempotencyKey = "idempotency-key"
+	headerKey            = "x-raftgate-key"
 )
 
 // call makes one HTTP attempt of inv.
@@ -64,6 +65,9 @@ func (iv *invoker) call(ctx context.Context, inv *rpc.Invoke, attempt uint32) at
 	req.Header.Set(headerAttempt, strconv.FormatUint(uint64(attempt), 10))
 	if inv.IdempotencyKey != "" {
 		req.Header.Set(headerIdempotencyKey, inv.IdempotencyKey)
+	}
+	if inv.Key != "" {
+		req.Header.Set(headerKey, inv.Key)
 	}
 	resp, err := iv.p.client.Do(req)
 	if err != nil {

@@ -15,6 +15,8 @@
 //	results          completed_at ‖ id → rpc.InvocationResult  (package results)
 //	(results are keyed by completed_at ‖ id, found through the record)
 //	outbox           due ‖ id → attempts, service       (package outbox)
+//	keys             service, key → rpc.KeyState         (keys.go)
+//	keyqueue         service, key ‖ seq → id             (keys.go)
 //
 // Apply is deterministic: timestamps come from the commands (the proposer
 // stamps them), nothing reads a clock, randomness or map order. Invoke of
@@ -23,6 +25,14 @@
 // the first Complete in log order is the result. Cancel completes a pending
 // invocation with status 409, failed=true, error "cancelled". Purge{before}
 // drops results completed before `before`, walking the time index.
+//
+// Exclusive invocations of a keyed service (Invoke.exclusive: an object's
+// exclusive handlers, a workflow's run) run one at a time per (service,
+// key), in the order they enter the key: at their Invoke, or for a delayed
+// send at the Admit the leader proposes once it is due. Only the key's
+// running invocation is in the outbox; the others wait in keyqueue, and the
+// apply that completes the running one puts the next in the outbox. See
+// keys.go.
 //
 // # Order of events for one request (leader)
 //
@@ -55,7 +65,7 @@
 // the retention sweeper; both stop the moment leadership is lost. The
 // invoker pages through the outbox without removing anything, reserves due
 // deliveries in memory (bounded per partition and per service), calls the
-// service, and proposes Complete or AttemptFailed; the reservation ends when
-// that command applies. Delivery is at-least-once, the result exactly-once.
+// service, and proposes Complete or AttemptFailed (Admit for a due delayed
+// exclusive invocation); the reservation ends when that command applies. Delivery is at-least-once, the result exactly-once.
 // See DESIGN.md for why.
 package partition

@@ -220,6 +220,16 @@ func (iv *invoker) scan(ctx context.Context, term uint64, wg *sync.WaitGroup) in
 			continue
 		}
 		iv.inflight[id] = struct{}{}
+		if rec.State == rpc.InvocationRecord_SCHEDULED {
+			// A delayed exclusive invocation is due: it enters its key's
+			// queue when the Admit applies (keys.go); nothing is delivered.
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				iv.admit(ctx, rec.Invoke.InvocationId)
+			}()
+			continue
+		}
 		iv.delivering[id] = struct{}{}
 		iv.perService[rec.Invoke.Service]++
 		wg.Add(1)
@@ -304,6 +314,23 @@ func (iv *invoker) deliver(ctx context.Context, term uint64, rec *rpc.Invocation
 			iv.release(id)
 			return
 		}
+	}
+}
+
+// admit proposes the Admit of a due SCHEDULED invocation; the reservation
+// ends when it applies, or at once if the proposal is refused (the next
+// scan tries again).
+func (iv *invoker) admit(ctx context.Context, id []byte) {
+	proposed := make(chan error, 1)
+	iv.p.submit(ctx, admitCmd(&rpc.Admit{InvocationId: id, ProposedAtUnixMs: iv.p.now().UnixMilli()}), func(err error) { proposed <- err })
+	var err error
+	select {
+	case err = <-proposed:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		iv.release(id)
 	}
 }
 

@@ -116,6 +116,9 @@ func initBuckets(b *bolt.Bucket) error {
 	if err := results.Init(b); err != nil {
 		return err
 	}
+	if err := initKeyBuckets(b); err != nil {
+		return err
+	}
 	return outbox.Init(b)
 }
 
@@ -137,6 +140,9 @@ func (m *machine) applyCommand(b *bolt.Bucket, term uint64, c *rpc.Command, fx *
 	case *rpc.Command_AttemptFailed:
 		fx.applied["attempt_failed"]++
 		return m.attemptFailed(b, cmd.AttemptFailed, fx)
+	case *rpc.Command_Admit:
+		fx.applied["admit"]++
+		return m.admit(b, cmd.Admit, fx)
 	default:
 		return fmt.Errorf("partition: unexpected command %T", c.Cmd)
 	}
@@ -168,14 +174,18 @@ func (m *machine) invoke(b *bolt.Bucket, term uint64, c *rpc.Invoke, fx *effects
 		return nil
 	}
 	rec = &rpc.InvocationRecord{Invoke: c, State: rpc.InvocationRecord_PENDING, AcceptedAtUnixMs: c.ProposedAtUnixMs}
-	if err := putRecord(b, rec); err != nil {
+	switch {
+	case delayedExclusive(c):
+		rec.State = rpc.InvocationRecord_SCHEDULED // enters its key when due (keys.go)
+		err = m.startDelivery(b, rec, fx)
+	case c.Exclusive:
+		err = m.enterKey(b, rec, fx)
+	default:
+		err = m.startDelivery(b, rec, fx)
+	}
+	if err != nil {
 		return err
 	}
-	if err := outbox.Put(b, outbox.Entry{ID: c.InvocationId, Due: dueOf(rec), Service: c.Service}); err != nil {
-		return err
-	}
-	fx.outboxAdded = true
-	fx.outboxDelta++
 	r.appended = &rpc.Appended{InvocationId: c.InvocationId, NotBeforeUnixMs: c.NotBeforeUnixMs}
 	fx.replies = append(fx.replies, r)
 	return nil
@@ -213,6 +223,7 @@ func (m *machine) cancel(b *bolt.Bucket, term uint64, c *rpc.Cancel, fx *effects
 func (m *machine) finish(b *bolt.Bucket, rec *rpc.InvocationRecord, res *rpc.Result, at int64, fx *effects) error {
 	id := rec.Invoke.InvocationId
 	due := dueOf(rec)
+	was := rec.State
 	rec.State = rpc.InvocationRecord_COMPLETED
 	rec.CompletedAtUnixMs = at
 	rec.RetryAtUnixMs = 0
@@ -233,6 +244,22 @@ func (m *machine) finish(b *bolt.Bucket, rec *rpc.InvocationRecord, res *rpc.Res
 	}
 	fx.outboxDone = append(fx.outboxDone, id)
 	fx.completed = append(fx.completed, ir)
+	if rec.Invoke.Exclusive {
+		return m.leaveKey(b, rec, was, fx)
+	}
+	return nil
+}
+
+// startDelivery stores rec and puts its delivery in the outbox.
+func (m *machine) startDelivery(b *bolt.Bucket, rec *rpc.InvocationRecord, fx *effects) error {
+	if err := putRecord(b, rec); err != nil {
+		return err
+	}
+	if err := outbox.Put(b, outbox.Entry{ID: rec.Invoke.InvocationId, Due: dueOf(rec), Service: rec.Invoke.Service}); err != nil {
+		return err
+	}
+	fx.outboxAdded = true
+	fx.outboxDelta++
 	return nil
 }
 
@@ -251,10 +278,11 @@ func (m *machine) purge(b *bolt.Bucket, c *rpc.Purge) error {
 
 // attemptFailed records a failed delivery attempt and reschedules the
 // delivery. An attempt number not above the recorded one is stale (an old
-// leader's report of an attempt a new leader repeated) and ignored.
+// leader's report of an attempt a new leader repeated) and ignored, as is
+// any report for an invocation not being delivered (queued for its key).
 func (m *machine) attemptFailed(b *bolt.Bucket, c *rpc.AttemptFailed, fx *effects) error {
 	rec, found, err := getRecord(b, c.InvocationId)
-	if err != nil || !found || rec.State == rpc.InvocationRecord_COMPLETED || c.Attempt <= rec.Attempts {
+	if err != nil || !found || rec.State != rpc.InvocationRecord_PENDING || c.Attempt <= rec.Attempts {
 		return err
 	}
 	oldDue := dueOf(rec)

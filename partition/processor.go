@@ -2,6 +2,7 @@ package partition
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/http"
@@ -245,7 +246,7 @@ func (p *Processor) Attach(ctx context.Context, id []byte) (*rpc.InvocationResul
 
 // Status returns the invocation's record, its result included when
 // completed; linearizable like Output. State is RUNNING while the leader is
-// delivering it.
+// delivering it; a QUEUED one carries its queue position.
 func (p *Processor) Status(ctx context.Context, id []byte) (*rpc.InvocationRecord, error) {
 	if err := p.readBarrier(ctx, id); err != nil {
 		return nil, err
@@ -255,6 +256,9 @@ func (p *Processor) Status(ctx context.Context, id []byte) (*rpc.InvocationRecor
 		r, found, err := getRecord(b, id)
 		if err != nil || !found {
 			return err
+		}
+		if r.State == rpc.InvocationRecord_QUEUED {
+			r.QueuePosition = queuePosition(b, r)
 		}
 		if r.State == rpc.InvocationRecord_COMPLETED {
 			res, ok, err := results.Get(b, r.CompletedAtUnixMs, id)
@@ -436,6 +440,11 @@ func validateInvoke(inv *rpc.Invoke) error {
 		return fmt.Errorf("partition: request id has %d bytes: %w", len(inv.RequestId), rpc.ErrInvalid)
 	case inv.Service == "" || inv.Handler == "":
 		return fmt.Errorf("partition: service and handler are required: %w", rpc.ErrInvalid)
+	case inv.Exclusive && inv.Key == "":
+		return fmt.Errorf("partition: an exclusive invocation needs a key: %w", rpc.ErrInvalid)
+	case inv.Key != "" && binary.BigEndian.Uint64(inv.InvocationId) != invocation.KeyedPartitionKey(inv.Service, inv.Key):
+		// Its key's queue is in the partition of (service, key).
+		return fmt.Errorf("partition: the id of an invocation of key %q has another partition key than the key: %w", inv.Key, rpc.ErrInvalid)
 	}
 	return nil
 }

@@ -9,6 +9,11 @@
 // leader before answering a miss, so a service registered a moment ago
 // through another node is found.
 //
+// A service has a kind: a plain service (the default, and what every
+// registration from before kinds existed reads as), a virtual object or a
+// workflow. Exclusive says which handlers of a keyed service hold their key
+// while they run (package partition queues them per key).
+//
 // State in the group's bucket:
 //
 //	services   name → rpc.Service

@@ -368,5 +368,48 @@ func validateService(svc *rpc.Service) error {
 	if slices.Contains(svc.Handlers, "") {
 		return fmt.Errorf("registry: service %q: empty handler name: %w", svc.Name, rpc.ErrInvalid)
 	}
+	return CheckKind(svc)
+}
+
+// CheckKind checks the kind and the shared handlers: only keyed
+// services have shared handlers, each one of the listed handlers (when
+// handlers are listed), and a workflow's run is never shared.
+func CheckKind(svc *rpc.Service) error {
+	switch svc.Kind {
+	case rpc.Service_SERVICE:
+		if len(svc.Shared) > 0 {
+			return fmt.Errorf("registry: service %q: a plain service has no shared handlers (kind object or workflow): %w", svc.Name, rpc.ErrInvalid)
+		}
+	case rpc.Service_OBJECT, rpc.Service_WORKFLOW:
+	default:
+		return fmt.Errorf("registry: service %q: unknown kind %d: %w", svc.Name, svc.Kind, rpc.ErrInvalid)
+	}
+	for _, h := range svc.Shared {
+		if h == "" || (len(svc.Handlers) > 0 && !slices.Contains(svc.Handlers, h)) {
+			return fmt.Errorf("registry: service %q: shared handler %q is not one of its handlers: %w", svc.Name, h, rpc.ErrInvalid)
+		}
+		if svc.Kind == rpc.Service_WORKFLOW && h == WorkflowRun {
+			return fmt.Errorf("registry: workflow %q: run cannot be shared: %w", svc.Name, rpc.ErrInvalid)
+		}
+	}
+	if svc.Kind == rpc.Service_WORKFLOW && len(svc.Handlers) > 0 && !slices.Contains(svc.Handlers, WorkflowRun) {
+		return fmt.Errorf("registry: workflow %q: its handlers must include run: %w", svc.Name, rpc.ErrInvalid)
+	}
 	return nil
+}
+
+// WorkflowRun is a workflow's exclusive handler, run once per workflow id.
+const WorkflowRun = "run"
+
+// Exclusive reports whether handler of svc runs only while holding its
+// key: the non-shared handlers of an object, and a workflow's run. Plain
+// services have no key.
+func Exclusive(svc *rpc.Service, handler string) bool {
+	switch svc.GetKind() {
+	case rpc.Service_OBJECT:
+		return !slices.Contains(svc.Shared, handler)
+	case rpc.Service_WORKFLOW:
+		return handler == WorkflowRun
+	}
+	return false
 }

@@ -25,6 +25,61 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type Service_Kind int32
+
+const (
+	// A plain service: no key, no ordering (registrations from before
+	// kinds existed read as this).
+	Service_SERVICE Service_Kind = 0
+	// A virtual object: handlers addressed by a key; exclusive ones run one
+	// at a time per key.
+	Service_OBJECT Service_Kind = 1
+	// A workflow: run executes once per workflow id; the other handlers are
+	// shared.
+	Service_WORKFLOW Service_Kind = 2
+)
+
+// Enum value maps for Service_Kind.
+var (
+	Service_Kind_name = map[int32]string{
+		0: "SERVICE",
+		1: "OBJECT",
+		2: "WORKFLOW",
+	}
+	Service_Kind_value = map[string]int32{
+		"SERVICE":  0,
+		"OBJECT":   1,
+		"WORKFLOW": 2,
+	}
+)
+
+func (x Service_Kind) Enum() *Service_Kind {
+	p := new(Service_Kind)
+	*p = x
+	return p
+}
+
+func (x Service_Kind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Service_Kind) Descriptor() protoreflect.EnumDescriptor {
+	return file_raftgate_proto_enumTypes[0].Descriptor()
+}
+
+func (Service_Kind) Type() protoreflect.EnumType {
+	return &file_raftgate_proto_enumTypes[0]
+}
+
+func (x Service_Kind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Service_Kind.Descriptor instead.
+func (Service_Kind) EnumDescriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{15, 0}
+}
+
 type InvocationRecord_State int32
 
 const (
@@ -32,6 +87,12 @@ const (
 	InvocationRecord_PENDING           InvocationRecord_State = 1
 	InvocationRecord_RUNNING           InvocationRecord_State = 2
 	InvocationRecord_COMPLETED         InvocationRecord_State = 3
+	// An exclusive invocation waiting in its key's queue (not in the
+	// outbox).
+	InvocationRecord_QUEUED InvocationRecord_State = 4
+	// A delayed exclusive invocation not yet due: in the outbox, but not
+	// yet in its key's queue (Admit puts it there).
+	InvocationRecord_SCHEDULED InvocationRecord_State = 5
 )
 
 // Enum value maps for InvocationRecord_State.
@@ -41,12 +102,16 @@ var (
 		1: "PENDING",
 		2: "RUNNING",
 		3: "COMPLETED",
+		4: "QUEUED",
+		5: "SCHEDULED",
 	}
 	InvocationRecord_State_value = map[string]int32{
 		"STATE_UNSPECIFIED": 0,
 		"PENDING":           1,
 		"RUNNING":           2,
 		"COMPLETED":         3,
+		"QUEUED":            4,
+		"SCHEDULED":         5,
 	}
 )
 
@@ -61,11 +126,11 @@ func (x InvocationRecord_State) String() string {
 }
 
 func (InvocationRecord_State) Descriptor() protoreflect.EnumDescriptor {
-	return file_raftgate_proto_enumTypes[0].Descriptor()
+	return file_raftgate_proto_enumTypes[1].Descriptor()
 }
 
 func (InvocationRecord_State) Type() protoreflect.EnumType {
-	return &file_raftgate_proto_enumTypes[0]
+	return &file_raftgate_proto_enumTypes[1]
 }
 
 func (x InvocationRecord_State) Number() protoreflect.EnumNumber {
@@ -74,7 +139,7 @@ func (x InvocationRecord_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InvocationRecord_State.Descriptor instead.
 func (InvocationRecord_State) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{17, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{18, 0}
 }
 
 type DispatchError_Code int32
@@ -126,11 +191,11 @@ func (x DispatchError_Code) String() string {
 }
 
 func (DispatchError_Code) Descriptor() protoreflect.EnumDescriptor {
-	return file_raftgate_proto_enumTypes[1].Descriptor()
+	return file_raftgate_proto_enumTypes[2].Descriptor()
 }
 
 func (DispatchError_Code) Type() protoreflect.EnumType {
-	return &file_raftgate_proto_enumTypes[1]
+	return &file_raftgate_proto_enumTypes[2]
 }
 
 func (x DispatchError_Code) Number() protoreflect.EnumNumber {
@@ -139,7 +204,7 @@ func (x DispatchError_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DispatchError_Code.Descriptor instead.
 func (DispatchError_Code) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{29, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{32, 0}
 }
 
 type RaftBatch struct {
@@ -491,6 +556,7 @@ type Command struct {
 	//	*Command_Cancel
 	//	*Command_Purge
 	//	*Command_AttemptFailed
+	//	*Command_Admit
 	//	*Command_PutService
 	//	*Command_DeleteService
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
@@ -580,6 +646,15 @@ func (x *Command) GetAttemptFailed() *AttemptFailed {
 	return nil
 }
 
+func (x *Command) GetAdmit() *Admit {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_Admit); ok {
+			return x.Admit
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetPutService() *PutService {
 	if x != nil {
 		if x, ok := x.Cmd.(*Command_PutService); ok {
@@ -622,6 +697,10 @@ type Command_AttemptFailed struct {
 	AttemptFailed *AttemptFailed `protobuf:"bytes,14,opt,name=attempt_failed,json=attemptFailed,proto3,oneof"`
 }
 
+type Command_Admit struct {
+	Admit *Admit `protobuf:"bytes,15,opt,name=admit,proto3,oneof"`
+}
+
 type Command_PutService struct {
 	// Metadata group only.
 	PutService *PutService `protobuf:"bytes,20,opt,name=put_service,json=putService,proto3,oneof"`
@@ -640,6 +719,8 @@ func (*Command_Cancel) isCommand_Cmd() {}
 func (*Command_Purge) isCommand_Cmd() {}
 
 func (*Command_AttemptFailed) isCommand_Cmd() {}
+
+func (*Command_Admit) isCommand_Cmd() {}
 
 func (*Command_PutService) isCommand_Cmd() {}
 
@@ -714,8 +795,14 @@ type Invoke struct {
 	ProposedAtUnixMs int64  `protobuf:"varint,10,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
 	// Delayed sends: do not run before this time (0 = at once).
 	NotBeforeUnixMs int64 `protobuf:"varint,11,opt,name=not_before_unix_ms,json=notBeforeUnixMs,proto3" json:"not_before_unix_ms,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The object key or workflow id of a keyed service's handler; empty for
+	// plain services. Sent to the service in x-raftgate-key.
+	Key string `protobuf:"bytes,12,opt,name=key,proto3" json:"key,omitempty"`
+	// An exclusive handler of a keyed service: it runs only while it holds
+	// its (service, key), one at a time in log order (partition/keys.go).
+	Exclusive     bool `protobuf:"varint,13,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Invoke) Reset() {
@@ -823,6 +910,20 @@ func (x *Invoke) GetNotBeforeUnixMs() int64 {
 		return x.NotBeforeUnixMs
 	}
 	return 0
+}
+
+func (x *Invoke) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Invoke) GetExclusive() bool {
+	if x != nil {
+		return x.Exclusive
+	}
+	return false
 }
 
 type Result struct {
@@ -1111,6 +1212,61 @@ func (x *Purge) GetProposedAtUnixMs() int64 {
 	return 0
 }
 
+// Admit moves a delayed exclusive invocation that became due into its
+// key's queue (or starts it when the key is free). The leader's invoker
+// proposes it; its log position is the invocation's place in the queue.
+type Admit struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	InvocationId     []byte                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	ProposedAtUnixMs int64                  `protobuf:"varint,2,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Admit) Reset() {
+	*x = Admit{}
+	mi := &file_raftgate_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Admit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Admit) ProtoMessage() {}
+
+func (x *Admit) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Admit.ProtoReflect.Descriptor instead.
+func (*Admit) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Admit) GetInvocationId() []byte {
+	if x != nil {
+		return x.InvocationId
+	}
+	return nil
+}
+
+func (x *Admit) GetProposedAtUnixMs() int64 {
+	if x != nil {
+		return x.ProposedAtUnixMs
+	}
+	return 0
+}
+
 // AttemptFailed records a failed, retryable delivery attempt for status
 // reporting and so that a new leader continues the attempt count.
 type AttemptFailed struct {
@@ -1126,7 +1282,7 @@ type AttemptFailed struct {
 
 func (x *AttemptFailed) Reset() {
 	*x = AttemptFailed{}
-	mi := &file_raftgate_proto_msgTypes[13]
+	mi := &file_raftgate_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +1294,7 @@ func (x *AttemptFailed) String() string {
 func (*AttemptFailed) ProtoMessage() {}
 
 func (x *AttemptFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[13]
+	mi := &file_raftgate_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +1307,7 @@ func (x *AttemptFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptFailed.ProtoReflect.Descriptor instead.
 func (*AttemptFailed) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{13}
+	return file_raftgate_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AttemptFailed) GetInvocationId() []byte {
@@ -1194,15 +1350,19 @@ type Service struct {
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Url   string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
 	// When non-empty, only these handlers are accepted.
-	Handlers        []string `protobuf:"bytes,3,rep,name=handlers,proto3" json:"handlers,omitempty"`
-	UpdatedAtUnixMs int64    `protobuf:"varint,4,opt,name=updated_at_unix_ms,json=updatedAtUnixMs,proto3" json:"updated_at_unix_ms,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	Handlers        []string     `protobuf:"bytes,3,rep,name=handlers,proto3" json:"handlers,omitempty"`
+	UpdatedAtUnixMs int64        `protobuf:"varint,4,opt,name=updated_at_unix_ms,json=updatedAtUnixMs,proto3" json:"updated_at_unix_ms,omitempty"`
+	Kind            Service_Kind `protobuf:"varint,5,opt,name=kind,proto3,enum=raftgate.v1.Service_Kind" json:"kind,omitempty"`
+	// Handlers of an object that run alongside the exclusive ones and never
+	// wait for the key. Every handler of a workflow but run is shared.
+	Shared        []string `protobuf:"bytes,6,rep,name=shared,proto3" json:"shared,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Service) Reset() {
 	*x = Service{}
-	mi := &file_raftgate_proto_msgTypes[14]
+	mi := &file_raftgate_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +1374,7 @@ func (x *Service) String() string {
 func (*Service) ProtoMessage() {}
 
 func (x *Service) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[14]
+	mi := &file_raftgate_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1227,7 +1387,7 @@ func (x *Service) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Service.ProtoReflect.Descriptor instead.
 func (*Service) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{14}
+	return file_raftgate_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Service) GetName() string {
@@ -1258,6 +1418,20 @@ func (x *Service) GetUpdatedAtUnixMs() int64 {
 	return 0
 }
 
+func (x *Service) GetKind() Service_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return Service_SERVICE
+}
+
+func (x *Service) GetShared() []string {
+	if x != nil {
+		return x.Shared
+	}
+	return nil
+}
+
 type PutService struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Service       *Service               `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
@@ -1267,7 +1441,7 @@ type PutService struct {
 
 func (x *PutService) Reset() {
 	*x = PutService{}
-	mi := &file_raftgate_proto_msgTypes[15]
+	mi := &file_raftgate_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1279,7 +1453,7 @@ func (x *PutService) String() string {
 func (*PutService) ProtoMessage() {}
 
 func (x *PutService) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[15]
+	mi := &file_raftgate_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1292,7 +1466,7 @@ func (x *PutService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutService.ProtoReflect.Descriptor instead.
 func (*PutService) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{15}
+	return file_raftgate_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PutService) GetService() *Service {
@@ -1311,7 +1485,7 @@ type DeleteService struct {
 
 func (x *DeleteService) Reset() {
 	*x = DeleteService{}
-	mi := &file_raftgate_proto_msgTypes[16]
+	mi := &file_raftgate_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +1497,7 @@ func (x *DeleteService) String() string {
 func (*DeleteService) ProtoMessage() {}
 
 func (x *DeleteService) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[16]
+	mi := &file_raftgate_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +1510,7 @@ func (x *DeleteService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteService.ProtoReflect.Descriptor instead.
 func (*DeleteService) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{16}
+	return file_raftgate_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeleteService) GetName() string {
@@ -1357,13 +1531,18 @@ type InvocationRecord struct {
 	Result            *Result                `protobuf:"bytes,6,opt,name=result,proto3" json:"result,omitempty"`
 	CompletedAtUnixMs int64                  `protobuf:"varint,7,opt,name=completed_at_unix_ms,json=completedAtUnixMs,proto3" json:"completed_at_unix_ms,omitempty"`
 	AcceptedAtUnixMs  int64                  `protobuf:"varint,8,opt,name=accepted_at_unix_ms,json=acceptedAtUnixMs,proto3" json:"accepted_at_unix_ms,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// QUEUED: the invocation's sequence number in its key's queue.
+	QueueSeq uint64 `protobuf:"varint,9,opt,name=queue_seq,json=queueSeq,proto3" json:"queue_seq,omitempty"`
+	// QUEUED, in status answers only (never stored): how many invocations
+	// are ahead of it in the queue, the running one not counted (0 = next).
+	QueuePosition uint64 `protobuf:"varint,10,opt,name=queue_position,json=queuePosition,proto3" json:"queue_position,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InvocationRecord) Reset() {
 	*x = InvocationRecord{}
-	mi := &file_raftgate_proto_msgTypes[17]
+	mi := &file_raftgate_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1375,7 +1554,7 @@ func (x *InvocationRecord) String() string {
 func (*InvocationRecord) ProtoMessage() {}
 
 func (x *InvocationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[17]
+	mi := &file_raftgate_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1388,7 +1567,7 @@ func (x *InvocationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationRecord.ProtoReflect.Descriptor instead.
 func (*InvocationRecord) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{17}
+	return file_raftgate_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *InvocationRecord) GetInvoke() *Invoke {
@@ -1447,6 +1626,85 @@ func (x *InvocationRecord) GetAcceptedAtUnixMs() int64 {
 	return 0
 }
 
+func (x *InvocationRecord) GetQueueSeq() uint64 {
+	if x != nil {
+		return x.QueueSeq
+	}
+	return 0
+}
+
+func (x *InvocationRecord) GetQueuePosition() uint64 {
+	if x != nil {
+		return x.QueuePosition
+	}
+	return 0
+}
+
+// Stored state of one (service, key) of a keyed service that has a running
+// or queued exclusive invocation (partition state bucket "keys").
+type KeyState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The exclusive invocation holding the key (empty: none).
+	Running []byte `protobuf:"bytes,1,opt,name=running,proto3" json:"running,omitempty"`
+	// Sequence number for the next queued invocation.
+	NextSeq uint64 `protobuf:"varint,2,opt,name=next_seq,json=nextSeq,proto3" json:"next_seq,omitempty"`
+	// Number of invocations queued behind the running one.
+	Queued        uint64 `protobuf:"varint,3,opt,name=queued,proto3" json:"queued,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyState) Reset() {
+	*x = KeyState{}
+	mi := &file_raftgate_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyState) ProtoMessage() {}
+
+func (x *KeyState) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyState.ProtoReflect.Descriptor instead.
+func (*KeyState) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *KeyState) GetRunning() []byte {
+	if x != nil {
+		return x.Running
+	}
+	return nil
+}
+
+func (x *KeyState) GetNextSeq() uint64 {
+	if x != nil {
+		return x.NextSeq
+	}
+	return 0
+}
+
+func (x *KeyState) GetQueued() uint64 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
 type DispatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Opaque to the server: no order or density may be assumed.
@@ -1469,6 +1727,7 @@ type DispatchRequest struct {
 	//	*DispatchRequest_Cancel
 	//	*DispatchRequest_PutService
 	//	*DispatchRequest_DeleteService
+	//	*DispatchRequest_KeyStatus
 	Body          isDispatchRequest_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1476,7 +1735,7 @@ type DispatchRequest struct {
 
 func (x *DispatchRequest) Reset() {
 	*x = DispatchRequest{}
-	mi := &file_raftgate_proto_msgTypes[18]
+	mi := &file_raftgate_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1747,7 @@ func (x *DispatchRequest) String() string {
 func (*DispatchRequest) ProtoMessage() {}
 
 func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[18]
+	mi := &file_raftgate_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +1760,7 @@ func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchRequest.ProtoReflect.Descriptor instead.
 func (*DispatchRequest) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{18}
+	return file_raftgate_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DispatchRequest) GetCorrelationId() uint64 {
@@ -1602,6 +1861,15 @@ func (x *DispatchRequest) GetDeleteService() *DeleteService {
 	return nil
 }
 
+func (x *DispatchRequest) GetKeyStatus() *GetKeyStatus {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchRequest_KeyStatus); ok {
+			return x.KeyStatus
+		}
+	}
+	return nil
+}
+
 type isDispatchRequest_Body interface {
 	isDispatchRequest_Body()
 }
@@ -1634,6 +1902,10 @@ type DispatchRequest_DeleteService struct {
 	DeleteService *DeleteService `protobuf:"bytes,16,opt,name=delete_service,json=deleteService,proto3,oneof"`
 }
 
+type DispatchRequest_KeyStatus struct {
+	KeyStatus *GetKeyStatus `protobuf:"bytes,17,opt,name=key_status,json=keyStatus,proto3,oneof"`
+}
+
 func (*DispatchRequest_Append) isDispatchRequest_Body() {}
 
 func (*DispatchRequest_Output) isDispatchRequest_Body() {}
@@ -1648,6 +1920,8 @@ func (*DispatchRequest_PutService) isDispatchRequest_Body() {}
 
 func (*DispatchRequest_DeleteService) isDispatchRequest_Body() {}
 
+func (*DispatchRequest_KeyStatus) isDispatchRequest_Body() {}
+
 type DispatchResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	CorrelationId uint64                 `protobuf:"varint,1,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
@@ -1657,6 +1931,7 @@ type DispatchResponse struct {
 	//	*DispatchResponse_Result
 	//	*DispatchResponse_Status
 	//	*DispatchResponse_Done
+	//	*DispatchResponse_KeyState
 	//	*DispatchResponse_Error
 	Body          isDispatchResponse_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
@@ -1665,7 +1940,7 @@ type DispatchResponse struct {
 
 func (x *DispatchResponse) Reset() {
 	*x = DispatchResponse{}
-	mi := &file_raftgate_proto_msgTypes[19]
+	mi := &file_raftgate_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1677,7 +1952,7 @@ func (x *DispatchResponse) String() string {
 func (*DispatchResponse) ProtoMessage() {}
 
 func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[19]
+	mi := &file_raftgate_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1690,7 +1965,7 @@ func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchResponse.ProtoReflect.Descriptor instead.
 func (*DispatchResponse) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{19}
+	return file_raftgate_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DispatchResponse) GetCorrelationId() uint64 {
@@ -1743,6 +2018,15 @@ func (x *DispatchResponse) GetDone() *Done {
 	return nil
 }
 
+func (x *DispatchResponse) GetKeyState() *KeyState {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchResponse_KeyState); ok {
+			return x.KeyState
+		}
+	}
+	return nil
+}
+
 func (x *DispatchResponse) GetError() *DispatchError {
 	if x != nil {
 		if x, ok := x.Body.(*DispatchResponse_Error); ok {
@@ -1772,6 +2056,10 @@ type DispatchResponse_Done struct {
 	Done *Done `protobuf:"bytes,13,opt,name=done,proto3,oneof"`
 }
 
+type DispatchResponse_KeyState struct {
+	KeyState *KeyState `protobuf:"bytes,14,opt,name=key_state,json=keyState,proto3,oneof"`
+}
+
 type DispatchResponse_Error struct {
 	Error *DispatchError `protobuf:"bytes,20,opt,name=error,proto3,oneof"`
 }
@@ -1784,6 +2072,8 @@ func (*DispatchResponse_Status) isDispatchResponse_Body() {}
 
 func (*DispatchResponse_Done) isDispatchResponse_Body() {}
 
+func (*DispatchResponse_KeyState) isDispatchResponse_Body() {}
+
 func (*DispatchResponse_Error) isDispatchResponse_Body() {}
 
 type AppendInvocation struct {
@@ -1795,7 +2085,7 @@ type AppendInvocation struct {
 
 func (x *AppendInvocation) Reset() {
 	*x = AppendInvocation{}
-	mi := &file_raftgate_proto_msgTypes[20]
+	mi := &file_raftgate_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1807,7 +2097,7 @@ func (x *AppendInvocation) String() string {
 func (*AppendInvocation) ProtoMessage() {}
 
 func (x *AppendInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[20]
+	mi := &file_raftgate_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1820,7 +2110,7 @@ func (x *AppendInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendInvocation.ProtoReflect.Descriptor instead.
 func (*AppendInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{20}
+	return file_raftgate_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AppendInvocation) GetInvoke() *Invoke {
@@ -1843,7 +2133,7 @@ type Appended struct {
 
 func (x *Appended) Reset() {
 	*x = Appended{}
-	mi := &file_raftgate_proto_msgTypes[21]
+	mi := &file_raftgate_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1855,7 +2145,7 @@ func (x *Appended) String() string {
 func (*Appended) ProtoMessage() {}
 
 func (x *Appended) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[21]
+	mi := &file_raftgate_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1868,7 +2158,7 @@ func (x *Appended) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Appended.ProtoReflect.Descriptor instead.
 func (*Appended) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{21}
+	return file_raftgate_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Appended) GetInvocationId() []byte {
@@ -1908,7 +2198,7 @@ type GetOutput struct {
 
 func (x *GetOutput) Reset() {
 	*x = GetOutput{}
-	mi := &file_raftgate_proto_msgTypes[22]
+	mi := &file_raftgate_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +2210,7 @@ func (x *GetOutput) String() string {
 func (*GetOutput) ProtoMessage() {}
 
 func (x *GetOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[22]
+	mi := &file_raftgate_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,7 +2223,7 @@ func (x *GetOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOutput.ProtoReflect.Descriptor instead.
 func (*GetOutput) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{22}
+	return file_raftgate_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetOutput) GetInvocationId() []byte {
@@ -1952,7 +2242,7 @@ type AttachInvocation struct {
 
 func (x *AttachInvocation) Reset() {
 	*x = AttachInvocation{}
-	mi := &file_raftgate_proto_msgTypes[23]
+	mi := &file_raftgate_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1964,7 +2254,7 @@ func (x *AttachInvocation) String() string {
 func (*AttachInvocation) ProtoMessage() {}
 
 func (x *AttachInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[23]
+	mi := &file_raftgate_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1977,7 +2267,7 @@ func (x *AttachInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachInvocation.ProtoReflect.Descriptor instead.
 func (*AttachInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{23}
+	return file_raftgate_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AttachInvocation) GetInvocationId() []byte {
@@ -1999,7 +2289,7 @@ type InvocationResult struct {
 
 func (x *InvocationResult) Reset() {
 	*x = InvocationResult{}
-	mi := &file_raftgate_proto_msgTypes[24]
+	mi := &file_raftgate_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2301,7 @@ func (x *InvocationResult) String() string {
 func (*InvocationResult) ProtoMessage() {}
 
 func (x *InvocationResult) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[24]
+	mi := &file_raftgate_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2314,7 @@ func (x *InvocationResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationResult.ProtoReflect.Descriptor instead.
 func (*InvocationResult) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{24}
+	return file_raftgate_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *InvocationResult) GetInvocationId() []byte {
@@ -2064,7 +2354,7 @@ type GetStatus struct {
 
 func (x *GetStatus) Reset() {
 	*x = GetStatus{}
-	mi := &file_raftgate_proto_msgTypes[25]
+	mi := &file_raftgate_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2076,7 +2366,7 @@ func (x *GetStatus) String() string {
 func (*GetStatus) ProtoMessage() {}
 
 func (x *GetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[25]
+	mi := &file_raftgate_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2089,7 +2379,7 @@ func (x *GetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatus.ProtoReflect.Descriptor instead.
 func (*GetStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{25}
+	return file_raftgate_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetStatus) GetInvocationId() []byte {
@@ -2108,7 +2398,7 @@ type InvocationStatus struct {
 
 func (x *InvocationStatus) Reset() {
 	*x = InvocationStatus{}
-	mi := &file_raftgate_proto_msgTypes[26]
+	mi := &file_raftgate_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2120,7 +2410,7 @@ func (x *InvocationStatus) String() string {
 func (*InvocationStatus) ProtoMessage() {}
 
 func (x *InvocationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[26]
+	mi := &file_raftgate_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2133,7 +2423,7 @@ func (x *InvocationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationStatus.ProtoReflect.Descriptor instead.
 func (*InvocationStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{26}
+	return file_raftgate_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *InvocationStatus) GetRecord() *InvocationRecord {
@@ -2152,7 +2442,7 @@ type CancelInvocation struct {
 
 func (x *CancelInvocation) Reset() {
 	*x = CancelInvocation{}
-	mi := &file_raftgate_proto_msgTypes[27]
+	mi := &file_raftgate_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2454,7 @@ func (x *CancelInvocation) String() string {
 func (*CancelInvocation) ProtoMessage() {}
 
 func (x *CancelInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[27]
+	mi := &file_raftgate_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2177,7 +2467,7 @@ func (x *CancelInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelInvocation.ProtoReflect.Descriptor instead.
 func (*CancelInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{27}
+	return file_raftgate_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CancelInvocation) GetInvocationId() []byte {
@@ -2195,7 +2485,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_raftgate_proto_msgTypes[28]
+	mi := &file_raftgate_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2497,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[28]
+	mi := &file_raftgate_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2220,7 +2510,61 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{28}
+	return file_raftgate_proto_rawDescGZIP(), []int{30}
+}
+
+// GetKeyStatus asks for the running invocation and queue length of one key
+// of a keyed service; answered with a KeyState (next_seq unset).
+type GetKeyStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetKeyStatus) Reset() {
+	*x = GetKeyStatus{}
+	mi := &file_raftgate_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetKeyStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetKeyStatus) ProtoMessage() {}
+
+func (x *GetKeyStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetKeyStatus.ProtoReflect.Descriptor instead.
+func (*GetKeyStatus) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *GetKeyStatus) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *GetKeyStatus) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
 }
 
 type DispatchError struct {
@@ -2235,7 +2579,7 @@ type DispatchError struct {
 
 func (x *DispatchError) Reset() {
 	*x = DispatchError{}
-	mi := &file_raftgate_proto_msgTypes[29]
+	mi := &file_raftgate_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2247,7 +2591,7 @@ func (x *DispatchError) String() string {
 func (*DispatchError) ProtoMessage() {}
 
 func (x *DispatchError) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[29]
+	mi := &file_raftgate_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2260,7 +2604,7 @@ func (x *DispatchError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchError.ProtoReflect.Descriptor instead.
 func (*DispatchError) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{29}
+	return file_raftgate_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DispatchError) GetCode() DispatchError_Code {
@@ -2316,21 +2660,22 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"Z\n" +
 	"\fCommandBatch\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
-	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\x95\x03\n" +
+	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\xc1\x03\n" +
 	"\aCommand\x12-\n" +
 	"\x06invoke\x18\n" +
 	" \x01(\v2\x13.raftgate.v1.InvokeH\x00R\x06invoke\x123\n" +
 	"\bcomplete\x18\v \x01(\v2\x15.raftgate.v1.CompleteH\x00R\bcomplete\x12-\n" +
 	"\x06cancel\x18\f \x01(\v2\x13.raftgate.v1.CancelH\x00R\x06cancel\x12*\n" +
 	"\x05purge\x18\r \x01(\v2\x12.raftgate.v1.PurgeH\x00R\x05purge\x12C\n" +
-	"\x0eattempt_failed\x18\x0e \x01(\v2\x1a.raftgate.v1.AttemptFailedH\x00R\rattemptFailed\x12:\n" +
+	"\x0eattempt_failed\x18\x0e \x01(\v2\x1a.raftgate.v1.AttemptFailedH\x00R\rattemptFailed\x12*\n" +
+	"\x05admit\x18\x0f \x01(\v2\x12.raftgate.v1.AdmitH\x00R\x05admit\x12:\n" +
 	"\vput_service\x18\x14 \x01(\v2\x17.raftgate.v1.PutServiceH\x00R\n" +
 	"putService\x12C\n" +
 	"\x0edelete_service\x18\x15 \x01(\v2\x1a.raftgate.v1.DeleteServiceH\x00R\rdeleteServiceB\x05\n" +
 	"\x03cmd\"2\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\x90\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xc0\x03\n" +
 	"\x06Invoke\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x1d\n" +
 	"\n" +
@@ -2344,7 +2689,9 @@ const file_raftgate_proto_rawDesc = "" +
 	"\rproposer_term\x18\t \x01(\x04R\fproposerTerm\x12-\n" +
 	"\x13proposed_at_unix_ms\x18\n" +
 	" \x01(\x03R\x10proposedAtUnixMs\x12+\n" +
-	"\x12not_before_unix_ms\x18\v \x01(\x03R\x0fnotBeforeUnixMs\"\xa1\x01\n" +
+	"\x12not_before_unix_ms\x18\v \x01(\x03R\x0fnotBeforeUnixMs\x12\x10\n" +
+	"\x03key\x18\f \x01(\tR\x03key\x12\x1c\n" +
+	"\texclusive\x18\r \x01(\bR\texclusive\"\xa1\x01\n" +
 	"\x06Result\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\rR\x06status\x12\x12\n" +
 	"\x04body\x18\x02 \x01(\fR\x04body\x12!\n" +
@@ -2366,23 +2713,33 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x05Purge\x12$\n" +
 	"\x0ebefore_unix_ms\x18\x01 \x01(\x03R\fbeforeUnixMs\x12#\n" +
 	"\rproposer_term\x18\x02 \x01(\x04R\fproposerTerm\x12-\n" +
-	"\x13proposed_at_unix_ms\x18\x03 \x01(\x03R\x10proposedAtUnixMs\"\xbc\x01\n" +
+	"\x13proposed_at_unix_ms\x18\x03 \x01(\x03R\x10proposedAtUnixMs\"[\n" +
+	"\x05Admit\x12#\n" +
+	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x02 \x01(\x03R\x10proposedAtUnixMs\"\xbc\x01\n" +
 	"\rAttemptFailed\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12'\n" +
 	"\x10retry_at_unix_ms\x18\x04 \x01(\x03R\rretryAtUnixMs\x12-\n" +
-	"\x13proposed_at_unix_ms\x18\x05 \x01(\x03R\x10proposedAtUnixMs\"x\n" +
+	"\x13proposed_at_unix_ms\x18\x05 \x01(\x03R\x10proposedAtUnixMs\"\xee\x01\n" +
 	"\aService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1a\n" +
 	"\bhandlers\x18\x03 \x03(\tR\bhandlers\x12+\n" +
-	"\x12updated_at_unix_ms\x18\x04 \x01(\x03R\x0fupdatedAtUnixMs\"<\n" +
+	"\x12updated_at_unix_ms\x18\x04 \x01(\x03R\x0fupdatedAtUnixMs\x12-\n" +
+	"\x04kind\x18\x05 \x01(\x0e2\x19.raftgate.v1.Service.KindR\x04kind\x12\x16\n" +
+	"\x06shared\x18\x06 \x03(\tR\x06shared\"-\n" +
+	"\x04Kind\x12\v\n" +
+	"\aSERVICE\x10\x00\x12\n" +
+	"\n" +
+	"\x06OBJECT\x10\x01\x12\f\n" +
+	"\bWORKFLOW\x10\x02\"<\n" +
 	"\n" +
 	"PutService\x12.\n" +
 	"\aservice\x18\x01 \x01(\v2\x14.raftgate.v1.ServiceR\aservice\"#\n" +
 	"\rDeleteService\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xb4\x03\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x93\x04\n" +
 	"\x10InvocationRecord\x12+\n" +
 	"\x06invoke\x18\x01 \x01(\v2\x13.raftgate.v1.InvokeR\x06invoke\x129\n" +
 	"\x05state\x18\x02 \x01(\x0e2#.raftgate.v1.InvocationRecord.StateR\x05state\x12\x1a\n" +
@@ -2392,12 +2749,22 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x10retry_at_unix_ms\x18\x05 \x01(\x03R\rretryAtUnixMs\x12+\n" +
 	"\x06result\x18\x06 \x01(\v2\x13.raftgate.v1.ResultR\x06result\x12/\n" +
 	"\x14completed_at_unix_ms\x18\a \x01(\x03R\x11completedAtUnixMs\x12-\n" +
-	"\x13accepted_at_unix_ms\x18\b \x01(\x03R\x10acceptedAtUnixMs\"G\n" +
+	"\x13accepted_at_unix_ms\x18\b \x01(\x03R\x10acceptedAtUnixMs\x12\x1b\n" +
+	"\tqueue_seq\x18\t \x01(\x04R\bqueueSeq\x12%\n" +
+	"\x0equeue_position\x18\n" +
+	" \x01(\x04R\rqueuePosition\"b\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aPENDING\x10\x01\x12\v\n" +
 	"\aRUNNING\x10\x02\x12\r\n" +
-	"\tCOMPLETED\x10\x03\"\xac\x04\n" +
+	"\tCOMPLETED\x10\x03\x12\n" +
+	"\n" +
+	"\x06QUEUED\x10\x04\x12\r\n" +
+	"\tSCHEDULED\x10\x05\"W\n" +
+	"\bKeyState\x12\x18\n" +
+	"\arunning\x18\x01 \x01(\fR\arunning\x12\x19\n" +
+	"\bnext_seq\x18\x02 \x01(\x04R\anextSeq\x12\x16\n" +
+	"\x06queued\x18\x03 \x01(\x04R\x06queued\"\xe8\x04\n" +
 	"\x0fDispatchRequest\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x04R\rcorrelationId\x12\x1d\n" +
 	"\n" +
@@ -2413,15 +2780,18 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x06cancel\x18\x0e \x01(\v2\x1d.raftgate.v1.CancelInvocationH\x00R\x06cancel\x12:\n" +
 	"\vput_service\x18\x0f \x01(\v2\x17.raftgate.v1.PutServiceH\x00R\n" +
 	"putService\x12C\n" +
-	"\x0edelete_service\x18\x10 \x01(\v2\x1a.raftgate.v1.DeleteServiceH\x00R\rdeleteServiceB\x06\n" +
-	"\x04body\"\xc5\x02\n" +
+	"\x0edelete_service\x18\x10 \x01(\v2\x1a.raftgate.v1.DeleteServiceH\x00R\rdeleteService\x12:\n" +
+	"\n" +
+	"key_status\x18\x11 \x01(\v2\x19.raftgate.v1.GetKeyStatusH\x00R\tkeyStatusB\x06\n" +
+	"\x04body\"\xfb\x02\n" +
 	"\x10DispatchResponse\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x04R\rcorrelationId\x123\n" +
 	"\bappended\x18\n" +
 	" \x01(\v2\x15.raftgate.v1.AppendedH\x00R\bappended\x127\n" +
 	"\x06result\x18\v \x01(\v2\x1d.raftgate.v1.InvocationResultH\x00R\x06result\x127\n" +
 	"\x06status\x18\f \x01(\v2\x1d.raftgate.v1.InvocationStatusH\x00R\x06status\x12'\n" +
-	"\x04done\x18\r \x01(\v2\x11.raftgate.v1.DoneH\x00R\x04done\x122\n" +
+	"\x04done\x18\r \x01(\v2\x11.raftgate.v1.DoneH\x00R\x04done\x124\n" +
+	"\tkey_state\x18\x0e \x01(\v2\x15.raftgate.v1.KeyStateH\x00R\bkeyState\x122\n" +
 	"\x05error\x18\x14 \x01(\v2\x1a.raftgate.v1.DispatchErrorH\x00R\x05errorB\x06\n" +
 	"\x04body\"?\n" +
 	"\x10AppendInvocation\x12+\n" +
@@ -2446,7 +2816,10 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x06record\x18\x01 \x01(\v2\x1d.raftgate.v1.InvocationRecordR\x06record\"7\n" +
 	"\x10CancelInvocation\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\"\x06\n" +
-	"\x04Done\"\xff\x01\n" +
+	"\x04Done\":\n" +
+	"\fGetKeyStatus\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"\xff\x01\n" +
 	"\rDispatchError\x123\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1f.raftgate.v1.DispatchError.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
@@ -2480,85 +2853,93 @@ func file_raftgate_proto_rawDescGZIP() []byte {
 	return file_raftgate_proto_rawDescData
 }
 
-var file_raftgate_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_raftgate_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_raftgate_proto_goTypes = []any{
-	(InvocationRecord_State)(0), // 0: raftgate.v1.InvocationRecord.State
-	(DispatchError_Code)(0),     // 1: raftgate.v1.DispatchError.Code
-	(*RaftBatch)(nil),           // 2: raftgate.v1.RaftBatch
-	(*RaftEnvelope)(nil),        // 3: raftgate.v1.RaftEnvelope
-	(*RaftAck)(nil),             // 4: raftgate.v1.RaftAck
-	(*SnapshotChunk)(nil),       // 5: raftgate.v1.SnapshotChunk
-	(*SnapshotAck)(nil),         // 6: raftgate.v1.SnapshotAck
-	(*CommandBatch)(nil),        // 7: raftgate.v1.CommandBatch
-	(*Command)(nil),             // 8: raftgate.v1.Command
-	(*Header)(nil),              // 9: raftgate.v1.Header
-	(*Invoke)(nil),              // 10: raftgate.v1.Invoke
-	(*Result)(nil),              // 11: raftgate.v1.Result
-	(*Complete)(nil),            // 12: raftgate.v1.Complete
-	(*Cancel)(nil),              // 13: raftgate.v1.Cancel
-	(*Purge)(nil),               // 14: raftgate.v1.Purge
-	(*AttemptFailed)(nil),       // 15: raftgate.v1.AttemptFailed
-	(*Service)(nil),             // 16: raftgate.v1.Service
-	(*PutService)(nil),          // 17: raftgate.v1.PutService
-	(*DeleteService)(nil),       // 18: raftgate.v1.DeleteService
-	(*InvocationRecord)(nil),    // 19: raftgate.v1.InvocationRecord
-	(*DispatchRequest)(nil),     // 20: raftgate.v1.DispatchRequest
-	(*DispatchResponse)(nil),    // 21: raftgate.v1.DispatchResponse
-	(*AppendInvocation)(nil),    // 22: raftgate.v1.AppendInvocation
-	(*Appended)(nil),            // 23: raftgate.v1.Appended
-	(*GetOutput)(nil),           // 24: raftgate.v1.GetOutput
-	(*AttachInvocation)(nil),    // 25: raftgate.v1.AttachInvocation
-	(*InvocationResult)(nil),    // 26: raftgate.v1.InvocationResult
-	(*GetStatus)(nil),           // 27: raftgate.v1.GetStatus
-	(*InvocationStatus)(nil),    // 28: raftgate.v1.InvocationStatus
-	(*CancelInvocation)(nil),    // 29: raftgate.v1.CancelInvocation
-	(*Done)(nil),                // 30: raftgate.v1.Done
-	(*DispatchError)(nil),       // 31: raftgate.v1.DispatchError
+	(Service_Kind)(0),           // 0: raftgate.v1.Service.Kind
+	(InvocationRecord_State)(0), // 1: raftgate.v1.InvocationRecord.State
+	(DispatchError_Code)(0),     // 2: raftgate.v1.DispatchError.Code
+	(*RaftBatch)(nil),           // 3: raftgate.v1.RaftBatch
+	(*RaftEnvelope)(nil),        // 4: raftgate.v1.RaftEnvelope
+	(*RaftAck)(nil),             // 5: raftgate.v1.RaftAck
+	(*SnapshotChunk)(nil),       // 6: raftgate.v1.SnapshotChunk
+	(*SnapshotAck)(nil),         // 7: raftgate.v1.SnapshotAck
+	(*CommandBatch)(nil),        // 8: raftgate.v1.CommandBatch
+	(*Command)(nil),             // 9: raftgate.v1.Command
+	(*Header)(nil),              // 10: raftgate.v1.Header
+	(*Invoke)(nil),              // 11: raftgate.v1.Invoke
+	(*Result)(nil),              // 12: raftgate.v1.Result
+	(*Complete)(nil),            // 13: raftgate.v1.Complete
+	(*Cancel)(nil),              // 14: raftgate.v1.Cancel
+	(*Purge)(nil),               // 15: raftgate.v1.Purge
+	(*Admit)(nil),               // 16: raftgate.v1.Admit
+	(*AttemptFailed)(nil),       // 17: raftgate.v1.AttemptFailed
+	(*Service)(nil),             // 18: raftgate.v1.Service
+	(*PutService)(nil),          // 19: raftgate.v1.PutService
+	(*DeleteService)(nil),       // 20: raftgate.v1.DeleteService
+	(*InvocationRecord)(nil),    // 21: raftgate.v1.InvocationRecord
+	(*KeyState)(nil),            // 22: raftgate.v1.KeyState
+	(*DispatchRequest)(nil),     // 23: raftgate.v1.DispatchRequest
+	(*DispatchResponse)(nil),    // 24: raftgate.v1.DispatchResponse
+	(*AppendInvocation)(nil),    // 25: raftgate.v1.AppendInvocation
+	(*Appended)(nil),            // 26: raftgate.v1.Appended
+	(*GetOutput)(nil),           // 27: raftgate.v1.GetOutput
+	(*AttachInvocation)(nil),    // 28: raftgate.v1.AttachInvocation
+	(*InvocationResult)(nil),    // 29: raftgate.v1.InvocationResult
+	(*GetStatus)(nil),           // 30: raftgate.v1.GetStatus
+	(*InvocationStatus)(nil),    // 31: raftgate.v1.InvocationStatus
+	(*CancelInvocation)(nil),    // 32: raftgate.v1.CancelInvocation
+	(*Done)(nil),                // 33: raftgate.v1.Done
+	(*GetKeyStatus)(nil),        // 34: raftgate.v1.GetKeyStatus
+	(*DispatchError)(nil),       // 35: raftgate.v1.DispatchError
 }
 var file_raftgate_proto_depIdxs = []int32{
-	3,  // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
-	8,  // 1: raftgate.v1.CommandBatch.commands:type_name -> raftgate.v1.Command
-	10, // 2: raftgate.v1.Command.invoke:type_name -> raftgate.v1.Invoke
-	12, // 3: raftgate.v1.Command.complete:type_name -> raftgate.v1.Complete
-	13, // 4: raftgate.v1.Command.cancel:type_name -> raftgate.v1.Cancel
-	14, // 5: raftgate.v1.Command.purge:type_name -> raftgate.v1.Purge
-	15, // 6: raftgate.v1.Command.attempt_failed:type_name -> raftgate.v1.AttemptFailed
-	17, // 7: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
-	18, // 8: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
-	9,  // 9: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
-	11, // 10: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
-	16, // 11: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
-	10, // 12: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
-	0,  // 13: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
-	11, // 14: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
-	22, // 15: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
-	24, // 16: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
-	25, // 17: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
-	27, // 18: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
-	29, // 19: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
-	17, // 20: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
-	18, // 21: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
-	23, // 22: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
-	26, // 23: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
-	28, // 24: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
-	30, // 25: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
-	31, // 26: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
-	10, // 27: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
-	11, // 28: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
-	19, // 29: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
-	1,  // 30: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
-	2,  // 31: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
-	5,  // 32: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
-	20, // 33: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
-	4,  // 34: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
-	6,  // 35: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
-	21, // 36: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
-	34, // [34:37] is the sub-list for method output_type
-	31, // [31:34] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	4,  // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
+	9,  // 1: raftgate.v1.CommandBatch.commands:type_name -> raftgate.v1.Command
+	11, // 2: raftgate.v1.Command.invoke:type_name -> raftgate.v1.Invoke
+	13, // 3: raftgate.v1.Command.complete:type_name -> raftgate.v1.Complete
+	14, // 4: raftgate.v1.Command.cancel:type_name -> raftgate.v1.Cancel
+	15, // 5: raftgate.v1.Command.purge:type_name -> raftgate.v1.Purge
+	17, // 6: raftgate.v1.Command.attempt_failed:type_name -> raftgate.v1.AttemptFailed
+	16, // 7: raftgate.v1.Command.admit:type_name -> raftgate.v1.Admit
+	19, // 8: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
+	20, // 9: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
+	10, // 10: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
+	12, // 11: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
+	0,  // 12: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
+	18, // 13: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
+	11, // 14: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
+	1,  // 15: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
+	12, // 16: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
+	25, // 17: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
+	27, // 18: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
+	28, // 19: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
+	30, // 20: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
+	32, // 21: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
+	19, // 22: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
+	20, // 23: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
+	34, // 24: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
+	26, // 25: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
+	29, // 26: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
+	31, // 27: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
+	33, // 28: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
+	22, // 29: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
+	35, // 30: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
+	11, // 31: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
+	12, // 32: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
+	21, // 33: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
+	2,  // 34: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
+	3,  // 35: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
+	6,  // 36: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
+	23, // 37: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
+	5,  // 38: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
+	7,  // 39: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
+	24, // 40: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
+	38, // [38:41] is the sub-list for method output_type
+	35, // [35:38] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_raftgate_proto_init() }
@@ -2572,10 +2953,11 @@ func file_raftgate_proto_init() {
 		(*Command_Cancel)(nil),
 		(*Command_Purge)(nil),
 		(*Command_AttemptFailed)(nil),
+		(*Command_Admit)(nil),
 		(*Command_PutService)(nil),
 		(*Command_DeleteService)(nil),
 	}
-	file_raftgate_proto_msgTypes[18].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[20].OneofWrappers = []any{
 		(*DispatchRequest_Append)(nil),
 		(*DispatchRequest_Output)(nil),
 		(*DispatchRequest_Attach)(nil),
@@ -2583,12 +2965,14 @@ func file_raftgate_proto_init() {
 		(*DispatchRequest_Cancel)(nil),
 		(*DispatchRequest_PutService)(nil),
 		(*DispatchRequest_DeleteService)(nil),
+		(*DispatchRequest_KeyStatus)(nil),
 	}
-	file_raftgate_proto_msgTypes[19].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[21].OneofWrappers = []any{
 		(*DispatchResponse_Appended)(nil),
 		(*DispatchResponse_Result)(nil),
 		(*DispatchResponse_Status)(nil),
 		(*DispatchResponse_Done)(nil),
+		(*DispatchResponse_KeyState)(nil),
 		(*DispatchResponse_Error)(nil),
 	}
 	type x struct{}
@@ -2596,8 +2980,8 @@ func file_raftgate_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftgate_proto_rawDesc), len(file_raftgate_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   30,
+			NumEnums:      3,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -21,7 +21,10 @@ type backend struct {
 	processors []*partition.Processor
 }
 
-var _ dispatch.Backend = backend{}
+var (
+	_ dispatch.Backend    = backend{}
+	_ dispatch.KeyBackend = backend{}
+)
 
 // processor returns partition p's processor after checking that p owns the
 // invocation id: an ingress with another partition count must be refused,
@@ -75,6 +78,17 @@ func (b backend) Cancel(ctx context.Context, p uint32, requestID, id []byte) err
 		return err
 	}
 	return proc.Cancel(ctx, requestID, id)
+}
+
+func (b backend) KeyStatus(ctx context.Context, p uint32, service, key string) (*rpc.KeyState, error) {
+	n := uint32(len(b.processors) - 1)
+	if p == 0 || p > n {
+		return nil, fmt.Errorf("%w: no partition %d on this cluster (1..%d)", rpc.ErrInvalid, p, n)
+	}
+	if owner := invocation.PartitionFor(invocation.KeyedPartitionKey(service, key), n); owner != p {
+		return nil, fmt.Errorf("%w: key %q of %q belongs to partition %d, not %d", rpc.ErrInvalid, key, service, owner, p)
+	}
+	return b.processors[p].KeyStatus(ctx, service, key)
 }
 
 func (b backend) PutService(ctx context.Context, svc *rpc.Service) error {

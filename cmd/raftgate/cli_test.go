@@ -319,6 +319,10 @@ func TestInvoke(t *testing.T) {
 	if res.code == 0 || g.last.Header.Get("x-raftgate-timeout") != "1s" || !strings.Contains(res.stderr, "/restate/invocation/inv_slow/attach") {
 		t.Fatalf("timed out call: %+v", res)
 	}
+	res = runCLI(t, "", "invoke", "Counter/add", "1", "--key", "a b", "--ingress", srv.URL)
+	if g.sent.URL.EscapedPath() != "/Counter/a%20b/add/send" {
+		t.Fatalf("keyed invocation sent to %s", g.sent.URL.EscapedPath())
+	}
 	res = runCLI(t, "", "invoke", "Nope/x", "--ingress", srv.URL)
 	if res.code == 0 || !strings.Contains(res.stderr, "404 from ingress: service Nope is not registered") {
 		t.Fatalf("unknown service: %+v", res)

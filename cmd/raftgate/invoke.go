@@ -21,6 +21,7 @@ import (
 // invokeOptions are the flags of `raftgate invoke`.
 type invokeOptions struct {
 	ingress        string
+	key            string
 	send           bool
 	idempotencyKey string
 	delay          string
@@ -46,7 +47,8 @@ A call is sent, then attached to. While it waits, stderr says so, with
 each failed delivery attempt, as the admin API (--admin) reports them.`,
 		Example: `  raftgate invoke Greeter/greet '"Ada"'
   raftgate invoke Greeter/greet '"Ada"' --send --delay 10s
-  raftgate invoke Greeter/greet '"Ada"' --idempotency-key order-42`,
+  raftgate invoke Greeter/greet '"Ada"' --idempotency-key order-42
+  raftgate invoke Counter/add 1 --key alice   # a virtual object's key, or a workflow's id`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var body []byte
@@ -61,6 +63,7 @@ each failed delivery attempt, as the admin API (--admin) reports them.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.ingress, "ingress", defaultIngressURL, "ingress base URL")
+	f.StringVar(&o.key, "key", "", "the object key or workflow id, for a virtual object or workflow")
 	f.BoolVar(&o.send, "send", false, "submit without waiting for the result")
 	f.StringVar(&o.idempotencyKey, "idempotency-key", "", "de-duplicate by this key: a repeat returns the original invocation")
 	f.StringVar(&o.delay, "delay", "", "with --send: run no earlier than now+delay (10s, PT10S)")
@@ -81,17 +84,21 @@ func readBodyArg(arg string, stdin io.Reader) ([]byte, error) {
 	}
 }
 
-// invocationPath checks SERVICE/HANDLER and returns the ingress path.
-func invocationPath(target string) (string, error) {
+// invocationPath checks SERVICE/HANDLER and returns the ingress path, with
+// key (an object key or workflow id) between the two when given.
+func invocationPath(target, key string) (string, error) {
 	service, handler, ok := strings.Cut(target, "/")
 	if !ok || service == "" || handler == "" || strings.Contains(handler, "/") {
 		return "", fmt.Errorf("%q: want SERVICE/HANDLER, like Greeter/greet", target)
+	}
+	if key != "" {
+		return "/" + url.PathEscape(service) + "/" + url.PathEscape(key) + "/" + url.PathEscape(handler), nil
 	}
 	return "/" + url.PathEscape(service) + "/" + url.PathEscape(handler), nil
 }
 
 func runInvoke(cmd *cobra.Command, env cliEnv, o invokeOptions, admin *adminClient, target string, body []byte) error {
-	path, err := invocationPath(target)
+	path, err := invocationPath(target, o.key)
 	if err != nil {
 		return err
 	}

@@ -318,6 +318,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	adminHandler, err := admin.New(admin.Config{
 		Cluster:        clusterView{n: n},
 		Invocations:    n.dispatchClient,
+		Keys:           n.dispatchClient,
 		Registry:       registryView{client: n.dispatchClient, registry: n.registry},
 		Partitions:     cfg.Partitions,
 		Token:          cfg.AdminToken,

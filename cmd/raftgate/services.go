@@ -18,15 +18,18 @@ func newServicesCmd(env cliEnv) *cobra.Command {
 	}
 	client := addAdminFlags(cmd)
 
-	var handlers []string
+	var handlers, shared []string
+	var kind string
 	add := &cobra.Command{
 		Use:   "add NAME URL",
 		Short: "register or update a service at its base URL",
 		Example: `  raftgate services add Greeter http://127.0.0.1:9080 --handlers greet
-    # raftgate then calls POST http://127.0.0.1:9080/Greeter/greet`,
+    # raftgate then calls POST http://127.0.0.1:9080/Greeter/greet
+  raftgate services add Counter http://127.0.0.1:9080 --kind object --shared get
+    # POST /Counter/{key}/add runs one at a time per key; get runs alongside`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req := admin.ServiceRequest{URL: args[1], Handlers: handlers}
+			req := admin.ServiceRequest{URL: args[1], Handlers: handlers, Kind: kind, Shared: shared}
 			var v admin.ServiceView
 			if err := client().do(cmd.Context(), "PUT", "/services/"+url.PathEscape(args[0]), req, &v); err != nil {
 				return fmt.Errorf("add service %s: %w", args[0], err)
@@ -36,6 +39,8 @@ func newServicesCmd(env cliEnv) *cobra.Command {
 		},
 	}
 	add.Flags().StringSliceVar(&handlers, "handlers", nil, "accept only these handlers, comma-separated (default: any)")
+	add.Flags().StringVar(&kind, "kind", "service", "service, object (handlers addressed by a key, one exclusive call per key at a time) or workflow (run once per id)")
+	add.Flags().StringSliceVar(&shared, "shared", nil, "handlers of an object or workflow that do not wait for the key, comma-separated")
 
 	list := &cobra.Command{
 		Use:     "list",

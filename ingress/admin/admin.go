@@ -41,6 +41,13 @@ type Invocations interface {
 	Cancel(ctx context.Context, partition uint32, id []byte) error
 }
 
+// Keys reaches the partition leader of a key of a keyed service (through
+// the dispatch client); errors as for Invocations.
+type Keys interface {
+	// KeyStatus returns the key's running invocation and queue length.
+	KeyStatus(ctx context.Context, partition uint32, service, key string) (*rpc.KeyState, error)
+}
+
 // Registry is the replicated service registry. PutService and DeleteService
 // are forwarded to the metadata group's leader and return once applied;
 // Lookup and List read this node's replica and must not block.
@@ -73,6 +80,8 @@ type Config struct {
 	// the node's data file to w, calling size with its length first
 	// (raftlog.Node.Backup). Nil answers 404.
 	Backup func(w io.Writer, size func(int64)) (int64, error)
+	// Keys, when set, serves GET /objects/{object}/{key}. Nil answers 404.
+	Keys Keys
 	// RequestTimeout bounds each call into the cluster. Default 10s.
 	RequestTimeout time.Duration
 	// Now stamps service registrations (UpdatedAtUnixMs). Default time.Now.
@@ -128,6 +137,9 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("/services/{name}", s.methods(route{get: s.getService, put: s.putService, delete: s.deleteService}))
 	mux.HandleFunc("/cluster", s.methods(route{get: s.getCluster}))
 	mux.HandleFunc("/invocations/{id}", s.methods(route{get: s.getInvocation, delete: s.cancelInvocation}))
+	if cfg.Keys != nil {
+		mux.HandleFunc("/objects/{object}/{key}", s.methods(route{get: s.getObjectKey}))
+	}
 	mux.HandleFunc("/metrics", s.methods(route{get: s.metrics}))
 	mux.HandleFunc("/backup", s.methods(route{get: s.backup}))
 	mux.HandleFunc("/healthz", s.methods(route{get: s.healthz}))

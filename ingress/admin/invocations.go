@@ -19,8 +19,15 @@ type InvocationView struct {
 	Service        string `json:"service,omitempty"`
 	Handler        string `json:"handler,omitempty"`
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
-	// Status is pending, running or completed.
+	// Key is the object key or workflow id of a keyed service's handler.
+	Key string `json:"key,omitempty"`
+	// Status is pending, running, completed, queued (an exclusive handler
+	// waiting for its key) or scheduled (a delayed exclusive handler, not
+	// yet due, so not yet queued).
 	Status string `json:"status"`
+	// QueuePosition, when queued, counts the invocations ahead of it (the
+	// running one not counted: 0 runs next).
+	QueuePosition *uint64 `json:"queuePosition,omitempty"`
 	// Attempts counts the deliveries that ended: the failed ones, plus
 	// the one that produced the result once there is one.
 	Attempts  uint32 `json:"attempts"`
@@ -54,6 +61,10 @@ func stateName(s rpc.InvocationRecord_State) string {
 		return "running"
 	case rpc.InvocationRecord_COMPLETED:
 		return "completed"
+	case rpc.InvocationRecord_QUEUED:
+		return "queued"
+	case rpc.InvocationRecord_SCHEDULED:
+		return "scheduled"
 	default:
 		return "unknown"
 	}
@@ -69,9 +80,14 @@ func invocationView(id invocation.ID, p uint32, rec *rpc.InvocationRecord) Invoc
 		Service:        inv.GetService(),
 		Handler:        inv.GetHandler(),
 		IdempotencyKey: inv.GetIdempotencyKey(),
+		Key:            inv.GetKey(),
 		Status:         stateName(rec.GetState()),
 		Attempts:       rec.GetAttempts(),
 		LastError:      rec.GetLastError(),
+	}
+	if rec.GetState() == rpc.InvocationRecord_QUEUED {
+		pos := rec.GetQueuePosition()
+		v.QueuePosition = &pos
 	}
 	accepted := rec.GetAcceptedAtUnixMs()
 	if accepted == 0 {
@@ -169,4 +185,33 @@ func (s *server) cancelInvocation(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, invocationView(id, p, rec))
+}
+
+// ObjectKeyView is the JSON form of GET /objects/{object}/{key}.
+type ObjectKeyView struct {
+	Service   string `json:"service"`
+	Key       string `json:"key"`
+	Partition uint32 `json:"partition"`
+	// Running is the id of the exclusive invocation holding the key;
+	// omitted when none does.
+	Running string `json:"running,omitempty"`
+	// Queued counts the exclusive invocations waiting behind it.
+	Queued uint64 `json:"queued"`
+}
+
+func (s *server) getObjectKey(w http.ResponseWriter, r *http.Request) {
+	service, key := r.PathValue("object"), r.PathValue("key")
+	p := invocation.PartitionFor(invocation.KeyedPartitionKey(service, key), s.cfg.Partitions)
+	ctx, cancel := s.callContext(r)
+	defer cancel()
+	ks, err := s.cfg.Keys.KeyStatus(ctx, p, service, key)
+	if err != nil {
+		s.writeCallError(w, r, fmt.Sprintf("key %q of %q", key, service), err)
+		return
+	}
+	v := ObjectKeyView{Service: service, Key: key, Partition: p, Queued: ks.GetQueued()}
+	if id, err := invocation.IDFromBytes(ks.GetRunning()); err == nil {
+		v.Running = id.String()
+	}
+	writeJSON(w, http.StatusOK, v)
 }

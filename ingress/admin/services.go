@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/raftgate/raftgate/registry"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -32,6 +33,11 @@ type ServiceView struct {
 	URL  string `json:"url"`
 	// Handlers is empty when every handler is accepted.
 	Handlers []string `json:"handlers"`
+	// Kind is service, object or workflow.
+	Kind string `json:"kind"`
+	// Shared lists the handlers of an object or workflow that do not wait
+	// for the key; omitted when none.
+	Shared []string `json:"shared,omitempty"`
 	// UpdatedAt is RFC 3339, empty when unknown.
 	UpdatedAt string `json:"updatedAt,omitempty"`
 }
@@ -47,10 +53,34 @@ type ServiceRequest struct {
 	Name     string   `json:"name,omitempty"`
 	URL      string   `json:"url"`
 	Handlers []string `json:"handlers,omitempty"`
+	// Kind is service (the default), object or workflow.
+	Kind string `json:"kind,omitempty"`
+	// Shared lists the handlers of an object or workflow that run
+	// alongside the exclusive ones.
+	Shared []string `json:"shared,omitempty"`
+}
+
+// Service kinds as the admin API spells them.
+var kindNames = map[rpc.Service_Kind]string{
+	rpc.Service_SERVICE:  "service",
+	rpc.Service_OBJECT:   "object",
+	rpc.Service_WORKFLOW: "workflow",
+}
+
+func parseKind(s string) (rpc.Service_Kind, error) {
+	if s == "" {
+		return rpc.Service_SERVICE, nil
+	}
+	for k, name := range kindNames {
+		if name == s {
+			return k, nil
+		}
+	}
+	return 0, fmt.Errorf(`kind %q is unknown: want "service", "object" or "workflow"`, s)
 }
 
 func serviceView(svc *rpc.Service) ServiceView {
-	v := ServiceView{Name: svc.GetName(), URL: svc.GetUrl(), Handlers: svc.GetHandlers()}
+	v := ServiceView{Name: svc.GetName(), URL: svc.GetUrl(), Handlers: svc.GetHandlers(), Kind: kindNames[svc.GetKind()], Shared: svc.GetShared()}
 	if v.Handlers == nil {
 		v.Handlers = []string{}
 	}
@@ -171,7 +201,15 @@ func validateService(name string, req ServiceRequest) (*rpc.Service, error) {
 		}
 		seen[h] = true
 	}
-	return &rpc.Service{Name: name, Url: base, Handlers: slices.Clone(req.Handlers)}, nil
+	kind, err := parseKind(req.Kind)
+	if err != nil {
+		return nil, err
+	}
+	svc := &rpc.Service{Name: name, Url: base, Handlers: slices.Clone(req.Handlers), Kind: kind, Shared: slices.Clone(req.Shared)}
+	if err := registry.CheckKind(svc); err != nil {
+		return nil, err
+	}
+	return svc, nil
 }
 
 // ValidateServiceName checks a service name: [A-Za-z0-9_.-]+, at most 128.

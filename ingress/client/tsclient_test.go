@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/raftgate/raftgate/ingress"
+	"github.com/raftgate/raftgate/rpc"
 )
 
 // tsScript drives the ingress with Restate's TypeScript client
@@ -38,6 +39,24 @@ const clients = require("@restatedev/restate-sdk-clients");
   } catch (e) {
     out.unknownHandler = { status: e.status };
   }
+  const counter = rs.objectClient({ name: "Counter" }, "a/b");
+  out.objectCall = await counter.add({ n: 1 });
+  const objSend = await rs.objectSendClient({ name: "Counter" }, "a/b").add({ n: 2 }, clients.SendOpts.from({ idempotencyKey: "o1" }));
+  out.objectSend = { status: objSend.status };
+  out.objectResult = await rs.result(objSend);
+  const wf = rs.workflowClient({ name: "Signup" }, "w1");
+  const sub = await wf.workflowSubmit({ user: "ann" });
+  const resubmit = await wf.workflowSubmit({ user: "bob" });
+  out.workflow = { status: sub.status, again: resubmit.status, same: sub.invocationId === resubmit.invocationId };
+  out.workflowAttach = await wf.workflowAttach();
+  const output = await wf.workflowOutput();
+  out.workflowOutput = { ready: output.ready, result: output.result };
+  try {
+    await wf.run({ user: "cy" });
+  } catch (e) {
+    out.workflowCallAgain = { status: e.status };
+  }
+  out.workflowShared = await wf.status({ q: 1 });
   console.log(JSON.stringify(out));
 })().catch((e) => { console.error(e); process.exit(1); });
 `
@@ -56,7 +75,11 @@ func TestTypeScriptClient(t *testing.T) {
 		t.Skip("node not installed")
 	}
 	srv := startIngress(t, newMemCluster(echo), func(c *ingress.Config) {
-		c.Services = registry{"Greeter": {Name: "Greeter", Url: "http://127.0.0.1:1", Handlers: []string{"greet"}}}
+		c.Services = registry{
+			"Greeter": {Name: "Greeter", Url: "http://127.0.0.1:1", Handlers: []string{"greet"}},
+			"Counter": {Name: "Counter", Url: "http://127.0.0.1:1", Kind: rpc.Service_OBJECT},
+			"Signup":  {Name: "Signup", Url: "http://127.0.0.1:1", Kind: rpc.Service_WORKFLOW},
+		}
 	})
 	script := filepath.Join(t.TempDir(), "drive.cjs")
 	if err := os.WriteFile(script, []byte(tsScript), 0o600); err != nil {
@@ -98,6 +121,20 @@ func TestTypeScriptClient(t *testing.T) {
 		UnknownHandler struct {
 			Status int `json:"status"`
 		} `json:"unknownHandler"`
+		ObjectCall   map[string]int          `json:"objectCall"`
+		ObjectSend   struct{ Status string } `json:"objectSend"`
+		ObjectResult map[string]int          `json:"objectResult"`
+		Workflow     struct {
+			Status, Again string
+			Same          bool
+		} `json:"workflow"`
+		WorkflowAttach map[string]string `json:"workflowAttach"`
+		WorkflowOutput struct {
+			Ready  bool
+			Result map[string]string
+		} `json:"workflowOutput"`
+		WorkflowCallAgain struct{ Status int } `json:"workflowCallAgain"`
+		WorkflowShared    map[string]int       `json:"workflowShared"`
 	}
 	if err := json.Unmarshal(outb, &got); err != nil {
 		t.Fatalf("node printed %q: %v", outb, err)
@@ -113,5 +150,13 @@ func TestTypeScriptClient(t *testing.T) {
 	if got.Unknown.Status != 404 || got.Unknown.Body.Code != 404 || got.Unknown.Body.Source != "ingress" ||
 		got.UnknownHandler.Status != 404 {
 		t.Fatalf("errors: %+v %+v", got.Unknown, got.UnknownHandler)
+	}
+	if got.ObjectCall["n"] != 1 || got.ObjectSend.Status != "Accepted" || got.ObjectResult["n"] != 2 {
+		t.Fatalf("objectClient: %+v %+v %+v", got.ObjectCall, got.ObjectSend, got.ObjectResult)
+	}
+	if got.Workflow.Status != "Accepted" || got.Workflow.Again != "PreviouslyAccepted" || !got.Workflow.Same ||
+		got.WorkflowAttach["user"] != "ann" || !got.WorkflowOutput.Ready || got.WorkflowOutput.Result["user"] != "ann" ||
+		got.WorkflowCallAgain.Status != 409 || got.WorkflowShared["q"] != 1 {
+		t.Fatalf("workflowClient: %+v", got)
 	}
 }

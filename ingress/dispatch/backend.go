@@ -23,3 +23,11 @@ type Backend interface {
 	PutService(ctx context.Context, svc *rpc.Service) error
 	DeleteService(ctx context.Context, name string) error
 }
+
+// KeyBackend is a Backend that also answers key status requests (GET
+// /objects/{object}/{key}); a Backend without it answers them INVALID.
+type KeyBackend interface {
+	// KeyStatus returns the running invocation and queue length of one key
+	// of a keyed service in partition.
+	KeyStatus(ctx context.Context, partition uint32, service, key string) (*rpc.KeyState, error)
+}

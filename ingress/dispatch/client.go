@@ -271,6 +271,23 @@ func (c *Client) Status(ctx context.Context, partitionID uint32, id []byte) (*rp
 	return nil, unexpected(opStatus, resp)
 }
 
+// KeyStatus returns the running invocation and queue length of one key of
+// a keyed service, from the leader of its partition.
+func (c *Client) KeyStatus(ctx context.Context, partitionID uint32, service, key string) (*rpc.KeyState, error) {
+	resp, err := c.call(ctx, opKeyStatus, &rpc.DispatchRequest{
+		RequestId: invocation.NewRequestID(),
+		Partition: partitionID,
+		Body:      &rpc.DispatchRequest_KeyStatus{KeyStatus: &rpc.GetKeyStatus{Service: service, Key: key}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if ks := resp.GetKeyState(); ks != nil {
+		return ks, nil
+	}
+	return nil, unexpected(opKeyStatus, resp)
+}
+
 // Cancel cancels the invocation (completes it with a cancelled result
 // unless it completed already).
 func (c *Client) Cancel(ctx context.Context, partitionID uint32, id []byte) error {

@@ -17,6 +17,7 @@ const (
 	opCancel        = "cancel"
 	opPutService    = "put_service"
 	opDeleteService = "delete_service"
+	opKeyStatus     = "key_status"
 	opUnknown       = "unknown"
 )
 
@@ -40,6 +41,8 @@ func opOf(req *rpc.DispatchRequest) string {
 		return opPutService
 	case *rpc.DispatchRequest_DeleteService:
 		return opDeleteService
+	case *rpc.DispatchRequest_KeyStatus:
+		return opKeyStatus
 	default:
 		return opUnknown
 	}
@@ -87,6 +90,15 @@ func execute(ctx context.Context, b Backend, req *rpc.DispatchRequest) *rpc.Disp
 	case *rpc.DispatchRequest_DeleteService:
 		err = b.DeleteService(ctx, r.DeleteService.GetName())
 		resp = doneResponse()
+	case *rpc.DispatchRequest_KeyStatus:
+		kb, ok := b.(KeyBackend)
+		if !ok {
+			return errorResponse(fmt.Errorf("%w: this node does not serve key status", rpc.ErrInvalid))
+		}
+		var ks *rpc.KeyState
+		if ks, err = kb.KeyStatus(ctx, p, r.KeyStatus.GetService(), r.KeyStatus.GetKey()); ks != nil {
+			resp = &rpc.DispatchResponse{Body: &rpc.DispatchResponse_KeyState{KeyState: ks}}
+		}
 	default:
 		return errorResponse(fmt.Errorf("%w: empty or unknown request body", rpc.ErrInvalid))
 	}
