@@ -30,9 +30,9 @@ type crashRound struct {
 }
 
 var crashRounds = []crashRound{
+	{failpoint: "after-log-sync", leader: true, hits: "raftgate_wal_fsync_seconds_count"},
 	{failpoint: "before-log-write", hits: "raftgate_wal_batch_entries_count"},
 	{failpoint: "after-log-write", hits: "raftgate_wal_batch_entries_count"},
-	{failpoint: "after-log-sync", leader: true, hits: "raftgate_wal_fsync_seconds_count"},
 	{failpoint: "during-checkpoint", hits: "raftgate_checkpoint_seconds_count"},
 }
 
@@ -86,9 +86,26 @@ func runCrashRound(t *testing.T, c *cluster, svc *recorder, r crashRound, rng *r
 	if r.leader {
 		victim = preferredOfMost(c)
 	}
-	led := crashAt(t, c, victim, r, progress, seed)
-	if r.leader && 2*led < robustnessPartitions {
-		t.Errorf("%s: node %d led %d of %d partitions when it died, want at least half", r.failpoint, victim.id, led, robustnessPartitions)
+	if !r.leader {
+		crashAt(t, c, victim, r, progress, seed)
+	} else {
+		// The kill must come after the hand-backs, which take longer when
+		// an earlier hand-off did not hold (raftlog balance.go backs off):
+		// each try starts from a balanced cluster, and a node killed too
+		// early is brought back and tried again.
+		for try := 1; ; try++ {
+			waitLeading(t, victim, 6*time.Second)
+			led := crashAt(t, c, victim, r, progress, seed+uint64(try))
+			if 2*led >= robustnessPartitions {
+				break
+			}
+			if try == 3 {
+				t.Errorf("%s: node %d led %d of %d partitions when it died, want at least half (3 tries)", r.failpoint, victim.id, led, robustnessPartitions)
+				break
+			}
+			t.Logf("%s: node %d died leading %d partitions; again", r.failpoint, victim.id, led)
+			c.restart(victim)
+		}
 	}
 	c.restart(victim)
 	progress(30)
@@ -152,6 +169,23 @@ func crashAt(t *testing.T, c *cluster, victim *node, r crashRound, progress func
 	}
 	t.Logf("%s: node %d killed itself %v after its start, leading %d partitions", r.failpoint, victim.id, time.Since(started).Round(time.Millisecond), led)
 	return led
+}
+
+// waitLeading waits until node n has led at least half the partitions for
+// hold without a break, long enough for every hand-off's back-off to reset.
+func waitLeading(t *testing.T, n *node, hold time.Duration) {
+	t.Helper()
+	var since time.Time
+	waitFor(t, 60*time.Second, fmt.Sprintf("node %d to lead half the partitions for %v", n.id, hold), func() bool {
+		if k, err := partitionsLedBy(n); err != nil || 2*k < robustnessPartitions {
+			since = time.Time{}
+			return false
+		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		return time.Since(since) >= hold
+	})
 }
 
 // preferredOfMost is the node that leader balancing makes the leader of
