@@ -152,6 +152,11 @@ type Config struct {
 	MaxSizePerMsg             uint64
 	MaxInflightMsgs           int
 	MaxUncommittedEntriesSize uint64
+	// IdleCompactAfter: a group that applied too few entries for the
+	// SnapshotEntries rule compacts its log up to its checkpoint once this
+	// long has passed since its last compaction, so that it does not keep
+	// old write-ahead log segments alive.
+	IdleCompactAfter time.Duration
 	// CheckpointInterval and CheckpointEntries: the applier commits its
 	// state transaction (a checkpoint) once this long has passed since the
 	// last one with entries applied, or once this many entries were

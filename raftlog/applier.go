@@ -117,11 +117,17 @@ func (p checkpointPolicy) checkpointDue(now, last time.Time, open bool, entries 
 }
 
 func newApplier(db *bolt.DB, lg zerolog.Logger, m *metrics, k *Knobs, p checkpointPolicy, onBroken func(error)) *applier {
-	a := &applier{db: db, log: lg, metrics: m, knobs: k, policy: p, onBroken: onBroken,
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		lastCheckpoint: time.Now()}
+	a := newApplierState(db, lg, m, k, p, onBroken, time.Now())
 	go a.run()
 	return a
+}
+
+// newApplierState returns an applier that runs nothing by itself: run, or
+// a test, drives it with step.
+func newApplierState(db *bolt.DB, lg zerolog.Logger, m *metrics, k *Knobs, p checkpointPolicy, onBroken func(error), now time.Time) *applier {
+	return &applier{db: db, log: lg, metrics: m, knobs: k, policy: p, onBroken: onBroken,
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		lastCheckpoint: now}
 }
 
 // submit queues r; it never blocks. It returns false once the applier
@@ -173,45 +179,57 @@ func (a *applier) run() {
 		a.queue = nil
 		a.busy = len(batch) > 0
 		a.mu.Unlock()
-		if len(batch) == 0 {
-			due, wakeAt := a.policy.checkpointDue(time.Now(), a.lastCheckpoint, a.tx != nil, a.entries, false)
-			if due {
-				a.checkpoint()
-				continue
-			}
-			var timerC <-chan time.Time
-			if !wakeAt.IsZero() {
-				timer.Reset(time.Until(wakeAt))
-				timerC = timer.C
-			}
-			select {
-			case <-a.wake:
-			case <-timerC:
-			case <-a.stop:
-				timer.Stop()
-				a.failQueued()
-				if a.broken == nil {
-					a.checkpoint()
-				}
-				if a.tx != nil {
-					_ = a.tx.Rollback()
-				}
-				return
-			}
-			timer.Stop()
+		wakeAt := a.step(batch, time.Now())
+		if len(batch) > 0 {
+			a.mu.Lock()
+			a.busy = false
+			a.mu.Unlock()
 			continue
 		}
-		force := a.runBatch(batch)
-		if due, _ := a.policy.checkpointDue(time.Now(), a.lastCheckpoint, a.tx != nil, a.entries, force); due {
-			a.checkpoint()
+		var timerC <-chan time.Time
+		if !wakeAt.IsZero() {
+			timer.Reset(time.Until(wakeAt))
+			timerC = timer.C
 		}
-		for _, r := range batch {
-			a.finish(r)
+		select {
+		case <-a.wake:
+		case <-timerC:
+		case <-a.stop:
+			timer.Stop()
+			a.failQueued()
+			if a.broken == nil {
+				a.checkpoint(time.Now())
+			}
+			if a.tx != nil {
+				_ = a.tx.Rollback()
+			}
+			return
 		}
-		a.mu.Lock()
-		a.busy = false
-		a.mu.Unlock()
+		timer.Stop()
 	}
+}
+
+// step is one decision of the applier at now, over the requests queued
+// since the last one: it runs them (if any), checkpoints when
+// checkpointDue says so, and hands every request back. With nothing to
+// run it returns when to look again (zero: when woken). It reads no clock.
+func (a *applier) step(batch []*applyReq, now time.Time) (wakeAt time.Time) {
+	if len(batch) == 0 {
+		due, wakeAt := a.policy.checkpointDue(now, a.lastCheckpoint, a.tx != nil, a.entries, false)
+		if !due {
+			return wakeAt
+		}
+		a.checkpoint(now)
+		return time.Time{}
+	}
+	force := a.runBatch(batch, now)
+	if due, _ := a.policy.checkpointDue(now, a.lastCheckpoint, a.tx != nil, a.entries, force); due {
+		a.checkpoint(now)
+	}
+	for _, r := range batch {
+		a.finish(r)
+	}
+	return time.Time{}
 }
 
 // finish hands a request back to whoever waits for it.
@@ -227,7 +245,7 @@ func (a *applier) finish(r *applyReq) {
 // runBatch runs batch in the open transaction: applies, installs and views
 // in queue order, then the effects of the applies. An install is
 // checkpointed at once. It reports whether a checkpoint is needed now.
-func (a *applier) runBatch(batch []*applyReq) (force bool) {
+func (a *applier) runBatch(batch []*applyReq, now time.Time) (force bool) {
 	if a.broken != nil {
 		for _, r := range batch {
 			r.err = fmt.Errorf("raftlog: an earlier checkpoint failed, nothing is applied after it: %w", a.broken)
@@ -270,7 +288,7 @@ func (a *applier) runBatch(batch []*applyReq) (force bool) {
 			// Durable before anything relies on it: the log forgets what
 			// the snapshot replaces once the group hears it is done.
 			a.runEffects()
-			a.checkpoint()
+			a.checkpoint(now)
 			continue
 		}
 		a.journal = append(a.journal, r)
@@ -455,9 +473,9 @@ func (a *applier) replay() *applyReq {
 
 // checkpoint commits the open transaction and tells each group how far its
 // state is now durable.
-func (a *applier) checkpoint() {
+func (a *applier) checkpoint(now time.Time) {
 	if a.tx == nil {
-		a.lastCheckpoint = time.Now()
+		a.lastCheckpoint = now
 		return
 	}
 	if k := a.knobs; k != nil && k.DuringCheckpoint != nil {
@@ -505,7 +523,7 @@ func (a *applier) checkpoint() {
 	clear(a.journal)
 	a.journal = a.journal[:0]
 	a.entries = 0
-	a.lastCheckpoint = time.Now()
+	a.lastCheckpoint = now
 }
 
 // failQueued answers everything still queued with ErrStopped.

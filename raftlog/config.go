@@ -29,6 +29,7 @@ func DefaultConfig() Config {
 		MaxSizePerMsg:             1 << 20,
 		MaxInflightMsgs:           256,
 		MaxUncommittedEntriesSize: 64 << 20,
+		IdleCompactAfter:          10 * time.Second,
 		CheckpointInterval:        100 * time.Millisecond,
 		CheckpointEntries:         10000,
 		WALSegmentBytes:           64 << 20,
@@ -62,6 +63,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxUncommittedEntriesSize == 0 {
 		c.MaxUncommittedEntriesSize = d.MaxUncommittedEntriesSize
+	}
+	if c.IdleCompactAfter == 0 {
+		c.IdleCompactAfter = d.IdleCompactAfter
 	}
 	if c.CheckpointInterval == 0 {
 		c.CheckpointInterval = d.CheckpointInterval

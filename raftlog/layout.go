@@ -151,8 +151,11 @@ func checkFormat(db *bolt.DB) error {
 		if v == nil {
 			return b.Put(keyFormat, binary.BigEndian.AppendUint64(nil, formatVersion))
 		}
-		if len(v) != 8 || binary.BigEndian.Uint64(v) != formatVersion {
-			return fmt.Errorf("raftlog: %s has format %x, this release reads format %d; use the release that wrote it, or restore this node from a peer (docs/operations.md, \"Backup and restore\")", db.Path(), v, formatVersion)
+		if len(v) != 8 {
+			return fmt.Errorf("raftlog: %s: %w: format marker %x", db.Path(), errCorrupt, v)
+		}
+		if have := binary.BigEndian.Uint64(v); have != formatVersion {
+			return fmt.Errorf("raftlog: %s has format %d, this release reads format %d; use the release that wrote it, or restore this node from a peer (docs/operations.md, \"Backup and restore\")", db.Path(), have, formatVersion)
 		}
 		return nil
 	})

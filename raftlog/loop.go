@@ -36,7 +36,7 @@ func (g *Group) run() {
 		in := g.in
 		g.in = g.spare
 		g.mu.Unlock()
-		err := g.process(&in)
+		err := g.process(&in, time.Now())
 		g.spare = in.reset()
 		if err != nil {
 			g.fail(err)
@@ -65,7 +65,7 @@ func (g *Group) fail(err error) {
 	g.publishLeader(0, g.rn.BasicStatus().GetTerm(), false)
 }
 
-func (g *Group) process(in *inbox) error {
+func (g *Group) process(in *inbox, now time.Time) error {
 	for _, r := range in.appended {
 		if err := g.appendFinished(r); err != nil {
 			return err
@@ -80,10 +80,13 @@ func (g *Group) process(in *inbox) error {
 		return in.failure
 	}
 	for _, cp := range in.checkpoints {
-		g.checkpointFinished(cp)
+		g.checkpointFinished(cp, now)
 	}
 	for i := 0; i < min(in.ticks, g.n.cfg.ElectionTicks); i++ {
 		g.rn.Tick()
+	}
+	if in.ticks > 0 {
+		g.maybeCompact(now) // an idle group gets no checkpoint to prompt it
 	}
 	for _, m := range in.msgs {
 		if err := g.checkHeartbeatCommit(m); err != nil {
@@ -356,11 +359,11 @@ func (g *Group) applyFinished(r *applyReq) error {
 
 // checkpointFinished implements step 6 of doc.go: the state is durable up
 // to cp, so the log may be compacted and released up to it.
-func (g *Group) checkpointFinished(cp checkpoint) {
+func (g *Group) checkpointFinished(cp checkpoint, now time.Time) {
 	if cp.index > g.checkpoint {
 		g.checkpoint = cp.index
 	}
-	g.maybeCompact()
+	g.maybeCompact(now)
 }
 
 func (g *Group) setApplied(index, term uint64) {
@@ -372,22 +375,11 @@ func (g *Group) setApplied(index, term uint64) {
 	g.appliedGge.Set(float64(index))
 }
 
-// maybeCompact moves the compaction point once SnapshotEntries were
-// applied since the last one, keeping SnapshotCatchUpEntries behind the
-// applied index, and never past the last checkpoint: entries after it are
-// what a restart replays. A group that compacts rarely (few entries) would
-// keep old log segments alive, so after compactAge it compacts up to its
-// checkpoint whatever the count. The log releases the entries after its
-// next write.
-func (g *Group) maybeCompact() {
-	cfg := g.n.cfg
-	applied := g.applied.Load()
-	index := min(g.checkpoint, applied-min(applied, cfg.SnapshotCatchUpEntries))
-	due := applied >= g.store.compactIndex+cfg.SnapshotEntries
-	if !due && g.checkpoint > g.store.compactIndex && time.Since(g.lastCompact) > compactAge {
-		index, due = g.checkpoint, true
-	}
-	if !due || index <= g.store.compactIndex {
+// maybeCompact moves the compaction point when compactionPoint says so;
+// the log releases the entries after its next write.
+func (g *Group) maybeCompact(now time.Time) {
+	index, due := compactionPoint(g.n.cfg, g.applied.Load(), g.checkpoint, g.store.compactIndex, now.Sub(g.lastCompact))
+	if !due {
 		return
 	}
 	term, err := g.store.Term(index)
@@ -396,13 +388,25 @@ func (g *Group) maybeCompact() {
 		return
 	}
 	g.store.compacted(index, term)
-	g.lastCompact = time.Now()
+	g.lastCompact = now
 	g.n.lw.release(g.id, index)
 }
 
-// compactAge bounds how long a group keeps checkpointed entries that the
-// entry-count rule would not compact yet.
-const compactAge = time.Minute
+// compactionPoint is the compaction rule, a pure function: once
+// SnapshotEntries were applied since the compaction point, compact up to
+// SnapshotCatchUpEntries behind the applied index, and never past the last
+// checkpoint (entries after it are what a restart replays). A group that
+// rarely reaches that count would keep old log segments alive, so once
+// Config.IdleCompactAfter has passed since its last compaction it compacts
+// up to its checkpoint whatever the count.
+func compactionPoint(cfg Config, applied, checkpoint, compactIndex uint64, sinceLast time.Duration) (uint64, bool) {
+	index := min(checkpoint, applied-min(applied, cfg.SnapshotCatchUpEntries))
+	due := applied >= compactIndex+cfg.SnapshotEntries
+	if !due && checkpoint > compactIndex && sinceLast > cfg.IdleCompactAfter {
+		index, due = checkpoint, true
+	}
+	return index, due && index > compactIndex
+}
 
 func (g *Group) releaseReads() {
 	applied := g.applied.Load()

@@ -1,6 +1,7 @@
 package raftlog
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -519,4 +520,36 @@ func (n *Node) openLog(id GroupID, gs groupState) (*logStore, error) {
 		return nil, fmt.Errorf("raftlog: group %d: term at %d: %w", id, first-1, err)
 	}
 	return &logStore{wal: n.wal, group: g, hard: hs, conf: gs.conf, compactIndex: first - 1, compactTerm: compactTerm}, nil
+}
+
+// ErrPinMismatch: Pin found another value stored under the name.
+var ErrPinMismatch = errors.New("raftlog: pinned value differs")
+
+// Pin stores value under name in state.db the first time, and from then on
+// checks that it is the same, so that a setting fixed for a data dir's
+// life (the partition count) travels with the state file, into backups too.
+// A mismatch is an ErrPinMismatch naming both values.
+func (n *Node) Pin(name string, value []byte) error {
+	r := &applyReq{done: make(chan struct{}), update: func(tx *bolt.Tx) error {
+		node, err := tx.CreateBucketIfNotExists(bucketNode)
+		if err != nil {
+			return err
+		}
+		pins, err := node.CreateBucketIfNotExists(bucketPins)
+		if err != nil {
+			return err
+		}
+		if have := pins.Get([]byte(name)); have != nil {
+			if !bytes.Equal(have, value) {
+				return fmt.Errorf("%w: %s is %q in this data dir, not %q", ErrPinMismatch, name, have, value)
+			}
+			return nil
+		}
+		return pins.Put([]byte(name), value)
+	}}
+	if !n.ap.submit(r) {
+		return ErrStopped
+	}
+	<-r.done
+	return r.err
 }

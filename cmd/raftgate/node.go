@@ -213,9 +213,6 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 		n.log.Info().Str("data_dir", cfg.DataDir).Str("if_refused", n.restoreCommand()).
 			Msg("empty data dir: joining as a new replica, which is right when the cluster is first started; a node of a running cluster that lost its data is refused, and is restored from a peer")
 	}
-	if err := pinPartitionCount(cfg.DataDir, cfg.Partitions); err != nil {
-		return nil, err
-	}
 	rcfg := raftlog.DefaultConfig()
 	rcfg.NodeID = cfg.NodeID
 	rcfg.DataDir = cfg.DataDir
@@ -232,6 +229,10 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	rcfg.Knobs = cfg.failpoint.knobs(n.log)
 	if n.raft, err = raftlog.Open(rcfg); err != nil {
 		return nil, fmt.Errorf("--data-dir: %w", err)
+	}
+	if err = pinPartitionCount(cfg.DataDir, n.raft, cfg.Partitions); err != nil {
+		_ = n.raft.Close()
+		return nil, err
 	}
 	n.raft.RegisterGRPC(n.grpc)
 
