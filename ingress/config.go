@@ -32,12 +32,14 @@ type Dispatcher interface {
 	Attach(ctx context.Context, partition uint32, id []byte) (*rpc.InvocationResult, error)
 }
 
-// ServiceLookup reads the replicated service registry. Lookup is a local
-// read, called on every call and send, from many goroutines at once. It
-// returns an error wrapping rpc.ErrNotFound when there is no such service;
-// any other error means the registry cannot say right now (503, retry).
-type ServiceLookup interface {
-	Lookup(name string) (*rpc.Service, error)
+// ServiceResolver finds a service in the replicated service registry for a
+// request. Lookup is called on every call and send, from many goroutines at
+// once; a hit is a local read, a miss may first bring the local replica up
+// to date (bounded by ctx, the request's). It returns an error wrapping
+// rpc.ErrNotFound when there is no such service; any other error means the
+// registry cannot say right now (503, retry).
+type ServiceResolver interface {
+	Lookup(ctx context.Context, name string) (*rpc.Service, error)
 }
 
 // Config configures a Handler. Start from DefaultConfig.
@@ -48,7 +50,7 @@ type Config struct {
 	// Dispatcher reaches partition leaders.
 	Dispatcher Dispatcher
 	// Services is the service registry.
-	Services ServiceLookup
+	Services ServiceResolver
 	// Retention is how long completed results are kept; it sets the
 	// idempotency-expires header (completed_at + Retention).
 	Retention time.Duration

@@ -13,7 +13,7 @@
 //
 // It keeps no durable state. Reaching a partition's leader, with retries, is
 // the Dispatcher's job (implemented by ingress/dispatch); the service
-// registry is read through ServiceLookup.
+// registry is read through ServiceResolver.
 //
 // Request flow of a call:
 //

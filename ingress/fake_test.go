@@ -153,7 +153,7 @@ func (f *fakeDispatcher) lastAppend(t *testing.T) fakeAppend {
 // fakeServices is a static service registry.
 type fakeServices map[string]*rpc.Service
 
-func (s fakeServices) Lookup(name string) (*rpc.Service, error) {
+func (s fakeServices) Lookup(_ context.Context, name string) (*rpc.Service, error) {
 	if svc, ok := s[name]; ok {
 		return svc, nil
 	}

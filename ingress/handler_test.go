@@ -567,13 +567,13 @@ func TestClientGoneWritesNothing(t *testing.T) {
 
 type panickyServices struct{}
 
-func (panickyServices) Lookup(string) (*rpc.Service, error) { panic("registry bug") }
+func (panickyServices) Lookup(context.Context, string) (*rpc.Service, error) { panic("registry bug") }
 
 // unsureServices cannot tell whether any service exists (no metadata
 // leader reachable).
 type unsureServices struct{}
 
-func (unsureServices) Lookup(string) (*rpc.Service, error) {
+func (unsureServices) Lookup(context.Context, string) (*rpc.Service, error) {
 	return nil, errors.New("the service registry cannot be checked right now: context deadline exceeded")
 }
 

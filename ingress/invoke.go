@@ -21,7 +21,7 @@ const maxObjectKeyLen = 1024
 // /{workflow}/{id}/{handler} and their .../send.
 func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, rt route) int {
 	start := time.Now()
-	svc, err := h.cfg.Services.Lookup(rt.service)
+	svc, err := h.cfg.Services.Lookup(r.Context(), rt.service)
 	if err != nil && !errors.Is(err, rpc.ErrNotFound) {
 		return h.writeError(w, &apiError{code: http.StatusServiceUnavailable, retryAfter: true,
 			msg: fmt.Sprintf("cannot tell whether service '%s' exists (%v); nothing was done, retrying is safe", rt.service, err)})

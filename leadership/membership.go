@@ -29,13 +29,11 @@ type Membership struct {
 	// voters is Config.Voters as a set; nil admits every node.
 	voters map[uint64]bool
 
-	// mu guards the leader table, the member map, the watcher set and the
-	// outsiders already logged.
+	// mu guards the leader table, the member map and the outsiders
+	// already logged.
 	mu        sync.Mutex
 	leaders   table
 	members   map[uint64]Member
-	watchers  map[int]*watcher
-	nextWatch int
 	outsiders map[uint64]bool
 
 	stop      chan struct{}
@@ -59,13 +57,12 @@ func Start(cfg Config) (_ *Membership, err error) {
 		return nil, err
 	}
 	m := &Membership{
-		cfg:      cfg,
-		log:      cfg.Logger.With().Str("component", "leadership").Logger(),
-		meta:     encodeNodeInfo(cfg.Self),
-		leaders:  table{},
-		members:  map[uint64]Member{cfg.Self.ID: {NodeInfo: cfg.Self, Alive: true}},
-		watchers: map[int]*watcher{},
-		stop:     make(chan struct{}),
+		cfg:     cfg,
+		log:     cfg.Logger.With().Str("component", "leadership").Logger(),
+		meta:    encodeNodeInfo(cfg.Self),
+		leaders: table{},
+		members: map[uint64]Member{cfg.Self.ID: {NodeInfo: cfg.Self, Alive: true}},
+		stop:    make(chan struct{}),
 	}
 	if len(cfg.Voters) > 0 {
 		m.voters = map[uint64]bool{}
@@ -298,7 +295,7 @@ func (m *Membership) Node(id uint64) (Member, bool) {
 }
 
 // Close leaves the cluster (bounded by LeaveTimeout), stops gossip and
-// waits for the background goroutines, watchers included.
+// waits for the background goroutines.
 func (m *Membership) Close() error {
 	m.closeOnce.Do(func() {
 		close(m.stop)
@@ -308,26 +305,17 @@ func (m *Membership) Close() error {
 		if err := m.list.Shutdown(); err != nil {
 			m.closeErr = fmt.Errorf("leadership: shutdown gossip: %w", err)
 		}
-		m.mu.Lock()
-		ws := m.watchers
-		m.watchers = map[int]*watcher{}
-		m.mu.Unlock()
-		for _, w := range ws {
-			w.stop()
-		}
 		m.wg.Wait()
 	})
 	return m.closeErr
 }
 
-// update merges one update; a change is broadcast when spread is true and
-// handed to the watchers.
+// update merges one update; a change is broadcast when spread is true.
 func (m *Membership) update(u Update, spread bool) {
 	m.mu.Lock()
 	changed := m.leaders.apply(u)
 	if changed {
-		u.Entry = m.leaders[u.Partition]
-		m.notifyLocked([]Update{u})
+		u.Entry = m.leaders[u.Partition] // broadcast what the table holds
 	}
 	m.mu.Unlock()
 	if changed && spread {
@@ -347,7 +335,6 @@ func (m *Membership) mergeAll(us []Update, spread bool) {
 		return true
 	})
 	changed := m.leaders.applyAll(us)
-	m.notifyLocked(changed)
 	m.mu.Unlock()
 	if spread {
 		for _, u := range changed {

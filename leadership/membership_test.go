@@ -7,30 +7,13 @@ import (
 	"net"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/raftgate/raftgate/internal/testutil"
 )
-
-// lockedBuffer collects one node's logs, printed when the test fails.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // freeGossipAddr returns a 127.0.0.1 port that was free for both TCP and UDP.
 func freeGossipAddr(t *testing.T) string {
@@ -61,9 +44,9 @@ func startNode(t *testing.T, id uint64, key []byte, join ...string) *Membership 
 }
 
 // startNodeLogs is startNode, also returning the node's (debug) log.
-func startNodeLogs(t *testing.T, id uint64, key []byte, join ...string) (*Membership, *lockedBuffer) {
+func startNodeLogs(t *testing.T, id uint64, key []byte, join ...string) (*Membership, *testutil.LockedBuffer) {
 	t.Helper()
-	logs := &lockedBuffer{}
+	logs := &testutil.LockedBuffer{}
 	var m *Membership
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
@@ -97,18 +80,6 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// waitFor polls cond until it holds or the timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func gossipAddr(m *Membership) string { return m.cfg.BindAddr }
 
 func startCluster(t *testing.T) []*Membership {
@@ -116,7 +87,7 @@ func startCluster(t *testing.T) []*Membership {
 	n2 := startNode(t, 2, nil, gossipAddr(n1))
 	n3 := startNode(t, 3, nil, gossipAddr(n1))
 	nodes := []*Membership{n1, n2, n3}
-	waitFor(t, 10*time.Second, "three alive members on every node", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "three alive members on every node", func() bool {
 		for _, n := range nodes {
 			ms := n.Members()
 			if len(ms) != 3 {
@@ -146,19 +117,6 @@ func TestClusterConvergesOnMembersAndLeaders(t *testing.T) {
 		}
 	}
 
-	type change struct {
-		p            uint32
-		leader, term uint64
-	}
-	var mu sync.Mutex
-	var seen []change
-	cancel := nodes[2].Watch(func(p uint32, leader, term uint64) {
-		mu.Lock()
-		seen = append(seen, change{p, leader, term})
-		mu.Unlock()
-	})
-	defer cancel()
-
 	start := time.Now()
 	nodes[0].SetLocal(1, 1, 3)
 	nodes[1].SetLocal(2, 2, 4)
@@ -176,33 +134,16 @@ func TestClusterConvergesOnMembersAndLeaders(t *testing.T) {
 			return true
 		}
 	}
-	waitFor(t, 5*time.Second, "leader table on every node", expect(map[uint32]Entry{1: {1, 3}, 2: {2, 4}, 3: {1, 2}}))
+	testutil.WaitFor(t, 5*time.Second, "leader table on every node", expect(map[uint32]Entry{1: {1, 3}, 2: {2, 4}, 3: {1, 2}}))
 	t.Logf("leader table converged in %v", time.Since(start))
 
 	// A stale (lower-term) entry never overwrites; a newer one spreads.
 	nodes[2].SetLocal(1, 3, 2)
 	nodes[1].SetLocal(1, 2, 5)
-	waitFor(t, 5*time.Second, "term 5 leader of partition 1 everywhere", expect(map[uint32]Entry{1: {2, 5}}))
+	testutil.WaitFor(t, 5*time.Second, "term 5 leader of partition 1 everywhere", expect(map[uint32]Entry{1: {2, 5}}))
 	if leader, term, _ := nodes[2].Leader(1); leader != 2 || term != 5 {
 		t.Fatalf("node 3 partition 1: leader %d term %d", leader, term)
 	}
-	waitFor(t, 5*time.Second, "watcher to see partition 1 at term 5", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		for i := len(seen) - 1; i >= 0; i-- {
-			if seen[i].p == 1 {
-				return seen[i] == change{1, 2, 5}
-			}
-		}
-		return false
-	})
-	mu.Lock()
-	for _, c := range seen {
-		if c.p == 1 && c.term < 3 {
-			t.Errorf("watcher saw a stale entry %+v", c)
-		}
-	}
-	mu.Unlock()
 }
 
 func TestLeavingNodeIsNotAlive(t *testing.T) {
@@ -210,7 +151,7 @@ func TestLeavingNodeIsNotAlive(t *testing.T) {
 	if err := nodes[2].Close(); err != nil {
 		t.Fatalf("close node 3: %v", err)
 	}
-	waitFor(t, 5*time.Second, "node 3 not alive on nodes 1 and 2", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "node 3 not alive on nodes 1 and 2", func() bool {
 		for _, n := range nodes[:2] {
 			m, ok := n.Node(3)
 			if !ok || m.Alive {
@@ -229,7 +170,7 @@ func TestWrongSecretKeyCannotJoin(t *testing.T) {
 	other := bytes.Repeat([]byte{2}, 32)
 	n1 := startNode(t, 1, key)
 	n2 := startNode(t, 2, key, gossipAddr(n1))
-	waitFor(t, 5*time.Second, "node 2 with the right key to join", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "node 2 with the right key to join", func() bool {
 		m, ok := n1.Node(2)
 		return ok && m.Alive
 	})
@@ -265,7 +206,7 @@ func TestRefusedJoinWarnsOnce(t *testing.T) {
 		}
 		return n
 	}
-	waitFor(t, 10*time.Second, "several refused rejoins", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "several refused rejoins", func() bool {
 		return count("cannot join gossip members") >= 3
 	})
 	if warns := count(`"level":"warn"`, "cannot join gossip members"); warns != 1 {
@@ -300,7 +241,7 @@ func TestStartOnABoundListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	n2 := startNode(t, 2, nil, addr)
-	waitFor(t, 5*time.Second, "node 2 to join through the bound listener", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "node 2 to join through the bound listener", func() bool {
 		mem, ok := m.Node(2)
 		return ok && mem.Alive && len(n2.Members()) == 2
 	})
@@ -319,9 +260,9 @@ func TestStartOnABoundListener(t *testing.T) {
 // leadership claims, or logs it more than once.
 func TestNodeOutsideVotersIsNotAMember(t *testing.T) {
 	voters := []uint64{1, 2}
-	start := func(id uint64, join ...string) (*Membership, *lockedBuffer) {
+	start := func(id uint64, join ...string) (*Membership, *testutil.LockedBuffer) {
 		t.Helper()
-		logs := &lockedBuffer{}
+		logs := &testutil.LockedBuffer{}
 		cfg := DefaultLocalConfig()
 		cfg.BindAddr = freeGossipAddr(t)
 		cfg.Self = NodeInfo{ID: id, NodeAddr: fmt.Sprintf("127.0.0.1:%d", 5000+id)}
@@ -351,12 +292,12 @@ func TestNodeOutsideVotersIsNotAMember(t *testing.T) {
 
 	// The outsider sees everyone (it has no voter list): gossip reached it
 	// and it reached the voters.
-	waitFor(t, 10*time.Second, "the outsider to see both voters", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the outsider to see both voters", func() bool {
 		a, okA := outsider.Node(1)
 		b, okB := outsider.Node(2)
 		return okA && okB && a.Alive && b.Alive
 	})
-	waitFor(t, 10*time.Second, "node 2 to learn node 1's leadership", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "node 2 to learn node 1's leadership", func() bool {
 		l, term, _ := n2.Leader(1)
 		return l == 1 && term == 3
 	})

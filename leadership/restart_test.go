@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/raftgate/raftgate/internal/testutil"
 )
 
 // TestRestartedNodeIsAliveAgain: a node that left and comes back on the same
@@ -15,7 +17,7 @@ func TestRestartedNodeIsAliveAgain(t *testing.T) {
 	if err := nodes[2].Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "node 3 not alive", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "node 3 not alive", func() bool {
 		m, _ := nodes[0].Node(3)
 		return !m.Alive
 	})
@@ -32,7 +34,7 @@ func TestRestartedNodeIsAliveAgain(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { again.Close() })
-	waitFor(t, 10*time.Second, "restarted node 3 alive on nodes 1 and 2", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "restarted node 3 alive on nodes 1 and 2", func() bool {
 		for _, n := range nodes[:2] {
 			if m, _ := n.Node(3); !m.Alive {
 				return false

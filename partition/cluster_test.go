@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/registry"
 	"github.com/raftgate/raftgate/rpc"
 	"github.com/rs/zerolog"
-	bolt "go.etcd.io/bbolt"
 	"google.golang.org/grpc"
 )
 
@@ -87,7 +87,7 @@ func (c *raftCluster) start(i int, l net.Listener) {
 	srv := grpc.NewServer()
 	node.RegisterGRPC(srv)
 	go func() { _ = srv.Serve(l) }()
-	reg := registry.NewRegistry(logger)
+	reg := registry.New(logger)
 	cfg := DefaultConfig()
 	cfg.Services = reg
 	cfg.Logger = logger
@@ -157,7 +157,7 @@ func (c *raftCluster) live() []*raftNode {
 // nil (cheap: no call into the raft loop).
 func (c *raftCluster) partitionLeader() *raftNode {
 	for _, n := range c.live() {
-		if leading, _, _ := n.proc.tracker.leadership(); leading {
+		if leading, _, _ := n.proc.tracker.Leadership(); leading {
 			return n
 		}
 	}
@@ -178,7 +178,7 @@ func (c *raftCluster) leaderOf(g raftlog.GroupID) *raftNode {
 // node's registry has it.
 func (c *raftCluster) register(tb testing.TB, svc *rpc.Service) {
 	tb.Helper()
-	waitFor(tb, 20*time.Second, "service registered", func() bool {
+	testutil.WaitFor(tb, 20*time.Second, "service registered", func() bool {
 		lead := c.leaderOf(raftlog.MetaGroup)
 		if lead == nil {
 			return false
@@ -187,7 +187,7 @@ func (c *raftCluster) register(tb testing.TB, svc *rpc.Service) {
 		defer cancel()
 		return lead.reg.Put(ctx, svc) == nil
 	})
-	waitFor(tb, 20*time.Second, "registry replicated", func() bool {
+	testutil.WaitFor(tb, 20*time.Second, "registry replicated", func() bool {
 		for _, n := range c.live() {
 			if _, ok := n.reg.Lookup(svc.Name); !ok {
 				return false
@@ -243,9 +243,9 @@ func TestRaftClusterEveryInvocationHasExactlyOneResult(t *testing.T) {
 	// Move leadership twice while invocations are submitted and run.
 	moves := 0
 	for _, at := range []int64{total / 3, 2 * total / 3} {
-		waitFor(t, 60*time.Second, fmt.Sprintf("%d acknowledged", at), func() bool { return acked.Load() >= at })
+		testutil.WaitFor(t, 60*time.Second, fmt.Sprintf("%d acknowledged", at), func() bool { return acked.Load() >= at })
 		var lead *raftNode
-		waitFor(t, 10*time.Second, "a partition leader", func() bool { lead = c.leaderOf(1); return lead != nil })
+		testutil.WaitFor(t, 10*time.Second, "a partition leader", func() bool { lead = c.leaderOf(1); return lead != nil })
 		to := c.nodes[(int(lead.id))%len(c.nodes)].id
 		tctx, tcancel := context.WithTimeout(ctx, 10*time.Second)
 		err := lead.group.TransferLeadership(tctx, to)
@@ -260,7 +260,7 @@ func TestRaftClusterEveryInvocationHasExactlyOneResult(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	waitFor(t, 60*time.Second, "every outbox drained", func() bool {
+	testutil.WaitFor(t, 60*time.Second, "every outbox drained", func() bool {
 		for _, n := range c.nodes {
 			if n.proc.OutboxDepth() != 0 {
 				return false
@@ -272,24 +272,15 @@ func TestRaftClusterEveryInvocationHasExactlyOneResult(t *testing.T) {
 	var dumps []string
 	for _, n := range c.nodes {
 		var b []byte
-		err := n.group.View(func(bk *bolt.Bucket) error {
-			for _, inv := range invs {
-				res, found, err := getResult(bk, inv.InvocationId)
-				if err != nil {
-					return err
-				}
-				if !found {
-					return fmt.Errorf("node %d: no result for %x", n.id, inv.InvocationId)
-				}
-				if want := "echo:" + string(inv.Body); string(res.Result.Body) != want || res.Result.Failed {
-					return fmt.Errorf("node %d: result %q, want %q", n.id, res.Result.Body, want)
-				}
-				b = append(b, fmt.Sprintf("%x=%d;", inv.InvocationId, res.CompletedAtUnixMs)...)
+		for _, inv := range invs {
+			res, err := n.proc.readResult(inv.InvocationId)
+			if err != nil {
+				t.Fatalf("node %d: result of %x: %v", n.id, inv.InvocationId, err)
 			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
+			if want := "echo:" + string(inv.Body); string(res.Result.Body) != want || res.Result.Failed {
+				t.Fatalf("node %d: result %q, want %q", n.id, res.Result.Body, want)
+			}
+			b = append(b, fmt.Sprintf("%x=%d;", inv.InvocationId, res.CompletedAtUnixMs)...)
 		}
 		dumps = append(dumps, string(b))
 	}
@@ -364,7 +355,7 @@ func TestRaftClusterFollowerRestartCatchesUp(t *testing.T) {
 	}
 	c.submitAll(t, ctx, invs[:200], 16)
 	var lead *raftNode
-	waitFor(t, 10*time.Second, "a partition leader", func() bool { lead = c.leaderOf(1); return lead != nil })
+	testutil.WaitFor(t, 10*time.Second, "a partition leader", func() bool { lead = c.leaderOf(1); return lead != nil })
 	down := 0
 	for i, n := range c.nodes {
 		if n != lead {
@@ -382,7 +373,7 @@ func TestRaftClusterFollowerRestartCatchesUp(t *testing.T) {
 		}
 		return true
 	}
-	waitFor(t, 30*time.Second, "outboxes drained", drained)
+	testutil.WaitFor(t, 30*time.Second, "outboxes drained", drained)
 	c.restart(down)
 	defer func() {
 		if t.Failed() {
@@ -392,7 +383,7 @@ func TestRaftClusterFollowerRestartCatchesUp(t *testing.T) {
 			}
 		}
 	}()
-	waitFor(t, 30*time.Second, "restarted node caught up", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "restarted node caught up", func() bool {
 		applied := c.nodes[down].group.Status().Applied
 		for _, n := range c.live() {
 			if n.group.Status().Applied != applied {
@@ -407,16 +398,10 @@ func TestRaftClusterFollowerRestartCatchesUp(t *testing.T) {
 			t.Fatalf("node %d state differs from node %d after catching up", n.id, lead.id)
 		}
 	}
-	err := c.nodes[down].group.View(func(b *bolt.Bucket) error {
-		for _, inv := range invs {
-			if _, found, err := getResult(b, inv.InvocationId); err != nil || !found {
-				return fmt.Errorf("no result for %x (%v)", inv.InvocationId, err)
-			}
+	for _, inv := range invs {
+		if _, err := c.nodes[down].proc.readResult(inv.InvocationId); err != nil {
+			t.Fatalf("no result for %x on the node that was down: %v", inv.InvocationId, err)
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	t.Logf("node %d restarted at applied index %d", c.nodes[down].id, c.nodes[down].group.Status().Applied)
 }

@@ -1,9 +1,13 @@
-// Package partition owns the partition processor: the command encoding of
-// a partition's log, the deterministic state machine that applies it, the
-// leader-side request tracker, attach waiters, the retention sweeper and
-// the invoker that runs invocations. The metadata group's state machine,
-// the service registry, is package registry; invocation ids and routing are
-// package invocation.
+// Package partition owns the partition processor: the commands of a
+// partition's log, the deterministic state machine that applies them, and
+// the leader-only work around it (the request tracker, attach waiters, the
+// retention sweeper and the invoker that runs invocations). Invocation ids
+// and routing are package invocation; the metadata group's service
+// registry is package registry; matching a request to its applied entry is
+// package proposals.
+//
+// Its promise: an acknowledged invocation is never lost and its result is
+// recorded once.
 //
 // # Log and state
 //
@@ -11,9 +15,8 @@
 // other versions stop the group rather than diverge). Apply runs inside
 // raftlog's write transaction and touches only the group's state bucket:
 //
-//	invocations      id → rpc.InvocationRecord (pending and completed)
+//	invocations      recordKey(id) → rpc.InvocationRecord (pending and completed)
 //	results          completed_at ‖ id → rpc.InvocationResult  (package results)
-//	(results are keyed by completed_at ‖ id, found through the record)
 //	outbox           due ‖ id → attempts, service       (package outbox)
 //	keys             service, key → rpc.KeyState         (keys.go)
 //	keyqueue         service, key ‖ seq → id             (keys.go)
@@ -44,28 +47,72 @@
 //  3. raftlog commits the entry and calls Apply in its write transaction;
 //     Apply only collects effects (replies, completed results, outbox
 //     changes).
-//  4. After the transaction is fsynced, raftlog runs the returned function:
+//  4. Acknowledge, which raftlog runs once the entry is committed (durable
+//     on a quorum) and applied, before this node's transaction is fsynced:
 //     the reply goes to the waiter if, and only if, the entry's term is the
-//     waiter's term; attach waiters of completed invocations wake; the
-//     invoker learns which deliveries ended. Nothing is revealed before it
-//     is durable.
-//  5. Any loss of leadership (OnLeadership with another leader or term,
+//     waiter's term, so a reply from an old leader's entry never answers a
+//     newer attempt, nor the reverse. A reply depends only on its own
+//     command's outcome, and a crash before the fsync replays the entry from
+//     the log to the same outcome.
+//  5. Reveal, which raftlog runs after that fsync: attach waiters of
+//     completed invocations wake, the invoker learns which deliveries ended,
+//     the outbox depth moves. Whatever a reader finds through View (results,
+//     records, the outbox) is revealed only once durable here.
+//  6. Any loss of leadership (OnLeadership with another leader or term,
 //     Close) fails every pending request and attach waiter at once with
 //     rpc.ErrLostLeadership (ambiguous, retry-safe: Invoke de-duplicates by
-//     id).
+//     id, so the ingress resends the same request id and invocation id).
 //
 // Reads (Output, Attach, Status) are linearizable: served by the leader
-// after Log.ReadIndex. Followers answer *rpc.NotLeaderError with the leader
-// and term they know.
+// after Log.ReadIndex, which waits for the durable applied index, so a read
+// after an acknowledgement finds what was acknowledged. Followers answer
+// *rpc.NotLeaderError with the leader and term they know.
 //
 // # Leader-only work
 //
 // For each term this node leads, the processor runs the invoker (after a
 // ReadIndex, so it starts from everything earlier leaders committed) and
-// the retention sweeper; both stop the moment leadership is lost. The
-// invoker pages through the outbox without removing anything, reserves due
-// deliveries in memory (bounded per partition and per service), calls the
-// service, and proposes Complete or AttemptFailed (Admit for a due delayed
-// exclusive invocation); the reservation ends when that command applies. Delivery is at-least-once, the result exactly-once.
-// See DESIGN.md for why.
+// the retention sweeper; both stop the moment leadership is lost.
+//
+//   - Never pop what was not delivered. The invoker pages through the
+//     outbox without removing anything, reserves due deliveries in memory
+//     (at most Invoker.Concurrency per partition and ServiceConcurrency per
+//     service), calls the service and proposes Complete or AttemptFailed
+//     (Admit for a due delayed exclusive invocation); the reservation ends
+//     when that command applies. A crash, a step-down
+//     or a dropped proposal leaves the entry where it was, and the next
+//     leader delivers it again. Delivery is at-least-once (a leader change
+//     repeats the calls in flight), the result exactly-once: the first
+//     Complete in the log wins.
+//   - Retries are in the log. Each failed attempt is an AttemptFailed entry
+//     with the attempt number and the next due time (backoff with jitter
+//     computed by the proposer, not in Apply), so a new leader honours the
+//     schedule and the attempt limit, and a stale report is ignored.
+//   - Retention is a command. The sweeper proposes Purge{now - Retention}
+//     only when the oldest stored result has expired; every replica drops
+//     the same results at the same log position.
+//
+// # Cost of an Invoke
+//
+// The state machine is CPU- and fsync-bound per entry, so concurrent
+// requests share entries (proposer loop batching). Records are keyed by the
+// id's bytes after the partition key, then the partition key (recordKey):
+// ids minted without an idempotency key carry their creation time right
+// after the partition key (invocation.Random), so a new record lands on the
+// last page of the records tree (idempotent ids are hashes and land
+// anywhere). The outbox key is due ‖ id with the due time derived from the
+// record, so there is no second index by id; results are keyed by
+// completed_at ‖ id, found through the record, so a Complete rewrites a
+// recent record's page and appends near the end of the results tree, and a
+// purge walks a prefix of it. The service name is kept in the outbox value
+// so a scan applies per-service limits from keys alone.
+//
+// Known limit: a service saturated at its per-service limit with more than
+// Invoker.ScanLimit due entries at the head of the queue delays other
+// services' entries behind it until its backlog shrinks (head-of-line
+// within one partition).
+//
+// Pending requests, attach waiters and the proposal queue are bounded
+// (rpc.ErrOverloaded); the invoker reads at most ScanLimit outbox keys per
+// scan, whatever the backlog.
 package partition

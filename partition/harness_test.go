@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/outbox"
 	"github.com/raftgate/raftgate/raftlog"
@@ -247,7 +248,7 @@ func (c *fakeCluster) applyLoop() {
 func (c *fakeCluster) waitApplied() {
 	c.t.Helper()
 	c.signal()
-	waitFor(c.t, 5*time.Second, "replicas applied the log", func() bool {
+	testutil.WaitFor(c.t, 5*time.Second, "replicas applied the log", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		for _, r := range c.replicas {
@@ -350,17 +351,6 @@ func dumpState(t testing.TB, view func(func(*bolt.Bucket) error) error) string {
 		t.Fatal(err)
 	}
 	return buf.String()
-}
-
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(2 * time.Millisecond) // polling interval of a condition, not synchronisation
-	}
 }
 
 // staticServices is a fixed ServiceLookup.

@@ -106,7 +106,7 @@ func (iv *invoker) reserved(id []byte) bool {
 }
 
 // run delivers due outbox entries until ctx ends (leadership lost).
-func (iv *invoker) run(ctx context.Context, term uint64) {
+func (iv *invoker) run(ctx context.Context) {
 	iv.reset()
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -125,7 +125,7 @@ func (iv *invoker) run(ctx context.Context, term uint64) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		next := iv.scan(ctx, term, &wg)
+		next := iv.scan(ctx, &wg)
 		wait := iv.cfg.IdleRecheck
 		if next > 0 {
 			d := time.Duration(next-iv.p.now().UnixMilli()) * time.Millisecond
@@ -154,7 +154,7 @@ func (iv *invoker) sleep(ctx context.Context, d time.Duration) bool {
 
 // scan reserves and starts due deliveries up to the concurrency limits. It
 // returns the due time (unix ms) of the first entry not yet due, 0 if none.
-func (iv *invoker) scan(ctx context.Context, term uint64, wg *sync.WaitGroup) int64 {
+func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 	if ctx.Err() != nil {
 		return 0
 	}
@@ -235,14 +235,14 @@ func (iv *invoker) scan(ctx context.Context, term uint64, wg *sync.WaitGroup) in
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			iv.deliver(ctx, term, rec)
+			iv.deliver(ctx, rec)
 		}()
 	}
 	return next
 }
 
 // deliver makes one attempt and proposes its outcome.
-func (iv *invoker) deliver(ctx context.Context, term uint64, rec *rpc.InvocationRecord) {
+func (iv *invoker) deliver(ctx context.Context, rec *rpc.InvocationRecord) {
 	inv := rec.Invoke
 	id := inv.InvocationId
 	attempt := rec.Attempts + 1
@@ -276,13 +276,13 @@ func (iv *invoker) deliver(ctx context.Context, term uint64, rec *rpc.Invocation
 	switch {
 	case out.outcome == outbox.Success || out.outcome == outbox.Terminal:
 		out.result.Attempts = attempt
-		cmd = completeCmd(&rpc.Complete{InvocationId: id, Result: out.result, ProposerTerm: term, ProposedAtUnixMs: now.UnixMilli()})
+		cmd = completeCmd(&rpc.Complete{InvocationId: id, Result: out.result, ProposedAtUnixMs: now.UnixMilli()})
 	case iv.cfg.Retry.Exhausted(attempt):
 		res := out.result
 		res.Failed = true
 		res.Attempts = attempt
 		res.Error = "gave up after " + itoa(attempt) + " attempts: " + out.reason
-		cmd = completeCmd(&rpc.Complete{InvocationId: id, Result: res, ProposerTerm: term, ProposedAtUnixMs: now.UnixMilli()})
+		cmd = completeCmd(&rpc.Complete{InvocationId: id, Result: res, ProposedAtUnixMs: now.UnixMilli()})
 	default:
 		iv.rndMu.Lock()
 		delay := iv.cfg.Retry.Delay(attempt, out.retryAfter, iv.rnd)

@@ -2,15 +2,13 @@ package partition
 
 import (
 	"bytes"
-	"errors"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/raftgate/raftgate/raftlog"
+	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/rpc"
-	bolt "go.etcd.io/bbolt"
 )
 
 func TestRetryAfterHonoured(t *testing.T) {
@@ -34,7 +32,7 @@ func TestRetryAfterHonoured(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rec *rpc.InvocationRecord
-	waitFor(t, 5*time.Second, "attempt 1 recorded", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "attempt 1 recorded", func() bool {
 		r, err := p.Status(ctxT(t), inv.InvocationId)
 		rec = r
 		return err == nil && r.Attempts == 1
@@ -131,7 +129,7 @@ func TestLargeBacklogBounded(t *testing.T) {
 	maxReserved := 0
 	c.setLeader(0, false)
 	const done = 2000
-	waitFor(t, 60*time.Second, "2000 of the backlog done", func() bool {
+	testutil.WaitFor(t, 60*time.Second, "2000 of the backlog done", func() bool {
 		p.invoker.mu.Lock()
 		maxReserved = max(maxReserved, len(p.invoker.inflight))
 		p.invoker.mu.Unlock()
@@ -148,34 +146,4 @@ func TestLargeBacklogBounded(t *testing.T) {
 	if svc.maxInfl > 16 {
 		t.Fatalf("%d concurrent calls, limit 16", svc.maxInfl)
 	}
-}
-
-// FuzzApply: arbitrary entry bytes never panic Apply; they apply or fail
-// with an error (which stops the group).
-func FuzzApply(f *testing.F) {
-	for _, e := range mixedLog(f) {
-		f.Add(e.Data)
-	}
-	f.Add([]byte{})
-	f.Add([]byte{0x08, 0x02})
-	db, err := bolt.Open(f.TempDir()+"/f.db", 0o600, &bolt.Options{NoSync: true})
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer db.Close()
-	errRollback := errors.New("rollback")
-	f.Fuzz(func(t *testing.T, data []byte) {
-		var m machine
-		err := db.Update(func(tx *bolt.Tx) error {
-			b, err := tx.CreateBucket(stateBucket)
-			if err != nil {
-				return err
-			}
-			_, _ = m.apply(b, []raftlog.Entry{{Index: 1, Term: 1, Data: data}})
-			return errRollback // every input starts from an empty state
-		})
-		if !errors.Is(err, errRollback) {
-			t.Fatal(err)
-		}
-	})
 }

@@ -231,8 +231,8 @@ func readKeyStatus(b *bolt.Bucket, service, key string) (*rpc.KeyState, error) {
 // key); linearizable like Status. A key with neither is an empty KeyState.
 // The caller routes the key to its partition (invocation.KeyedPartitionKey).
 func (p *Processor) KeyStatus(ctx context.Context, service, key string) (*rpc.KeyState, error) {
-	if leading, _, _ := p.tracker.leadership(); !leading || !p.isStarted() {
-		return nil, p.tracker.notLeader()
+	if leading, _, _ := p.tracker.Leadership(); !leading || !p.isStarted() {
+		return nil, p.tracker.NotLeader()
 	}
 	if err := p.log.ReadIndex(ctx); err != nil {
 		return nil, p.mapLogError(err)

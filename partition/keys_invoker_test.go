@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 )
@@ -115,13 +116,13 @@ func TestKeyedDeliveryOrderAcrossLeaderChange(t *testing.T) {
 
 	// The shared one runs while the first holds the key; the others wait.
 	awaitOutput(t, c.replicas[0].p, shared[:])
-	waitFor(t, 10*time.Second, "first delivery", func() bool { return svc.starts(first.String()) == 1 })
+	testutil.WaitFor(t, 10*time.Second, "first delivery", func() bool { return svc.starts(first.String()) == 1 })
 	rec, err := c.replicas[0].p.Status(ctxT(t), exclusive[2][:])
 	if err != nil || rec.State != rpc.InvocationRecord_QUEUED || rec.QueuePosition != 1 {
 		t.Fatalf("third invocation: %v %v, want queued at position 1", rec, err)
 	}
 	// The delayed one joins behind the others once due (Admit).
-	waitFor(t, 10*time.Second, "delayed one queued", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "delayed one queued", func() bool {
 		ks, err := c.replicas[0].p.KeyStatus(ctxT(t), "Counter", "k")
 		return err == nil && ks.Queued == 5
 	})
@@ -129,7 +130,7 @@ func TestKeyedDeliveryOrderAcrossLeaderChange(t *testing.T) {
 	// A new leader delivers the first again (the old attempt is abandoned)
 	// and nothing else until it has a result.
 	c.setLeader(1, true)
-	waitFor(t, 10*time.Second, "redelivery", func() bool { return svc.starts(first.String()) >= 2 })
+	testutil.WaitFor(t, 10*time.Second, "redelivery", func() bool { return svc.starts(first.String()) >= 2 })
 	close(svc.release)
 	for _, id := range exclusive {
 		awaitOutput(t, c.replicas[1].p, id[:])

@@ -331,7 +331,7 @@ func TestKeyQueueReplicasIdentical(t *testing.T) {
 		}
 	}
 	add(purgeCmd(&rpc.Purge{BeforeUnixMs: 3015}))
-	if a, b := applyAll(t, entries, 1), applyAll(t, entries, 8); a != b {
+	if a, b := applyAll(t, entries, 1).dump(t), applyAll(t, entries, 8).dump(t); a != b {
 		t.Fatalf("replicas differ:\n%s\n---\n%s", a, b)
 	}
 }

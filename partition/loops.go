@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/raftgate/raftgate/proposals"
 	"github.com/raftgate/raftgate/results"
 	"github.com/raftgate/raftgate/rpc"
 	bolt "go.etcd.io/bbolt"
@@ -58,11 +59,11 @@ func (p *Processor) drainQueue() {
 
 func (p *Processor) proposeBatch(batch []proposal) {
 	cmds := make([]*rpc.Command, 0, len(batch))
-	var tks []ticket
+	var tks []proposals.Ticket[*rpc.Appended]
 	var untracked []proposal
 	for _, q := range batch {
-		if q.tk.requestID != "" {
-			if !p.tracker.alive(q.tk) {
+		if q.tk.Tracked() {
+			if !p.tracker.Alive(q.tk) {
 				continue // caller gone or leadership lost while queued
 			}
 			tks = append(tks, q.tk)
@@ -75,7 +76,7 @@ func (p *Processor) proposeBatch(batch []proposal) {
 		return
 	}
 	fail := func(err error) {
-		p.tracker.fail(tks, err)
+		p.tracker.Fail(tks, err)
 		for _, q := range untracked {
 			if q.done != nil {
 				q.done(err)
@@ -102,7 +103,7 @@ func (p *Processor) proposeBatch(batch []proposal) {
 		return
 	}
 	p.metrics.proposed(len(cmds))
-	p.tracker.proposed(tks, prop.Term)
+	p.tracker.Proposed(tks, prop.Term)
 	for _, q := range untracked {
 		if q.done != nil {
 			q.done(nil)
@@ -151,7 +152,7 @@ func (p *Processor) leaderLoop() {
 			return
 		case <-p.leaderCh:
 		}
-		leading, _, term := p.tracker.leadership()
+		leading, _, term := p.tracker.Leadership()
 		if cur != nil && (!leading || term != cur.term) {
 			p.logger.Info().Uint64("term", cur.term).Msg("leadership lost: stopping invoker and sweeper")
 			stopWork()
@@ -163,21 +164,21 @@ func (p *Processor) leaderLoop() {
 			p.logger.Info().Uint64("term", term).Msg("leading: starting invoker and sweeper")
 			go func() {
 				defer close(w.done)
-				p.leaderWork(ctx, w.term)
+				p.leaderWork(ctx)
 			}()
 		}
 	}
 }
 
-func (p *Processor) leaderWork(ctx context.Context, term uint64) {
+func (p *Processor) leaderWork(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.invoker.run(ctx, term) }()
-	go func() { defer wg.Done(); p.sweepLoop(ctx, term) }()
+	go func() { defer wg.Done(); p.invoker.run(ctx) }()
+	go func() { defer wg.Done(); p.sweepLoop(ctx) }()
 	wg.Wait()
 }
 
-func (p *Processor) sweepLoop(ctx context.Context, term uint64) {
+func (p *Processor) sweepLoop(ctx context.Context) {
 	t := time.NewTicker(p.cfg.SweepInterval)
 	defer t.Stop()
 	for {
@@ -185,7 +186,7 @@ func (p *Processor) sweepLoop(ctx context.Context, term uint64) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if _, err := p.sweepOnce(ctx, term); err != nil {
+			if _, err := p.sweepOnce(ctx); err != nil {
 				p.logger.Warn().Err(err).Msg("retention sweep failed")
 			}
 		}
@@ -194,7 +195,7 @@ func (p *Processor) sweepLoop(ctx context.Context, term uint64) {
 
 // sweepOnce proposes Purge{now - Retention} when a stored result is older,
 // and reports whether it did.
-func (p *Processor) sweepOnce(ctx context.Context, term uint64) (bool, error) {
+func (p *Processor) sweepOnce(ctx context.Context) (bool, error) {
 	now := p.now()
 	before := now.Add(-p.cfg.Retention).UnixMilli()
 	var oldest int64
@@ -208,6 +209,6 @@ func (p *Processor) sweepOnce(ctx context.Context, term uint64) (bool, error) {
 	if !found || oldest >= before {
 		return false, nil
 	}
-	p.submit(ctx, purgeCmd(&rpc.Purge{BeforeUnixMs: before, ProposerTerm: term, ProposedAtUnixMs: now.UnixMilli()}), nil)
+	p.submit(ctx, purgeCmd(&rpc.Purge{BeforeUnixMs: before, ProposedAtUnixMs: now.UnixMilli()}), nil)
 	return true, nil
 }

@@ -351,13 +351,3 @@ func putRecord(b *bolt.Bucket, rec *rpc.InvocationRecord) error {
 	}
 	return nil
 }
-
-// getResult reads the stored result of id: through its record, which
-// holds the completion time the result is keyed by.
-func getResult(b *bolt.Bucket, id []byte) (*rpc.InvocationResult, bool, error) {
-	rec, found, err := getRecord(b, id)
-	if err != nil || !found || rec.State != rpc.InvocationRecord_COMPLETED {
-		return nil, false, err
-	}
-	return results.Get(b, rec.CompletedAtUnixMs, id)
-}

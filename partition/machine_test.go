@@ -1,25 +1,28 @@
 package partition
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"testing"
 
+	"github.com/raftgate/raftgate/invocation"
+	"github.com/raftgate/raftgate/outbox"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/rpc"
 	bolt "go.etcd.io/bbolt"
 )
 
 // applyAll applies entries to a fresh bbolt file, in chunks of chunk
-// entries per transaction, and returns its dump.
-func applyAll(t testing.TB, entries []raftlog.Entry, chunk int) string {
+// entries per transaction, and returns the replica holding the state.
+func applyAll(t testing.TB, entries []raftlog.Entry, chunk int) *replica {
 	t.Helper()
 	db, err := bolt.Open(filepath.Join(t.TempDir(), "m.db"), 0o600, &bolt.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() })
 	var m machine
 	for i := 0; i < len(entries); i += chunk {
 		batch := entries[i:min(i+chunk, len(entries))]
@@ -34,14 +37,13 @@ func applyAll(t testing.TB, entries []raftlog.Entry, chunk int) string {
 			t.Fatal(err)
 		}
 	}
-	r := &replica{db: db}
-	return r.dump(t)
+	return &replica{db: db}
 }
 
 // mixedLog builds a log exercising every command, duplicates and stale
-// reports included.
-func mixedLog(t testing.TB) []raftlog.Entry {
-	var entries []raftlog.Entry
+// reports included, over 40 invocations (ids[i] is invocation i). What
+// each ends as is in TestReplicasFedTheSameLogStoreTheSameBytes.
+func mixedLog(t testing.TB) (entries []raftlog.Entry, ids [][]byte) {
 	add := func(term uint64, cmds ...*rpc.Command) {
 		data, err := rpc.EncodeBatch(cmds...)
 		if err != nil {
@@ -49,7 +51,6 @@ func mixedLog(t testing.TB) []raftlog.Entry {
 		}
 		entries = append(entries, raftlog.Entry{Index: uint64(len(entries) + 1), Term: term, Data: data})
 	}
-	var ids [][]byte
 	for i := range 40 {
 		inv := newInvoke(fmt.Sprintf("svc%d", i%3), i)
 		inv.ProposedAtUnixMs = int64(1000 + i)
@@ -72,17 +73,80 @@ func mixedLog(t testing.TB) []raftlog.Entry {
 		}
 	}
 	add(4, purgeCmd(&rpc.Purge{BeforeUnixMs: 2020}))
-	return entries
+	return entries, ids
 }
 
+// TestReplicasFedTheSameLogStoreTheSameBytes applies mixedLog in one
+// entry per transaction and in chunks of seven: both store the same bytes,
+// and every invocation ends as the log says.
 func TestReplicasFedTheSameLogStoreTheSameBytes(t *testing.T) {
-	entries := mixedLog(t)
-	a, b := applyAll(t, entries, 1), applyAll(t, entries, 7)
-	if a != b {
+	entries, ids := mixedLog(t)
+	one, seven := applyAll(t, entries, 1), applyAll(t, entries, 7)
+	if a, b := one.dump(t), seven.dump(t); a != b {
 		t.Fatalf("replicas differ:\n%s\n---\n%s", a, b)
 	}
-	if len(a) == 0 {
-		t.Fatal("empty state")
+	err := one.View(func(b *bolt.Bucket) error {
+		for i, id := range ids {
+			rec, res, err := readInvocation(b, id)
+			if err != nil {
+				return err
+			}
+			if err := expectMixed(i, rec, res); err != nil {
+				return fmt.Errorf("invocation %d: %w", i, err)
+			}
+		}
+		// Invocations 1, 3, 5, ... are pending: one delivery each, the
+		// duplicate Invoke in the same entry added none.
+		if n := outbox.Count(b); n != 20 {
+			return fmt.Errorf("outbox holds %d deliveries, want 20", n)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// expectMixed checks what invocation i of mixedLog ends as.
+func expectMixed(i int, rec *rpc.InvocationRecord, res *rpc.InvocationResult) error {
+	completed := func(at int64, status uint32, failed bool, body, errText string) error {
+		switch {
+		case rec == nil || rec.State != rpc.InvocationRecord_COMPLETED || res == nil:
+			return fmt.Errorf("record %v, result %v; want completed", rec, res)
+		case rec.CompletedAtUnixMs != at || res.CompletedAtUnixMs != at:
+			return fmt.Errorf("completed at %d (result %d), want %d", rec.CompletedAtUnixMs, res.CompletedAtUnixMs, at)
+		case res.Result.Status != status || res.Result.Failed != failed || string(res.Result.Body) != body || res.Result.Error != errText:
+			return fmt.Errorf("result %v, want status %d failed %v body %q error %q", res.Result, status, failed, body, errText)
+		}
+		return nil
+	}
+	pending := func(attempts uint32, lastError string, retryAt int64) error {
+		switch {
+		case rec == nil || rec.State != rpc.InvocationRecord_PENDING || res != nil:
+			return fmt.Errorf("record %v, result %v; want pending", rec, res)
+		case rec.Attempts != attempts || rec.LastError != lastError || rec.RetryAtUnixMs != retryAt:
+			return fmt.Errorf("attempts %d, last error %q, retry at %d; want %d, %q, %d",
+				rec.Attempts, rec.LastError, rec.RetryAtUnixMs, attempts, lastError, retryAt)
+		case rec.AcceptedAtUnixMs != int64(1000+i):
+			return fmt.Errorf("accepted at %d, want %d", rec.AcceptedAtUnixMs, 1000+i)
+		}
+		return nil
+	}
+	switch i % 4 {
+	case 0: // completed at 2000+i; the later Complete is ignored; Purge{2020} drops it if older
+		if 2000+i < 2020 {
+			if rec != nil {
+				return fmt.Errorf("purged invocation still has record %v", rec)
+			}
+			return nil
+		}
+		return completed(int64(2000+i), 200, false, "ok", "")
+	case 1: // one failed attempt; the stale report of the same attempt is ignored
+		return pending(1, "503", int64(3000+i))
+	case 2: // cancelled
+		return completed(int64(2500+i), 409, true, "", "cancelled")
+	default: // untouched
+		return pending(0, "", 0)
 	}
 }
 
@@ -192,4 +256,151 @@ func TestStateFormatRefusesOldLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// fuzzLog turns fuzz input into a log of well-formed commands over a few
+// invocations, so that they meet: every 4 bytes are one command (kind,
+// invocation, time, detail); a kind byte with its high bit set starts a
+// new entry (of the next term when its next bit is set too). Invocations
+// 0-2 are of a plain service, 3-5 of an object's two keys (exclusive or
+// shared by the detail byte, so they queue behind each other).
+func fuzzLog(t testing.TB, data []byte) []raftlog.Entry {
+	const invocations, firstKeyed = 6, 3
+	ids := make([][]byte, invocations)
+	keys := make([]string, invocations)
+	for i := range ids {
+		var id invocation.ID
+		binary.BigEndian.PutUint64(id[:8], uint64(i)<<56) // spread partition keys
+		if i >= firstKeyed {
+			keys[i] = fmt.Sprintf("k%d", i%2)
+			binary.BigEndian.PutUint64(id[:8], invocation.KeyedPartitionKey("obj", keys[i]))
+		}
+		id[8] = byte(i) // distinct ids
+		ids[i] = id.Bytes()
+	}
+	var entries []raftlog.Entry
+	var cmds []*rpc.Command
+	term := uint64(1)
+	flush := func() {
+		if len(cmds) == 0 {
+			return
+		}
+		data, err := rpc.EncodeBatch(cmds...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, raftlog.Entry{Index: uint64(len(entries) + 1), Term: term, Data: data})
+		cmds = nil
+	}
+	for ; len(data) >= 4; data = data[4:] {
+		n := int(data[1]) % invocations
+		kind, id, at, detail := data[0], ids[n], int64(data[2])*10, data[3]
+		if kind&0x80 != 0 {
+			flush()
+			if kind&0x40 != 0 {
+				term++
+			}
+		}
+		var cmd *rpc.Command
+		switch kind % 7 {
+		case 0, 1: // Invoke, with one of two request ids (a retry or another request)
+			inv := &rpc.Invoke{InvocationId: id, RequestId: []byte{kind % 2}, Service: "svc", Handler: "h",
+				Body: []byte{detail}, ProposedAtUnixMs: at, NotBeforeUnixMs: int64(detail%4) * 100}
+			if keys[n] != "" {
+				inv.Service, inv.Key, inv.Exclusive = "obj", keys[n], detail&0x10 == 0
+			}
+			cmd = invokeCmd(inv)
+		case 2:
+			cmd = completeCmd(&rpc.Complete{InvocationId: id, Result: &rpc.Result{Status: 200 + uint32(detail%3)*150, Body: []byte{detail}},
+				ProposedAtUnixMs: at})
+		case 3:
+			cmd = attemptFailedCmd(&rpc.AttemptFailed{InvocationId: id, Attempt: uint32(detail % 4), Error: "e", RetryAtUnixMs: at + 50,
+				ProposedAtUnixMs: at})
+		case 4:
+			cmd = cancelCmd(&rpc.Cancel{InvocationId: id, RequestId: []byte{detail}, ProposedAtUnixMs: at})
+		case 5:
+			cmd = purgeCmd(&rpc.Purge{BeforeUnixMs: at, ProposedAtUnixMs: at})
+		case 6: // a delayed exclusive invocation enters its key
+			cmd = admitCmd(&rpc.Admit{InvocationId: id, ProposedAtUnixMs: at})
+		}
+		cmds = append(cmds, cmd)
+	}
+	flush()
+	return entries
+}
+
+// FuzzApply: Apply is a function of the log. The commands the input
+// encodes (fuzzLog), applied on fresh state machines all in one call, one
+// entry per call, or split anywhere, store the same bytes. The input taken
+// as raw entry bytes never panics Apply: it applies or fails with an error
+// (which stops the group).
+func FuzzApply(f *testing.F) {
+	entries, _ := mixedLog(f)
+	for _, e := range entries[:4] {
+		f.Add(e.Data)
+	}
+	f.Add([]byte{})
+	f.Add([]byte{0x08, 0x02})
+	// Invoke, fail an attempt, cancel, retry the Invoke, new term:
+	// complete, purge.
+	f.Add([]byte{0, 1, 10, 0, 3, 1, 11, 1, 4, 1, 12, 7, 1, 1, 13, 0, 0xc2, 1, 14, 0, 5, 0, 99, 0})
+	f.Add([]byte{0, 0, 1, 1, 0, 1, 2, 2, 0x82, 0, 3, 0, 0x83, 1, 4, 2, 0xc5, 0, 255, 0, 0, 0, 5, 3})
+	// Three exclusive invocations of one key (one delayed, then admitted),
+	// complete the running one, cancel a queued one, complete the next.
+	f.Add([]byte{0, 3, 1, 0, 0, 5, 2, 1, 0x80, 3, 3, 0, 0x82, 3, 4, 0, 6, 5, 5, 0, 4, 5, 6, 1, 0xc2, 5, 7, 0})
+	db, err := bolt.Open(filepath.Join(f.TempDir(), "f.db"), 0o600, &bolt.Options{NoSync: true})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer db.Close()
+	errRollback := errors.New("rollback")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		log := fuzzLog(t, data)
+		// Each state machine gets a fresh bucket of a transaction that is
+		// rolled back, so every input starts from nothing.
+		err := db.Update(func(tx *bolt.Tx) error {
+			fresh := func(name string) *bolt.Bucket {
+				b, err := tx.CreateBucket([]byte(name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return b
+			}
+			var m machine
+			_, _ = m.apply(fresh("raw"), []raftlog.Entry{{Index: 1, Term: 1, Data: data}})
+			if len(log) == 0 {
+				return errRollback
+			}
+			apply := func(b *bolt.Bucket, entries []raftlog.Entry) {
+				if _, err := m.apply(b, entries); err != nil {
+					t.Fatalf("apply: %v", err)
+				}
+			}
+			all := fresh("all")
+			apply(all, log)
+			one := fresh("one")
+			for _, e := range log {
+				apply(one, []raftlog.Entry{e})
+			}
+			split := int(data[len(data)-1]) % len(log)
+			parts := fresh("split")
+			apply(parts, log[:split])
+			apply(parts, log[split:])
+			want := dumpBucket(t, all)
+			if got := dumpBucket(t, one); got != want {
+				t.Fatalf("one entry per Apply differs from all in one:\n%s\n---\n%s", got, want)
+			}
+			if got := dumpBucket(t, parts); got != want {
+				t.Fatalf("split after entry %d differs:\n%s\n---\n%s", split, got, want)
+			}
+			return errRollback
+		})
+		if !errors.Is(err, errRollback) {
+			t.Fatal(err)
+		}
+	})
+}
+
+func dumpBucket(t testing.TB, b *bolt.Bucket) string {
+	return dumpState(t, func(fn func(*bolt.Bucket) error) error { return fn(b) })
 }

@@ -41,7 +41,7 @@ func newMetrics(reg prometheus.Registerer, partition uint32, p *Processor) (*met
 		}, func() float64 { return float64(p.OutboxDepth()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "raftgate_partition_pending_requests", Help: "Requests waiting for their entry to apply.", ConstLabels: labels,
-		}, func() float64 { return float64(p.tracker.len()) }),
+		}, func() float64 { return float64(p.tracker.Len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "raftgate_partition_attach_waiters", Help: "Attach long-polls waiting for a result.", ConstLabels: labels,
 		}, func() float64 { return float64(p.attach.Len()) }),

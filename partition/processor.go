@@ -12,6 +12,7 @@ import (
 
 	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/outbox"
+	"github.com/raftgate/raftgate/proposals"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/results"
 	"github.com/raftgate/raftgate/rpc"
@@ -30,7 +31,7 @@ type Processor struct {
 	now     func() time.Time
 	client  *http.Client
 	machine machine
-	tracker *tracker
+	tracker *proposals.Tracker[*rpc.Appended]
 	attach  *results.Waiters
 	invoker *invoker
 	metrics *metrics
@@ -57,7 +58,7 @@ type Processor struct {
 // carry done, called with the outcome of their Propose.
 type proposal struct {
 	cmd  *rpc.Command
-	tk   ticket
+	tk   proposals.Ticket[*rpc.Appended]
 	done func(error)
 }
 
@@ -72,7 +73,7 @@ func New(cfg Config) (*Processor, error) {
 		logger:   cfg.Logger.With().Str("component", "partition").Uint32("partition", cfg.Partition).Logger(),
 		now:      cfg.Clock,
 		client:   cfg.HTTPClient,
-		tracker:  newTracker(cfg.MaxPending),
+		tracker:  proposals.NewTracker[*rpc.Appended](cfg.MaxPending),
 		attach:   results.NewWaiters(cfg.MaxAttachWaiters),
 		queue:    make(chan proposal, cfg.MaxPending),
 		leaderCh: make(chan struct{}, 1),
@@ -103,10 +104,10 @@ func New(cfg Config) (*Processor, error) {
 func (p *Processor) Start(log Log) {
 	p.startOnce.Do(func() {
 		p.log = log
-		if _, _, term := p.tracker.leadership(); term == 0 {
+		if _, _, term := p.tracker.Leadership(); term == 0 {
 			// No leadership event yet: start from what the group knows.
 			st := log.Status()
-			p.tracker.setLeadership(st.Leader, st.Term, st.IsLeader)
+			p.tracker.SetLeadership(st.Leader, st.Term, st.IsLeader)
 		}
 		close(p.started)
 		p.wg.Add(2)
@@ -123,7 +124,7 @@ func (p *Processor) OnLeadership(ev raftlog.LeaderEvent) {
 	if uint32(ev.Group) != p.cfg.Partition {
 		return
 	}
-	if p.tracker.setLeadership(ev.Leader, ev.Term, ev.IsSelf) {
+	if p.tracker.SetLeadership(ev.Leader, ev.Term, ev.IsSelf) {
 		p.attach.FailAll(rpc.ErrLostLeadership)
 	}
 	p.signalLeadership()
@@ -138,22 +139,15 @@ func (p *Processor) signalLeadership() {
 
 // Append proposes inv and returns once its entry applied in this leader's
 // term. inv.InvocationId (24 bytes) and inv.RequestId (the same on every
-// retry) are chosen by the caller; the processor stamps the proposer term
-// and time. A retry while the first attempt is pending takes over its reply.
+// retry) are chosen by the caller; the processor stamps the proposal time.
+// A retry while the first attempt is pending takes over its reply.
 func (p *Processor) Append(ctx context.Context, inv *rpc.Invoke) (*rpc.Appended, error) {
 	if err := validateInvoke(inv); err != nil {
 		return nil, err
 	}
-	r, err := p.request(ctx, inv.RequestId, func(term uint64) *rpc.Command {
-		cmd := proto.Clone(inv).(*rpc.Invoke)
-		cmd.ProposerTerm = term
-		cmd.ProposedAtUnixMs = p.now().UnixMilli()
-		return invokeCmd(cmd)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return r.appended, r.err
+	cmd := proto.Clone(inv).(*rpc.Invoke)
+	cmd.ProposedAtUnixMs = p.now().UnixMilli()
+	return p.request(ctx, inv.RequestId, invokeCmd(cmd))
 }
 
 // Cancel completes a pending invocation with a cancelled result (status
@@ -163,44 +157,38 @@ func (p *Processor) Cancel(ctx context.Context, requestID, id []byte) error {
 	if len(id) != invocation.IDLen || len(requestID) == 0 || len(requestID) > maxRequestIDLen {
 		return fmt.Errorf("partition: cancel: malformed id: %w", rpc.ErrInvalid)
 	}
-	r, err := p.request(ctx, requestID, func(term uint64) *rpc.Command {
-		return cancelCmd(&rpc.Cancel{InvocationId: id, RequestId: requestID, ProposerTerm: term, ProposedAtUnixMs: p.now().UnixMilli()})
-	})
-	if err != nil {
-		return err
-	}
-	return r.err
+	_, err := p.request(ctx, requestID, cancelCmd(&rpc.Cancel{InvocationId: id, RequestId: requestID, ProposedAtUnixMs: p.now().UnixMilli()}))
+	return err
 }
 
-// request registers a waiter for requestID, proposes the command build
-// makes (unless a pending attempt of the same request is taken over) and
-// waits for its reply.
-func (p *Processor) request(ctx context.Context, requestID []byte, build func(term uint64) *rpc.Command) (reply, error) {
+// request registers a waiter for requestID, proposes cmd (unless a pending
+// attempt of the same request is taken over) and waits for its reply.
+func (p *Processor) request(ctx context.Context, requestID []byte, cmd *rpc.Command) (*rpc.Appended, error) {
 	if !p.isStarted() {
-		return reply{}, p.tracker.notLeader()
+		return nil, p.tracker.NotLeader()
 	}
-	tk, propose, err := p.tracker.register(string(requestID))
+	tk, propose, err := p.tracker.Register(string(requestID))
 	if err != nil {
-		return reply{}, err
+		return nil, err
 	}
 	if propose {
 		select {
-		case p.queue <- proposal{cmd: build(tk.term), tk: tk}:
+		case p.queue <- proposal{cmd: cmd, tk: tk}:
 		default:
 			err := fmt.Errorf("partition: proposal queue full: %w", rpc.ErrOverloaded)
-			p.tracker.fail([]ticket{tk}, err)
+			p.tracker.Fail([]proposals.Ticket[*rpc.Appended]{tk}, err)
 		}
 	}
 	select {
-	case r := <-tk.ch:
-		return r, r.err
+	case r := <-tk.C:
+		return r.Value, r.Err
 	case <-ctx.Done():
-		p.tracker.forget(tk)
+		p.tracker.Forget(tk)
 		select {
-		case r := <-tk.ch: // answered meanwhile
-			return r, r.err
+		case r := <-tk.C: // answered meanwhile
+			return r.Value, r.Err
 		default:
-			return reply{}, ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
 }
@@ -218,9 +206,9 @@ func (p *Processor) Output(ctx context.Context, id []byte) (*rpc.InvocationResul
 // Attach waits until the invocation has a result, ctx ends or this node
 // loses leadership (rpc.ErrLostLeadership).
 func (p *Processor) Attach(ctx context.Context, id []byte) (*rpc.InvocationResult, error) {
-	leading, _, term := p.tracker.leadership()
+	leading, _, term := p.tracker.Leadership()
 	if !leading || !p.isStarted() {
-		return nil, p.tracker.notLeader()
+		return nil, p.tracker.NotLeader()
 	}
 	wt, err := p.attach.Add(id)
 	if err != nil {
@@ -229,7 +217,7 @@ func (p *Processor) Attach(ctx context.Context, id []byte) (*rpc.InvocationResul
 	defer p.attach.Remove(wt)
 	// Registered first, so a Complete applied from here on wakes us; a
 	// leadership change from here on fails us. One before is seen here.
-	if leadingNow, _, termNow := p.tracker.leadership(); !leadingNow || termNow != term {
+	if leadingNow, _, termNow := p.tracker.Leadership(); !leadingNow || termNow != term {
 		return nil, rpc.ErrLostLeadership
 	}
 	res, err := p.Output(ctx, id)
@@ -253,24 +241,15 @@ func (p *Processor) Status(ctx context.Context, id []byte) (*rpc.InvocationRecor
 	}
 	var rec *rpc.InvocationRecord
 	err := p.log.View(func(b *bolt.Bucket) error {
-		r, found, err := getRecord(b, id)
-		if err != nil || !found {
-			return err
-		}
-		if r.State == rpc.InvocationRecord_QUEUED {
+		r, res, err := readInvocation(b, id)
+		if r != nil && r.State == rpc.InvocationRecord_QUEUED {
 			r.QueuePosition = queuePosition(b, r)
 		}
-		if r.State == rpc.InvocationRecord_COMPLETED {
-			res, ok, err := results.Get(b, r.CompletedAtUnixMs, id)
-			if err != nil {
-				return err
-			}
-			if ok {
-				r.Result = res.Result
-			}
+		if r != nil && res != nil {
+			r.Result = res.Result
 		}
 		rec = r
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("partition: status: %w", err)
@@ -284,6 +263,18 @@ func (p *Processor) Status(ctx context.Context, id []byte) (*rpc.InvocationRecor
 	return rec, nil
 }
 
+// readInvocation reads id's record (nil if there is none) and, once it is
+// completed, its result (nil if purged): through the record, which holds
+// the completion time the result is keyed by.
+func readInvocation(b *bolt.Bucket, id []byte) (*rpc.InvocationRecord, *rpc.InvocationResult, error) {
+	rec, found, err := getRecord(b, id)
+	if err != nil || !found || rec.State != rpc.InvocationRecord_COMPLETED {
+		return rec, nil, err
+	}
+	res, _, err := results.Get(b, rec.CompletedAtUnixMs, id)
+	return rec, res, err
+}
+
 // OutboxDepth returns the number of deliveries queued in this replica's
 // outbox (as of the last durable apply).
 func (p *Processor) OutboxDepth() int { return int(p.depth.Load()) }
@@ -293,7 +284,7 @@ func (p *Processor) OutboxDepth() int { return int(p.depth.Load()) }
 // close the Log (raftlog owns it).
 func (p *Processor) Close() error {
 	p.closeOnce.Do(func() {
-		p.tracker.close()
+		p.tracker.Close()
 		p.attach.FailAll(rpc.ErrLostLeadership)
 		close(p.stop)
 		p.wg.Wait()
@@ -338,7 +329,7 @@ func (p *Processor) Restore(b *bolt.Bucket) error {
 // acknowledge answers the proposers of fx's commands.
 func (p *Processor) acknowledge(fx *effects) {
 	for _, r := range fx.replies {
-		p.tracker.resolve(r)
+		p.tracker.Resolve(r.requestID, r.term, proposals.Reply[*rpc.Appended]{Value: r.appended, Err: r.err})
 	}
 }
 
@@ -369,8 +360,8 @@ func (p *Processor) readBarrier(ctx context.Context, id []byte) error {
 	if len(id) != invocation.IDLen {
 		return fmt.Errorf("partition: malformed id: %w", rpc.ErrInvalid)
 	}
-	if leading, _, _ := p.tracker.leadership(); !leading || !p.isStarted() {
-		return p.tracker.notLeader()
+	if leading, _, _ := p.tracker.Leadership(); !leading || !p.isStarted() {
+		return p.tracker.NotLeader()
 	}
 	if err := p.log.ReadIndex(ctx); err != nil {
 		return p.mapLogError(err)
@@ -378,23 +369,21 @@ func (p *Processor) readBarrier(ctx context.Context, id []byte) error {
 	return nil
 }
 
+// readResult reads the invocation's result from this replica's applied
+// state: rpc.ErrNotFound for an unknown id or a purged result,
+// rpc.ErrNotReady while it has none.
 func (p *Processor) readResult(id []byte) (*rpc.InvocationResult, error) {
 	var res *rpc.InvocationResult
 	err := p.log.View(func(b *bolt.Bucket) error {
-		rec, found, err := getRecord(b, id)
+		rec, r, err := readInvocation(b, id)
 		switch {
 		case err != nil:
 			return err
-		case !found:
+		case rec == nil:
 			return rpc.ErrNotFound
 		case rec.State != rpc.InvocationRecord_COMPLETED:
 			return rpc.ErrNotReady
-		}
-		r, ok, err := results.Get(b, rec.CompletedAtUnixMs, id)
-		if err != nil {
-			return err
-		}
-		if !ok {
+		case r == nil:
 			return rpc.ErrNotFound
 		}
 		res = r
@@ -418,7 +407,7 @@ func (p *Processor) mapLogError(err error) error {
 		st := p.log.Status()
 		return &rpc.NotLeaderError{Leader: st.Leader, Term: st.Term}
 	case errors.Is(err, raftlog.ErrStopped):
-		_, _, term := p.tracker.leadership()
+		_, _, term := p.tracker.Leadership()
 		return &rpc.NotLeaderError{Term: term}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err

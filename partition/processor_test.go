@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/rpc"
@@ -25,7 +26,7 @@ func ctxT(t *testing.T) context.Context {
 func awaitOutput(t *testing.T, p *Processor, id []byte) *rpc.InvocationResult {
 	t.Helper()
 	var res *rpc.InvocationResult
-	waitFor(t, 10*time.Second, "result", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "result", func() bool {
 		r, err := p.Output(ctxT(t), id)
 		if errors.Is(err, rpc.ErrNotReady) {
 			return false
@@ -125,7 +126,7 @@ func TestPendingFailOnStepDownRetryGetsOriginal(t *testing.T) {
 		_, err := c.replicas[0].p.Attach(ctxT(t), running.InvocationId)
 		attach <- err
 	}()
-	waitFor(t, 5*time.Second, "attach waiting", func() bool { return c.replicas[0].p.attach.Len() == 1 })
+	testutil.WaitFor(t, 5*time.Second, "attach waiting", func() bool { return c.replicas[0].p.attach.Len() == 1 })
 
 	c.setHold(true)
 	inv := newInvoke("greeter", 1)
@@ -134,7 +135,7 @@ func TestPendingFailOnStepDownRetryGetsOriginal(t *testing.T) {
 		_, err := c.replicas[0].p.Append(ctxT(t), inv)
 		errc <- err
 	}()
-	waitFor(t, 5*time.Second, "entry appended", func() bool { return c.countInvokes(t) == 2 })
+	testutil.WaitFor(t, 5*time.Second, "entry appended", func() bool { return c.countInvokes(t) == 2 })
 	// The new leader had the entry: it commits under it.
 	c.setLeader(1, true)
 	if err := <-errc; !errors.Is(err, rpc.ErrLostLeadership) {
@@ -164,7 +165,7 @@ func TestRetryWhilePendingTakesOverReply(t *testing.T) {
 		_, err := c.replicas[0].p.Append(ctxT(t), inv)
 		first <- err
 	}()
-	waitFor(t, 5*time.Second, "entry appended", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "entry appended", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return len(c.entries) == 1
@@ -201,7 +202,7 @@ func TestOldTermEntryDoesNotAnswerNewTermWaiter(t *testing.T) {
 	inv := newInvoke("greeter", 1)
 	first := make(chan error, 1)
 	go func() { _, err := p.Append(ctxT(t), inv); first <- err }()
-	waitFor(t, 5*time.Second, "term-1 entry", func() bool { return c.countInvokes(t) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "term-1 entry", func() bool { return c.countInvokes(t) == 1 })
 	c.setLeader(0, true) // re-elected: term 2, entry still uncommitted
 	if err := <-first; !errors.Is(err, rpc.ErrLostLeadership) {
 		t.Fatalf("term-1 waiter = %v", err)
@@ -214,7 +215,7 @@ func TestOldTermEntryDoesNotAnswerNewTermWaiter(t *testing.T) {
 		}
 		second <- a
 	}()
-	waitFor(t, 5*time.Second, "term-2 entry", func() bool { return c.countInvokes(t) == 2 })
+	testutil.WaitFor(t, 5*time.Second, "term-2 entry", func() bool { return c.countInvokes(t) == 2 })
 	c.commitUpTo(1)
 	c.waitApplied()
 	if p.OutboxDepth() != 1 {
@@ -231,59 +232,12 @@ func TestOldTermEntryDoesNotAnswerNewTermWaiter(t *testing.T) {
 	}
 }
 
-func TestTrackerRepliesOnlyToSameTerm(t *testing.T) {
-	tr := newTracker(10)
-	tr.setLeadership(1, 5, true)
-	tk, propose, err := tr.register("req")
-	if err != nil || !propose {
-		t.Fatal(err)
-	}
-	// An entry of an older term carrying the same request applies before
-	// Propose returned, then Propose reports term 5.
-	tr.resolve(reply{requestID: "req", term: 3, appended: &rpc.Appended{InvocationId: []byte("old")}})
-	tr.proposed([]ticket{tk}, 5)
-	select {
-	case r := <-tk.ch:
-		t.Fatalf("waiter of term 5 got a term-3 reply: %v", r)
-	default:
-	}
-	tr.resolve(reply{requestID: "req", term: 6, appended: &rpc.Appended{InvocationId: []byte("new")}})
-	select {
-	case r := <-tk.ch:
-		t.Fatalf("waiter of term 5 got a term-6 reply: %v", r)
-	default:
-	}
-	tr.resolve(reply{requestID: "req", term: 5, appended: &rpc.Appended{InvocationId: []byte("mine")}})
-	if r := <-tk.ch; string(r.appended.InvocationId) != "mine" {
-		t.Fatalf("got %v", r)
-	}
-
-	// Early reply of the right term is kept until Propose returns.
-	tk, _, _ = tr.register("req2")
-	tr.resolve(reply{requestID: "req2", term: 5, appended: &rpc.Appended{InvocationId: []byte("early")}})
-	tr.proposed([]ticket{tk}, 5)
-	if r := <-tk.ch; string(r.appended.InvocationId) != "early" {
-		t.Fatalf("early reply lost: %v", r)
-	}
-
-	// Step-down fails everything; re-election in a new term does not
-	// revive old waiters.
-	tk, _, _ = tr.register("req3")
-	tr.setLeadership(2, 7, false)
-	if r := <-tk.ch; !errors.Is(r.err, rpc.ErrLostLeadership) {
-		t.Fatalf("step-down: %v", r.err)
-	}
-	if _, _, err := tr.register("req4"); err == nil {
-		t.Fatal("follower registered a request")
-	}
-}
-
 func TestOverloaded(t *testing.T) {
 	c := newFakeCluster(t, 1, func(_ int, cfg *Config) { cfg.MaxPending = 1 })
 	c.setLeader(0, false)
 	c.setHold(true)
 	go func() { _, _ = c.replicas[0].p.Append(ctxT(t), newInvoke("greeter", 1)) }()
-	waitFor(t, 5*time.Second, "first pending", func() bool { return c.replicas[0].p.tracker.len() == 1 })
+	testutil.WaitFor(t, 5*time.Second, "first pending", func() bool { return c.replicas[0].p.tracker.Len() == 1 })
 	if _, err := c.replicas[0].p.Append(ctxT(t), newInvoke("greeter", 2)); !errors.Is(err, rpc.ErrOverloaded) {
 		t.Fatalf("second append = %v, want ErrOverloaded", err)
 	}
@@ -291,14 +245,14 @@ func TestOverloaded(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	c.setHold(false)
-	waitFor(t, 5*time.Second, "first applied", func() bool { return c.replicas[0].p.tracker.len() == 0 })
+	testutil.WaitFor(t, 5*time.Second, "first applied", func() bool { return c.replicas[0].p.tracker.Len() == 0 })
 	if _, err := c.replicas[0].p.Append(ctx, newInvoke("greeter", 3)); !errors.Is(err, context.Canceled) {
 		// It may also have been answered before noticing the ctx.
 		if err != nil {
 			t.Fatalf("cancelled append = %v", err)
 		}
 	}
-	waitFor(t, 5*time.Second, "waiter removed", func() bool { return c.replicas[0].p.tracker.len() == 0 })
+	testutil.WaitFor(t, 5*time.Second, "waiter removed", func() bool { return c.replicas[0].p.tracker.Len() == 0 })
 }
 
 func TestInvokeRunsAndAttach(t *testing.T) {
@@ -321,7 +275,7 @@ func TestInvokeRunsAndAttach(t *testing.T) {
 		got <- res
 	}()
 	id, _ := invocation.IDFromBytes(inv.InvocationId)
-	waitFor(t, 5*time.Second, "delivery", func() bool { return svc.count(id) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "delivery", func() bool { return svc.count(id) == 1 })
 	rec, err := p.Status(ctxT(t), inv.InvocationId)
 	if err != nil || rec.State != rpc.InvocationRecord_RUNNING {
 		t.Fatalf("status while delivering = %v, %v", rec.GetState(), err)
@@ -404,7 +358,7 @@ func TestUnknownServiceRetriedUntilRegistered(t *testing.T) {
 	if _, err := p.Append(ctxT(t), inv); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "a failed attempt", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "a failed attempt", func() bool {
 		rec, err := p.Status(ctxT(t), inv.InvocationId)
 		return err == nil && rec.Attempts >= 2 && strings.Contains(rec.LastError, "not registered")
 	})
@@ -445,7 +399,7 @@ func TestConcurrencyBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 5*time.Second, "5 deliveries in flight", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "5 deliveries in flight", func() bool {
 		svc.mu.Lock()
 		defer svc.mu.Unlock()
 		return svc.inflight == 5
@@ -457,7 +411,7 @@ func TestConcurrencyBounds(t *testing.T) {
 		t.Fatalf("service a has %d in flight, limit 3", perA)
 	}
 	close(svc.block)
-	waitFor(t, 10*time.Second, "outbox drained", func() bool { return p.OutboxDepth() == 0 })
+	testutil.WaitFor(t, 10*time.Second, "outbox drained", func() bool { return p.OutboxDepth() == 0 })
 	svc.mu.Lock()
 	defer svc.mu.Unlock()
 	if svc.maxInfl > 5 {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 	bolt "go.etcd.io/bbolt"
@@ -42,10 +43,10 @@ func TestPurgeRemovesExactlyExpiredOnEveryReplica(t *testing.T) {
 	}
 	// 45 minutes later the first three are 75 minutes old, the others 45.
 	clock.Advance(45 * time.Minute)
-	if proposed, err := p.sweepOnce(ctxT(t), 1); err != nil || !proposed {
+	if proposed, err := p.sweepOnce(ctxT(t)); err != nil || !proposed {
 		t.Fatal("sweep proposed nothing", err)
 	}
-	waitFor(t, 5*time.Second, "purge applied", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "purge applied", func() bool {
 		_, err := p.Output(ctxT(t), old[0].InvocationId)
 		return errors.Is(err, rpc.ErrNotFound)
 	})
@@ -62,13 +63,8 @@ func TestPurgeRemovesExactlyExpiredOnEveryReplica(t *testing.T) {
 			}
 		}
 		for _, inv := range fresh {
-			if err := r.View(func(b *bolt.Bucket) error {
-				if _, found, _ := getResult(b, inv.InvocationId); !found {
-					t.Errorf("replica %d lost a live result", r.n)
-				}
-				return nil
-			}); err != nil {
-				t.Fatal(err)
+			if _, err := r.p.readResult(inv.InvocationId); err != nil {
+				t.Errorf("replica %d lost a live result: %v", r.n, err)
 			}
 		}
 	}
@@ -82,7 +78,7 @@ func TestPurgeRemovesExactlyExpiredOnEveryReplica(t *testing.T) {
 	}
 	// Nothing expired: the sweep proposes nothing.
 	awaitOutput(t, p, old[0].InvocationId)
-	if proposed, err := p.sweepOnce(ctxT(t), 1); err != nil || proposed {
+	if proposed, err := p.sweepOnce(ctxT(t)); err != nil || proposed {
 		t.Fatalf("sweep with nothing expired proposed %v, %v", proposed, err)
 	}
 }
@@ -184,7 +180,7 @@ func TestOutboxSurvivesLeaderCrashBeforeComplete(t *testing.T) {
 		t.Fatal(err)
 	}
 	id, _ := invocation.IDFromBytes(inv.InvocationId)
-	waitFor(t, 5*time.Second, "first delivery", func() bool { return svc.count(id) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "first delivery", func() bool { return svc.count(id) == 1 })
 	c.mu.Lock()
 	c.replicas[0].down = true
 	c.mu.Unlock()

@@ -2,9 +2,11 @@
 // registry. Registry implements raftlog.StateMachine for raftlog.MetaGroup;
 // its log entries are rpc.CommandBatches of PutService and DeleteService.
 //
-// Put and Delete are leader-only: they propose the command and return once
-// it applied (*rpc.NotLeaderError on a follower, rpc.ErrLostLeadership when
-// leadership is lost while waiting). Lookup and List read this replica's
+// Put and Delete are leader-only: they propose the command with a fresh
+// request id and return once it applied and is visible to Lookup on this
+// node (answered from Reveal, matched by package proposals on request id
+// and term); *rpc.NotLeaderError on a follower, rpc.ErrLostLeadership when
+// leadership is lost while waiting. Lookup and List read this replica's
 // applied copy from memory; LookupFresh lets the replica catch up with the
 // leader before answering a miss, so a service registered a moment ago
 // through another node is found.

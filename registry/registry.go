@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/raftgate/raftgate/invocation"
+	"github.com/raftgate/raftgate/proposals"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/rpc"
 	"github.com/rs/zerolog"
@@ -23,10 +25,6 @@ var servicesBucket = []byte("services")
 // storeMarshal is deterministic: every replica must store the same bytes.
 var storeMarshal = proto.MarshalOptions{Deterministic: true}
 
-// recentOutcomes is how many applied entries' outcomes the registry keeps
-// for proposers whose entry applied before Propose returned.
-const recentOutcomes = 1024
-
 // Registry is the metadata group's state machine: the service registry. It
 // implements raftlog.StateMachine; Lookup and List read the applied state
 // from memory and are safe for concurrent use.
@@ -39,35 +37,24 @@ type Registry struct {
 	mu       sync.RWMutex
 	services map[string]*rpc.Service // guarded by mu; replaced, never mutated
 
-	wmu sync.Mutex
-	// waiters and outcomes match proposals to applied entries by index and
-	// term. Guarded by wmu.
-	waiters  map[uint64]*registryWaiter
-	outcomes map[uint64]entryOutcome
-	applied  uint64
+	// tracker matches each Put and Delete to its applied entry by request
+	// id and term.
+	tracker *proposals.Tracker[struct{}]
 }
 
-type registryWaiter struct {
-	term uint64
-	ch   chan error // buffered 1
-}
-
-type entryOutcome struct {
-	term uint64
-	err  error
-}
+// maxPending bounds concurrent Put and Delete calls on the leader.
+const maxPending = 1024
 
 var _ raftlog.StateMachine = (*Registry)(nil)
 
-// NewRegistry returns an empty registry; raftlog's AddGroup restores it.
-func NewRegistry(logger zerolog.Logger) *Registry {
+// New returns an empty registry; raftlog's AddGroup restores it.
+func New(logger zerolog.Logger) *Registry {
 	return &Registry{
 		logger:   logger.With().Str("component", "registry").Logger(),
 		now:      time.Now,
 		ready:    make(chan struct{}),
 		services: make(map[string]*rpc.Service),
-		waiters:  make(map[uint64]*registryWaiter),
-		outcomes: make(map[uint64]entryOutcome),
+		tracker:  proposals.NewTracker[struct{}](maxPending),
 	}
 }
 
@@ -88,21 +75,22 @@ type MetaLog interface {
 // Start lets the registry propose through log (the metadata group).
 func (r *Registry) Start(log MetaLog) {
 	r.log = log
+	if _, _, term := r.tracker.Leadership(); term == 0 {
+		// No leadership event yet: start from what the group knows.
+		st := log.Status()
+		r.tracker.SetLeadership(st.Leader, st.Term, st.IsLeader)
+	}
 	close(r.ready)
 }
 
-// OnLeadership fails pending Put/Delete calls when this node stops leading
-// the metadata group. Never blocks.
+// OnLeadership records a leadership change of the metadata group; any loss
+// of leadership fails pending Put/Delete calls with rpc.ErrLostLeadership.
+// Never blocks.
 func (r *Registry) OnLeadership(ev raftlog.LeaderEvent) {
-	if ev.Group != raftlog.MetaGroup || ev.IsSelf {
+	if ev.Group != raftlog.MetaGroup {
 		return
 	}
-	r.wmu.Lock()
-	defer r.wmu.Unlock()
-	for idx, w := range r.waiters {
-		w.ch <- rpc.ErrLostLeadership
-		delete(r.waiters, idx)
-	}
+	r.tracker.SetLeadership(ev.Leader, ev.Term, ev.IsSelf)
 }
 
 // Put registers or replaces a service and returns once the change applied.
@@ -117,7 +105,8 @@ func (r *Registry) Put(ctx context.Context, svc *rpc.Service) error {
 	if svc.UpdatedAtUnixMs == 0 {
 		svc.UpdatedAtUnixMs = r.now().UnixMilli()
 	}
-	return r.propose(ctx, &rpc.Command{Cmd: &rpc.Command_PutService{PutService: &rpc.PutService{Service: svc}}})
+	requestID := invocation.NewRequestID()
+	return r.propose(ctx, requestID, &rpc.Command{Cmd: &rpc.Command_PutService{PutService: &rpc.PutService{Service: svc, RequestId: requestID}}})
 }
 
 // Delete removes a service; rpc.ErrNotFound if it is not registered.
@@ -125,7 +114,8 @@ func (r *Registry) Delete(ctx context.Context, name string) error {
 	if name == "" {
 		return fmt.Errorf("registry: empty service name: %w", rpc.ErrInvalid)
 	}
-	return r.propose(ctx, &rpc.Command{Cmd: &rpc.Command_DeleteService{DeleteService: &rpc.DeleteService{Name: name}}})
+	requestID := invocation.NewRequestID()
+	return r.propose(ctx, requestID, &rpc.Command{Cmd: &rpc.Command_DeleteService{DeleteService: &rpc.DeleteService{Name: name, RequestId: requestID}}})
 }
 
 // Lookup returns the applied registration of name.
@@ -136,35 +126,33 @@ func (r *Registry) Lookup(name string) (*rpc.Service, bool) {
 	return svc, ok
 }
 
-// ErrRegistryUnavailable: a service is not in this node's copy of the
+// ErrUnavailable: a service is not in this node's copy of the
 // registry, and the copy could not be brought up to date with the metadata
 // group's leader, so whether the service exists is unknown for now.
-var ErrRegistryUnavailable = errors.New("the service registry cannot be checked right now")
+var ErrUnavailable = errors.New("the service registry cannot be checked right now")
 
 // LookupFresh is Lookup for a name that may have been registered a moment
 // ago through another node. On a miss it lets this replica catch up with
-// what the metadata group's leader has committed (MetaLog.CatchUp, at most
-// wait) and looks again: a client that registers a service and calls it at
+// what the metadata group's leader has committed (MetaLog.CatchUp, bounded
+// by ctx) and looks again: a client that registers a service and calls it at
 // once through another node is not told it does not exist. Hits never
 // wait. A miss is rpc.ErrNotFound only once the catch-up succeeded;
-// otherwise it is ErrRegistryUnavailable (no metadata leader reachable:
+// otherwise it is ErrUnavailable (no metadata leader reachable:
 // the caller should answer "retry later", not "no such service").
-func (r *Registry) LookupFresh(name string, wait time.Duration) (*rpc.Service, error) {
+func (r *Registry) LookupFresh(ctx context.Context, name string) (*rpc.Service, error) {
 	if svc, ok := r.Lookup(name); ok {
 		return svc, nil
 	}
 	select {
 	case <-r.ready:
 	default:
-		return nil, fmt.Errorf("%w: this node's registry is still loading", ErrRegistryUnavailable)
+		return nil, fmt.Errorf("%w: this node's registry is still loading", ErrUnavailable)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
 	if err := r.log.CatchUp(ctx); err != nil {
 		if svc, ok := r.Lookup(name); ok {
 			return svc, nil
 		}
-		return nil, fmt.Errorf("%w: %w", ErrRegistryUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	if svc, ok := r.Lookup(name); ok {
 		return svc, nil
@@ -184,54 +172,51 @@ func (r *Registry) List() []*rpc.Service {
 	return out
 }
 
-func (r *Registry) propose(ctx context.Context, cmd *rpc.Command) error {
+func (r *Registry) propose(ctx context.Context, requestID []byte, cmd *rpc.Command) error {
 	select {
 	case <-r.ready:
 	default:
 		return &rpc.NotLeaderError{}
 	}
-	st := r.log.Status()
-	if !st.IsLeader {
-		return &rpc.NotLeaderError{Leader: st.Leader, Term: st.Term}
-	}
 	data, err := rpc.EncodeBatch(cmd)
+	if err != nil {
+		return err
+	}
+	tk, _, err := r.tracker.Register(string(requestID)) // a fresh id: always proposed
 	if err != nil {
 		return err
 	}
 	prop, err := r.log.Propose(ctx, data)
 	if err != nil {
-		var nl *raftlog.NotLeaderError
-		switch {
-		case errors.As(err, &nl):
-			return &rpc.NotLeaderError{Leader: nl.Leader, Term: nl.Term}
-		case errors.Is(err, raftlog.ErrProposalDropped), errors.Is(err, raftlog.ErrStopped):
-			st := r.log.Status()
-			return &rpc.NotLeaderError{Leader: st.Leader, Term: st.Term}
-		}
-		return fmt.Errorf("registry: propose: %w", err)
+		r.tracker.Fail([]proposals.Ticket[struct{}]{tk}, r.proposeError(err))
+	} else {
+		r.tracker.Proposed([]proposals.Ticket[struct{}]{tk}, prop.Term)
 	}
-	r.wmu.Lock()
-	if o, ok := r.outcomes[prop.Index]; ok || prop.Index <= r.applied {
-		r.wmu.Unlock()
-		if !ok || o.term != prop.Term {
-			return rpc.ErrLostLeadership
-		}
-		return o.err
-	}
-	w := &registryWaiter{term: prop.Term, ch: make(chan error, 1)}
-	r.waiters[prop.Index] = w
-	r.wmu.Unlock()
 	select {
-	case err := <-w.ch:
-		return err
+	case reply := <-tk.C:
+		return reply.Err
 	case <-ctx.Done():
-		r.wmu.Lock()
-		if r.waiters[prop.Index] == w {
-			delete(r.waiters, prop.Index)
+		r.tracker.Forget(tk)
+		select {
+		case reply := <-tk.C: // answered meanwhile
+			return reply.Err
+		default:
+			return ctx.Err()
 		}
-		r.wmu.Unlock()
-		return ctx.Err()
 	}
+}
+
+// proposeError maps a refused Propose to the errors callers branch on.
+func (r *Registry) proposeError(err error) error {
+	var nl *raftlog.NotLeaderError
+	switch {
+	case errors.As(err, &nl):
+		return &rpc.NotLeaderError{Leader: nl.Leader, Term: nl.Term}
+	case errors.Is(err, raftlog.ErrProposalDropped), errors.Is(err, raftlog.ErrStopped):
+		st := r.log.Status()
+		return &rpc.NotLeaderError{Leader: st.Leader, Term: st.Term}
+	}
+	return fmt.Errorf("registry: propose: %w", err)
 }
 
 // Apply implements raftlog.StateMachine.
@@ -244,23 +229,27 @@ func (r *Registry) Apply(b *bolt.Bucket, entries []raftlog.Entry) (raftlog.Appli
 		name string
 		svc  *rpc.Service // nil: deleted
 	}
+	type outcome struct {
+		requestID string
+		term      uint64
+		err       error
+	}
 	var changes []change
-	outcomes := make([]entryOutcome, len(entries))
-	indexes := make([]uint64, len(entries))
-	for i, e := range entries {
-		indexes[i] = e.Index
-		outcomes[i].term = e.Term
+	var outcomes []outcome
+	for _, e := range entries {
 		batch, err := rpc.DecodeBatch(e.Data)
 		if err != nil {
 			return raftlog.Applied{}, fmt.Errorf("registry: entry %d: %w", e.Index, err)
 		}
 		for _, c := range batch.Commands {
+			o := outcome{term: e.Term}
 			switch cmd := c.Cmd.(type) {
 			case *rpc.Command_PutService:
+				o.requestID = string(cmd.PutService.RequestId)
 				svc := cmd.PutService.Service
 				if validateService(svc) != nil {
-					outcomes[i].err = fmt.Errorf("registry: malformed service: %w", rpc.ErrInvalid)
-					continue
+					o.err = fmt.Errorf("registry: malformed service: %w", rpc.ErrInvalid)
+					break
 				}
 				data, err := storeMarshal.Marshal(svc)
 				if err != nil {
@@ -271,10 +260,11 @@ func (r *Registry) Apply(b *bolt.Bucket, entries []raftlog.Entry) (raftlog.Appli
 				}
 				changes = append(changes, change{svc.Name, svc})
 			case *rpc.Command_DeleteService:
+				o.requestID = string(cmd.DeleteService.RequestId)
 				name := []byte(cmd.DeleteService.Name)
 				if sb.Get(name) == nil {
-					outcomes[i].err = fmt.Errorf("registry: service %q: %w", cmd.DeleteService.Name, rpc.ErrNotFound)
-					continue
+					o.err = fmt.Errorf("registry: service %q: %w", cmd.DeleteService.Name, rpc.ErrNotFound)
+					break
 				}
 				if err := sb.Delete(name); err != nil {
 					return raftlog.Applied{}, fmt.Errorf("registry: delete: %w", err)
@@ -283,6 +273,7 @@ func (r *Registry) Apply(b *bolt.Bucket, entries []raftlog.Entry) (raftlog.Appli
 			default:
 				return raftlog.Applied{}, fmt.Errorf("registry: entry %d: unexpected command %T", e.Index, c.Cmd)
 			}
+			outcomes = append(outcomes, o)
 		}
 	}
 	// Reveal only: lookups read the registry's own state, so nothing is
@@ -304,34 +295,10 @@ func (r *Registry) Apply(b *bolt.Bucket, entries []raftlog.Entry) (raftlog.Appli
 			r.services = next
 			r.mu.Unlock()
 		}
-		r.resolve(indexes, outcomes)
+		for _, o := range outcomes {
+			r.tracker.Resolve(o.requestID, o.term, proposals.Reply[struct{}]{Err: o.err})
+		}
 	}}, nil
-}
-
-func (r *Registry) resolve(indexes []uint64, outcomes []entryOutcome) {
-	r.wmu.Lock()
-	defer r.wmu.Unlock()
-	for i, idx := range indexes {
-		r.outcomes[idx] = outcomes[i]
-		r.applied = max(r.applied, idx)
-	}
-	for idx, w := range r.waiters {
-		if idx > r.applied {
-			continue
-		}
-		o, ok := r.outcomes[idx]
-		if ok && o.term == w.term {
-			w.ch <- o.err
-		} else {
-			w.ch <- rpc.ErrLostLeadership // another entry took the index
-		}
-		delete(r.waiters, idx)
-	}
-	for idx := range r.outcomes {
-		if idx+recentOutcomes < r.applied {
-			delete(r.outcomes, idx)
-		}
-	}
 }
 
 // Restore implements raftlog.StateMachine: it reloads the in-memory

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/rpc"
 	"github.com/rs/zerolog"
@@ -26,7 +27,8 @@ type metaLog struct {
 	index  uint64
 	term   uint64
 	leader bool
-	hold   bool // append without applying
+	hold   bool     // append without applying
+	held   [][]byte // what was appended while holding
 	// catchUp, when set, is what CatchUp waits for (nil: it returns at
 	// once); catchUps counts the calls.
 	catchUp  chan struct{}
@@ -41,6 +43,7 @@ func (l *metaLog) Propose(ctx context.Context, data []byte) (raftlog.Proposal, e
 	}
 	l.index++
 	if l.hold {
+		l.held = append(l.held, data)
 		return raftlog.Proposal{Index: l.index, Term: l.term}, nil
 	}
 	var fx raftlog.Applied
@@ -97,7 +100,7 @@ func newMetaDB(t *testing.T) *bolt.DB {
 
 func TestRegistry(t *testing.T) {
 	db := newMetaDB(t)
-	reg := NewRegistry(zerolog.Nop())
+	reg := New(zerolog.Nop())
 	log := &metaLog{db: db, sm: reg, term: 1, leader: true}
 	reg.Start(log)
 	ctx := context.Background()
@@ -135,7 +138,7 @@ func TestRegistry(t *testing.T) {
 		t.Fatal("deleted service still found")
 	}
 	// A fresh registry restores from the bucket.
-	again := NewRegistry(zerolog.Nop())
+	again := New(zerolog.Nop())
 	if err := db.View(func(tx *bolt.Tx) error { return again.Restore(tx.Bucket(stateBucket)) }); err != nil {
 		t.Fatal(err)
 	}
@@ -148,10 +151,8 @@ func TestRegistry(t *testing.T) {
 	log.mu.Unlock()
 	errc := make(chan error, 1)
 	go func() { errc <- reg.Put(ctx, &rpc.Service{Name: "pending", Url: "http://127.0.0.1:9"}) }()
-	waitFor(t, 5*time.Second, "put pending", func() bool {
-		reg.wmu.Lock()
-		defer reg.wmu.Unlock()
-		return len(reg.waiters) == 1
+	testutil.WaitFor(t, 5*time.Second, "put pending", func() bool {
+		return reg.tracker.Len() == 1
 	})
 	reg.OnLeadership(raftlog.LeaderEvent{Group: raftlog.MetaGroup, Leader: 2, Term: 2})
 	if err := <-errc; !errors.Is(err, rpc.ErrLostLeadership) {
@@ -166,13 +167,68 @@ func TestRegistry(t *testing.T) {
 	}
 }
 
+// TestPutAnsweredOnlyByItsOwnEntry: a pending Put is answered by the entry
+// that carries its request id in the term it was proposed in, not by
+// another node's registration, nor by its own command in another term.
+func TestPutAnsweredOnlyByItsOwnEntry(t *testing.T) {
+	db := newMetaDB(t)
+	reg := New(zerolog.Nop())
+	log := &metaLog{db: db, sm: reg, term: 3, leader: true, hold: true}
+	reg.Start(log)
+	errc := make(chan error, 1)
+	go func() { errc <- reg.Put(ctxT(t), &rpc.Service{Name: "mine", Url: "http://127.0.0.1:9"}) }()
+	testutil.WaitFor(t, 5*time.Second, "put proposed", func() bool {
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		return len(log.held) == 1
+	})
+	apply := func(term uint64, data []byte) {
+		t.Helper()
+		var fx raftlog.Applied
+		if err := db.Update(func(tx *bolt.Tx) error {
+			var err error
+			fx, err = reg.Apply(tx.Bucket(stateBucket), []raftlog.Entry{{Index: 1, Term: term, Data: data}})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		fx.Reveal()
+	}
+	stillPending := func(after string) {
+		t.Helper()
+		// The tracker hands a reply over synchronously in Reveal.
+		if reg.tracker.Len() != 1 {
+			t.Fatalf("Put answered by %s", after)
+		}
+	}
+	other, err := rpc.EncodeBatch(&rpc.Command{Cmd: &rpc.Command_PutService{PutService: &rpc.PutService{
+		Service: &rpc.Service{Name: "other", Url: "http://127.0.0.1:9"}, RequestId: []byte("another node's")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply(3, other)
+	stillPending("another registration")
+	log.mu.Lock()
+	mine := log.held[0]
+	log.mu.Unlock()
+	apply(2, mine)
+	stillPending("its command in another term")
+	apply(3, mine)
+	if err := <-errc; err != nil {
+		t.Fatalf("Put = %v", err)
+	}
+	if _, ok := reg.Lookup("mine"); !ok {
+		t.Fatal("answered Put not visible to Lookup")
+	}
+}
+
 // TestLookupFreshCatchesUpOnAMiss: a miss first lets the replica catch up
 // with the leader (bounded), and a registration applied by then is found;
 // hits never ask. A miss is "not found" only after a catch-up that worked:
 // one that timed out is "cannot tell".
 func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
 	db := newMetaDB(t)
-	reg := NewRegistry(zerolog.Nop())
+	reg := New(zerolog.Nop())
 	log := &metaLog{db: db, sm: reg, term: 1, catchUp: make(chan struct{})}
 	reg.Start(log)
 	catchUps := func() int {
@@ -183,8 +239,10 @@ func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
 
 	// The leader never answers: the miss is answered after the bound.
 	start := time.Now()
-	if _, err := reg.LookupFresh("echo", 50*time.Millisecond); !errors.Is(err, ErrRegistryUnavailable) || errors.Is(err, rpc.ErrNotFound) {
-		t.Fatalf("miss without a catch-up: %v, want ErrRegistryUnavailable", err)
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := reg.LookupFresh(short, "echo"); !errors.Is(err, ErrUnavailable) || errors.Is(err, rpc.ErrNotFound) {
+		t.Fatalf("miss without a catch-up: %v, want ErrUnavailable", err)
 	}
 	if waited := time.Since(start); waited < 50*time.Millisecond || catchUps() != 1 {
 		t.Fatalf("miss answered after %v with %d catch-ups; want one catch-up bounded by 50ms", waited, catchUps())
@@ -192,10 +250,10 @@ func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
 
 	found := make(chan bool, 1)
 	go func() {
-		_, err := reg.LookupFresh("echo", time.Minute)
+		_, err := reg.LookupFresh(ctxT(t), "echo")
 		found <- err == nil
 	}()
-	waitFor(t, 5*time.Second, "LookupFresh to catch up", func() bool { return catchUps() == 2 })
+	testutil.WaitFor(t, 5*time.Second, "LookupFresh to catch up", func() bool { return catchUps() == 2 })
 	// Meanwhile the registration applies on this replica; then the
 	// catch-up completes.
 	data, err := rpc.EncodeBatch(&rpc.Command{Cmd: &rpc.Command_PutService{PutService: &rpc.PutService{
@@ -221,21 +279,17 @@ func TestLookupFreshCatchesUpOnAMiss(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("LookupFresh still waiting 10s after its catch-up completed")
 	}
-	if _, err := reg.LookupFresh("echo", time.Minute); err != nil || catchUps() != 2 {
+	if _, err := reg.LookupFresh(ctxT(t), "echo"); err != nil || catchUps() != 2 {
 		t.Fatalf("hit: %v after %d catch-ups; a hit must not catch up", err, catchUps())
 	}
-	if _, err := reg.LookupFresh("nope", time.Minute); !errors.Is(err, rpc.ErrNotFound) || catchUps() != 3 {
+	if _, err := reg.LookupFresh(ctxT(t), "nope"); !errors.Is(err, rpc.ErrNotFound) || catchUps() != 3 {
 		t.Fatalf("miss after a catch-up that worked: %v (%d catch-ups), want rpc.ErrNotFound", err, catchUps())
 	}
 }
 
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(2 * time.Millisecond) // polling interval of a condition, not synchronisation
-	}
+// ctxT is a context bounded by the test's deadline (or a minute).
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
 }

@@ -1,8 +1,9 @@
 // Package rpc holds raftgate's protobuf and gRPC definitions and their
-// generated code: the node-to-node Raft transport, the commands stored in a
-// partition's log, and the ingress-to-node dispatch stream. It also maps the
-// typed dispatch errors to and from their wire form, in one place. It holds
-// no business logic.
+// generated code: the node-to-node Raft transport, the commands stored in
+// the groups' logs, and the ingress-to-node dispatch stream. Every log entry
+// is one CommandBatch (EncodeBatch, DecodeBatch; BatchVersion). It also maps
+// the typed dispatch errors to and from their wire form, in one place. It
+// holds no business logic.
 //
 // Regenerate after editing raftgate.proto (needs protoc from Debian's
 // protobuf-compiler and the two Go plugins):

@@ -123,7 +123,7 @@ func FuzzDispatchResponse(f *testing.F) {
 func FuzzCommandBatch(f *testing.F) {
 	id := make([]byte, 24)
 	seeds(f, &rpc.CommandBatch{Version: 1, Commands: []*rpc.Command{
-		{Cmd: &rpc.Command_Invoke{Invoke: &rpc.Invoke{InvocationId: id, RequestId: make([]byte, 16), Service: "Echo", Handler: "echo", ProposerTerm: 2}}},
+		{Cmd: &rpc.Command_Invoke{Invoke: &rpc.Invoke{InvocationId: id, RequestId: make([]byte, 16), Service: "Echo", Handler: "echo"}}},
 		{Cmd: &rpc.Command_Complete{Complete: &rpc.Complete{InvocationId: id, Result: &rpc.Result{Status: 200, Body: []byte("1")}}}},
 		{Cmd: &rpc.Command_Cancel{Cancel: &rpc.Cancel{InvocationId: id}}},
 		{Cmd: &rpc.Command_Purge{Purge: &rpc.Purge{BeforeUnixMs: 10}}},

@@ -790,7 +790,11 @@ type Invoke struct {
 	ContentType string    `protobuf:"bytes,6,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	Headers     []*Header `protobuf:"bytes,7,rep,name=headers,proto3" json:"headers,omitempty"`
 	// The caller's idempotency key; empty when the ingress generated one.
-	IdempotencyKey   string `protobuf:"bytes,8,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	IdempotencyKey string `protobuf:"bytes,8,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// No longer stamped (it was never read); kept, not reserved, so that
+	// entries written with it decode and store the same bytes everywhere.
+	//
+	// Deprecated: Marked as deprecated in raftgate.proto.
 	ProposerTerm     uint64 `protobuf:"varint,9,opt,name=proposer_term,json=proposerTerm,proto3" json:"proposer_term,omitempty"`
 	ProposedAtUnixMs int64  `protobuf:"varint,10,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
 	// Delayed sends: do not run before this time (0 = at once).
@@ -891,6 +895,7 @@ func (x *Invoke) GetIdempotencyKey() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in raftgate.proto.
 func (x *Invoke) GetProposerTerm() uint64 {
 	if x != nil {
 		return x.ProposerTerm
@@ -1016,11 +1021,15 @@ func (x *Result) GetAttempts() uint32 {
 }
 
 type Complete struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	InvocationId     []byte                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
-	Result           *Result                `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
-	ProposerTerm     uint64                 `protobuf:"varint,3,opt,name=proposer_term,json=proposerTerm,proto3" json:"proposer_term,omitempty"`
-	ProposedAtUnixMs int64                  `protobuf:"varint,4,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	InvocationId []byte                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	Result       *Result                `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	// No longer stamped (it was never read); kept, not reserved, so that
+	// entries written with it decode and store the same bytes everywhere.
+	//
+	// Deprecated: Marked as deprecated in raftgate.proto.
+	ProposerTerm     uint64 `protobuf:"varint,3,opt,name=proposer_term,json=proposerTerm,proto3" json:"proposer_term,omitempty"`
+	ProposedAtUnixMs int64  `protobuf:"varint,4,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -1069,6 +1078,7 @@ func (x *Complete) GetResult() *Result {
 	return nil
 }
 
+// Deprecated: Marked as deprecated in raftgate.proto.
 func (x *Complete) GetProposerTerm() uint64 {
 	if x != nil {
 		return x.ProposerTerm
@@ -1084,11 +1094,15 @@ func (x *Complete) GetProposedAtUnixMs() int64 {
 }
 
 type Cancel struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	InvocationId     []byte                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
-	RequestId        []byte                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	ProposerTerm     uint64                 `protobuf:"varint,3,opt,name=proposer_term,json=proposerTerm,proto3" json:"proposer_term,omitempty"`
-	ProposedAtUnixMs int64                  `protobuf:"varint,4,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	InvocationId []byte                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	RequestId    []byte                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// No longer stamped (it was never read); kept, not reserved, so that
+	// entries written with it decode and store the same bytes everywhere.
+	//
+	// Deprecated: Marked as deprecated in raftgate.proto.
+	ProposerTerm     uint64 `protobuf:"varint,3,opt,name=proposer_term,json=proposerTerm,proto3" json:"proposer_term,omitempty"`
+	ProposedAtUnixMs int64  `protobuf:"varint,4,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -1137,6 +1151,7 @@ func (x *Cancel) GetRequestId() []byte {
 	return nil
 }
 
+// Deprecated: Marked as deprecated in raftgate.proto.
 func (x *Cancel) GetProposerTerm() uint64 {
 	if x != nil {
 		return x.ProposerTerm
@@ -1153,10 +1168,14 @@ func (x *Cancel) GetProposedAtUnixMs() int64 {
 
 // Purge drops every result completed before before_unix_ms.
 type Purge struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	BeforeUnixMs     int64                  `protobuf:"varint,1,opt,name=before_unix_ms,json=beforeUnixMs,proto3" json:"before_unix_ms,omitempty"`
-	ProposerTerm     uint64                 `protobuf:"varint,2,opt,name=proposer_term,json=proposerTerm,proto3" json:"proposer_term,omitempty"`
-	ProposedAtUnixMs int64                  `protobuf:"varint,3,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	BeforeUnixMs int64                  `protobuf:"varint,1,opt,name=before_unix_ms,json=beforeUnixMs,proto3" json:"before_unix_ms,omitempty"`
+	// No longer stamped (it was never read); kept, not reserved, so that
+	// entries written with it decode and store the same bytes everywhere.
+	//
+	// Deprecated: Marked as deprecated in raftgate.proto.
+	ProposerTerm     uint64 `protobuf:"varint,2,opt,name=proposer_term,json=proposerTerm,proto3" json:"proposer_term,omitempty"`
+	ProposedAtUnixMs int64  `protobuf:"varint,3,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -1198,6 +1217,7 @@ func (x *Purge) GetBeforeUnixMs() int64 {
 	return 0
 }
 
+// Deprecated: Marked as deprecated in raftgate.proto.
 func (x *Purge) GetProposerTerm() uint64 {
 	if x != nil {
 		return x.ProposerTerm
@@ -1433,8 +1453,10 @@ func (x *Service) GetShared() []string {
 }
 
 type PutService struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Service       *Service               `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Service *Service               `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// Matches the applied entry to the waiting Put (fresh per call).
+	RequestId     []byte `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1476,9 +1498,18 @@ func (x *PutService) GetService() *Service {
 	return nil
 }
 
+func (x *PutService) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
 type DeleteService struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Matches the applied entry to the waiting Delete (fresh per call).
+	RequestId     []byte `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1518,6 +1549,13 @@ func (x *DeleteService) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *DeleteService) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
 }
 
 // Stored state of one invocation (partition state bucket).
@@ -2675,7 +2713,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x03cmd\"2\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xc0\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xc4\x03\n" +
 	"\x06Invoke\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x1d\n" +
 	"\n" +
@@ -2685,8 +2723,8 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x04body\x18\x05 \x01(\fR\x04body\x12!\n" +
 	"\fcontent_type\x18\x06 \x01(\tR\vcontentType\x12-\n" +
 	"\aheaders\x18\a \x03(\v2\x13.raftgate.v1.HeaderR\aheaders\x12'\n" +
-	"\x0fidempotency_key\x18\b \x01(\tR\x0eidempotencyKey\x12#\n" +
-	"\rproposer_term\x18\t \x01(\x04R\fproposerTerm\x12-\n" +
+	"\x0fidempotency_key\x18\b \x01(\tR\x0eidempotencyKey\x12'\n" +
+	"\rproposer_term\x18\t \x01(\x04B\x02\x18\x01R\fproposerTerm\x12-\n" +
 	"\x13proposed_at_unix_ms\x18\n" +
 	" \x01(\x03R\x10proposedAtUnixMs\x12+\n" +
 	"\x12not_before_unix_ms\x18\v \x01(\x03R\x0fnotBeforeUnixMs\x12\x10\n" +
@@ -2698,21 +2736,21 @@ const file_raftgate_proto_rawDesc = "" +
 	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\x12\x16\n" +
 	"\x06failed\x18\x04 \x01(\bR\x06failed\x12\x14\n" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12\x1a\n" +
-	"\battempts\x18\x06 \x01(\rR\battempts\"\xb0\x01\n" +
+	"\battempts\x18\x06 \x01(\rR\battempts\"\xb4\x01\n" +
 	"\bComplete\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12+\n" +
-	"\x06result\x18\x02 \x01(\v2\x13.raftgate.v1.ResultR\x06result\x12#\n" +
-	"\rproposer_term\x18\x03 \x01(\x04R\fproposerTerm\x12-\n" +
-	"\x13proposed_at_unix_ms\x18\x04 \x01(\x03R\x10proposedAtUnixMs\"\xa0\x01\n" +
+	"\x06result\x18\x02 \x01(\v2\x13.raftgate.v1.ResultR\x06result\x12'\n" +
+	"\rproposer_term\x18\x03 \x01(\x04B\x02\x18\x01R\fproposerTerm\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x04 \x01(\x03R\x10proposedAtUnixMs\"\xa4\x01\n" +
 	"\x06Cancel\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\fR\trequestId\x12#\n" +
-	"\rproposer_term\x18\x03 \x01(\x04R\fproposerTerm\x12-\n" +
-	"\x13proposed_at_unix_ms\x18\x04 \x01(\x03R\x10proposedAtUnixMs\"\x81\x01\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\x12'\n" +
+	"\rproposer_term\x18\x03 \x01(\x04B\x02\x18\x01R\fproposerTerm\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x04 \x01(\x03R\x10proposedAtUnixMs\"\x85\x01\n" +
 	"\x05Purge\x12$\n" +
-	"\x0ebefore_unix_ms\x18\x01 \x01(\x03R\fbeforeUnixMs\x12#\n" +
-	"\rproposer_term\x18\x02 \x01(\x04R\fproposerTerm\x12-\n" +
+	"\x0ebefore_unix_ms\x18\x01 \x01(\x03R\fbeforeUnixMs\x12'\n" +
+	"\rproposer_term\x18\x02 \x01(\x04B\x02\x18\x01R\fproposerTerm\x12-\n" +
 	"\x13proposed_at_unix_ms\x18\x03 \x01(\x03R\x10proposedAtUnixMs\"[\n" +
 	"\x05Admit\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12-\n" +
@@ -2734,12 +2772,16 @@ const file_raftgate_proto_rawDesc = "" +
 	"\aSERVICE\x10\x00\x12\n" +
 	"\n" +
 	"\x06OBJECT\x10\x01\x12\f\n" +
-	"\bWORKFLOW\x10\x02\"<\n" +
+	"\bWORKFLOW\x10\x02\"[\n" +
 	"\n" +
 	"PutService\x12.\n" +
-	"\aservice\x18\x01 \x01(\v2\x14.raftgate.v1.ServiceR\aservice\"#\n" +
+	"\aservice\x18\x01 \x01(\v2\x14.raftgate.v1.ServiceR\aservice\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\"B\n" +
 	"\rDeleteService\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x93\x04\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\"\x93\x04\n" +
 	"\x10InvocationRecord\x12+\n" +
 	"\x06invoke\x18\x01 \x01(\v2\x13.raftgate.v1.InvokeR\x06invoke\x129\n" +
 	"\x05state\x18\x02 \x01(\x0e2#.raftgate.v1.InvocationRecord.StateR\x05state\x12\x1a\n" +

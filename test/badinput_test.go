@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 )
@@ -42,7 +43,7 @@ func TestBadInputOnNodeAndGossipPorts(t *testing.T) {
 	wait := tr.run(ctx, 4)
 	defer func() { stop(); wait() }()
 	acked := func() int { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.acked) }
-	waitFor(t, 20*time.Second, "first acknowledgements", func() bool { return acked() >= 20 })
+	testutil.WaitFor(t, 20*time.Second, "first acknowledgements", func() bool { return acked() >= 20 })
 
 	victim := c.nodes[0]
 	garbageTCP(t, victim.nodeAddr, rng, true)
@@ -54,7 +55,7 @@ func TestBadInputOnNodeAndGossipPorts(t *testing.T) {
 	garbageUDP(t, victim.gossipAddr, rng)
 
 	before := acked()
-	waitFor(t, 20*time.Second, "acknowledgements after the garbage", func() bool { return acked() >= before+30 })
+	testutil.WaitFor(t, 20*time.Second, "acknowledgements after the garbage", func() bool { return acked() >= before+30 })
 	stop()
 	wait()
 	for _, n := range c.nodes {

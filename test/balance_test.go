@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/raftgate/raftgate/internal/testutil"
 )
 
 // TestLeaderBalancing runs three processes with the default flags (leader
@@ -34,7 +36,7 @@ func TestLeaderBalancing(t *testing.T) {
 		return true
 	}
 	// Elections put leaders anywhere; hand-offs start 5 s after each.
-	waitFor(t, 45*time.Second, "every group led by its preferred node", balanced)
+	testutil.WaitFor(t, 45*time.Second, "every group led by its preferred node", balanced)
 
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -58,7 +60,7 @@ func TestLeaderBalancing(t *testing.T) {
 	// while it is away and give them back once it replicates again.
 	n3 := c.nodes[2]
 	c.terminate(n3, 20*time.Second)
-	waitFor(t, 15*time.Second, "node 3's groups led elsewhere", func() bool {
+	testutil.WaitFor(t, 15*time.Second, "node 3's groups led elsewhere", func() bool {
 		ls := c.leaders()
 		for g := uint32(0); g < groups; g++ {
 			if ls[g] == 0 || ls[g] == 3 {
@@ -68,7 +70,7 @@ func TestLeaderBalancing(t *testing.T) {
 		return true
 	})
 	c.restart(n3)
-	waitFor(t, 45*time.Second, "node 3's groups back with it", balanced)
+	testutil.WaitFor(t, 45*time.Second, "node 3's groups back with it", balanced)
 	stop()
 	wg.Wait()
 	mu.Lock()

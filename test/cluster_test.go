@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/raftgate/raftgate/internal/testutil"
 )
 
 // TestCallSendAttachAcrossNodes drives the ingress of each node of a real
@@ -83,12 +85,12 @@ func TestKillNineAndRestart(t *testing.T) {
 	acked := func(n int) func() bool {
 		return func() bool { h.mu.Lock(); defer h.mu.Unlock(); return len(h.acks) >= n }
 	}
-	waitFor(t, 20*time.Second, "first acknowledgements", acked(50))
+	testutil.WaitFor(t, 20*time.Second, "first acknowledgements", acked(50))
 	victim := c.nodes[0]
 	c.kill(victim)
-	waitFor(t, 20*time.Second, "acknowledgements while a node is down", acked(150))
+	testutil.WaitFor(t, 20*time.Second, "acknowledgements while a node is down", acked(150))
 	c.restart(victim)
-	waitFor(t, 20*time.Second, "acknowledgements after restart", acked(250))
+	testutil.WaitFor(t, 20*time.Second, "acknowledgements after restart", acked(250))
 	close(stop)
 	wait()
 	checkEveryAckHasItsResult(t, c, h, rec)
@@ -114,11 +116,11 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 
 	for _, n := range c.nodes {
 		before := count()
-		waitFor(t, 20*time.Second, "progress before the restart", func() bool { return count() >= before+30 })
+		testutil.WaitFor(t, 20*time.Second, "progress before the restart", func() bool { return count() >= before+30 })
 		c.terminate(n, 20*time.Second)
 		t.Logf("node %d stopped; %d acknowledged so far", n.id, count())
 		before = count()
-		waitFor(t, 20*time.Second, "progress while a node is stopped", func() bool { return count() >= before+30 })
+		testutil.WaitFor(t, 20*time.Second, "progress while a node is stopped", func() bool { return count() >= before+30 })
 		c.restart(n)
 	}
 	close(stop)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/raftlog"
 )
 
@@ -79,7 +80,7 @@ func runCrashRound(t *testing.T, c *cluster, svc *recorder, r crashRound, rng *r
 	ackedNow := func() int { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.acked) }
 	progress := func(n int) {
 		before := ackedNow()
-		waitFor(t, 30*time.Second, fmt.Sprintf("%d more acknowledgements", n), func() bool { return ackedNow() >= before+n })
+		testutil.WaitFor(t, 30*time.Second, fmt.Sprintf("%d more acknowledgements", n), func() bool { return ackedNow() >= before+n })
 	}
 
 	victim := c.nodes[rng.IntN(len(c.nodes))]
@@ -155,7 +156,7 @@ func crashAt(t *testing.T, c *cluster, victim *node, r crashRound, progress func
 	c.start(victim)
 	victim.env = nil
 	started := time.Now()
-	waitFor(t, 60*time.Second, fmt.Sprintf("node %d to kill itself at %s", victim.id, r.failpoint), func() bool {
+	testutil.WaitFor(t, 60*time.Second, fmt.Sprintf("node %d to kill itself at %s", victim.id, r.failpoint), func() bool {
 		if !victim.alive() {
 			return true
 		}
@@ -176,7 +177,7 @@ func crashAt(t *testing.T, c *cluster, victim *node, r crashRound, progress func
 func waitLeading(t *testing.T, n *node, hold time.Duration) {
 	t.Helper()
 	var since time.Time
-	waitFor(t, 60*time.Second, fmt.Sprintf("node %d to lead half the partitions for %v", n.id, hold), func() bool {
+	testutil.WaitFor(t, 60*time.Second, fmt.Sprintf("node %d to lead half the partitions for %v", n.id, hold), func() bool {
 		if k, err := partitionsLedBy(n); err != nil || 2*k < robustnessPartitions {
 			since = time.Time{}
 			return false

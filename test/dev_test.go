@@ -1,16 +1,16 @@
 package test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/raftgate/raftgate/internal/testutil"
 )
 
 // TestDevAnswersGreeter runs `raftgate dev` as a user would and checks that
@@ -25,7 +25,7 @@ func TestDevAnswersGreeter(t *testing.T) {
 		"--node-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
 		"--gossip-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
 	)
-	var out lockedBuffer
+	var out testutil.LockedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -40,7 +40,7 @@ func TestDevAnswersGreeter(t *testing.T) {
 	})
 
 	var body string
-	waitFor(t, 30*time.Second, "Greeter answering through dev's ingress", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "Greeter answering through dev's ingress", func() bool {
 		select {
 		case <-exited:
 			t.Fatalf("dev exited: %v\n%s", waitErr, out.String())
@@ -66,22 +66,4 @@ func TestDevAnswersGreeter(t *testing.T) {
 	if !strings.Contains(out.String(), "curl") {
 		t.Errorf("dev printed no curl commands to try:\n%s", out.String())
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe to read while a process writes to it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

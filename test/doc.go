@@ -12,7 +12,8 @@
 // careful clients, robust_failpoints_test.go holds one small type per
 // fault, robust_check_test.go validates the history (porcupine for
 // linearizability per invocation). badinput_test.go throws garbage at the
-// node and gossip ports; known_bugs_test.go guards open product bugs.
+// node and gossip ports; regressions_test.go guards the fixes of product
+// bugs the robustness suite found.
 //
 // The ordinary run (`go test ./test/`) keeps each scenario short; longer
 // soaks run with `-tags soak` (RAFTGATE_SOAK_DURATION).

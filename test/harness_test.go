@@ -1,11 +1,9 @@
 package test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/test/freeport"
 )
 
@@ -51,21 +50,6 @@ func TestMain(m *testing.M) {
 func freePort(t testing.TB) int {
 	t.Helper()
 	return freeport.Port(t, freeport.E2E)
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval, not synchronisation
-	}
 }
 
 // node is one raftgate server process.
@@ -207,7 +191,7 @@ func (c *cluster) start(n *node) {
 // waitReady waits for the node's /readyz.
 func (c *cluster) waitReady(n *node, timeout time.Duration) {
 	c.t.Helper()
-	waitFor(c.t, timeout, fmt.Sprintf("node %d ready", n.id), func() bool {
+	testutil.WaitFor(c.t, timeout, fmt.Sprintf("node %d ready", n.id), func() bool {
 		select {
 		case <-n.exited:
 			c.t.Fatalf("node %d exited while starting:\n%s", n.id, tail(n.logPath, 40))
@@ -323,27 +307,21 @@ type response struct {
 	body   []byte
 }
 
+// do sends one request through httpClient; a body is JSON unless header
+// says otherwise.
 func do(ctx context.Context, method, url string, body []byte, header map[string]string) (*response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
+	var pairs []string
 	if body != nil {
-		req.Header.Set("content-type", "application/json")
+		pairs = append(pairs, "content-type", "application/json")
 	}
 	for k, v := range header {
-		req.Header.Set(k, v)
+		pairs = append(pairs, k, v)
 	}
-	resp, err := httpClient.Do(req)
+	r, err := testutil.Request(ctx, httpClient, method, url, body, pairs...)
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	return &response{status: resp.StatusCode, header: resp.Header, body: b}, nil
+	return &response{status: r.Status, header: r.Header, body: r.Body}, nil
 }
 
 // registerService registers name at url through node n's admin API and
@@ -351,12 +329,12 @@ func do(ctx context.Context, method, url string, body []byte, header map[string]
 func (c *cluster) registerService(n *node, name, url string) {
 	c.t.Helper()
 	body, _ := json.Marshal(map[string]any{"url": url})
-	waitFor(c.t, 20*time.Second, "service registration", func() bool {
+	testutil.WaitFor(c.t, 20*time.Second, "service registration", func() bool {
 		r, err := do(context.Background(), http.MethodPut, n.adminURL()+"/services/"+name, body, nil)
 		return err == nil && r.status/100 == 2
 	})
 	for _, m := range c.nodes {
-		waitFor(c.t, 10*time.Second, fmt.Sprintf("node %d sees service %s", m.id, name), func() bool {
+		testutil.WaitFor(c.t, 10*time.Second, fmt.Sprintf("node %d sees service %s", m.id, name), func() bool {
 			r, err := do(context.Background(), http.MethodGet, m.adminURL()+"/services/"+name, nil, nil)
 			return err == nil && r.status == http.StatusOK
 		})

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/invocation"
 )
 
@@ -74,12 +75,12 @@ func (s *counterService) serve(w http.ResponseWriter, r *http.Request) {
 func (c *cluster) registerKind(name, url, kind string, shared ...string) {
 	c.t.Helper()
 	body, _ := json.Marshal(map[string]any{"url": url, "kind": kind, "shared": shared})
-	waitFor(c.t, 20*time.Second, "service registration", func() bool {
+	testutil.WaitFor(c.t, 20*time.Second, "service registration", func() bool {
 		r, err := do(context.Background(), http.MethodPut, c.nodes[0].adminURL()+"/services/"+name, body, nil)
 		return err == nil && r.status/100 == 2
 	})
 	for _, m := range c.nodes {
-		waitFor(c.t, 10*time.Second, fmt.Sprintf("node %d sees service %s", m.id, name), func() bool {
+		testutil.WaitFor(c.t, 10*time.Second, fmt.Sprintf("node %d sees service %s", m.id, name), func() bool {
 			r, err := do(context.Background(), http.MethodGet, m.adminURL()+"/services/"+name, nil, nil)
 			var v struct{ Kind string }
 			return err == nil && r.status == http.StatusOK && json.Unmarshal(r.body, &v) == nil && v.Kind == kind
@@ -231,7 +232,7 @@ func TestKeyedCountersUnderLeaderKills(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal(ctx.Err())
 		}
-		waitFor(t, 20*time.Second, "progress before a kill", func() bool { return count() >= before+100 })
+		testutil.WaitFor(t, 20*time.Second, "progress before a kill", func() bool { return count() >= before+100 })
 		victim := c.leaderOf(partitionOfKey("Counter", keys[round%len(keys)]))
 		if victim == nil {
 			t.Fatal("no leader known")
@@ -239,7 +240,7 @@ func TestKeyedCountersUnderLeaderKills(t *testing.T) {
 		c.kill(victim)
 		t.Logf("killed node %d (leader of %s's partition); %d acknowledged", victim.id, keys[round%len(keys)], count())
 		before = count()
-		waitFor(t, 20*time.Second, "progress after the kill", func() bool { return count() >= before+100 })
+		testutil.WaitFor(t, 20*time.Second, "progress after the kill", func() bool { return count() >= before+100 })
 		c.restart(victim)
 	}
 	close(stop)
@@ -247,7 +248,7 @@ func TestKeyedCountersUnderLeaderKills(t *testing.T) {
 
 	// Wait until every key is idle: all its invocations have results.
 	for _, key := range keys {
-		waitFor(t, 60*time.Second, "key "+key+" idle", func() bool {
+		testutil.WaitFor(t, 60*time.Second, "key "+key+" idle", func() bool {
 			r, err := do(ctx, http.MethodGet, c.nodes[0].adminURL()+"/objects/Counter/"+key, nil, nil)
 			var v struct {
 				Running string
@@ -387,7 +388,7 @@ func TestWorkflowRunOncePerIDAcrossFailover(t *testing.T) {
 		}
 		for _, verb := range []string{"attach", "output"} {
 			var got *response
-			waitFor(t, 20*time.Second, verb+" "+wid, func() bool {
+			testutil.WaitFor(t, 20*time.Second, verb+" "+wid, func() bool {
 				n := c.nodes[(victim.id)%len(c.nodes)]
 				r, err := do(ctx, http.MethodGet, n.ingressURL()+"/restate/workflow/Signup/"+wid+"/"+verb, nil, nil)
 				got = r

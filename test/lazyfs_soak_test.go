@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/raftgate/raftgate/internal/testutil"
 )
 
 // TestLazyFSPowerCut puts each node's data dir on its own LazyFS mount (a
@@ -90,7 +92,7 @@ func runPowerCut(t *testing.T, c *cluster, mounts map[int]*lazyFS, svc *recorder
 	ackedNow := func() int { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.acked) }
 	progress := func(n int) {
 		before := ackedNow()
-		waitFor(t, 60*time.Second, fmt.Sprintf("%d more acknowledgements", n), func() bool { return ackedNow() >= before+n })
+		testutil.WaitFor(t, 60*time.Second, fmt.Sprintf("%d more acknowledgements", n), func() bool { return ackedNow() >= before+n })
 	}
 	progress(100)
 
@@ -202,7 +204,7 @@ func mountLazyFS(t *testing.T, bin, dir, name string) *lazyFS {
 		close(fs.exited)
 	}()
 	t.Cleanup(fs.unmount)
-	waitFor(t, 30*time.Second, "LazyFS mounted at "+mnt, func() bool {
+	testutil.WaitFor(t, 30*time.Second, "LazyFS mounted at "+mnt, func() bool {
 		select {
 		case <-fs.exited:
 			t.Fatalf("LazyFS exited while mounting:\n%s", tail(out.Name(), 20))
@@ -258,7 +260,7 @@ func (fs *lazyFS) command(t *testing.T, cmd string, done *regexp.Regexp) []strin
 		t.Fatalf("LazyFS fifo %s: %v", fs.fifo, err)
 	}
 	var match []string
-	waitFor(t, 30*time.Second, "LazyFS to run "+cmd, func() bool {
+	testutil.WaitFor(t, 30*time.Second, "LazyFS to run "+cmd, func() bool {
 		all := done.FindAllStringSubmatch(readFile(fs.logPath), -1)
 		if len(all) > before {
 			match = all[len(all)-1]

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/raftgate/raftgate/internal/testutil"
 )
 
 // TestRefusedStartAnswersCleanly: a node of a running cluster restarted
@@ -42,7 +44,7 @@ func TestRefusedStartAnswersCleanly(t *testing.T) {
 	}
 	c.start(n3)
 	// Once the node is up (its admin API answers), hammer its ingress.
-	waitFor(t, 30*time.Second, "node 3's admin API to answer", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "node 3's admin API to answer", func() bool {
 		r, err := do(context.Background(), http.MethodGet, n3.adminURL()+"/healthz", nil, nil)
 		return (err == nil && r.status == http.StatusOK) || !n3.alive()
 	})

@@ -12,6 +12,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 )
@@ -78,7 +79,7 @@ func TestPartitionCountMismatchRefused(t *testing.T) {
 		var sr sendResult
 		json.Unmarshal(r.body, &sr)
 		var out *response
-		waitFor(t, 10*time.Second, "an answer from node 1", func() bool {
+		testutil.WaitFor(t, 10*time.Second, "an answer from node 1", func() bool {
 			out, err = do(ctx, http.MethodGet, c.nodes[0].ingressURL()+"/restate/invocation/"+sr.InvocationID+"/output", nil, nil)
 			return err == nil && out.status != http.StatusServiceUnavailable
 		})

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/raftgate/raftgate/internal/testutil"
 )
 
 // TestRestoreLostNodeFromPeerBackup follows docs/operations.md "Backup and
@@ -44,7 +46,7 @@ func TestRestoreLostNodeFromPeerBackup(t *testing.T) {
 		mu.Lock()
 		target := len(acked) + n
 		mu.Unlock()
-		waitFor(t, 30*time.Second, fmt.Sprintf("%d more acknowledged sends", n), func() bool {
+		testutil.WaitFor(t, 30*time.Second, fmt.Sprintf("%d more acknowledged sends", n), func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return len(acked) >= target

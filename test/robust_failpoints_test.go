@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/raftgate/raftgate/internal/testutil"
 )
 
 // failpoint is one kind of fault. Inject puts it in place and returns;
@@ -194,7 +196,7 @@ func (f *staleDirFailpoint) heal(t *testing.T, c *cluster) {
 	if err != nil {
 		t.Fatalf("node %d /cluster: %v", f.other.id, err)
 	}
-	waitFor(t, 30*time.Second, "the stale node to exit or catch up", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the stale node to exit or catch up", func() bool {
 		if !f.victim.alive() {
 			return true
 		}

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/raftgate/raftgate/internal/testutil"
 )
 
 // The robustness suite follows etcd's tests/robustness: traffic →
@@ -120,7 +122,7 @@ func runFailpoint(t *testing.T, c *cluster, svc *recorder, fp failpoint, rng *ra
 	ackedNow := func() int { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.acked) }
 	progress := func(n int) {
 		before := ackedNow()
-		waitFor(t, 30*time.Second, fmt.Sprintf("%d more acknowledgements", n), func() bool { return ackedNow() >= before+n })
+		testutil.WaitFor(t, 30*time.Second, fmt.Sprintf("%d more acknowledgements", n), func() bool { return ackedNow() >= before+n })
 	}
 	if sd, ok := fp.(*staleDirFailpoint); ok {
 		sd.progress = progress

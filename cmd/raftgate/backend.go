@@ -125,8 +125,10 @@ type freshServices struct{ registry *registry.Registry }
 
 const registryCatchUp = 250 * time.Millisecond
 
-func (f freshServices) Lookup(name string) (*rpc.Service, error) {
-	return f.registry.LookupFresh(name, registryCatchUp)
+func (f freshServices) Lookup(ctx context.Context, name string) (*rpc.Service, error) {
+	ctx, cancel := context.WithTimeout(ctx, registryCatchUp)
+	defer cancel()
+	return f.registry.LookupFresh(ctx, name)
 }
 
 // clusterView is the admin API's view of the cluster from this node.

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/raftgate/raftgate/ingress/admin"
+	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/test/freeport"
@@ -75,8 +76,8 @@ func startTestClusterLogging(t *testing.T, n int, logger func(id uint64) zerolog
 		t.Cleanup(func() { nd.shutdown() })
 	}
 	for _, nd := range nodes {
-		waitFor(t, 20*time.Second, fmt.Sprintf("node %d ready", nd.cfg.NodeID), clusterView{n: nd}.Ready)
-		waitFor(t, 20*time.Second, fmt.Sprintf("node %d serving its ingress", nd.cfg.NodeID), nd.serving)
+		testutil.WaitFor(t, 20*time.Second, fmt.Sprintf("node %d ready", nd.cfg.NodeID), clusterView{n: nd}.Ready)
+		testutil.WaitFor(t, 20*time.Second, fmt.Sprintf("node %d serving its ingress", nd.cfg.NodeID), nd.serving)
 	}
 	return nodes
 }
@@ -89,24 +90,8 @@ type reply struct {
 
 func call(t *testing.T, method, url, body string, header ...string) reply {
 	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, url, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return reply{resp.StatusCode, resp.Header, string(b)}
+	r := testutil.Do(t, method, url, body, header...)
+	return reply{r.Status, r.Header, string(r.Body)}
 }
 
 // testService echoes its input, fails with 400 for the handler "reject",
@@ -185,7 +170,7 @@ func TestIngressAPIOnThreeNodeCluster(t *testing.T) {
 		}
 	}
 	for i := range nodes {
-		waitFor(t, 10*time.Second, "registry replicated", func() bool {
+		testutil.WaitFor(t, 10*time.Second, "registry replicated", func() bool {
 			_, a := nodes[i].registry.Lookup("Echo")
 			_, b := nodes[i].registry.Lookup("Strict")
 			return a && b
@@ -238,7 +223,7 @@ func TestIngressAPIOnThreeNodeCluster(t *testing.T) {
 
 	t.Run("request to node 1 for a partition led by node 3", func(t *testing.T) {
 		var led uint32
-		waitFor(t, 10*time.Second, "a partition led by node 3", func() bool {
+		testutil.WaitFor(t, 10*time.Second, "a partition led by node 3", func() bool {
 			for _, p := range (clusterView{n: nodes[2]}).Partitions(false) {
 				if p.ID > 0 && p.Leader == 3 {
 					led = p.ID
@@ -437,7 +422,7 @@ func TestLeadershipChangesUnderLoad(t *testing.T) {
 		t.Fatalf("register: %d %s", r.status, r.body)
 	}
 	for i := range nodes {
-		waitFor(t, 10*time.Second, "registry replicated", func() bool { _, ok := nodes[i].registry.Lookup("Echo"); return ok })
+		testutil.WaitFor(t, 10*time.Second, "registry replicated", func() bool { _, ok := nodes[i].registry.Lookup("Echo"); return ok })
 	}
 
 	var (
@@ -503,7 +488,7 @@ func TestLeadershipChangesUnderLoad(t *testing.T) {
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
 	progress := func(what string) {
 		before := count()
-		waitFor(t, 20*time.Second, what, func() bool { return count() >= before+100 })
+		testutil.WaitFor(t, 20*time.Second, what, func() bool { return count() >= before+100 })
 	}
 	progress("load before any change")
 	for round := range 2 {
@@ -564,7 +549,7 @@ func TestShutdownAnswersWaitingCallers(t *testing.T) {
 	if r := call(t, http.MethodPut, "http://"+nd.cfg.AdminAddr+"/services/Echo", `{"url":"`+svc.srv.URL+`"}`); r.status/100 != 2 {
 		t.Fatalf("register: %d %s", r.status, r.body)
 	}
-	waitFor(t, 10*time.Second, "registry", func() bool { _, ok := nd.registry.Lookup("Echo"); return ok })
+	testutil.WaitFor(t, 10*time.Second, "registry", func() bool { _, ok := nd.registry.Lookup("Echo"); return ok })
 	send := call(t, http.MethodPost, "http://"+nd.cfg.IngressAddr+"/Echo/slow/send", `"s"`)
 	id := send.header.Get("x-restate-id")
 	if send.status != 202 || id == "" {
@@ -585,7 +570,7 @@ func TestShutdownAnswersWaitingCallers(t *testing.T) {
 		resp.Body.Close()
 		attached <- answer{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After")}
 	}()
-	waitFor(t, 10*time.Second, "the attach waiting at its partition", func() bool { return attachWaiters(t, nd) > 0 })
+	testutil.WaitFor(t, 10*time.Second, "the attach waiting at its partition", func() bool { return attachWaiters(t, nd) > 0 })
 	start := time.Now()
 	if err := nd.shutdown(); err != nil {
 		t.Errorf("shutdown: %v", err)
@@ -622,7 +607,7 @@ func TestStatusShowsEveryLeadersReplicas(t *testing.T) {
 	}
 	nodes := startTestCluster(t, 3)
 	var asked *node
-	waitFor(t, 10*time.Second, "a node that leads some partitions but not all", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "a node that leads some partitions but not all", func() bool {
 		for _, nd := range nodes {
 			led := 0
 			for _, p := range (clusterView{n: nd}).Partitions(false) {

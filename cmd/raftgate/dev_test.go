@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -9,13 +8,13 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -70,35 +69,6 @@ func TestGreeter(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for one writer and a polling reader.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestRunDevRegistersTheGreeter runs dev's loop with stand-in nodes and a
 // real admin API: the Greeter is registered once /readyz says ready, and
 // the registered URL answers.
@@ -117,11 +87,11 @@ func TestRunDevRegistersTheGreeter(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out := &syncBuffer{}
+	out := &testutil.LockedBuffer{}
 	done := make(chan error, 1)
 	go func() { done <- runDev(ctx, out, zerolog.Nop(), cfgs, devHelp{cli: "raftgate", tempDir: true}, node) }()
 
-	waitFor(t, 10*time.Second, "the dev help text", func() bool { return strings.Contains(out.String(), "Ctrl-C stops the cluster") })
+	testutil.WaitFor(t, 10*time.Second, "the dev help text", func() bool { return strings.Contains(out.String(), "Ctrl-C stops the cluster") })
 	if running.Load() != 3 {
 		t.Fatalf("%d nodes running, want 3", running.Load())
 	}
@@ -195,11 +165,11 @@ func TestRegisterWhenReadyWaitsForReadiness(t *testing.T) {
 func TestEchoCommand(t *testing.T) {
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	stdout, stderr := &testutil.LockedBuffer{}, &testutil.LockedBuffer{}
 	env := cliEnv{stdin: strings.NewReader(""), stdout: stdout, stderr: stderr, lookupEnv: func(string) (string, bool) { return "", false }}
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"echo", "--addr", addr}, env, nil) }()
-	waitFor(t, 10*time.Second, "echo to listen", func() bool { return strings.Contains(stdout.String(), "Echo service at http://"+addr) })
+	testutil.WaitFor(t, 10*time.Second, "echo to listen", func() bool { return strings.Contains(stdout.String(), "Echo service at http://"+addr) })
 
 	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/Echo/anything", strings.NewReader(`{"a":1}`))
 	req.Header.Set("Content-Type", "application/json")

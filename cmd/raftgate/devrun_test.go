@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/raftgate/raftgate/internal/testutil"
 )
 
 // TestDevHelpCommandsWorkAsPrinted runs `dev` with a real node and pastes
@@ -30,7 +32,7 @@ func TestDevHelpCommandsWorkAsPrinted(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
+	out := &testutil.LockedBuffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- runDev(ctx, out, zerolog.Nop(), cfgs, devHelp{cli: "go run ./cmd/raftgate", tempDir: true}, runServer)
@@ -41,7 +43,7 @@ func TestDevHelpCommandsWorkAsPrinted(t *testing.T) {
 			t.Errorf("runDev: %v", err)
 		}
 	})
-	waitFor(t, 30*time.Second, "the dev help text", func() bool { return strings.Contains(out.String(), "Ctrl-C stops the cluster") })
+	testutil.WaitFor(t, 30*time.Second, "the dev help text", func() bool { return strings.Contains(out.String(), "Ctrl-C stops the cluster") })
 
 	var script []string
 	for _, line := range strings.Split(out.String(), "\n") {
@@ -109,7 +111,7 @@ func TestDevLogsNoRaftChatterAtInfo(t *testing.T) {
 	cfg := devConfigs(1, t.TempDir(), devAddrs{ingress: freeAddr(t), admin: freeAddr(t), node: freeAddr(t), gossip: freeAddr(t)})[0]
 	cfg.QuietRaft = true
 	cfg.LogFormat = "json"
-	logs := &syncBuffer{}
+	logs := &testutil.LockedBuffer{}
 	logger, err := newLogger(logs, "json", "info")
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +120,7 @@ func TestDevLogsNoRaftChatterAtInfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the node ready", clusterView{n: nd}.Ready)
+	testutil.WaitFor(t, 20*time.Second, "the node ready", clusterView{n: nd}.Ready)
 	if err := nd.shutdown(); err != nil {
 		t.Fatal(err)
 	}

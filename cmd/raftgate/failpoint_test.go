@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/raftgate/raftgate/internal/testutil"
 )
 
 func TestParseFailpoint(t *testing.T) {
@@ -73,7 +75,7 @@ func TestFailpointKillsAtTheNthHit(t *testing.T) {
 		for range 5 {
 			hooks[name]()
 		}
-		waitFor(t, time.Second, name+" to kill once", func() bool { return kills.Load() == 1 })
+		testutil.WaitFor(t, time.Second, name+" to kill once", func() bool { return kills.Load() == 1 })
 		if n := kills.Load(); n != 1 {
 			t.Errorf("%s: %d kills after 5 hits, want 1", name, n)
 		}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/raftgate/raftgate/internal/testutil"
 )
 
 func TestHTTPServiceShutsDownGracefully(t *testing.T) {
@@ -46,7 +48,7 @@ func TestHTTPServiceShutsDownGracefully(t *testing.T) {
 		shut <- s.Shutdown(ctx)
 	}()
 	// New connections are refused once shutdown began; poll until so.
-	waitFor(t, 5*time.Second, "the listener to close", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the listener to close", func() bool {
 		resp, err := http.Get("http://" + s.Addr() + "/")
 		if err == nil {
 			resp.Body.Close()

@@ -80,7 +80,7 @@ type node struct {
 	raft    *raftlog.Node
 	members *leadership.Membership
 	grpc    *grpc.Server
-	served  chan error
+	served  chan error // grpc.Serve's result, read by close
 
 	registry   *registry.Registry
 	processors []*partition.Processor // index = partition id; [0] unused
@@ -256,7 +256,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 
 	// State machines first, then the leadership watch, then the groups: no
 	// leadership event can reach a processor that does not exist yet.
-	n.registry = registry.NewRegistry(n.log.With().Str("component", "registry").Logger())
+	n.registry = registry.New(n.log.With().Str("component", "registry").Logger())
 	n.processors = make([]*partition.Processor, cfg.Partitions+1)
 	for p := uint32(1); p <= cfg.Partitions; p++ {
 		pc := partition.DefaultConfig()
@@ -289,7 +289,19 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	n.dispatchServer = dispatch.NewServer(backend{registry: n.registry, processors: n.processors}, scfg)
 	n.dispatchServer.Register(n.grpc)
 	n.served = make(chan error, 1)
-	go func() { n.served <- n.grpc.Serve(lns.node) }()
+	go func() {
+		// Serve returns nil once stopped by close (ErrServerStopped if
+		// close came first); anything else means the node no longer takes
+		// Raft or dispatch traffic.
+		err := n.grpc.Serve(lns.node)
+		if errors.Is(err, grpc.ErrServerStopped) {
+			err = nil
+		}
+		if err != nil {
+			n.log.Error().Err(err).Msg("node gRPC server stopped serving")
+		}
+		n.served <- err
+	}()
 
 	ccfg := dispatch.DefaultClientConfig()
 	ccfg.Self = cfg.NodeID
@@ -458,6 +470,11 @@ func (n *node) close() error {
 		case <-stopped:
 		case <-ctx.Done():
 			n.grpc.Stop()
+		}
+		if n.served != nil {
+			if err := <-n.served; err != nil {
+				errs = append(errs, fmt.Errorf("node gRPC: serve: %w", err))
+			}
 		}
 	}
 	if n.stopWatch != nil {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/raftgate/raftgate/internal/testutil"
 )
 
 // TestServerPortInUseLeavesDataDirAlone: `raftgate server` whose ingress,
@@ -104,7 +106,7 @@ func TestShutdownKeepsAnsweringWhileDraining(t *testing.T) {
 		retryAfter string
 		err        error
 	)
-	waitFor(t, grace, "health to stop answering 200", func() bool {
+	testutil.WaitFor(t, grace, "health to stop answering 200", func() bool {
 		status, retryAfter, err = try(http.MethodGet, "/restate/health")
 		return err != nil || status != http.StatusOK
 	})
@@ -115,7 +117,7 @@ func TestShutdownKeepsAnsweringWhileDraining(t *testing.T) {
 		t.Fatalf("new request while draining = %d (Retry-After %q, error %v), want 503 with Retry-After", status, retryAfter, err)
 	}
 
-	waitFor(t, grace+time.Second, "the ingress listener to close", func() bool {
+	testutil.WaitFor(t, grace+time.Second, "the ingress listener to close", func() bool {
 		_, _, err := try(http.MethodGet, "/restate/health")
 		return err != nil
 	})

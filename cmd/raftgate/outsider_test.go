@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/raftgate/raftgate/internal/testutil"
 )
 
 // TestNodeOutsideInitialClusterIsNotAMember: a node started with an id
@@ -19,9 +21,9 @@ func TestNodeOutsideInitialClusterIsNotAMember(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts four nodes")
 	}
-	logs := map[uint64]*syncBuffer{}
+	logs := map[uint64]*testutil.LockedBuffer{}
 	nodes := startTestClusterLogging(t, 3, func(id uint64) zerolog.Logger {
-		logs[id] = &syncBuffer{}
+		logs[id] = &testutil.LockedBuffer{}
 		return zerolog.New(logs[id]).Level(zerolog.DebugLevel)
 	})
 
@@ -61,7 +63,7 @@ func TestNodeOutsideInitialClusterIsNotAMember(t *testing.T) {
 	}
 	// Repeated refusals go to debug: wait until each node refused the
 	// outsider a few times, and gossip had the time to list it.
-	waitFor(t, 20*time.Second, "every node to refuse the outsider's raft messages three times", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "every node to refuse the outsider's raft messages three times", func() bool {
 		for _, nd := range nodes {
 			if count(logs[nd.cfg.NodeID].String(), fromOutsider("debug")) < 3 {
 				return false
@@ -69,7 +71,7 @@ func TestNodeOutsideInitialClusterIsNotAMember(t *testing.T) {
 		}
 		return true
 	})
-	waitFor(t, 10*time.Second, "the outsider to see the cluster's nodes in gossip", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the outsider to see the cluster's nodes in gossip", func() bool {
 		return len(outsider.members.Members()) == 4
 	})
 	for _, nd := range nodes {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 )
@@ -167,27 +168,8 @@ type answer struct {
 
 func (f *fixture) do(t *testing.T, method, path, body string, header ...string) answer {
 	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, f.url+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return answer{status: resp.StatusCode, header: resp.Header, body: b}
+	r := testutil.Do(t, method, f.url+path, body, header...)
+	return answer{status: r.Status, header: r.Header, body: r.Body}
 }
 
 // wantError checks the status and the JSON error shape.

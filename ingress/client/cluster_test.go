@@ -107,7 +107,7 @@ func (m *memCluster) Attach(ctx context.Context, _ uint32, idb []byte) (*rpc.Inv
 // registry is a static service registry.
 type registry map[string]*rpc.Service
 
-func (r registry) Lookup(name string) (*rpc.Service, error) {
+func (r registry) Lookup(_ context.Context, name string) (*rpc.Service, error) {
 	if s, ok := r[name]; ok {
 		return s, nil
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -166,7 +167,7 @@ func TestBrokenStreamFailsInFlightAtOnce(t *testing.T) {
 			errs <- err
 		}()
 	}
-	waitFor(t, 10*time.Second, "all requests held by node 1", func() bool { return held.Load() == n })
+	testutil.WaitFor(t, 10*time.Second, "all requests held by node 1", func() bool { return held.Load() == n })
 	leader.Store(2)
 	start := time.Now()
 	nodes[0].grpc.Stop()
@@ -206,7 +207,7 @@ func TestServerCloseFailsInFlightWithLostLeadership(t *testing.T) {
 			errs <- err
 		}()
 	}
-	waitFor(t, 10*time.Second, "all requests held by node 1", func() bool { return held.Load() == n })
+	testutil.WaitFor(t, 10*time.Second, "all requests held by node 1", func() bool { return held.Load() == n })
 	leader.Store(2)
 	nodes[0].server.Close()
 	for range n {
@@ -244,7 +245,7 @@ func TestClientOverloadedPastBound(t *testing.T) {
 	for range bound {
 		go c.Attach(ctx, 1, []byte("x"))
 	}
-	waitFor(t, 5*time.Second, "bound attaches held", func() bool { return held.Load() == bound })
+	testutil.WaitFor(t, 5*time.Second, "bound attaches held", func() bool { return held.Load() == bound })
 	start := time.Now()
 	_, err := c.Attach(context.Background(), 1, []byte("y"))
 	if !errors.Is(err, rpc.ErrOverloaded) {
@@ -270,7 +271,7 @@ func TestServerOverloadedPastStreamBound(t *testing.T) {
 	for range bound {
 		go c.Attach(ctx, 1, []byte("x"))
 	}
-	waitFor(t, 5*time.Second, "bound attaches held", func() bool { return held.Load() == bound })
+	testutil.WaitFor(t, 5*time.Second, "bound attaches held", func() bool { return held.Load() == bound })
 	_, err := c.Output(context.Background(), 1, []byte("y"))
 	if !errors.Is(err, rpc.ErrOverloaded) {
 		t.Fatalf("err %v, want ErrOverloaded from the server", err)
@@ -348,7 +349,7 @@ func TestCancelReturnsPromptly(t *testing.T) {
 		_, err := c.Attach(ctx, 1, []byte("x"))
 		errc <- err
 	}()
-	waitFor(t, 5*time.Second, "attach held", func() bool { return held.Load() == 1 })
+	testutil.WaitFor(t, 5*time.Second, "attach held", func() bool { return held.Load() == 1 })
 	cancel()
 	select {
 	case err := <-errc:
@@ -377,7 +378,7 @@ func TestAttachDeadlineReachesServer(t *testing.T) {
 	if _, err := c.Attach(ctx, 1, []byte("x")); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, rpc.ErrUnavailable) {
 		t.Fatalf("err %v, want deadline", err)
 	}
-	waitFor(t, 2*time.Second, "the server to end the backend wait", func() bool { return ended.Load() == 1 })
+	testutil.WaitFor(t, 2*time.Second, "the server to end the backend wait", func() bool { return ended.Load() == 1 })
 }
 
 // TestLateAnswerIsDropped: an answer for an abandoned correlation id is
@@ -401,11 +402,11 @@ func TestLateAnswerIsDropped(t *testing.T) {
 		_, err := c.Attach(ctx, 1, []byte("slow"))
 		errc <- err
 	}()
-	waitFor(t, 5*time.Second, "attach held", func() bool { return held.Load() == 1 })
+	testutil.WaitFor(t, 5*time.Second, "attach held", func() bool { return held.Load() == 1 })
 	cancel()
 	<-errc
 	close(release)
-	waitFor(t, 5*time.Second, "the late answer to be dropped", func() bool { return metricValue(c.metrics.dropped) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the late answer to be dropped", func() bool { return metricValue(c.metrics.dropped) == 1 })
 	r, err := c.Attach(context.Background(), 1, []byte("fast"))
 	if err != nil || string(r.InvocationId) != "fast" {
 		t.Fatalf("after a dropped answer: %v, %v", r, err)
@@ -463,7 +464,7 @@ func TestClosedClient(t *testing.T) {
 		_, err := c.Attach(context.Background(), 1, []byte("x"))
 		errc <- err
 	}()
-	waitFor(t, 5*time.Second, "attach held", func() bool { return held.Load() == 1 })
+	testutil.WaitFor(t, 5*time.Second, "attach held", func() bool { return held.Load() == 1 })
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}

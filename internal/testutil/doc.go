@@ -1,0 +1,6 @@
+// Package testutil holds the helpers the tests of every raftgate package
+// share: WaitFor polls a condition with a deadline (never a sleep as
+// synchronisation), LockedBuffer collects output written by another
+// goroutine or process, and Request/Do send one HTTP request and read the
+// whole answer. Only tests import it.
+package testutil
