@@ -61,6 +61,8 @@ type node struct {
 	extraArgs                        []string
 	cmd                              *exec.Cmd
 	exited                           chan struct{}
+	// env is added to the process's environment at its next start.
+	env []string
 }
 
 func (n *node) ingressURL() string { return "http://" + n.ingressAddr }
@@ -85,6 +87,9 @@ type clusterOpts struct {
 	// proxied routes node-to-node gRPC through a faultNet: each node's
 	// --initial-cluster names a proxy per peer, --node-addr stays real.
 	proxied bool
+	// dataDir, when set, names each node's data dir (default: under
+	// t.TempDir()).
+	dataDir func(id int) string
 }
 
 // startCluster starts opts.nodes servers on free ports and waits until each
@@ -109,6 +114,9 @@ func startCluster(t testing.TB, opts clusterOpts) *cluster {
 		}
 		if opts.extraArgs != nil {
 			n.extraArgs = opts.extraArgs(i)
+		}
+		if opts.dataDir != nil {
+			n.dataDir = opts.dataDir(i)
 		}
 		initial = append(initial, fmt.Sprintf("%d=%s", i, n.nodeAddr))
 		gossip = append(gossip, n.gossipAddr)
@@ -163,6 +171,9 @@ func (c *cluster) start(n *node) {
 	}
 	cmd := exec.Command(binary, n.extraArgs...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if len(n.env) > 0 {
+		cmd.Env = append(os.Environ(), n.env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		logf.Close()

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -158,6 +159,9 @@ func (tr *traffic) exchange(ctx context.Context, o *op, n *node, method, path st
 	} else {
 		a.Status = r.status
 		tr.rec.statuses[r.status]++
+		if r.status >= 500 && strings.Contains(strings.ToLower(string(r.body)), "lost") {
+			tr.rec.anomalies = append(tr.rec.anomalies, fmt.Sprintf("%s %s via node %d: %d says lost: %s", o.Kind, path, n.id, r.status, r.body))
+		}
 		if id := r.header.Get("x-restate-id"); id != "" && o.Key != "" && (o.isSubmit() || r.status == http.StatusOK) {
 			if tr.rec.idsByKey[o.Key] == nil {
 				tr.rec.idsByKey[o.Key] = map[string]bool{}

@@ -116,6 +116,9 @@ type ServerConfig struct {
 	// OpenIngressExpected silences the warning a node logs when its ingress
 	// starts serving without IngressTokens; `dev` sets it. No flag.
 	OpenIngressExpected bool
+	// failpoint, from RAFTGATE_FAILPOINT (crash tests only, failpoint.go),
+	// kills the process at a storage durability boundary. No flag.
+	failpoint *failpoint
 }
 
 // Defaults of `raftgate server`, also used by `dev` for node 1.

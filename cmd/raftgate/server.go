@@ -101,6 +101,12 @@ func newServerCmd(env cliEnv, runNode serverRunner) *cobra.Command {
 		if err != nil {
 			return err
 		}
+		if spec, ok := env.lookupEnv(failpointEnv); ok && spec != "" {
+			seed, _ := env.lookupEnv(failpointSeedEnv)
+			if cfg.failpoint, err = parseFailpoint(spec, seed); err != nil {
+				return err
+			}
+		}
 		logger, err := newLogger(env.stderr, cfg.LogFormat, cfg.LogLevel)
 		if err != nil {
 			return err
@@ -109,6 +115,9 @@ func newServerCmd(env cliEnv, runNode serverRunner) *cobra.Command {
 		// do not add it themselves).
 		logger = logger.With().Uint64("node", cfg.NodeID).Logger()
 		warnUnknownEnv(cmd, env, logger)
+		if cfg.failpoint != nil {
+			cfg.failpoint.warn(logger)
+		}
 		logger.Info().Str("version", readBuildInfo().Version).Str("data_dir", cfg.DataDir).
 			Str("ingress", cfg.IngressAddr).Str("admin", cfg.AdminAddr).Str("node_addr", cfg.NodeAddr).
 			Str("gossip", cfg.GossipAddr).Uint32("partitions", cfg.Partitions).

@@ -70,6 +70,8 @@ func unknownEnv(root *cobra.Command, environ []string) []string {
 		}
 	}
 	walk(root)
+	// Read by the server, not flags: the crash tests' failpoints.
+	known[failpointEnv], known[failpointSeedEnv] = true, true
 	var unknown []string
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")

@@ -1,0 +1,133 @@
+package main
+
+// Crash-test failpoints: RAFTGATE_FAILPOINT=name[@N] makes a server kill
+// itself with SIGKILL at a durability boundary of its storage, so that
+// the process tests (test/crash_failpoints_test.go) can check what a
+// restart recovers after a real kill -9 right there. Test-only: a node
+// started with it says so loudly (docs/robustness.md, "Crash failpoints").
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/raftgate/raftgate/raftlog"
+)
+
+// Environment variables of the failpoints; neither is a flag.
+const (
+	failpointEnv     = "RAFTGATE_FAILPOINT"
+	failpointSeedEnv = "RAFTGATE_FAILPOINT_SEED"
+)
+
+// failpointHits is, per failpoint name, the range the hit that kills is
+// drawn from when the spec gives no @N: log writes come by the hundred per
+// second under load, checkpoints every 100 ms (raftlog's default).
+var failpointHits = map[string][2]int64{
+	"before-log-write":  {100, 1000},
+	"after-log-write":   {100, 1000},
+	"after-log-sync":    {100, 1000},
+	"during-checkpoint": {10, 100},
+}
+
+// maxCheckpointKillDelay bounds the delay between the during-checkpoint
+// hit and the kill: long enough to land inside bbolt's commit (its page
+// writes and two fdatasyncs), sometimes before it, sometimes after.
+const maxCheckpointKillDelay = 3 * time.Millisecond
+
+// failpoint is a parsed RAFTGATE_FAILPOINT.
+type failpoint struct {
+	name string
+	// killAt is the hit of the boundary that kills the process (1 = the
+	// first).
+	killAt int64
+	seed   uint64
+	rng    *rand.Rand
+	hits   atomic.Int64
+	// kill is killSelf; unit tests count calls instead.
+	kill func()
+}
+
+// parseFailpoint reads spec ("name" or "name@N") and seedText (empty: a
+// seed from the clock, which the start-up warning prints).
+func parseFailpoint(spec, seedText string) (*failpoint, error) {
+	name, at, hasAt := strings.Cut(strings.TrimSpace(spec), "@")
+	hits, ok := failpointHits[name]
+	if !ok {
+		return nil, fmt.Errorf("%s=%q: unknown failpoint %q; want before-log-write, after-log-write, after-log-sync or during-checkpoint, optionally with @N (the N-th hit kills)",
+			failpointEnv, spec, name)
+	}
+	seed := uint64(time.Now().UnixNano())
+	if seedText != "" {
+		s, err := strconv.ParseUint(seedText, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s=%q: not an unsigned integer", failpointSeedEnv, seedText)
+		}
+		seed = s
+	}
+	fp := &failpoint{name: name, seed: seed, rng: rand.New(rand.NewPCG(seed, 0)), kill: killSelf}
+	if hasAt {
+		n, err := strconv.ParseInt(at, 10, 64)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%s=%q: @%s is not a hit count of at least 1", failpointEnv, spec, at)
+		}
+		fp.killAt = n
+	} else {
+		fp.killAt = hits[0] + fp.rng.Int64N(hits[1]-hits[0]+1)
+	}
+	return fp, nil
+}
+
+// warn says, at start, that this process will kill itself.
+func (fp *failpoint) warn(log zerolog.Logger) {
+	log.Warn().Str("failpoint", fp.name).Int64("kill_at_hit", fp.killAt).Uint64("seed", fp.seed).
+		Msg(failpointEnv + " is set: this process KILLS ITSELF with SIGKILL at a storage durability boundary; for crash tests only, never in production")
+}
+
+// knobs returns the raftlog hooks that count hits of fp's boundary; nil
+// when fp is nil (no failpoint).
+func (fp *failpoint) knobs(log zerolog.Logger) *raftlog.Knobs {
+	if fp == nil {
+		return nil
+	}
+	hit := func() {
+		if fp.hits.Add(1) == fp.killAt {
+			log.Warn().Str("failpoint", fp.name).Int64("hit", fp.killAt).Msg("failpoint reached: kill -9")
+			fp.kill()
+		}
+	}
+	k := &raftlog.Knobs{}
+	switch fp.name {
+	case "before-log-write":
+		k.BeforeLogWrite = hit
+	case "after-log-write":
+		k.AfterLogWrite = hit
+	case "after-log-sync":
+		k.AfterLogSync = hit
+	case "during-checkpoint":
+		// The hook runs just before the commit; the kill comes from a timer
+		// so that the commit is under way when it lands.
+		delay := time.Duration(fp.rng.Int64N(int64(maxCheckpointKillDelay) + 1))
+		k.DuringCheckpoint = func() {
+			if fp.hits.Add(1) == fp.killAt {
+				log.Warn().Str("failpoint", fp.name).Int64("hit", fp.killAt).Dur("after", delay).Msg("failpoint reached: kill -9 during the commit")
+				time.AfterFunc(delay, fp.kill)
+			}
+		}
+	}
+	return k
+}
+
+// killSelf is a real kill -9 of this process. The calling goroutine blocks
+// so that it does nothing more while the signal lands.
+func killSelf() {
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
+}
