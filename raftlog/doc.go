@@ -116,9 +116,10 @@
 // data dir of the first release (format 1, the log inside raft.db) is
 // migrated at the first start (migrate.go).
 //
-// A binary built with the raftgate_nosync tag opens state.db without
-// fsync, to measure what durability costs (docs/benchmarks.md); it loses
-// acknowledged writes on power loss and warns at start.
+// A binary built with the raftgate_nosync tag skips every fsync (state.db
+// and the write-ahead log), to measure what durability costs
+// (docs/benchmarks.md); it loses acknowledged writes on power loss and
+// warns at start.
 //
 // # Snapshots and compaction
 //

@@ -2,8 +2,9 @@
 
 package raftlog
 
-// noSync turns off bbolt's fsyncs. It exists to measure what fsync costs on
-// a machine (docs/benchmarks.md, "The storage floor"): such a binary loses
+// noSync turns off the fsyncs of state.db and of the write-ahead log
+// (nosync.go). It exists to measure what fsync costs on a machine
+// (docs/benchmarks.md): such a binary loses
 // acknowledged writes on power loss or a kernel crash, so it must never run
 // a real cluster, and every node says so loudly at start-up.
 const noSync = true

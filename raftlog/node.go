@@ -90,7 +90,7 @@ func open(cfg Config, newTransport func(*Node) transport) (*Node, error) {
 	w, err := wal.Open(wal.Options{
 		Dir:         filepath.Join(cfg.DataDir, walDirName),
 		SegmentSize: cfg.WALSegmentBytes,
-		FS:          cfg.Knobs.walFS(),
+		FS:          logFS(cfg.Knobs),
 		Knobs:       cfg.Knobs.walKnobs(),
 		Logger:      lg,
 	})
