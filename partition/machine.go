@@ -119,6 +119,9 @@ func initBuckets(b *bolt.Bucket) error {
 	if err := initKeyBuckets(b); err != nil {
 		return err
 	}
+	if err := initListing(b); err != nil {
+		return err
+	}
 	return outbox.Init(b)
 }
 
@@ -186,6 +189,9 @@ func (m *machine) invoke(b *bolt.Bucket, term uint64, c *rpc.Invoke, fx *effects
 	if err != nil {
 		return err
 	}
+	if err := indexCreated(b, rec); err != nil {
+		return err
+	}
 	r.appended = &rpc.Appended{InvocationId: c.InvocationId, NotBeforeUnixMs: c.NotBeforeUnixMs}
 	fx.replies = append(fx.replies, r)
 	return nil
@@ -231,7 +237,7 @@ func (m *machine) finish(b *bolt.Bucket, rec *rpc.InvocationRecord, res *rpc.Res
 	rec.State = rpc.InvocationRecord_COMPLETED
 	rec.CompletedAtUnixMs = at
 	rec.RetryAtUnixMs = 0
-	rec.Invoke.Body = nil // no longer needed; the result is what is kept
+	keepRequestPreview(rec) // the rest is no longer needed; the result is what is kept
 	if err := putRecord(b, rec); err != nil {
 		return err
 	}
@@ -272,6 +278,9 @@ func (m *machine) startDelivery(b *bolt.Bucket, rec *rpc.InvocationRecord, fx *e
 func (m *machine) purge(b *bolt.Bucket, c *rpc.Purge) error {
 	inv := b.Bucket(invocationsBucket)
 	_, err := results.Purge(b, c.BeforeUnixMs, func(id []byte) error {
+		if err := unindexCreated(b, id); err != nil {
+			return err
+		}
 		if err := inv.Delete(recordKey(id)); err != nil {
 			return fmt.Errorf("partition: purge: %w", err)
 		}
