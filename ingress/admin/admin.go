@@ -39,6 +39,9 @@ type Invocations interface {
 	// Cancel completes the invocation with a cancelled result unless it has
 	// already completed. It returns once the cancellation is applied.
 	Cancel(ctx context.Context, partition uint32, id []byte) error
+	// List returns one page of a partition's invocations, newest first
+	// (see rpc.ListInvocations), read at the partition's leader.
+	List(ctx context.Context, partition uint32, req *rpc.ListInvocations) (*rpc.InvocationList, error)
 }
 
 // Keys reaches the partition leader of a key of a keyed service (through
@@ -148,6 +151,7 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("/services", s.methods(route{get: s.listServices}))
 	mux.HandleFunc("/services/{name}", s.methods(route{get: s.getService, put: s.putService, delete: s.deleteService}))
 	mux.HandleFunc("/cluster", s.methods(route{get: s.getCluster}))
+	mux.HandleFunc("/invocations", s.methods(route{get: s.listInvocations}))
 	mux.HandleFunc("/invocations/{id}", s.methods(route{get: s.getInvocation, delete: s.cancelInvocation}))
 	if cfg.Keys != nil {
 		mux.HandleFunc("/objects/{object}/{key}", s.methods(route{get: s.getObjectKey}))

@@ -1,0 +1,118 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"testing"
+
+	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/rpc"
+)
+
+// listScan is the fake partitions' scan bound: far below the store, so
+// pages stop early and the merge must respect every partition's frontier.
+const listScan = 3
+
+// List pages through the fake's records of partition p as the partition
+// processor does: newest first below req.Before, at most listScan looked
+// at, filtered by service.
+func (f *fakeInvocations) List(ctx context.Context, p uint32, req *rpc.ListInvocations) (*rpc.InvocationList, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return nil, f.err
+	}
+	var recs []*rpc.InvocationRecord
+	for id, rec := range f.records {
+		if partition.PartitionFor(partition.InvocationID([]byte(id)).PartitionKey(), testPartitions) == p {
+			recs = append(recs, rec)
+		}
+	}
+	pos := func(rec *rpc.InvocationRecord) []byte {
+		return partition.Position(rec.AcceptedAtUnixMs, rec.Invoke.InvocationId)
+	}
+	slices.SortFunc(recs, func(a, b *rpc.InvocationRecord) int { return bytes.Compare(pos(b), pos(a)) })
+	out := &rpc.InvocationList{}
+	for i, rec := range recs {
+		if req.Before != nil && bytes.Compare(pos(rec), req.Before) >= 0 {
+			continue
+		}
+		if out.Scanned == listScan || uint32(len(out.Records)) == req.Limit {
+			out.Resume = pos(recs[i-1])
+			return out, nil
+		}
+		out.Scanned++
+		if req.Service == "" || rec.Invoke.Service == req.Service {
+			out.Records = append(out.Records, rec)
+		}
+	}
+	return out, nil
+}
+
+func TestListInvocationsMergesPartitionsNewestFirst(t *testing.T) {
+	f := newFixture(t, nil)
+	var all, odd []string // newest first
+	for i := range 40 {
+		id := partition.RandomID()
+		svc := fmt.Sprintf("svc%d", i%2)
+		f.invocations.records[string(id.Bytes())] = &rpc.InvocationRecord{
+			Invoke:           &rpc.Invoke{InvocationId: id.Bytes(), Service: svc, Handler: "h"},
+			State:            rpc.InvocationRecord_PENDING,
+			AcceptedAtUnixMs: int64(1_700_000_000_000 + i*7%40*1000), // shuffled creation times
+		}
+		all = append(all, id.String())
+		if svc == "svc1" {
+			odd = append(odd, id.String())
+		}
+	}
+	byTime := func(ids []string) []string {
+		slices.SortFunc(ids, func(a, b string) int {
+			ia, _ := partition.ParseID(a)
+			ib, _ := partition.ParseID(b)
+			ra, rb := f.invocations.records[string(ia.Bytes())], f.invocations.records[string(ib.Bytes())]
+			return bytes.Compare(partition.Position(rb.AcceptedAtUnixMs, ib.Bytes()), partition.Position(ra.AcceptedAtUnixMs, ia.Bytes()))
+		})
+		return ids
+	}
+	for _, tc := range []struct {
+		query string
+		want  []string
+	}{
+		{"limit=5", byTime(all)},
+		{"limit=1000", byTime(all)},
+		{"service=svc1&limit=4", byTime(odd)},
+	} {
+		var got []string
+		cursor := ""
+		for range 100 {
+			a := f.do(t, "GET", "/invocations?"+tc.query+"&cursor="+url.QueryEscape(cursor), "")
+			if a.status != 200 {
+				t.Fatalf("%s: %d %s", tc.query, a.status, a.body)
+			}
+			page := decode[InvocationList](t, a)
+			for _, inv := range page.Invocations {
+				got = append(got, inv.ID)
+			}
+			if cursor = page.NextCursor; cursor == "" {
+				break
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Fatalf("%s: listed\n %v\nwant\n %v", tc.query, got, tc.want)
+		}
+	}
+}
+
+func TestListInvocationsErrors(t *testing.T) {
+	f := newFixture(t, nil)
+	wantError(t, f.do(t, "GET", "/invocations?status=stuck", ""), http.StatusBadRequest, "status")
+	wantError(t, f.do(t, "GET", "/invocations?limit=0", ""), http.StatusBadRequest, "limit")
+	wantError(t, f.do(t, "GET", "/invocations?cursor=abc", ""), http.StatusBadRequest, "cursor")
+	wantError(t, f.do(t, "GET", "/invocations?createdAfter=yesterday", ""), http.StatusBadRequest, "createdAfter")
+	f.invocations.err = rpc.ErrUnavailable
+	wantError(t, f.do(t, "GET", "/invocations", ""), http.StatusServiceUnavailable, "partition")
+}
