@@ -16,6 +16,7 @@ type metrics struct {
 	commands   *prometheus.CounterVec
 	batchSize  prometheus.Histogram
 	deliveries *prometheus.CounterVec
+	results    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, partition uint32, p *Processor) (*metrics, error) {
@@ -31,12 +32,19 @@ func newMetrics(reg prometheus.Registerer, partition uint32, p *Processor) (*met
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "raftgate_partition_deliveries_total", Help: "Delivery attempts, by outcome.", ConstLabels: labels,
 		}, []string{"outcome"}),
+		results: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "raftgate_partition_results_recorded_total", ConstLabels: labels,
+			Help: "Results recorded by this replica, by outcome (failed: the service's failure, exhausted retries or a cancellation).",
+		}, []string{"outcome"}),
+	}
+	for _, outcome := range []string{"succeeded", "failed"} {
+		m.results.WithLabelValues(outcome) // shown as 0 before the first one
 	}
 	if reg == nil {
 		return m, nil
 	}
 	collectors := []prometheus.Collector{
-		m.commands, m.batchSize, m.deliveries,
+		m.commands, m.batchSize, m.deliveries, m.results,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "raftgate_partition_outbox_depth", Help: "Deliveries queued in the outbox.", ConstLabels: labels,
 		}, func() float64 { return float64(p.OutboxDepth()) }),
@@ -66,6 +74,13 @@ func newMetrics(reg prometheus.Registerer, partition uint32, p *Processor) (*met
 func (m *metrics) applied(fx *effects) {
 	for kind, n := range fx.applied {
 		m.commands.WithLabelValues(kind).Add(float64(n))
+	}
+	for _, r := range fx.completed {
+		outcome := "succeeded"
+		if r.GetResult().GetFailed() {
+			outcome = "failed"
+		}
+		m.results.WithLabelValues(outcome).Inc()
 	}
 }
 

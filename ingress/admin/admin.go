@@ -132,6 +132,8 @@ func (c Config) Validate() error {
 type server struct {
 	cfg Config
 	log zerolog.Logger
+	// peers asks other nodes' admin APIs (GET /cluster?leaders=1).
+	peers *http.Client
 }
 
 // New returns the admin API as an http.Handler.
@@ -145,7 +147,8 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &server{cfg: cfg, log: cfg.Logger.With().Str("component", "admin").Logger()}
+	s := &server{cfg: cfg, log: cfg.Logger.With().Str("component", "admin").Logger(),
+		peers: &http.Client{Timeout: peerTimeout}}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("/services", s.methods(route{get: s.listServices}))
@@ -168,6 +171,9 @@ func New(cfg Config) (http.Handler, error) {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
+	mux.Handle("/ui/", s.methods(route{get: uiHandler().ServeHTTP}))
+	mux.HandleFunc("/ui", s.methods(route{get: redirectToConsole}))
+	mux.HandleFunc("/{$}", s.methods(route{get: redirectToConsole}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, http.StatusNotFound, fmt.Sprintf("no admin endpoint %s", r.URL.Path))
 	})

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/raftgate/raftgate/partition"
@@ -115,4 +116,58 @@ func TestListInvocationsErrors(t *testing.T) {
 	wantError(t, f.do(t, "GET", "/invocations?createdAfter=yesterday", ""), http.StatusBadRequest, "createdAfter")
 	f.invocations.err = rpc.ErrUnavailable
 	wantError(t, f.do(t, "GET", "/invocations", ""), http.StatusServiceUnavailable, "partition")
+}
+
+func TestConsoleServedWithoutTokenButNoData(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.Token = "s3cret" })
+	for _, path := range []string{"/ui/", "/ui/app.js", "/ui/app.css"} {
+		a := f.do(t, "GET", path, "")
+		if a.status != 200 || len(a.body) == 0 {
+			t.Fatalf("GET %s: %d", path, a.status)
+		}
+		if csp := a.header.Get("Content-Security-Policy"); csp == "" {
+			t.Fatalf("GET %s: no Content-Security-Policy", path)
+		}
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, path := range []string{"/", "/ui"} {
+		resp, err := client.Get(f.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/ui/" {
+			t.Fatalf("GET %s: %d to %q, want 302 to /ui/", path, resp.StatusCode, resp.Header.Get("Location"))
+		}
+	}
+	for _, path := range []string{"/invocations", "/cluster", "/services", "/metrics", "/ui/../cluster"} {
+		wantError(t, f.do(t, "GET", path, ""), http.StatusUnauthorized, "admin token")
+	}
+	if a := f.do(t, "GET", "/invocations", "", "Authorization", "Bearer s3cret"); a.status != 200 {
+		t.Fatalf("with token: %d %s", a.status, a.body)
+	}
+}
+
+// GET /cluster?leaders=1 fills a partition led elsewhere from its leader's
+// own view, forwarding the caller's token; a stale leader view is ignored.
+func TestClusterFilledFromLeaders(t *testing.T) {
+	depth := 7
+	leader := newFixture(t, func(c *Config) { c.Token = "tok" })
+	leader.cluster.partitions = []PartitionStatus{
+		{ID: 1, Leader: 2, Term: 3, Replicas: []ReplicaStatus{{NodeID: 1, Match: 9, Lag: 1}, {NodeID: 2, Match: 10}}, OutboxDepth: &depth},
+		{ID: 2, Leader: 2, Term: 8, Replicas: []ReplicaStatus{{NodeID: 2, Match: 4}}, OutboxDepth: &depth},
+	}
+	f := newFixture(t, func(c *Config) { c.Token = "tok" })
+	f.cluster.nodes = []NodeStatus{{ID: 1, Alive: true}, {ID: 2, Alive: true, AdminAddr: strings.TrimPrefix(leader.url, "http://")}}
+	f.cluster.partitions = []PartitionStatus{{ID: 1, Leader: 2, Term: 3}, {ID: 2, Leader: 2, Term: 9}}
+	v := decode[ClusterView](t, f.do(t, "GET", "/cluster?leaders=1", "", "Authorization", "Bearer tok"))
+	if p := v.Partitions[0]; len(p.Replicas) != 2 || p.OutboxDepth == nil || *p.OutboxDepth != 7 {
+		t.Fatalf("partition 1 not filled from its leader: %+v", p)
+	}
+	if p := v.Partitions[1]; len(p.Replicas) != 0 || p.OutboxDepth != nil {
+		t.Fatalf("partition 2 filled from a view of another term: %+v", p)
+	}
+	if v := decode[ClusterView](t, f.do(t, "GET", "/cluster", "", "Authorization", "Bearer tok")); len(v.Partitions[0].Replicas) != 0 {
+		t.Fatalf("filled without ?leaders=1")
+	}
 }
