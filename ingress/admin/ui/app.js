@@ -60,6 +60,7 @@ function askForToken() {
 
 $("#token-form").addEventListener("submit", ev => {
   ev.preventDefault();
+  showError(null);
   sessionStorage.setItem(tokenKey, $("#token-input").value.trim());
   $("#token-input").value = "";
   $("#token-form").hidden = true;
@@ -180,7 +181,7 @@ function quantile(q, prev, cur) {
   return null;
 }
 
-const chartPoints = 120;
+const chartPoints = 60;
 const series = { accepted: [], succeeded: [], failed: [], callP50: [], callP99: [], sendP50: [], sendP99: [] };
 let lastScrape = null;
 
@@ -239,13 +240,14 @@ function fmt(v) {
 
 // drawChart renders lines as inline SVG with a y axis from 0 to the max.
 function drawChart(box, lines, unit) {
-  const W = 600, H = 170, L = 44, B = 18;
-  const max = Math.max(1e-9, ...lines.flatMap(l => l.data.filter(v => v !== null)));
-  const top = niceCeil(max);
+  const W = Math.max(300, box.clientWidth), H = 170, L = 44, B = 18;
+  const values = lines.flatMap(l => l.data.filter(v => v !== null));
+  const top = values.length ? niceCeil(Math.max(...values, 1e-3)) : 1;
   const ns = "http://www.w3.org/2000/svg";
   const svg = document.createElementNS(ns, "svg");
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
-  svg.setAttribute("preserveAspectRatio", "none");
+  svg.setAttribute("width", W);
+  svg.setAttribute("height", H);
   const add = (tag, attrs, text) => {
     const e = document.createElementNS(ns, tag);
     for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
@@ -260,13 +262,15 @@ function drawChart(box, lines, unit) {
   add("text", { x: L, y: H - 3, "font-size": 11, fill: "#6b7280" }, `last ${chartPoints} s`);
   for (const line of lines) {
     let d = "";
+    const known = i => i >= 0 && i < line.data.length && line.data[i] !== null;
     line.data.forEach((v, i) => {
       if (v === null) return;
       const x = L + (W - L) * (i + chartPoints - line.data.length) / (chartPoints - 1);
       const y = 4 + (H - B - 4) * (1 - v / top);
-      d += (d && line.data[i - 1] !== null ? " L" : " M") + x.toFixed(1) + " " + y.toFixed(1);
+      d += (known(i - 1) ? " L" : " M") + x.toFixed(1) + " " + y.toFixed(1);
+      if (!known(i - 1) && !known(i + 1)) add("circle", { cx: x, cy: y, r: 2.5, fill: line.color }); // a lone point
     });
-    if (d) add("path", { d, fill: "none", stroke: line.color, "stroke-width": 1.8, "vector-effect": "non-scaling-stroke" });
+    if (d) add("path", { d, fill: "none", stroke: line.color, "stroke-width": 1.8 });
   }
   const legend = el("div", { class: "legend" }, ...lines.map(l => {
     const last = l.data.length ? l.data[l.data.length - 1] : null;
@@ -354,9 +358,13 @@ $("#svc-form").addEventListener("submit", ev => {
   });
 });
 
+// The list is this node's replica of the registry, which may trail a
+// registration made through the metadata group's leader by a moment:
+// refreshed every 2 s.
 function showServices() {
   $("#view-services").hidden = false;
   run(loadServices);
+  timers.push(setInterval(() => run(loadServices), 2000));
 }
 
 // ---------------------------------------------------------------- invocations
