@@ -3,9 +3,9 @@ package partition
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
 
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/results"
 	"github.com/raftgate/raftgate/rpc"
 	bolt "go.etcd.io/bbolt"
@@ -17,9 +17,6 @@ import (
 // so a page costs what it scans, not the size of the store. Apply keeps it
 // beside the invocations bucket (Invoke adds, Purge removes).
 var createdBucket = []byte("created")
-
-// PositionLen is the length of a listing position: created_at ‖ id.
-const PositionLen = 8 + IDLen
 
 // Listing bounds (rpc.ListInvocations limit and max_scan).
 const (
@@ -86,30 +83,15 @@ func keepRequestPreview(rec *rpc.InvocationRecord) {
 	}
 }
 
-// Position is the listing position of an invocation created at createdAt.
-func Position(createdAt int64, id []byte) []byte {
-	k := make([]byte, 8, PositionLen)
-	binary.BigEndian.PutUint64(k, uint64(max(createdAt, 0)))
-	return append(k, id...)
-}
-
-// PositionTime returns the creation time of a listing position.
-func PositionTime(pos []byte) int64 {
-	if len(pos) < 8 {
-		return 0
-	}
-	return int64(binary.BigEndian.Uint64(pos))
-}
-
 func positionOf(rec *rpc.InvocationRecord) []byte {
-	return Position(rec.AcceptedAtUnixMs, rec.Invoke.InvocationId)
+	return rpc.ListPosition(rec.AcceptedAtUnixMs, rec.Invoke.InvocationId)
 }
 
 // List returns one page of this partition's invocations, newest first, that
 // match req's filters; linearizable like Status. See rpc.ListInvocations.
 func (p *Processor) List(ctx context.Context, req *rpc.ListInvocations) (*rpc.InvocationList, error) {
-	if n := len(req.GetBefore()); n != 0 && n != PositionLen {
-		return nil, fmt.Errorf("partition: list: position has %d bytes, want %d: %w", n, PositionLen, rpc.ErrInvalid)
+	if n := len(req.GetBefore()); n != 0 && n != rpc.ListPositionLen {
+		return nil, fmt.Errorf("partition: list: position has %d bytes, want %d: %w", n, rpc.ListPositionLen, rpc.ErrInvalid)
 	}
 	if err := p.leaderRead(ctx); err != nil {
 		return nil, err
@@ -139,7 +121,7 @@ func listInvocations(b *bolt.Bucket, req *rpc.ListInvocations, running func(id [
 	}
 	start := req.GetBefore()
 	if t := req.GetCreatedBeforeUnixMs(); t > 0 {
-		if bound := Position(t, make([]byte, IDLen)); start == nil || bytes.Compare(bound, start) < 0 {
+		if bound := rpc.ListPosition(t, make([]byte, invocation.IDLen)); start == nil || bytes.Compare(bound, start) < 0 {
 			start = bound
 		}
 	}
@@ -154,7 +136,7 @@ func listInvocations(b *bolt.Bucket, req *rpc.ListInvocations, running func(id [
 	}
 	var last []byte
 	for ; k != nil && out.Scanned < maxScan && uint32(len(out.Records)) < limit; k, _ = c.Prev() {
-		if PositionTime(k) < req.GetCreatedAfterUnixMs() {
+		if rpc.ListPositionTime(k) < req.GetCreatedAfterUnixMs() {
 			k = nil // older than the window: nothing further can match
 			break
 		}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/rpc"
 	bolt "go.etcd.io/bbolt"
@@ -46,7 +47,7 @@ func listingLog(tb testing.TB, n, services int, purgeBefore int64) ([]raftlog.En
 	var entries []raftlog.Entry
 	var invs []*rpc.Invoke
 	add := func(cmds ...*rpc.Command) {
-		data, err := EncodeBatch(cmds...)
+		data, err := rpc.EncodeBatch(cmds...)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -232,8 +233,8 @@ func TestCompletedRecordKeepsRequestPreview(t *testing.T) {
 	inv := newInvoke("svc", 0)
 	inv.Body = bytes.Repeat([]byte("x"), RequestPreviewBytes+10)
 	inv.ProposedAtUnixMs = 1
-	e1, _ := EncodeBatch(invokeCmd(inv))
-	e2, _ := EncodeBatch(completeCmd(&rpc.Complete{InvocationId: inv.InvocationId, Result: &rpc.Result{Status: 200}, ProposedAtUnixMs: 2}))
+	e1, _ := rpc.EncodeBatch(invokeCmd(inv))
+	e2, _ := rpc.EncodeBatch(completeCmd(&rpc.Complete{InvocationId: inv.InvocationId, Result: &rpc.Result{Status: 200}, ProposedAtUnixMs: 2}))
 	db := listStore(t, []raftlog.Entry{{Index: 1, Term: 1, Data: e1}, {Index: 2, Term: 1, Data: e2}}, 1)
 	if err := db.View(func(tx *bolt.Tx) error {
 		rec, _, err := getRecord(tx.Bucket(stateBucket), inv.InvocationId)
@@ -259,7 +260,7 @@ func BenchmarkListPage1M(b *testing.B) {
 	// Complete the other two thirds too: every invocation is a retained result.
 	var extra []*rpc.Command
 	for _, e := range entries {
-		batch, _ := DecodeBatch(e.Data)
+		batch, _ := rpc.DecodeBatch(e.Data)
 		for _, c := range batch.Commands {
 			if inv := c.GetInvoke(); inv != nil {
 				extra = append(extra, completeCmd(&rpc.Complete{InvocationId: inv.InvocationId,
@@ -268,7 +269,7 @@ func BenchmarkListPage1M(b *testing.B) {
 		}
 	}
 	for i := 0; i < len(extra); i += 256 {
-		data, err := EncodeBatch(extra[i:min(i+256, len(extra))]...)
+		data, err := rpc.EncodeBatch(extra[i:min(i+256, len(extra))]...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -283,7 +284,7 @@ func BenchmarkListPage1M(b *testing.B) {
 		{"service1pct", &rpc.ListInvocations{Service: "svc7", Limit: 50}},
 		{"failed", &rpc.ListInvocations{Status: rpc.ListInvocations_FAILED, Limit: 50}},
 		{"nomatch", &rpc.ListInvocations{Service: "absent", Limit: 50}},
-		{"deepCursor", &rpc.ListInvocations{Limit: 50, Before: Position(int64(1000+n/2), make([]byte, IDLen))}},
+		{"deepCursor", &rpc.ListInvocations{Limit: 50, Before: rpc.ListPosition(int64(1000+n/2), make([]byte, invocation.IDLen))}},
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {

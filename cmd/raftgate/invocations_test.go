@@ -11,7 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/raftgate/raftgate/ingress/admin"
-	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -48,7 +48,7 @@ func (o *oneInvocation) List(_ context.Context, _ uint32, req *rpc.ListInvocatio
 }
 
 func TestInvocationsCommands(t *testing.T) {
-	id := partition.RandomID()
+	id := invocation.Random()
 	inv := &oneInvocation{rec: &rpc.InvocationRecord{
 		Invoke: &rpc.Invoke{InvocationId: id.Bytes(), Service: "Greeter", Handler: "greet", IdempotencyKey: "k1",
 			Body: []byte(`{"name":"Ada"}`), ContentType: "application/json"},

@@ -54,7 +54,7 @@ type BodyView struct {
 	Body       string `json:"body,omitempty"`
 	BodyBase64 string `json:"bodyBase64,omitempty"`
 	// BodyTruncated: Body is a prefix. A completed invocation keeps only
-	// the first partition.RequestPreviewBytes of its request.
+	// the first 4 KiB of its request (partition.RequestPreviewBytes).
 	BodyTruncated bool `json:"bodyTruncated,omitempty"`
 }
 

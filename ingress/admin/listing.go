@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -47,6 +47,12 @@ type InvocationSummary struct {
 	Failed       bool   `json:"failed,omitempty"`
 }
 
+// Page sizes of GET /invocations (the partitions bound them too).
+const (
+	defaultListLimit = 50
+	maxListLimit     = 1000
+)
+
 var listStatuses = map[string]rpc.ListInvocations_Status{
 	"":          rpc.ListInvocations_ANY,
 	"pending":   rpc.ListInvocations_PENDING,
@@ -67,12 +73,12 @@ func parseListQuery(q url.Values) (*rpc.ListInvocations, error) {
 		Service:        q.Get("service"),
 		Handler:        q.Get("handler"),
 		IdempotencyKey: q.Get("key"),
-		Limit:          partition.DefaultListLimit,
+		Limit:          defaultListLimit,
 	}
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 32)
-		if err != nil || n == 0 || n > partition.MaxListLimit {
-			return nil, fmt.Errorf("limit %q: want 1..%d", s, partition.MaxListLimit)
+		if err != nil || n == 0 || n > maxListLimit {
+			return nil, fmt.Errorf("limit %q: want 1..%d", s, maxListLimit)
 		}
 		req.Limit = uint32(n)
 	}
@@ -85,7 +91,7 @@ func parseListQuery(q url.Values) (*rpc.ListInvocations, error) {
 	}
 	if s := q.Get("cursor"); s != "" {
 		pos, err := base64.RawURLEncoding.DecodeString(s)
-		if err != nil || len(pos) != partition.PositionLen {
+		if err != nil || len(pos) != rpc.ListPositionLen {
 			return nil, fmt.Errorf("cursor %q: not a cursor from a previous page's nextCursor", s)
 		}
 		req.Before = pos
@@ -138,7 +144,7 @@ func (s *server) listInvocations(w http.ResponseWriter, r *http.Request) {
 	for i, page := range pages {
 		out.Scanned += int(page.GetScanned())
 		for _, rec := range page.GetRecords() {
-			pos := partition.Position(rec.GetAcceptedAtUnixMs(), rec.GetInvoke().GetInvocationId())
+			pos := rpc.ListPosition(rec.GetAcceptedAtUnixMs(), rec.GetInvoke().GetInvocationId())
 			items = append(items, item{pos: pos, p: uint32(i + 1), rec: rec})
 		}
 		if res := page.GetResume(); res != nil && bytes.Compare(res, frontier) > 0 {
@@ -184,7 +190,7 @@ func (s *server) listPartitions(ctx context.Context, req *rpc.ListInvocations) (
 
 func invocationSummary(p uint32, rec *rpc.InvocationRecord) InvocationSummary {
 	inv := rec.GetInvoke()
-	id, _ := partition.IDFromBytes(inv.GetInvocationId()) // 24 bytes: the partition checked them
+	id, _ := invocation.IDFromBytes(inv.GetInvocationId()) // 24 bytes: the partition checked them
 	sum := InvocationSummary{
 		ID:             id.String(),
 		Partition:      p,

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/raftgate/raftgate/partition"
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -29,12 +29,12 @@ func (f *fakeInvocations) List(ctx context.Context, p uint32, req *rpc.ListInvoc
 	}
 	var recs []*rpc.InvocationRecord
 	for id, rec := range f.records {
-		if partition.PartitionFor(partition.InvocationID([]byte(id)).PartitionKey(), testPartitions) == p {
+		if invocation.PartitionFor(invocation.ID([]byte(id)).PartitionKey(), testPartitions) == p {
 			recs = append(recs, rec)
 		}
 	}
 	pos := func(rec *rpc.InvocationRecord) []byte {
-		return partition.Position(rec.AcceptedAtUnixMs, rec.Invoke.InvocationId)
+		return rpc.ListPosition(rec.AcceptedAtUnixMs, rec.Invoke.InvocationId)
 	}
 	slices.SortFunc(recs, func(a, b *rpc.InvocationRecord) int { return bytes.Compare(pos(b), pos(a)) })
 	out := &rpc.InvocationList{}
@@ -58,7 +58,7 @@ func TestListInvocationsMergesPartitionsNewestFirst(t *testing.T) {
 	f := newFixture(t, nil)
 	var all, odd []string // newest first
 	for i := range 40 {
-		id := partition.RandomID()
+		id := invocation.Random()
 		svc := fmt.Sprintf("svc%d", i%2)
 		f.invocations.records[string(id.Bytes())] = &rpc.InvocationRecord{
 			Invoke:           &rpc.Invoke{InvocationId: id.Bytes(), Service: svc, Handler: "h"},
@@ -72,10 +72,10 @@ func TestListInvocationsMergesPartitionsNewestFirst(t *testing.T) {
 	}
 	byTime := func(ids []string) []string {
 		slices.SortFunc(ids, func(a, b string) int {
-			ia, _ := partition.ParseID(a)
-			ib, _ := partition.ParseID(b)
+			ia, _ := invocation.ParseID(a)
+			ib, _ := invocation.ParseID(b)
 			ra, rb := f.invocations.records[string(ia.Bytes())], f.invocations.records[string(ib.Bytes())]
-			return bytes.Compare(partition.Position(rb.AcceptedAtUnixMs, ib.Bytes()), partition.Position(ra.AcceptedAtUnixMs, ia.Bytes()))
+			return bytes.Compare(rpc.ListPosition(rb.AcceptedAtUnixMs, ib.Bytes()), rpc.ListPosition(ra.AcceptedAtUnixMs, ia.Bytes()))
 		})
 		return ids
 	}

@@ -301,7 +301,7 @@ func (c *Client) Cancel(ctx context.Context, partitionID uint32, id []byte) erro
 // rpc.ListInvocations), read at its leader.
 func (c *Client) List(ctx context.Context, partitionID uint32, req *rpc.ListInvocations) (*rpc.InvocationList, error) {
 	resp, err := c.call(ctx, opList, &rpc.DispatchRequest{
-		RequestId: newRequestID(),
+		RequestId: invocation.NewRequestID(),
 		Partition: partitionID,
 		Body:      &rpc.DispatchRequest_List{List: req},
 	})
