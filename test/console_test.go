@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 )
 
@@ -39,6 +40,9 @@ type consoleSession struct {
 	ctx context.Context
 	// shots is where screenshots go (RAFTGATE_SCREENSHOTS), empty for none.
 	shots string
+
+	mu         sync.Mutex
+	exceptions []string // uncaught JavaScript exceptions of the page
 }
 
 func newConsoleSession(t *testing.T) *consoleSession {
@@ -65,6 +69,29 @@ func newConsoleSession(t *testing.T) *consoleSession {
 		t.Fatalf("start %s: %v", browser, err)
 	}
 	s := &consoleSession{t: t, ctx: ctx, shots: os.Getenv("RAFTGATE_SCREENSHOTS")}
+	// An uncaught exception is a console bug even when the page looks right.
+	thrown := chromedp.Events(ctx, cdpruntime.ExceptionThrown)
+	go func() {
+		for ev, err := range thrown {
+			if err != nil {
+				return // the tab closed
+			}
+			text := ev.ExceptionDetails.Text
+			if exc := ev.ExceptionDetails.Exception; exc != nil {
+				text += " " + exc.Description
+			}
+			s.mu.Lock()
+			s.exceptions = append(s.exceptions, text)
+			s.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, e := range s.exceptions {
+			t.Errorf("uncaught exception in the console: %s", e)
+		}
+	})
 	if s.shots != "" {
 		if err := os.MkdirAll(s.shots, 0o755); err != nil {
 			t.Fatal(err)

@@ -37,20 +37,33 @@ async function api(method, path, body) {
   return type.includes("application/json") ? JSON.parse(text) : text;
 }
 
-function showError(err) {
+// errors holds the last failure of each kind of call (metrics, cluster,
+// services, ...); the banner shows them all until that kind succeeds again,
+// so a refresh of one thing never hides the failure of another.
+const errors = new Map();
+
+function showErrors() {
   const box = $("#error");
-  box.textContent = err ? String(err.message || err) : "";
-  box.hidden = !err;
+  box.textContent = [...errors.values()].join("\n");
+  box.hidden = errors.size === 0;
 }
 
-// run calls fn and shows its error, if any; a success clears the banner.
-async function run(fn) {
+function showError(err) {
+  errors.clear();
+  if (err) errors.set("", String(err.message || err));
+  showErrors();
+}
+
+// run calls fn and shows its error under key, if any; a success clears
+// that key's error.
+async function run(key, fn) {
   try {
     await fn();
-    showError(null);
+    errors.delete(key);
   } catch (e) {
-    showError(e);
+    errors.set(key, String(e.message || e));
   }
+  showErrors();
 }
 
 function askForToken() {
@@ -106,6 +119,7 @@ function stopTimers() { timers.forEach(clearInterval); timers = []; }
 
 function route() {
   stopTimers();
+  showError(null); // errors of the page left behind
   const hash = location.hash.replace(/^#\/?/, "") || "overview";
   const [page, ...rest] = hash.split("/");
   const [name, query] = page.split("?");
@@ -319,10 +333,10 @@ async function loadCluster() {
 
 function showOverview() {
   $("#view-overview").hidden = false;
-  const tick = () => run(async () => { await scrapeMetrics(); await loadCluster(); });
-  tick();
-  timers.push(setInterval(() => run(scrapeMetrics), 1000));
-  timers.push(setInterval(() => run(loadCluster), 2000));
+  run("metrics", scrapeMetrics);
+  run("cluster", loadCluster);
+  timers.push(setInterval(() => run("metrics", scrapeMetrics), 1000));
+  timers.push(setInterval(() => run("cluster", loadCluster), 2000));
 }
 
 // ---------------------------------------------------------------- services
@@ -336,7 +350,7 @@ async function loadServices() {
     el("td", {}, localTime(s.updatedAt)),
     el("td", {}, el("button", {
       type: "button", class: "danger", "data-remove": s.name,
-      onclick: () => run(async () => {
+      onclick: () => run("remove", async () => {
         if (!confirm(`Remove service ${s.name}? Invocations of it will be refused.`)) return;
         await api("DELETE", "/services/" + encodeURIComponent(s.name));
         await loadServices();
@@ -349,7 +363,7 @@ async function loadServices() {
 
 $("#svc-form").addEventListener("submit", ev => {
   ev.preventDefault();
-  run(async () => {
+  run("register", async () => {
     const name = $("#svc-name").value.trim();
     const handlers = $("#svc-handlers").value.split(",").map(h => h.trim()).filter(Boolean);
     await api("PUT", "/services/" + encodeURIComponent(name), { url: $("#svc-url").value.trim(), handlers });
@@ -363,8 +377,8 @@ $("#svc-form").addEventListener("submit", ev => {
 // refreshed every 2 s.
 function showServices() {
   $("#view-services").hidden = false;
-  run(loadServices);
-  timers.push(setInterval(() => run(loadServices), 2000));
+  run("services", loadServices);
+  timers.push(setInterval(() => run("services", loadServices), 2000));
 }
 
 // ---------------------------------------------------------------- invocations
@@ -435,7 +449,7 @@ function showInvocations(q) {
   for (const [k, sel] of Object.entries(filterFields)) $(sel).value = q.get(k) || (k === "limit" ? "50" : "");
   $("#f-after").value = toLocalInput(q.get("createdAfter"));
   $("#f-before").value = toLocalInput(q.get("createdBefore"));
-  run(() => loadInvocations(q));
+  run("invocations", () => loadInvocations(q));
 }
 
 function bodyText(b) {
@@ -491,7 +505,7 @@ $("#confirm-cancel").addEventListener("close", () => {
   const dlg = $("#confirm-cancel");
   if (dlg.returnValue !== "yes") return;
   const id = $("#confirm-id").textContent;
-  run(async () => {
+  run("cancel", async () => {
     await api("DELETE", "/invocations/" + encodeURIComponent(id));
     await loadInvocation(id, false);
   });
@@ -499,7 +513,7 @@ $("#confirm-cancel").addEventListener("close", () => {
 
 function showInvocation(id, q) {
   $("#view-invocation").hidden = false;
-  run(() => loadInvocation(id, q.get("full") === "true"));
+  run("invocation", () => loadInvocation(id, q.get("full") === "true"));
 }
 
 // ---------------------------------------------------------------- start
