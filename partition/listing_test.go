@@ -310,3 +310,28 @@ func envInt(tb testing.TB, name string, def int) int {
 	}
 	return n
 }
+
+// The console's "accepted" figure counts new invocations, not repeats.
+func TestAcceptedCountsNewInvocationsOnly(t *testing.T) {
+	a, b := newInvoke("svc", 0), newInvoke("svc", 1)
+	data, err := rpc.EncodeBatch(invokeCmd(a), invokeCmd(a), invokeCmd(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := listStore(t, nil, 1)
+	var m machine
+	var fx *effects
+	if err := db.Update(func(tx *bolt.Tx) error {
+		bk, err := tx.CreateBucketIfNotExists(stateBucket)
+		if err != nil {
+			return err
+		}
+		fx, err = m.apply(bk, []raftlog.Entry{{Index: 1, Term: 1, Data: data}})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if fx.accepted != 2 || fx.applied["invoke"] != 3 {
+		t.Fatalf("accepted %d of %d invokes, want 2 of 3", fx.accepted, fx.applied["invoke"])
+	}
+}

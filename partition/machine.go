@@ -43,6 +43,7 @@ type effects struct {
 	outboxDone  [][]byte
 	outboxAdded bool
 	outboxDelta int
+	accepted    int // new invocations recorded
 	commands    int
 	applied     map[string]int // commands by kind, for metrics
 }
@@ -192,6 +193,7 @@ func (m *machine) invoke(b *bolt.Bucket, term uint64, c *rpc.Invoke, fx *effects
 	if err := indexCreated(b, rec); err != nil {
 		return err
 	}
+	fx.accepted++
 	r.appended = &rpc.Appended{InvocationId: c.InvocationId, NotBeforeUnixMs: c.NotBeforeUnixMs}
 	fx.replies = append(fx.replies, r)
 	return nil

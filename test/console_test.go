@@ -302,7 +302,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	var accepted, succeeded int
 	waitFor(t, 10*time.Second, "node 1 applied every result", func() bool {
-		accepted = metricTotal("raftgate_partition_commands_applied_total", `kind="invoke"`)
+		accepted = metricTotal("raftgate_partition_invocations_accepted_total", "")
 		succeeded = metricTotal("raftgate_partition_results_recorded_total", `outcome="succeeded"`)
 		return accepted >= 31 && succeeded >= 30
 	})

@@ -210,7 +210,7 @@ async function scrapeMetrics() {
   const now = performance.now();
   const cur = {
     t: now,
-    accepted: sum(samples, "raftgate_partition_commands_applied_total", l => l.kind === "invoke"),
+    accepted: sum(samples, "raftgate_partition_invocations_accepted_total"),
     succeeded: sum(samples, "raftgate_partition_results_recorded_total", l => l.outcome === "succeeded"),
     failed: sum(samples, "raftgate_partition_results_recorded_total", l => l.outcome === "failed"),
     call: buckets(samples, "call"),
