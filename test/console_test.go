@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 )
@@ -137,6 +138,20 @@ func (s *consoleSession) waitPage(timeout time.Duration, what, js string) {
 	}
 }
 
+// acceptDialogs accepts every JavaScript dialog (confirm) from now on. The
+// dialog blocks the click that opened it, so another goroutine answers.
+func (s *consoleSession) acceptDialogs() {
+	dialogs := chromedp.Events(s.ctx, page.JavascriptDialogOpening)
+	go func() {
+		for _, err := range dialogs {
+			if err != nil {
+				return // the tab closed
+			}
+			_, _ = chromedp.Call(s.ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+		}
+	}()
+}
+
 // screenshot saves the page as name.png when screenshots are on.
 func (s *consoleSession) screenshot(name string) {
 	s.t.Helper()
@@ -162,8 +177,9 @@ func jsString(s string) string {
 // TestConsoleInBrowser drives the operator console in headless Chromium
 // against a three-node cluster with an admin token: the overview shows
 // every node and a leader for every partition, a service is registered
-// through the form, invocations submitted over HTTP are found by id and by
-// idempotency key, a delayed one is cancelled from its page (the API then
+// through the form and another removed, invocations submitted over HTTP
+// are paged through (API and console) and found by id and by idempotency
+// key, a delayed one is cancelled from its page (the API then
 // reports it cancelled), the charts' totals agree with /metrics, and a
 // wrong token is refused on screen.
 func TestConsoleInBrowser(t *testing.T) {
@@ -233,6 +249,20 @@ func TestConsoleInBrowser(t *testing.T) {
 		})
 	}
 	s.screenshot("services")
+
+	// Remove a service from its row, accepting the browser's confirmation.
+	doomed, _ := json.Marshal(map[string]any{"url": svc.URL})
+	if r, err := do(context.Background(), http.MethodPut, n1.adminURL()+"/services/Doomed", doomed, auth); err != nil || r.status/100 != 2 {
+		t.Fatalf("register Doomed: %v %v", err, r)
+	}
+	s.waitPage(10*time.Second, "Doomed in the service list", `!!document.querySelector('#services tr[data-service="Doomed"]')`)
+	s.acceptDialogs()
+	s.do("remove Doomed", chromedp.Click(chromedp.CSS(`button[data-remove="Doomed"]`)))
+	s.waitPage(10*time.Second, "Doomed gone, Greeter kept",
+		`!document.querySelector('#services tr[data-service="Doomed"]') && !!document.querySelector('#services tr[data-service="Greeter"]')`)
+	if r, err := do(context.Background(), http.MethodGet, n1.adminURL()+"/services/Doomed", nil, auth); err != nil || r.status != http.StatusNotFound {
+		t.Fatalf("Doomed after removal: %v %v", err, r)
+	}
 
 	// Submit invocations over HTTP, through every node's ingress.
 	send := func(n *node, key, query string) (string, error) {
@@ -309,6 +339,65 @@ func TestConsoleInBrowser(t *testing.T) {
 	s.waitPage(10*time.Second, fmt.Sprintf("totals accepted %d, succeeded %d as /metrics", accepted, succeeded), fmt.Sprintf(
 		`document.querySelector("#total-accepted").textContent === "%d" && document.querySelector("#total-succeeded").textContent === "%d" &&
 		 document.querySelectorAll("#chart-rates path").length > 0`, accepted, succeeded))
+
+	// The API pages through all 31, newest first, with a cursor, from any
+	// node (each partition answered by its leader).
+	var paged []string
+	var prevAccepted string
+	cursor := ""
+	for page := 0; ; page++ {
+		if page > 10 {
+			t.Fatal("GET /invocations?limit=7 never ended")
+		}
+		r, err := do(context.Background(), http.MethodGet, c.nodes[2].adminURL()+"/invocations?limit=7&cursor="+cursor, nil, auth)
+		if err != nil || r.status != http.StatusOK {
+			t.Fatalf("GET /invocations: %v %v", err, r)
+		}
+		var l struct {
+			Invocations []struct{ ID, AcceptedAt string }
+			NextCursor  string
+		}
+		if err := json.Unmarshal(r.body, &l); err != nil {
+			t.Fatal(err)
+		}
+		for _, inv := range l.Invocations {
+			if prevAccepted != "" && inv.AcceptedAt > prevAccepted {
+				t.Fatalf("listing not newest first: %s after %s", inv.AcceptedAt, prevAccepted)
+			}
+			prevAccepted = inv.AcceptedAt
+			paged = append(paged, inv.ID)
+		}
+		if cursor = l.NextCursor; cursor == "" {
+			break
+		}
+	}
+	want := map[string]bool{delayed: true}
+	for _, id := range ids {
+		want[id] = true
+	}
+	got := map[string]bool{}
+	for _, id := range paged {
+		got[id] = true
+	}
+	if len(paged) != len(want) || len(got) != len(want) {
+		t.Fatalf("paged through %d invocations (%d distinct), want the %d submitted", len(paged), len(got), len(want))
+	}
+	for id := range want {
+		if !got[id] {
+			t.Fatalf("%s missing from the listing", id)
+		}
+	}
+
+	// The console pages too: 10 per page, "Older" shows the next 10.
+	s.do("list 10 per page", chromedp.Navigate(n1.adminURL()+"/ui/#/invocations?limit=10"))
+	s.waitPage(10*time.Second, "a first page of 10 offering Older",
+		`document.querySelectorAll("#invocations tbody tr[data-id]").length === 10 && !document.querySelector("#inv-next").hidden`)
+	first := eval[string](s, `document.querySelector("#invocations tbody tr[data-id]").dataset.id`)
+	s.do("older", chromedp.Click(chromedp.CSS("#inv-next")))
+	s.waitPage(10*time.Second, "the second page", fmt.Sprintf(`(() => {
+		const rows = [...document.querySelectorAll("#invocations tbody tr[data-id]")];
+		return rows.length === 10 && rows.every(r => r.dataset.id !== %s) && !document.querySelector("#inv-first").hidden;
+	})()`, jsString(first)))
 
 	// Find one by idempotency key through the filter form.
 	s.do("open the invocations page", chromedp.Navigate(n1.adminURL()+"/ui/#/invocations"))
