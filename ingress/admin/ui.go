@@ -4,6 +4,7 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
+	"strings"
 )
 
 // uiFiles is the operator console: static HTML, CSS and JavaScript, no
@@ -33,7 +34,7 @@ func uiHandler() http.Handler {
 // isConsolePath: the console's static shell, which loads without a token
 // (it shows nothing until the operator gives one).
 func isConsolePath(path string) bool {
-	return path == "/" || path == "/ui" || len(path) >= 4 && path[:4] == "/ui/"
+	return path == "/" || path == "/ui" || strings.HasPrefix(path, "/ui/")
 }
 
 func redirectToConsole(w http.ResponseWriter, r *http.Request) {
