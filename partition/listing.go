@@ -187,6 +187,14 @@ func matches(b *bolt.Bucket, rec *rpc.InvocationRecord, req *rpc.ListInvocations
 		if rec.State != rpc.InvocationRecord_RUNNING {
 			return false, nil
 		}
+	case rpc.ListInvocations_QUEUED:
+		if rec.State != rpc.InvocationRecord_QUEUED {
+			return false, nil
+		}
+	case rpc.ListInvocations_SCHEDULED:
+		if rec.State != rpc.InvocationRecord_SCHEDULED {
+			return false, nil
+		}
 	case rpc.ListInvocations_COMPLETED, rpc.ListInvocations_FAILED:
 		if rec.State != rpc.InvocationRecord_COMPLETED {
 			return false, nil

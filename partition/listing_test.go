@@ -335,3 +335,22 @@ func TestAcceptedCountsNewInvocationsOnly(t *testing.T) {
 		t.Fatalf("accepted %d of %d invokes, want 2 of 3", fx.accepted, fx.applied["invoke"])
 	}
 }
+
+// Exclusive handlers of one key: the first is pending, the next queued, a
+// delayed one scheduled; the listing filters on each and names the key.
+func TestListingKeyedStates(t *testing.T) {
+	k := newKeyMachine(t)
+	first := k.invoke("first", "alice", true, 0)
+	second := k.invoke("second", "alice", true, 0)
+	later := k.invoke("later", "alice", true, 60_000)
+	for status, want := range map[rpc.ListInvocations_Status][]byte{
+		rpc.ListInvocations_PENDING:   first,
+		rpc.ListInvocations_QUEUED:    second,
+		rpc.ListInvocations_SCHEDULED: later,
+	} {
+		page := listPage(t, k.db, &rpc.ListInvocations{Status: status})
+		if len(page.Records) != 1 || !bytes.Equal(page.Records[0].Invoke.InvocationId, want) || page.Records[0].Invoke.Key != "alice" {
+			t.Errorf("status %v: listed %v, want only %s", status, page.Records, k.names[string(want)])
+		}
+	}
+}

@@ -151,7 +151,9 @@ const (
 	ListInvocations_COMPLETED ListInvocations_Status = 3
 	// Completed with a failed result (the service's error, exhausted
 	// retries or a cancellation).
-	ListInvocations_FAILED ListInvocations_Status = 4
+	ListInvocations_FAILED    ListInvocations_Status = 4
+	ListInvocations_QUEUED    ListInvocations_Status = 5
+	ListInvocations_SCHEDULED ListInvocations_Status = 6
 )
 
 // Enum value maps for ListInvocations_Status.
@@ -162,6 +164,8 @@ var (
 		2: "RUNNING",
 		3: "COMPLETED",
 		4: "FAILED",
+		5: "QUEUED",
+		6: "SCHEDULED",
 	}
 	ListInvocations_Status_value = map[string]int32{
 		"ANY":       0,
@@ -169,6 +173,8 @@ var (
 		"RUNNING":   2,
 		"COMPLETED": 3,
 		"FAILED":    4,
+		"QUEUED":    5,
+		"SCHEDULED": 6,
 	}
 )
 
@@ -3235,7 +3241,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\tGetStatus\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\"I\n" +
 	"\x10InvocationStatus\x125\n" +
-	"\x06record\x18\x01 \x01(\v2\x1d.raftgate.v1.InvocationRecordR\x06record\"\xa4\x03\n" +
+	"\x06record\x18\x01 \x01(\v2\x1d.raftgate.v1.InvocationRecordR\x06record\"\xbf\x03\n" +
 	"\x0fListInvocations\x12;\n" +
 	"\x06status\x18\x01 \x01(\x0e2#.raftgate.v1.ListInvocations.StatusR\x06status\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x18\n" +
@@ -3245,14 +3251,17 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x16created_before_unix_ms\x18\x06 \x01(\x03R\x13createdBeforeUnixMs\x12\x16\n" +
 	"\x06before\x18\a \x01(\fR\x06before\x12\x14\n" +
 	"\x05limit\x18\b \x01(\rR\x05limit\x12\x19\n" +
-	"\bmax_scan\x18\t \x01(\rR\amaxScan\"F\n" +
+	"\bmax_scan\x18\t \x01(\rR\amaxScan\"a\n" +
 	"\x06Status\x12\a\n" +
 	"\x03ANY\x10\x00\x12\v\n" +
 	"\aPENDING\x10\x01\x12\v\n" +
 	"\aRUNNING\x10\x02\x12\r\n" +
 	"\tCOMPLETED\x10\x03\x12\n" +
 	"\n" +
-	"\x06FAILED\x10\x04\"{\n" +
+	"\x06FAILED\x10\x04\x12\n" +
+	"\n" +
+	"\x06QUEUED\x10\x05\x12\r\n" +
+	"\tSCHEDULED\x10\x06\"{\n" +
 	"\x0eInvocationList\x127\n" +
 	"\arecords\x18\x01 \x03(\v2\x1d.raftgate.v1.InvocationRecordR\arecords\x12\x16\n" +
 	"\x06resume\x18\x02 \x01(\fR\x06resume\x12\x18\n" +

@@ -48,7 +48,7 @@ func newInvocationsCmd(env cliEnv) *cobra.Command {
 		},
 	}
 	fl := list.Flags()
-	fl.StringVar(&f.status, "status", "", "pending, running, completed or failed")
+	fl.StringVar(&f.status, "status", "", "pending, running, queued, scheduled, completed or failed")
 	fl.StringVar(&f.service, "service", "", "only this service")
 	fl.StringVar(&f.handler, "handler", "", "only this handler")
 	fl.StringVar(&f.key, "key", "", "only this idempotency key")
@@ -149,7 +149,7 @@ func printInvocationList(out io.Writer, l admin.InvocationList) error {
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 		fmt.Fprintf(tw, "ID\tSTATUS\tSERVICE/HANDLER\tKEY\tATTEMPTS\tACCEPTED\tRESULT\tPARTITION\n")
 		for _, inv := range l.Invocations {
-			fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%d\t%s\t%s\t%d\n", inv.ID, inv.Status, inv.Service, inv.Handler,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\n", inv.ID, inv.Status, target(inv.Service, inv.Key, inv.Handler),
 				dash(inv.IdempotencyKey), inv.Attempts, dash(inv.AcceptedAt), resultText(inv), inv.Partition)
 		}
 		if err := tw.Flush(); err != nil {
@@ -160,6 +160,15 @@ func printInvocationList(out io.Writer, l admin.InvocationList) error {
 		fmt.Fprintf(out, "more: add --cursor %s\n", l.NextCursor)
 	}
 	return nil
+}
+
+// target names what an invocation calls as its ingress path does:
+// Service/handler, or Object/key/handler for a keyed service.
+func target(service, key, handler string) string {
+	if key != "" {
+		return service + "/" + key + "/" + handler
+	}
+	return service + "/" + handler
 }
 
 func resultText(inv admin.InvocationSummary) string {
@@ -182,7 +191,7 @@ func printInvocation(out io.Writer, v admin.InvocationView) error {
 	rows := [][2]string{
 		{"id", v.ID},
 		{"status", v.Status},
-		{"service", v.Service + "/" + v.Handler},
+		{"service", target(v.Service, v.Key, v.Handler)},
 		{"idempotency key", dash(v.IdempotencyKey)},
 		{"partition", fmt.Sprintf("%d (leader: %s)", v.Partition, leader)},
 		{"attempts", strconv.Itoa(int(v.Attempts))},
@@ -191,6 +200,9 @@ func printInvocation(out io.Writer, v admin.InvocationView) error {
 		{"execution time", dash(v.ExecutionTime)},
 		{"next retry", dash(v.NextRetryAt)},
 		{"completed", dash(v.CompletedAt)},
+	}
+	if v.QueuePosition != nil {
+		rows = append(rows, [2]string{"queue position", fmt.Sprintf("%d ahead of it", *v.QueuePosition)})
 	}
 	if r := v.Result; r != nil {
 		res := strconv.Itoa(int(r.Status))

@@ -36,12 +36,14 @@ type InvocationSummary struct {
 	Service        string `json:"service"`
 	Handler        string `json:"handler"`
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
-	Status         string `json:"status"`
-	Attempts       uint32 `json:"attempts"`
-	LastError      string `json:"lastError,omitempty"`
-	AcceptedAt     string `json:"acceptedAt,omitempty"`
-	ExecutionTime  string `json:"executionTime,omitempty"`
-	CompletedAt    string `json:"completedAt,omitempty"`
+	// Key is the object key or workflow id of a keyed service's handler.
+	Key           string `json:"key,omitempty"`
+	Status        string `json:"status"`
+	Attempts      uint32 `json:"attempts"`
+	LastError     string `json:"lastError,omitempty"`
+	AcceptedAt    string `json:"acceptedAt,omitempty"`
+	ExecutionTime string `json:"executionTime,omitempty"`
+	CompletedAt   string `json:"completedAt,omitempty"`
 	// ResultStatus and Failed describe the result once completed.
 	ResultStatus uint32 `json:"resultStatus,omitempty"`
 	Failed       bool   `json:"failed,omitempty"`
@@ -59,6 +61,8 @@ var listStatuses = map[string]rpc.ListInvocations_Status{
 	"running":   rpc.ListInvocations_RUNNING,
 	"completed": rpc.ListInvocations_COMPLETED,
 	"failed":    rpc.ListInvocations_FAILED,
+	"queued":    rpc.ListInvocations_QUEUED,
+	"scheduled": rpc.ListInvocations_SCHEDULED,
 }
 
 // parseListQuery reads GET /invocations' parameters into one partition
@@ -66,7 +70,7 @@ var listStatuses = map[string]rpc.ListInvocations_Status{
 func parseListQuery(q url.Values) (*rpc.ListInvocations, error) {
 	status, ok := listStatuses[q.Get("status")]
 	if !ok {
-		return nil, fmt.Errorf("status %q: want pending, running, completed or failed", q.Get("status"))
+		return nil, fmt.Errorf("status %q: want pending, running, queued, scheduled, completed or failed", q.Get("status"))
 	}
 	req := &rpc.ListInvocations{
 		Status:         status,
@@ -197,6 +201,7 @@ func invocationSummary(p uint32, rec *rpc.InvocationRecord) InvocationSummary {
 		Service:        inv.GetService(),
 		Handler:        inv.GetHandler(),
 		IdempotencyKey: inv.GetIdempotencyKey(),
+		Key:            inv.GetKey(),
 		Status:         stateName(rec.GetState()),
 		Attempts:       rec.GetAttempts(),
 		LastError:      rec.GetLastError(),

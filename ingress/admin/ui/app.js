@@ -418,7 +418,7 @@ async function loadInvocations(q) {
   },
   el("td", { class: "mono" }, el("a", { href: "#/invocations/" + inv.id }, inv.id)),
   el("td", {}, statusBadge(inv.status, inv.failed)),
-  el("td", {}, `${inv.service} / ${inv.handler}`),
+  el("td", {}, target(inv)),
   el("td", { class: "mono" }, dash(inv.idempotencyKey)),
   el("td", {}, String(inv.attempts)),
   el("td", {}, localTime(inv.acceptedAt)),
@@ -452,6 +452,11 @@ function showInvocations(q) {
   run("invocations", () => loadInvocations(q));
 }
 
+// target names what an invocation calls as its ingress path does.
+function target(inv) {
+  return inv.key ? `${inv.service} / ${inv.key} / ${inv.handler}` : `${inv.service} / ${inv.handler}`;
+}
+
 function bodyText(b) {
   if (!b || b.bodyBytes === 0) return "(empty)";
   return b.body !== undefined ? b.body : "(binary, base64) " + (b.bodyBase64 || "");
@@ -473,9 +478,10 @@ async function loadInvocation(id, full) {
   const r = v.result;
   const rows = [
     ["status", statusBadge(v.status, r?.failed)],
-    ["service / handler", `${v.service} / ${v.handler}`],
+    ["service / handler", target(v)],
     ["idempotency key", dash(v.idempotencyKey)],
     ["partition", `${v.partition} · leader: ${leader}`],
+    ...(v.queuePosition !== undefined ? [["queue position", `${v.queuePosition} ahead of it`]] : []),
     ["attempts", String(v.attempts)],
     ["last error", dash(v.lastError)],
     ["accepted", localTime(v.acceptedAt)],
