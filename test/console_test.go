@@ -19,6 +19,8 @@ import (
 	"github.com/chromedp/cdproto/page"
 	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+
+	"github.com/raftgate/raftgate/internal/testutil"
 )
 
 // browserPath finds Chromium or Chrome: RAFTGATE_BROWSER, else the usual
@@ -243,7 +245,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	s.waitPage(10*time.Second, "Greeter in the service list",
 		`!!document.querySelector('#services tr[data-service="Greeter"]')`)
 	for _, n := range c.nodes {
-		waitFor(t, 10*time.Second, fmt.Sprintf("node %d knows Greeter", n.id), func() bool {
+		testutil.WaitFor(t, 10*time.Second, fmt.Sprintf("node %d knows Greeter", n.id), func() bool {
 			r, err := do(context.Background(), http.MethodGet, n.adminURL()+"/services/Greeter", nil, auth)
 			return err == nil && r.status == http.StatusOK && strings.Contains(string(r.body), svc.URL)
 		})
@@ -310,7 +312,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		return v
 	}
 	for key, id := range ids {
-		waitFor(t, 20*time.Second, key+" completed", func() bool { return status(id)["status"] == "completed" })
+		testutil.WaitFor(t, 20*time.Second, key+" completed", func() bool { return status(id)["status"] == "completed" })
 	}
 
 	// The overview's totals are /metrics' figures (31 accepted, 30 succeeded).
@@ -331,7 +333,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		return int(total)
 	}
 	var accepted, succeeded int
-	waitFor(t, 10*time.Second, "node 1 applied every result", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "node 1 applied every result", func() bool {
 		accepted = metricTotal("raftgate_partition_invocations_accepted_total", "")
 		succeeded = metricTotal("raftgate_partition_results_recorded_total", `outcome="succeeded"`)
 		return accepted >= 31 && succeeded >= 30
