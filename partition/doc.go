@@ -20,7 +20,7 @@
 //	outbox           due ‖ id → attempts, service       (package outbox)
 //	keys             service, key → rpc.KeyState         (keys.go)
 //	keyqueue         service, key ‖ seq → id             (keys.go)
-//	created          accepted_at ‖ id → empty           (listing index, listing.go)
+//	created          accepted_at ‖ id → service         (listing index, listing.go)
 //
 // Apply is deterministic: timestamps come from the commands (the proposer
 // stamps them), nothing reads a clock, randomness or map order. Invoke of

@@ -12,10 +12,12 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// createdBucket: created_at (8 bytes big-endian unix ms) ‖ id → empty. The
-// listing index: walked backwards it gives the invocations newest first,
-// so a page costs what it scans, not the size of the store. Apply keeps it
-// beside the invocations bucket (Invoke adds, Purge removes).
+// createdBucket: created_at (8 bytes big-endian unix ms) ‖ id → service.
+// The listing index: walked backwards it gives the invocations newest
+// first, so a page costs what it scans, not the size of the store; the
+// service in the value lets a service filter skip other services' records
+// unread. Apply keeps it beside the invocations bucket (Invoke adds, Purge
+// removes).
 var createdBucket = []byte("created")
 
 // Listing bounds (rpc.ListInvocations limit and max_scan).
@@ -48,13 +50,13 @@ func initListing(b *bolt.Bucket) error {
 		if err := proto.Unmarshal(data, rec); err != nil {
 			return fmt.Errorf("partition: index record %x: %w", k, err)
 		}
-		return idx.Put(positionOf(rec), nil)
+		return idx.Put(positionOf(rec), []byte(rec.Invoke.Service))
 	})
 }
 
 // indexCreated adds a new record to the listing index.
 func indexCreated(b *bolt.Bucket, rec *rpc.InvocationRecord) error {
-	if err := b.Bucket(createdBucket).Put(positionOf(rec), nil); err != nil {
+	if err := b.Bucket(createdBucket).Put(positionOf(rec), []byte(rec.Invoke.Service)); err != nil {
 		return fmt.Errorf("partition: index record: %w", err)
 	}
 	return nil
@@ -126,22 +128,25 @@ func listInvocations(b *bolt.Bucket, req *rpc.ListInvocations, running func(id [
 		}
 	}
 	c := idx.Cursor()
-	var k []byte
+	var k, service []byte
 	if start == nil {
-		k, _ = c.Last()
+		k, service = c.Last()
 	} else if k, _ = c.Seek(start); k == nil {
-		k, _ = c.Last()
+		k, service = c.Last()
 	} else {
-		k, _ = c.Prev() // Seek lands at or after start; start is exclusive
+		k, service = c.Prev() // Seek lands at or after start; start is exclusive
 	}
 	var last []byte
-	for ; k != nil && out.Scanned < maxScan && uint32(len(out.Records)) < limit; k, _ = c.Prev() {
+	for ; k != nil && out.Scanned < maxScan && uint32(len(out.Records)) < limit; k, service = c.Prev() {
 		if rpc.ListPositionTime(k) < req.GetCreatedAfterUnixMs() {
 			k = nil // older than the window: nothing further can match
 			break
 		}
 		out.Scanned++
 		last = k
+		if req.GetService() != "" && string(service) != req.GetService() {
+			continue
+		}
 		rec, found, err := getRecord(b, k[8:])
 		if err != nil {
 			return nil, err
