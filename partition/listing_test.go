@@ -284,6 +284,7 @@ func BenchmarkListPage1M(b *testing.B) {
 		{"service1pct", &rpc.ListInvocations{Service: "svc7", Limit: 50}},
 		{"failed", &rpc.ListInvocations{Status: rpc.ListInvocations_FAILED, Limit: 50}},
 		{"nomatch", &rpc.ListInvocations{Service: "absent", Limit: 50}},
+		{"keyNomatch", &rpc.ListInvocations{IdempotencyKey: "absent", Limit: 50}},
 		{"deepCursor", &rpc.ListInvocations{Limit: 50, Before: rpc.ListPosition(int64(1000+n/2), make([]byte, invocation.IDLen))}},
 	}
 	for _, tc := range cases {
