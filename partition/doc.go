@@ -20,6 +20,7 @@
 //	outbox           due ‖ id → attempts, service       (package outbox)
 //	keys             service, key → rpc.KeyState         (keys.go)
 //	keyqueue         service, key ‖ seq → id             (keys.go)
+//	created          accepted_at ‖ id → service         (listing index, listing.go)
 //
 // Apply is deterministic: timestamps come from the commands (the proposer
 // stamps them), nothing reads a clock, randomness or map order. Invoke of
@@ -27,7 +28,9 @@
 // is the same request id); Complete of a completed invocation is a no-op, so
 // the first Complete in log order is the result. Cancel completes a pending
 // invocation with status 409, failed=true, error "cancelled". Purge{before}
-// drops results completed before `before`, walking the time index.
+// drops results completed before `before`, walking the time index, with
+// their records and listing index entries. A completed record keeps only
+// the first RequestPreviewBytes of its request body.
 //
 // Exclusive invocations of a keyed service (Invoke.exclusive: an object's
 // exclusive handlers, a workflow's run) run one at a time per (service,
@@ -63,7 +66,7 @@
 //     rpc.ErrLostLeadership (ambiguous, retry-safe: Invoke de-duplicates by
 //     id, so the ingress resends the same request id and invocation id).
 //
-// Reads (Output, Attach, Status) are linearizable: served by the leader
+// Reads (Output, Attach, Status, List) are linearizable: served by the leader
 // after Log.ReadIndex, which waits for the durable applied index, so a read
 // after an acknowledgement finds what was acknowledged. Followers answer
 // *rpc.NotLeaderError with the leader and term they know.

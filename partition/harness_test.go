@@ -248,7 +248,9 @@ func (c *fakeCluster) applyLoop() {
 func (c *fakeCluster) waitApplied() {
 	c.t.Helper()
 	c.signal()
-	testutil.WaitFor(c.t, 5*time.Second, "replicas applied the log", func() bool {
+	// Generous: TestLargeBacklogBounded applies 20,000 Invokes in one
+	// transaction, which takes seconds under -race on a busy machine.
+	testutil.WaitFor(c.t, 15*time.Second, "replicas applied the log", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		for _, r := range c.replicas {

@@ -43,6 +43,7 @@ type effects struct {
 	outboxDone  [][]byte
 	outboxAdded bool
 	outboxDelta int
+	accepted    int // new invocations recorded
 	commands    int
 	applied     map[string]int // commands by kind, for metrics
 }
@@ -119,6 +120,9 @@ func initBuckets(b *bolt.Bucket) error {
 	if err := initKeyBuckets(b); err != nil {
 		return err
 	}
+	if err := initListing(b); err != nil {
+		return err
+	}
 	return outbox.Init(b)
 }
 
@@ -186,6 +190,10 @@ func (m *machine) invoke(b *bolt.Bucket, term uint64, c *rpc.Invoke, fx *effects
 	if err != nil {
 		return err
 	}
+	if err := indexCreated(b, rec); err != nil {
+		return err
+	}
+	fx.accepted++
 	r.appended = &rpc.Appended{InvocationId: c.InvocationId, NotBeforeUnixMs: c.NotBeforeUnixMs}
 	fx.replies = append(fx.replies, r)
 	return nil
@@ -231,7 +239,7 @@ func (m *machine) finish(b *bolt.Bucket, rec *rpc.InvocationRecord, res *rpc.Res
 	rec.State = rpc.InvocationRecord_COMPLETED
 	rec.CompletedAtUnixMs = at
 	rec.RetryAtUnixMs = 0
-	rec.Invoke.Body = nil // no longer needed; the result is what is kept
+	keepRequestPreview(rec) // the rest is no longer needed; the result is what is kept
 	if err := putRecord(b, rec); err != nil {
 		return err
 	}
@@ -272,6 +280,9 @@ func (m *machine) startDelivery(b *bolt.Bucket, rec *rpc.InvocationRecord, fx *e
 func (m *machine) purge(b *bolt.Bucket, c *rpc.Purge) error {
 	inv := b.Bucket(invocationsBucket)
 	_, err := results.Purge(b, c.BeforeUnixMs, func(id []byte) error {
+		if err := unindexCreated(b, id); err != nil {
+			return err
+		}
 		if err := inv.Delete(recordKey(id)); err != nil {
 			return fmt.Errorf("partition: purge: %w", err)
 		}

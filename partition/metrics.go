@@ -16,6 +16,8 @@ type metrics struct {
 	commands   *prometheus.CounterVec
 	batchSize  prometheus.Histogram
 	deliveries *prometheus.CounterVec
+	results    *prometheus.CounterVec
+	accepted   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, partition uint32, p *Processor) (*metrics, error) {
@@ -31,12 +33,23 @@ func newMetrics(reg prometheus.Registerer, partition uint32, p *Processor) (*met
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "raftgate_partition_deliveries_total", Help: "Delivery attempts, by outcome.", ConstLabels: labels,
 		}, []string{"outcome"}),
+		accepted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "raftgate_partition_invocations_accepted_total", ConstLabels: labels,
+			Help: "New invocations recorded by this replica (an Invoke of an existing id is not counted).",
+		}),
+		results: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "raftgate_partition_results_recorded_total", ConstLabels: labels,
+			Help: "Results recorded by this replica, by outcome (failed: the service's failure, exhausted retries or a cancellation).",
+		}, []string{"outcome"}),
+	}
+	for _, outcome := range []string{"succeeded", "failed"} {
+		m.results.WithLabelValues(outcome) // shown as 0 before the first one
 	}
 	if reg == nil {
 		return m, nil
 	}
 	collectors := []prometheus.Collector{
-		m.commands, m.batchSize, m.deliveries,
+		m.commands, m.batchSize, m.deliveries, m.results, m.accepted,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "raftgate_partition_outbox_depth", Help: "Deliveries queued in the outbox.", ConstLabels: labels,
 		}, func() float64 { return float64(p.OutboxDepth()) }),
@@ -66,6 +79,14 @@ func newMetrics(reg prometheus.Registerer, partition uint32, p *Processor) (*met
 func (m *metrics) applied(fx *effects) {
 	for kind, n := range fx.applied {
 		m.commands.WithLabelValues(kind).Add(float64(n))
+	}
+	m.accepted.Add(float64(fx.accepted))
+	for _, r := range fx.completed {
+		outcome := "succeeded"
+		if r.GetResult().GetFailed() {
+			outcome = "failed"
+		}
+		m.results.WithLabelValues(outcome).Inc()
 	}
 }
 

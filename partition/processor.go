@@ -361,6 +361,12 @@ func (p *Processor) readBarrier(ctx context.Context, id []byte) error {
 	if len(id) != invocation.IDLen {
 		return fmt.Errorf("partition: malformed id: %w", rpc.ErrInvalid)
 	}
+	return p.leaderRead(ctx)
+}
+
+// leaderRead checks leadership and waits for a ReadIndex, so that a View
+// after it sees everything committed before the call.
+func (p *Processor) leaderRead(ctx context.Context) error {
 	if leading, _, _ := p.tracker.Leadership(); !leading || !p.isStarted() {
 		return p.tracker.NotLeader()
 	}

@@ -142,6 +142,69 @@ func (InvocationRecord_State) EnumDescriptor() ([]byte, []int) {
 	return file_raftgate_proto_rawDescGZIP(), []int{19, 0}
 }
 
+type ListInvocations_Status int32
+
+const (
+	ListInvocations_ANY       ListInvocations_Status = 0
+	ListInvocations_PENDING   ListInvocations_Status = 1
+	ListInvocations_RUNNING   ListInvocations_Status = 2
+	ListInvocations_COMPLETED ListInvocations_Status = 3
+	// Completed with a failed result (the service's error, exhausted
+	// retries or a cancellation).
+	ListInvocations_FAILED    ListInvocations_Status = 4
+	ListInvocations_QUEUED    ListInvocations_Status = 5
+	ListInvocations_SCHEDULED ListInvocations_Status = 6
+)
+
+// Enum value maps for ListInvocations_Status.
+var (
+	ListInvocations_Status_name = map[int32]string{
+		0: "ANY",
+		1: "PENDING",
+		2: "RUNNING",
+		3: "COMPLETED",
+		4: "FAILED",
+		5: "QUEUED",
+		6: "SCHEDULED",
+	}
+	ListInvocations_Status_value = map[string]int32{
+		"ANY":       0,
+		"PENDING":   1,
+		"RUNNING":   2,
+		"COMPLETED": 3,
+		"FAILED":    4,
+		"QUEUED":    5,
+		"SCHEDULED": 6,
+	}
+)
+
+func (x ListInvocations_Status) Enum() *ListInvocations_Status {
+	p := new(ListInvocations_Status)
+	*p = x
+	return p
+}
+
+func (x ListInvocations_Status) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ListInvocations_Status) Descriptor() protoreflect.EnumDescriptor {
+	return file_raftgate_proto_enumTypes[2].Descriptor()
+}
+
+func (ListInvocations_Status) Type() protoreflect.EnumType {
+	return &file_raftgate_proto_enumTypes[2]
+}
+
+func (x ListInvocations_Status) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ListInvocations_Status.Descriptor instead.
+func (ListInvocations_Status) EnumDescriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{30, 0}
+}
+
 type DispatchError_Code int32
 
 const (
@@ -191,11 +254,11 @@ func (x DispatchError_Code) String() string {
 }
 
 func (DispatchError_Code) Descriptor() protoreflect.EnumDescriptor {
-	return file_raftgate_proto_enumTypes[2].Descriptor()
+	return file_raftgate_proto_enumTypes[3].Descriptor()
 }
 
 func (DispatchError_Code) Type() protoreflect.EnumType {
-	return &file_raftgate_proto_enumTypes[2]
+	return &file_raftgate_proto_enumTypes[3]
 }
 
 func (x DispatchError_Code) Number() protoreflect.EnumNumber {
@@ -204,7 +267,7 @@ func (x DispatchError_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DispatchError_Code.Descriptor instead.
 func (DispatchError_Code) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{33, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{35, 0}
 }
 
 type RaftBatch struct {
@@ -1668,8 +1731,11 @@ type InvocationRecord struct {
 	// QUEUED, in status answers only (never stored): how many invocations
 	// are ahead of it in the queue, the running one not counted (0 = next).
 	QueuePosition uint64 `protobuf:"varint,10,opt,name=queue_position,json=queuePosition,proto3" json:"queue_position,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Length of the request body; once completed, invoke.body keeps only its
+	// first partition.RequestPreviewBytes (the rest is not retained).
+	RequestBodyBytes uint32 `protobuf:"varint,11,opt,name=request_body_bytes,json=requestBodyBytes,proto3" json:"request_body_bytes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *InvocationRecord) Reset() {
@@ -1772,6 +1838,13 @@ func (x *InvocationRecord) GetQueuePosition() uint64 {
 	return 0
 }
 
+func (x *InvocationRecord) GetRequestBodyBytes() uint32 {
+	if x != nil {
+		return x.RequestBodyBytes
+	}
+	return 0
+}
+
 // Stored state of one (service, key) of a keyed service that has a running
 // or queued exclusive invocation (partition state bucket "keys").
 type KeyState struct {
@@ -1860,6 +1933,7 @@ type DispatchRequest struct {
 	//	*DispatchRequest_PutService
 	//	*DispatchRequest_DeleteService
 	//	*DispatchRequest_KeyStatus
+	//	*DispatchRequest_List
 	Body          isDispatchRequest_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2002,6 +2076,15 @@ func (x *DispatchRequest) GetKeyStatus() *GetKeyStatus {
 	return nil
 }
 
+func (x *DispatchRequest) GetList() *ListInvocations {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchRequest_List); ok {
+			return x.List
+		}
+	}
+	return nil
+}
+
 type isDispatchRequest_Body interface {
 	isDispatchRequest_Body()
 }
@@ -2038,6 +2121,10 @@ type DispatchRequest_KeyStatus struct {
 	KeyStatus *GetKeyStatus `protobuf:"bytes,17,opt,name=key_status,json=keyStatus,proto3,oneof"`
 }
 
+type DispatchRequest_List struct {
+	List *ListInvocations `protobuf:"bytes,18,opt,name=list,proto3,oneof"`
+}
+
 func (*DispatchRequest_Append) isDispatchRequest_Body() {}
 
 func (*DispatchRequest_Output) isDispatchRequest_Body() {}
@@ -2054,6 +2141,8 @@ func (*DispatchRequest_DeleteService) isDispatchRequest_Body() {}
 
 func (*DispatchRequest_KeyStatus) isDispatchRequest_Body() {}
 
+func (*DispatchRequest_List) isDispatchRequest_Body() {}
+
 type DispatchResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	CorrelationId uint64                 `protobuf:"varint,1,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
@@ -2064,6 +2153,7 @@ type DispatchResponse struct {
 	//	*DispatchResponse_Status
 	//	*DispatchResponse_Done
 	//	*DispatchResponse_KeyState
+	//	*DispatchResponse_List
 	//	*DispatchResponse_Error
 	Body          isDispatchResponse_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
@@ -2159,6 +2249,15 @@ func (x *DispatchResponse) GetKeyState() *KeyState {
 	return nil
 }
 
+func (x *DispatchResponse) GetList() *InvocationList {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchResponse_List); ok {
+			return x.List
+		}
+	}
+	return nil
+}
+
 func (x *DispatchResponse) GetError() *DispatchError {
 	if x != nil {
 		if x, ok := x.Body.(*DispatchResponse_Error); ok {
@@ -2192,6 +2291,10 @@ type DispatchResponse_KeyState struct {
 	KeyState *KeyState `protobuf:"bytes,14,opt,name=key_state,json=keyState,proto3,oneof"`
 }
 
+type DispatchResponse_List struct {
+	List *InvocationList `protobuf:"bytes,15,opt,name=list,proto3,oneof"`
+}
+
 type DispatchResponse_Error struct {
 	Error *DispatchError `protobuf:"bytes,20,opt,name=error,proto3,oneof"`
 }
@@ -2205,6 +2308,8 @@ func (*DispatchResponse_Status) isDispatchResponse_Body() {}
 func (*DispatchResponse_Done) isDispatchResponse_Body() {}
 
 func (*DispatchResponse_KeyState) isDispatchResponse_Body() {}
+
+func (*DispatchResponse_List) isDispatchResponse_Body() {}
 
 func (*DispatchResponse_Error) isDispatchResponse_Body() {}
 
@@ -2565,6 +2670,183 @@ func (x *InvocationStatus) GetRecord() *InvocationRecord {
 	return nil
 }
 
+// One page of a partition's invocations, newest first (admin listing).
+// Filters left empty match everything.
+type ListInvocations struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Status         ListInvocations_Status `protobuf:"varint,1,opt,name=status,proto3,enum=raftgate.v1.ListInvocations_Status" json:"status,omitempty"`
+	Service        string                 `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
+	Handler        string                 `protobuf:"bytes,3,opt,name=handler,proto3" json:"handler,omitempty"`
+	IdempotencyKey string                 `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// Created (accepted) at or after / before, unix ms; 0 = unbounded.
+	CreatedAfterUnixMs  int64 `protobuf:"varint,5,opt,name=created_after_unix_ms,json=createdAfterUnixMs,proto3" json:"created_after_unix_ms,omitempty"`
+	CreatedBeforeUnixMs int64 `protobuf:"varint,6,opt,name=created_before_unix_ms,json=createdBeforeUnixMs,proto3" json:"created_before_unix_ms,omitempty"`
+	// Resume strictly below this position (created_at ‖ invocation id, as
+	// InvocationList.resume); empty starts at the newest.
+	Before []byte `protobuf:"bytes,7,opt,name=before,proto3" json:"before,omitempty"`
+	// At most limit records, after scanning at most max_scan entries.
+	Limit         uint32 `protobuf:"varint,8,opt,name=limit,proto3" json:"limit,omitempty"`
+	MaxScan       uint32 `protobuf:"varint,9,opt,name=max_scan,json=maxScan,proto3" json:"max_scan,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListInvocations) Reset() {
+	*x = ListInvocations{}
+	mi := &file_raftgate_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListInvocations) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListInvocations) ProtoMessage() {}
+
+func (x *ListInvocations) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListInvocations.ProtoReflect.Descriptor instead.
+func (*ListInvocations) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ListInvocations) GetStatus() ListInvocations_Status {
+	if x != nil {
+		return x.Status
+	}
+	return ListInvocations_ANY
+}
+
+func (x *ListInvocations) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *ListInvocations) GetHandler() string {
+	if x != nil {
+		return x.Handler
+	}
+	return ""
+}
+
+func (x *ListInvocations) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *ListInvocations) GetCreatedAfterUnixMs() int64 {
+	if x != nil {
+		return x.CreatedAfterUnixMs
+	}
+	return 0
+}
+
+func (x *ListInvocations) GetCreatedBeforeUnixMs() int64 {
+	if x != nil {
+		return x.CreatedBeforeUnixMs
+	}
+	return 0
+}
+
+func (x *ListInvocations) GetBefore() []byte {
+	if x != nil {
+		return x.Before
+	}
+	return nil
+}
+
+func (x *ListInvocations) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListInvocations) GetMaxScan() uint32 {
+	if x != nil {
+		return x.MaxScan
+	}
+	return 0
+}
+
+type InvocationList struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Newest first; bodies left out (invoke.body empty, result.body empty).
+	Records []*InvocationRecord `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	// Where the scan stopped (the last position looked at); empty when the
+	// partition has nothing older that could match.
+	Resume        []byte `protobuf:"bytes,2,opt,name=resume,proto3" json:"resume,omitempty"`
+	Scanned       uint32 `protobuf:"varint,3,opt,name=scanned,proto3" json:"scanned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InvocationList) Reset() {
+	*x = InvocationList{}
+	mi := &file_raftgate_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InvocationList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InvocationList) ProtoMessage() {}
+
+func (x *InvocationList) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InvocationList.ProtoReflect.Descriptor instead.
+func (*InvocationList) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *InvocationList) GetRecords() []*InvocationRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *InvocationList) GetResume() []byte {
+	if x != nil {
+		return x.Resume
+	}
+	return nil
+}
+
+func (x *InvocationList) GetScanned() uint32 {
+	if x != nil {
+		return x.Scanned
+	}
+	return 0
+}
+
 type CancelInvocation struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	InvocationId  []byte                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
@@ -2574,7 +2856,7 @@ type CancelInvocation struct {
 
 func (x *CancelInvocation) Reset() {
 	*x = CancelInvocation{}
-	mi := &file_raftgate_proto_msgTypes[30]
+	mi := &file_raftgate_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2586,7 +2868,7 @@ func (x *CancelInvocation) String() string {
 func (*CancelInvocation) ProtoMessage() {}
 
 func (x *CancelInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[30]
+	mi := &file_raftgate_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2599,7 +2881,7 @@ func (x *CancelInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelInvocation.ProtoReflect.Descriptor instead.
 func (*CancelInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{30}
+	return file_raftgate_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CancelInvocation) GetInvocationId() []byte {
@@ -2617,7 +2899,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_raftgate_proto_msgTypes[31]
+	mi := &file_raftgate_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2629,7 +2911,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[31]
+	mi := &file_raftgate_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2642,7 +2924,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{31}
+	return file_raftgate_proto_rawDescGZIP(), []int{33}
 }
 
 // GetKeyStatus asks for the running invocation and queue length of one key
@@ -2657,7 +2939,7 @@ type GetKeyStatus struct {
 
 func (x *GetKeyStatus) Reset() {
 	*x = GetKeyStatus{}
-	mi := &file_raftgate_proto_msgTypes[32]
+	mi := &file_raftgate_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2669,7 +2951,7 @@ func (x *GetKeyStatus) String() string {
 func (*GetKeyStatus) ProtoMessage() {}
 
 func (x *GetKeyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[32]
+	mi := &file_raftgate_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2682,7 +2964,7 @@ func (x *GetKeyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyStatus.ProtoReflect.Descriptor instead.
 func (*GetKeyStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{32}
+	return file_raftgate_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetKeyStatus) GetService() string {
@@ -2711,7 +2993,7 @@ type DispatchError struct {
 
 func (x *DispatchError) Reset() {
 	*x = DispatchError{}
-	mi := &file_raftgate_proto_msgTypes[33]
+	mi := &file_raftgate_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2723,7 +3005,7 @@ func (x *DispatchError) String() string {
 func (*DispatchError) ProtoMessage() {}
 
 func (x *DispatchError) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[33]
+	mi := &file_raftgate_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2736,7 +3018,7 @@ func (x *DispatchError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchError.ProtoReflect.Descriptor instead.
 func (*DispatchError) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{33}
+	return file_raftgate_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DispatchError) GetCode() DispatchError_Code {
@@ -2882,7 +3164,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\rDeleteService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\fR\trequestId\"\x93\x04\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\"\xc1\x04\n" +
 	"\x10InvocationRecord\x12+\n" +
 	"\x06invoke\x18\x01 \x01(\v2\x13.raftgate.v1.InvokeR\x06invoke\x129\n" +
 	"\x05state\x18\x02 \x01(\x0e2#.raftgate.v1.InvocationRecord.StateR\x05state\x12\x1a\n" +
@@ -2895,7 +3177,8 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x13accepted_at_unix_ms\x18\b \x01(\x03R\x10acceptedAtUnixMs\x12\x1b\n" +
 	"\tqueue_seq\x18\t \x01(\x04R\bqueueSeq\x12%\n" +
 	"\x0equeue_position\x18\n" +
-	" \x01(\x04R\rqueuePosition\"b\n" +
+	" \x01(\x04R\rqueuePosition\x12,\n" +
+	"\x12request_body_bytes\x18\v \x01(\rR\x10requestBodyBytes\"b\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aPENDING\x10\x01\x12\v\n" +
@@ -2907,7 +3190,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\bKeyState\x12\x18\n" +
 	"\arunning\x18\x01 \x01(\fR\arunning\x12\x19\n" +
 	"\bnext_seq\x18\x02 \x01(\x04R\anextSeq\x12\x16\n" +
-	"\x06queued\x18\x03 \x01(\x04R\x06queued\"\xe8\x04\n" +
+	"\x06queued\x18\x03 \x01(\x04R\x06queued\"\x9c\x05\n" +
 	"\x0fDispatchRequest\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x04R\rcorrelationId\x12\x1d\n" +
 	"\n" +
@@ -2925,8 +3208,9 @@ const file_raftgate_proto_rawDesc = "" +
 	"putService\x12C\n" +
 	"\x0edelete_service\x18\x10 \x01(\v2\x1a.raftgate.v1.DeleteServiceH\x00R\rdeleteService\x12:\n" +
 	"\n" +
-	"key_status\x18\x11 \x01(\v2\x19.raftgate.v1.GetKeyStatusH\x00R\tkeyStatusB\x06\n" +
-	"\x04body\"\xfb\x02\n" +
+	"key_status\x18\x11 \x01(\v2\x19.raftgate.v1.GetKeyStatusH\x00R\tkeyStatus\x122\n" +
+	"\x04list\x18\x12 \x01(\v2\x1c.raftgate.v1.ListInvocationsH\x00R\x04listB\x06\n" +
+	"\x04body\"\xae\x03\n" +
 	"\x10DispatchResponse\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x04R\rcorrelationId\x123\n" +
 	"\bappended\x18\n" +
@@ -2934,7 +3218,8 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x06result\x18\v \x01(\v2\x1d.raftgate.v1.InvocationResultH\x00R\x06result\x127\n" +
 	"\x06status\x18\f \x01(\v2\x1d.raftgate.v1.InvocationStatusH\x00R\x06status\x12'\n" +
 	"\x04done\x18\r \x01(\v2\x11.raftgate.v1.DoneH\x00R\x04done\x124\n" +
-	"\tkey_state\x18\x0e \x01(\v2\x15.raftgate.v1.KeyStateH\x00R\bkeyState\x122\n" +
+	"\tkey_state\x18\x0e \x01(\v2\x15.raftgate.v1.KeyStateH\x00R\bkeyState\x121\n" +
+	"\x04list\x18\x0f \x01(\v2\x1b.raftgate.v1.InvocationListH\x00R\x04list\x122\n" +
 	"\x05error\x18\x14 \x01(\v2\x1a.raftgate.v1.DispatchErrorH\x00R\x05errorB\x06\n" +
 	"\x04body\"?\n" +
 	"\x10AppendInvocation\x12+\n" +
@@ -2956,7 +3241,31 @@ const file_raftgate_proto_rawDesc = "" +
 	"\tGetStatus\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\"I\n" +
 	"\x10InvocationStatus\x125\n" +
-	"\x06record\x18\x01 \x01(\v2\x1d.raftgate.v1.InvocationRecordR\x06record\"7\n" +
+	"\x06record\x18\x01 \x01(\v2\x1d.raftgate.v1.InvocationRecordR\x06record\"\xbf\x03\n" +
+	"\x0fListInvocations\x12;\n" +
+	"\x06status\x18\x01 \x01(\x0e2#.raftgate.v1.ListInvocations.StatusR\x06status\x12\x18\n" +
+	"\aservice\x18\x02 \x01(\tR\aservice\x12\x18\n" +
+	"\ahandler\x18\x03 \x01(\tR\ahandler\x12'\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x121\n" +
+	"\x15created_after_unix_ms\x18\x05 \x01(\x03R\x12createdAfterUnixMs\x123\n" +
+	"\x16created_before_unix_ms\x18\x06 \x01(\x03R\x13createdBeforeUnixMs\x12\x16\n" +
+	"\x06before\x18\a \x01(\fR\x06before\x12\x14\n" +
+	"\x05limit\x18\b \x01(\rR\x05limit\x12\x19\n" +
+	"\bmax_scan\x18\t \x01(\rR\amaxScan\"a\n" +
+	"\x06Status\x12\a\n" +
+	"\x03ANY\x10\x00\x12\v\n" +
+	"\aPENDING\x10\x01\x12\v\n" +
+	"\aRUNNING\x10\x02\x12\r\n" +
+	"\tCOMPLETED\x10\x03\x12\n" +
+	"\n" +
+	"\x06FAILED\x10\x04\x12\n" +
+	"\n" +
+	"\x06QUEUED\x10\x05\x12\r\n" +
+	"\tSCHEDULED\x10\x06\"{\n" +
+	"\x0eInvocationList\x127\n" +
+	"\arecords\x18\x01 \x03(\v2\x1d.raftgate.v1.InvocationRecordR\arecords\x12\x16\n" +
+	"\x06resume\x18\x02 \x01(\fR\x06resume\x12\x18\n" +
+	"\ascanned\x18\x03 \x01(\rR\ascanned\"7\n" +
 	"\x10CancelInvocation\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\"\x06\n" +
 	"\x04Done\":\n" +
@@ -2996,95 +3305,102 @@ func file_raftgate_proto_rawDescGZIP() []byte {
 	return file_raftgate_proto_rawDescData
 }
 
-var file_raftgate_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_raftgate_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_raftgate_proto_goTypes = []any{
 	(Service_Kind)(0),           // 0: raftgate.v1.Service.Kind
 	(InvocationRecord_State)(0), // 1: raftgate.v1.InvocationRecord.State
-	(DispatchError_Code)(0),     // 2: raftgate.v1.DispatchError.Code
-	(*RaftBatch)(nil),           // 3: raftgate.v1.RaftBatch
-	(*RaftEnvelope)(nil),        // 4: raftgate.v1.RaftEnvelope
-	(*RaftAck)(nil),             // 5: raftgate.v1.RaftAck
-	(*SnapshotChunk)(nil),       // 6: raftgate.v1.SnapshotChunk
-	(*SnapshotAck)(nil),         // 7: raftgate.v1.SnapshotAck
-	(*CommandBatch)(nil),        // 8: raftgate.v1.CommandBatch
-	(*Command)(nil),             // 9: raftgate.v1.Command
-	(*Header)(nil),              // 10: raftgate.v1.Header
-	(*Invoke)(nil),              // 11: raftgate.v1.Invoke
-	(*Result)(nil),              // 12: raftgate.v1.Result
-	(*Complete)(nil),            // 13: raftgate.v1.Complete
-	(*Cancel)(nil),              // 14: raftgate.v1.Cancel
-	(*Purge)(nil),               // 15: raftgate.v1.Purge
-	(*Admit)(nil),               // 16: raftgate.v1.Admit
-	(*AttemptFailed)(nil),       // 17: raftgate.v1.AttemptFailed
-	(*Service)(nil),             // 18: raftgate.v1.Service
-	(*RetryPolicy)(nil),         // 19: raftgate.v1.RetryPolicy
-	(*PutService)(nil),          // 20: raftgate.v1.PutService
-	(*DeleteService)(nil),       // 21: raftgate.v1.DeleteService
-	(*InvocationRecord)(nil),    // 22: raftgate.v1.InvocationRecord
-	(*KeyState)(nil),            // 23: raftgate.v1.KeyState
-	(*DispatchRequest)(nil),     // 24: raftgate.v1.DispatchRequest
-	(*DispatchResponse)(nil),    // 25: raftgate.v1.DispatchResponse
-	(*AppendInvocation)(nil),    // 26: raftgate.v1.AppendInvocation
-	(*Appended)(nil),            // 27: raftgate.v1.Appended
-	(*GetOutput)(nil),           // 28: raftgate.v1.GetOutput
-	(*AttachInvocation)(nil),    // 29: raftgate.v1.AttachInvocation
-	(*InvocationResult)(nil),    // 30: raftgate.v1.InvocationResult
-	(*GetStatus)(nil),           // 31: raftgate.v1.GetStatus
-	(*InvocationStatus)(nil),    // 32: raftgate.v1.InvocationStatus
-	(*CancelInvocation)(nil),    // 33: raftgate.v1.CancelInvocation
-	(*Done)(nil),                // 34: raftgate.v1.Done
-	(*GetKeyStatus)(nil),        // 35: raftgate.v1.GetKeyStatus
-	(*DispatchError)(nil),       // 36: raftgate.v1.DispatchError
+	(ListInvocations_Status)(0), // 2: raftgate.v1.ListInvocations.Status
+	(DispatchError_Code)(0),     // 3: raftgate.v1.DispatchError.Code
+	(*RaftBatch)(nil),           // 4: raftgate.v1.RaftBatch
+	(*RaftEnvelope)(nil),        // 5: raftgate.v1.RaftEnvelope
+	(*RaftAck)(nil),             // 6: raftgate.v1.RaftAck
+	(*SnapshotChunk)(nil),       // 7: raftgate.v1.SnapshotChunk
+	(*SnapshotAck)(nil),         // 8: raftgate.v1.SnapshotAck
+	(*CommandBatch)(nil),        // 9: raftgate.v1.CommandBatch
+	(*Command)(nil),             // 10: raftgate.v1.Command
+	(*Header)(nil),              // 11: raftgate.v1.Header
+	(*Invoke)(nil),              // 12: raftgate.v1.Invoke
+	(*Result)(nil),              // 13: raftgate.v1.Result
+	(*Complete)(nil),            // 14: raftgate.v1.Complete
+	(*Cancel)(nil),              // 15: raftgate.v1.Cancel
+	(*Purge)(nil),               // 16: raftgate.v1.Purge
+	(*Admit)(nil),               // 17: raftgate.v1.Admit
+	(*AttemptFailed)(nil),       // 18: raftgate.v1.AttemptFailed
+	(*Service)(nil),             // 19: raftgate.v1.Service
+	(*RetryPolicy)(nil),         // 20: raftgate.v1.RetryPolicy
+	(*PutService)(nil),          // 21: raftgate.v1.PutService
+	(*DeleteService)(nil),       // 22: raftgate.v1.DeleteService
+	(*InvocationRecord)(nil),    // 23: raftgate.v1.InvocationRecord
+	(*KeyState)(nil),            // 24: raftgate.v1.KeyState
+	(*DispatchRequest)(nil),     // 25: raftgate.v1.DispatchRequest
+	(*DispatchResponse)(nil),    // 26: raftgate.v1.DispatchResponse
+	(*AppendInvocation)(nil),    // 27: raftgate.v1.AppendInvocation
+	(*Appended)(nil),            // 28: raftgate.v1.Appended
+	(*GetOutput)(nil),           // 29: raftgate.v1.GetOutput
+	(*AttachInvocation)(nil),    // 30: raftgate.v1.AttachInvocation
+	(*InvocationResult)(nil),    // 31: raftgate.v1.InvocationResult
+	(*GetStatus)(nil),           // 32: raftgate.v1.GetStatus
+	(*InvocationStatus)(nil),    // 33: raftgate.v1.InvocationStatus
+	(*ListInvocations)(nil),     // 34: raftgate.v1.ListInvocations
+	(*InvocationList)(nil),      // 35: raftgate.v1.InvocationList
+	(*CancelInvocation)(nil),    // 36: raftgate.v1.CancelInvocation
+	(*Done)(nil),                // 37: raftgate.v1.Done
+	(*GetKeyStatus)(nil),        // 38: raftgate.v1.GetKeyStatus
+	(*DispatchError)(nil),       // 39: raftgate.v1.DispatchError
 }
 var file_raftgate_proto_depIdxs = []int32{
-	4,  // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
-	9,  // 1: raftgate.v1.CommandBatch.commands:type_name -> raftgate.v1.Command
-	11, // 2: raftgate.v1.Command.invoke:type_name -> raftgate.v1.Invoke
-	13, // 3: raftgate.v1.Command.complete:type_name -> raftgate.v1.Complete
-	14, // 4: raftgate.v1.Command.cancel:type_name -> raftgate.v1.Cancel
-	15, // 5: raftgate.v1.Command.purge:type_name -> raftgate.v1.Purge
-	17, // 6: raftgate.v1.Command.attempt_failed:type_name -> raftgate.v1.AttemptFailed
-	16, // 7: raftgate.v1.Command.admit:type_name -> raftgate.v1.Admit
-	20, // 8: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
-	21, // 9: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
-	10, // 10: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
-	12, // 11: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
+	5,  // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
+	10, // 1: raftgate.v1.CommandBatch.commands:type_name -> raftgate.v1.Command
+	12, // 2: raftgate.v1.Command.invoke:type_name -> raftgate.v1.Invoke
+	14, // 3: raftgate.v1.Command.complete:type_name -> raftgate.v1.Complete
+	15, // 4: raftgate.v1.Command.cancel:type_name -> raftgate.v1.Cancel
+	16, // 5: raftgate.v1.Command.purge:type_name -> raftgate.v1.Purge
+	18, // 6: raftgate.v1.Command.attempt_failed:type_name -> raftgate.v1.AttemptFailed
+	17, // 7: raftgate.v1.Command.admit:type_name -> raftgate.v1.Admit
+	21, // 8: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
+	22, // 9: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
+	11, // 10: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
+	13, // 11: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
 	0,  // 12: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
-	19, // 13: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
-	18, // 14: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
-	11, // 15: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
+	20, // 13: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
+	19, // 14: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
+	12, // 15: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
 	1,  // 16: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
-	12, // 17: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
-	26, // 18: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
-	28, // 19: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
-	29, // 20: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
-	31, // 21: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
-	33, // 22: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
-	20, // 23: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
-	21, // 24: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
-	35, // 25: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
-	27, // 26: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
-	30, // 27: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
-	32, // 28: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
-	34, // 29: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
-	23, // 30: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
-	36, // 31: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
-	11, // 32: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
-	12, // 33: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
-	22, // 34: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
-	2,  // 35: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
-	3,  // 36: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
-	6,  // 37: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
-	24, // 38: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
-	5,  // 39: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
-	7,  // 40: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
-	25, // 41: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
-	39, // [39:42] is the sub-list for method output_type
-	36, // [36:39] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	13, // 17: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
+	27, // 18: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
+	29, // 19: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
+	30, // 20: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
+	32, // 21: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
+	36, // 22: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
+	21, // 23: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
+	22, // 24: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
+	38, // 25: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
+	34, // 26: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
+	28, // 27: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
+	31, // 28: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
+	33, // 29: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
+	37, // 30: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
+	24, // 31: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
+	35, // 32: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
+	39, // 33: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
+	12, // 34: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
+	13, // 35: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
+	23, // 36: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
+	2,  // 37: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
+	23, // 38: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
+	3,  // 39: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
+	4,  // 40: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
+	7,  // 41: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
+	25, // 42: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
+	6,  // 43: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
+	8,  // 44: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
+	26, // 45: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
+	43, // [43:46] is the sub-list for method output_type
+	40, // [40:43] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_raftgate_proto_init() }
@@ -3111,6 +3427,7 @@ func file_raftgate_proto_init() {
 		(*DispatchRequest_PutService)(nil),
 		(*DispatchRequest_DeleteService)(nil),
 		(*DispatchRequest_KeyStatus)(nil),
+		(*DispatchRequest_List)(nil),
 	}
 	file_raftgate_proto_msgTypes[22].OneofWrappers = []any{
 		(*DispatchResponse_Appended)(nil),
@@ -3118,6 +3435,7 @@ func file_raftgate_proto_init() {
 		(*DispatchResponse_Status)(nil),
 		(*DispatchResponse_Done)(nil),
 		(*DispatchResponse_KeyState)(nil),
+		(*DispatchResponse_List)(nil),
 		(*DispatchResponse_Error)(nil),
 	}
 	type x struct{}
@@ -3125,8 +3443,8 @@ func file_raftgate_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftgate_proto_rawDesc), len(file_raftgate_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   34,
+			NumEnums:      4,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

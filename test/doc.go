@@ -14,6 +14,8 @@
 // linearizability per invocation). badinput_test.go throws garbage at the
 // node and gossip ports; regressions_test.go guards the fixes of product
 // bugs the robustness suite found.
+// console_test.go drives the operator console in headless Chromium
+// (chromedp); it skips without a browser unless CI is set.
 //
 // The ordinary run (`go test ./test/`) keeps each scenario short; longer
 // soaks run with `-tags soak` (RAFTGATE_SOAK_DURATION).

@@ -92,6 +92,14 @@ func (b backend) KeyStatus(ctx context.Context, p uint32, service, key string) (
 	return b.processors[p].KeyStatus(ctx, service, key)
 }
 
+func (b backend) List(ctx context.Context, p uint32, req *rpc.ListInvocations) (*rpc.InvocationList, error) {
+	n := uint32(len(b.processors) - 1)
+	if p == 0 || p > n {
+		return nil, fmt.Errorf("%w: no partition %d on this cluster (1..%d)", rpc.ErrInvalid, p, n)
+	}
+	return b.processors[p].List(ctx, req)
+}
+
 func (b backend) PutService(ctx context.Context, svc *rpc.Service) error {
 	return b.registry.Put(ctx, svc)
 }

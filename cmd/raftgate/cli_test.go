@@ -110,6 +110,9 @@ func (noInvocations) Status(context.Context, uint32, []byte) (*rpc.InvocationRec
 	return nil, rpc.ErrNotFound
 }
 func (noInvocations) Cancel(context.Context, uint32, []byte) error { return rpc.ErrNotFound }
+func (noInvocations) List(context.Context, uint32, *rpc.ListInvocations) (*rpc.InvocationList, error) {
+	return &rpc.InvocationList{}, nil
+}
 
 // startAdmin serves the real admin API over fakes.
 func startAdmin(t *testing.T, token string, reg *testRegistry) string {

@@ -39,6 +39,9 @@ type Invocations interface {
 	// Cancel completes the invocation with a cancelled result unless it has
 	// already completed. It returns once the cancellation is applied.
 	Cancel(ctx context.Context, partition uint32, id []byte) error
+	// List returns one page of a partition's invocations, newest first
+	// (see rpc.ListInvocations), read at the partition's leader.
+	List(ctx context.Context, partition uint32, req *rpc.ListInvocations) (*rpc.InvocationList, error)
 }
 
 // Keys reaches the partition leader of a key of a keyed service (through
@@ -129,6 +132,8 @@ func (c Config) Validate() error {
 type server struct {
 	cfg Config
 	log zerolog.Logger
+	// peers asks other nodes' admin APIs (GET /cluster?leaders=1).
+	peers *http.Client
 }
 
 // New returns the admin API as an http.Handler.
@@ -142,12 +147,14 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &server{cfg: cfg, log: cfg.Logger.With().Str("component", "admin").Logger()}
+	s := &server{cfg: cfg, log: cfg.Logger.With().Str("component", "admin").Logger(),
+		peers: &http.Client{Timeout: peerTimeout}}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("/services", s.methods(route{get: s.listServices}))
 	mux.HandleFunc("/services/{name}", s.methods(route{get: s.getService, put: s.putService, delete: s.deleteService}))
 	mux.HandleFunc("/cluster", s.methods(route{get: s.getCluster}))
+	mux.HandleFunc("/invocations", s.methods(route{get: s.listInvocations}))
 	mux.HandleFunc("/invocations/{id}", s.methods(route{get: s.getInvocation, delete: s.cancelInvocation}))
 	if cfg.Keys != nil {
 		mux.HandleFunc("/objects/{object}/{key}", s.methods(route{get: s.getObjectKey}))
@@ -164,6 +171,9 @@ func New(cfg Config) (http.Handler, error) {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
+	mux.Handle("/ui/", s.methods(route{get: uiHandler().ServeHTTP}))
+	mux.HandleFunc("/ui", s.methods(route{get: redirectToConsole}))
+	mux.HandleFunc("/{$}", s.methods(route{get: redirectToConsole}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, http.StatusNotFound, fmt.Sprintf("no admin endpoint %s", r.URL.Path))
 	})

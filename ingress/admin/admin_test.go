@@ -420,6 +420,10 @@ func TestInvocationStatusAndCancel(t *testing.T) {
 	}
 
 	v := decode[InvocationView](t, f.do(t, "GET", "/invocations/"+id.String(), ""))
+	if v.Request == nil || v.Request.BodyBytes != 0 {
+		t.Fatalf("request body view %+v, want an empty one", v.Request)
+	}
+	v.Request = nil
 	want := InvocationView{ID: id.String(), Partition: wantPartition, Service: "Greeter", Handler: "greet", IdempotencyKey: "k1",
 		Status: "running", Attempts: 2, LastError: "connection refused", AcceptedAt: "2023-11-14T22:13:20.000Z",
 		ExecutionTime: "2023-11-14T22:13:30.000Z", NextRetryAt: "2023-11-14T22:13:20.500Z"}
@@ -479,12 +483,15 @@ func TestInvocationErrors(t *testing.T) {
 
 func TestResultSummaryTruncatesText(t *testing.T) {
 	body := []byte(strings.Repeat("é", maxBodyPreview)) // 2 bytes each: the cut falls mid-rune
-	s := resultSummary(&rpc.Result{Status: 200, Body: body, ContentType: "text/plain"})
+	s := resultSummary(&rpc.Result{Status: 200, Body: body, ContentType: "text/plain"}, false)
 	if !s.BodyTruncated || s.BodyBytes != len(body) || len(s.Body) == 0 || len(s.Body) > maxBodyPreview {
 		t.Fatalf("summary %+v", s)
 	}
-	if s := resultSummary(&rpc.Result{Body: []byte{0xff, 0xfe}}); s.Body != "" || s.BodyBytes != 2 {
-		t.Fatalf("binary body shown: %+v", s)
+	if s := resultSummary(&rpc.Result{Body: []byte{0xff, 0xfe}}, false); s.Body != "" || s.BodyBase64 != "//4=" || s.BodyBytes != 2 {
+		t.Fatalf("binary body shown as text: %+v", s)
+	}
+	if s := resultSummary(&rpc.Result{Body: body}, true); s.BodyTruncated || s.Body != string(body) {
+		t.Fatalf("full body cut: %d of %d bytes", len(s.Body), len(body))
 	}
 }
 

@@ -8,7 +8,8 @@ import (
 )
 
 // authenticate requires "Authorization: Bearer <Token>" on every request
-// except the health probes, which orchestrators call without credentials.
+// except the health probes, which orchestrators call without credentials,
+// and the console's static files (isConsolePath), which hold no data.
 // Comparing SHA-256 digests keeps the comparison constant-time whatever the
 // lengths.
 func (s *server) authenticate(next http.Handler) http.Handler {
@@ -17,7 +18,7 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 	}
 	want := sha256.Sum256([]byte(s.cfg.Token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || isConsolePath(r.URL.Path) {
 			next.ServeHTTP(w, r)
 			return
 		}

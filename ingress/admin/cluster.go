@@ -70,6 +70,11 @@ func (s *server) getCluster(w http.ResponseWriter, r *http.Request) {
 		Nodes:      s.cfg.Cluster.Nodes(),
 		Partitions: s.cfg.Cluster.Partitions(r.URL.Query().Get("digest") == "1"),
 	}
+	if r.URL.Query().Get("leaders") == "1" {
+		ctx, cancel := s.callContext(r)
+		s.fillFromLeaders(ctx, r, &view)
+		cancel()
+	}
 	if view.Nodes == nil {
 		view.Nodes = []NodeStatus{}
 	}

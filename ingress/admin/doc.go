@@ -1,14 +1,18 @@
 // Package admin serves raftgate's admin HTTP API for operators (see API.md,
 // "Admin"): the service registry (PUT/GET/DELETE /services/{name},
 // GET /services; a registration's retry policy is shown with the cluster's
-// defaults filled in), the cluster view (GET /cluster), invocation status
-// and cancellation (GET/DELETE /invocations/{id}), the node's build
-// (GET /version), Prometheus metrics, health and readiness probes, and
-// pprof behind a flag.
+// defaults filled in), the cluster view (GET /cluster, ?leaders=1 filling in
+// what only other leaders know), the invocation listing (GET /invocations:
+// every partition leader's page, merged newest first), invocation status
+// with body previews and cancellation (GET/DELETE /invocations/{id}), the
+// node's build (GET /version), Prometheus metrics, health and readiness
+// probes, pprof behind a flag, and the operator console (/ui/, static files
+// embedded from ui/; see docs/console.md).
 //
 // It owns no state: the node's wiring supplies the cluster view, the
 // invocation calls (through the dispatch client) and the registry as three
 // small interfaces declared here, and New turns them into an http.Handler.
 // Errors are JSON {"code","message","source":"admin"}; an optional bearer
-// token guards every endpoint except /healthz and /readyz.
+// token guards every endpoint except /healthz, /readyz and the console's
+// static files, which hold no data.
 package admin

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"unicode/utf8"
@@ -9,13 +10,16 @@ import (
 	"github.com/raftgate/raftgate/rpc"
 )
 
-// maxBodyPreview bounds the result body shown in a status answer.
-const maxBodyPreview = 1024
+// maxBodyPreview bounds the request and result bodies shown in a status
+// answer unless ?full=true.
+const maxBodyPreview = 4096
 
 // InvocationView is the JSON form of GET /invocations/{id}.
 type InvocationView struct {
-	ID             string `json:"id"`
-	Partition      uint32 `json:"partition"`
+	ID        string `json:"id"`
+	Partition uint32 `json:"partition"`
+	// Leader is the partition's leader as this node knows it (0: none).
+	Leader         uint64 `json:"leader"`
 	Service        string `json:"service,omitempty"`
 	Handler        string `json:"handler,omitempty"`
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
@@ -37,20 +41,29 @@ type InvocationView struct {
 	ExecutionTime string         `json:"executionTime,omitempty"`
 	NextRetryAt   string         `json:"nextRetryAt,omitempty"`
 	CompletedAt   string         `json:"completedAt,omitempty"`
+	Request       *BodyView      `json:"request,omitempty"`
 	Result        *ResultSummary `json:"result,omitempty"`
 }
 
-// ResultSummary describes a recorded result without necessarily carrying
-// all of its body.
-type ResultSummary struct {
-	Status      uint32 `json:"status"`
-	Failed      bool   `json:"failed"`
-	Error       string `json:"error,omitempty"`
+// BodyView is a request or result body, cut to maxBodyPreview unless the
+// whole body was asked for (?full=true).
+type BodyView struct {
 	ContentType string `json:"contentType,omitempty"`
 	BodyBytes   int    `json:"bodyBytes"`
-	// Body is the body when it is text, cut to 1 KiB (BodyTruncated).
-	Body          string `json:"body,omitempty"`
-	BodyTruncated bool   `json:"bodyTruncated,omitempty"`
+	// Body is the body when it is UTF-8 text, BodyBase64 otherwise.
+	Body       string `json:"body,omitempty"`
+	BodyBase64 string `json:"bodyBase64,omitempty"`
+	// BodyTruncated: Body is a prefix. A completed invocation keeps only
+	// the first 4 KiB of its request (partition.RequestPreviewBytes).
+	BodyTruncated bool `json:"bodyTruncated,omitempty"`
+}
+
+// ResultSummary describes a recorded result.
+type ResultSummary struct {
+	Status uint32 `json:"status"`
+	Failed bool   `json:"failed"`
+	Error  string `json:"error,omitempty"`
+	BodyView
 }
 
 func stateName(s rpc.InvocationRecord_State) string {
@@ -71,8 +84,8 @@ func stateName(s rpc.InvocationRecord_State) string {
 }
 
 // invocationView renders a record; it reads only the record, so it is the
-// same on every node.
-func invocationView(id invocation.ID, p uint32, rec *rpc.InvocationRecord) InvocationView {
+// same on every node. full shows whole bodies.
+func invocationView(id invocation.ID, p uint32, rec *rpc.InvocationRecord, full bool) InvocationView {
 	inv := rec.GetInvoke()
 	v := InvocationView{
 		ID:             id.String(),
@@ -99,8 +112,13 @@ func invocationView(id invocation.ID, p uint32, rec *rpc.InvocationRecord) Invoc
 		v.NextRetryAt = optionalTime(rec.GetRetryAtUnixMs())
 	}
 	v.CompletedAt = optionalTime(rec.GetCompletedAtUnixMs())
+	req := bodyView(inv.GetBody(), inv.GetContentType(), full)
+	if n := int(rec.GetRequestBodyBytes()); n > req.BodyBytes {
+		req.BodyBytes, req.BodyTruncated = n, true
+	}
+	v.Request = &req
 	if res := rec.GetResult(); res != nil {
-		v.Result = resultSummary(res)
+		v.Result = resultSummary(res, full)
 		// The record counts failed deliveries; the result, every delivery
 		// up to and including its own.
 		v.Attempts = max(v.Attempts, res.GetAttempts())
@@ -108,27 +126,32 @@ func invocationView(id invocation.ID, p uint32, rec *rpc.InvocationRecord) Invoc
 	return v
 }
 
-func resultSummary(res *rpc.Result) *ResultSummary {
-	body := res.GetBody()
-	sum := &ResultSummary{
-		Status:      res.GetStatus(),
-		Failed:      res.GetFailed(),
-		Error:       res.GetError(),
-		ContentType: res.GetContentType(),
-		BodyBytes:   len(body),
+func resultSummary(res *rpc.Result, full bool) *ResultSummary {
+	return &ResultSummary{
+		Status:   res.GetStatus(),
+		Failed:   res.GetFailed(),
+		Error:    res.GetError(),
+		BodyView: bodyView(res.GetBody(), res.GetContentType(), full),
 	}
-	if len(body) > maxBodyPreview {
+}
+
+func bodyView(body []byte, contentType string, full bool) BodyView {
+	v := BodyView{ContentType: contentType, BodyBytes: len(body)}
+	text := utf8.Valid(body)
+	if !full && len(body) > maxBodyPreview {
 		body = body[:maxBodyPreview]
 		// Do not cut a UTF-8 sequence in half.
-		for len(body) > 0 && !utf8.Valid(body) {
+		for text && len(body) > 0 && !utf8.Valid(body) {
 			body = body[:len(body)-1]
 		}
-		sum.BodyTruncated = true
+		v.BodyTruncated = true
 	}
-	if utf8.Valid(body) {
-		sum.Body = string(body)
+	if text {
+		v.Body = string(body)
+	} else {
+		v.BodyBase64 = base64.StdEncoding.EncodeToString(body)
 	}
-	return sum
+	return v
 }
 
 func optionalTime(ms int64) string {
@@ -160,7 +183,19 @@ func (s *server) getInvocation(w http.ResponseWriter, r *http.Request) {
 		s.writeCallError(w, r, fmt.Sprintf("invocation %s", id), err)
 		return
 	}
-	writeJSON(w, http.StatusOK, invocationView(id, p, rec))
+	v := invocationView(id, p, rec, r.URL.Query().Get("full") == "true")
+	v.Leader = s.leaderOf(p)
+	writeJSON(w, http.StatusOK, v)
+}
+
+// leaderOf returns partition p's leader as this node knows it.
+func (s *server) leaderOf(p uint32) uint64 {
+	for _, ps := range s.cfg.Cluster.Partitions(false) {
+		if ps.ID == p {
+			return ps.Leader
+		}
+	}
+	return 0
 }
 
 // cancelInvocation cancels, then answers with the invocation's status after
@@ -184,7 +219,9 @@ func (s *server) cancelInvocation(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusAccepted, InvocationView{ID: id.String(), Partition: p, Status: "completed"})
 		return
 	}
-	writeJSON(w, http.StatusOK, invocationView(id, p, rec))
+	v := invocationView(id, p, rec, false)
+	v.Leader = s.leaderOf(p)
+	writeJSON(w, http.StatusOK, v)
 }
 
 // ObjectKeyView is the JSON form of GET /objects/{object}/{key}.

@@ -20,6 +20,7 @@ type Backend interface {
 	Attach(ctx context.Context, partition uint32, id []byte) (*rpc.InvocationResult, error)
 	Status(ctx context.Context, partition uint32, id []byte) (*rpc.InvocationRecord, error)
 	Cancel(ctx context.Context, partition uint32, requestID, id []byte) error
+	List(ctx context.Context, partition uint32, req *rpc.ListInvocations) (*rpc.InvocationList, error)
 	PutService(ctx context.Context, svc *rpc.Service) error
 	DeleteService(ctx context.Context, name string) error
 }

@@ -297,6 +297,23 @@ func (c *Client) Cancel(ctx context.Context, partitionID uint32, id []byte) erro
 	})
 }
 
+// List returns one page of a partition's invocations (see
+// rpc.ListInvocations), read at its leader.
+func (c *Client) List(ctx context.Context, partitionID uint32, req *rpc.ListInvocations) (*rpc.InvocationList, error) {
+	resp, err := c.call(ctx, opList, &rpc.DispatchRequest{
+		RequestId: invocation.NewRequestID(),
+		Partition: partitionID,
+		Body:      &rpc.DispatchRequest_List{List: req},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if l := resp.GetList(); l != nil {
+		return l, nil
+	}
+	return nil, unexpected(opList, resp)
+}
+
 // PutService registers or updates a service (metadata group, partition 0).
 func (c *Client) PutService(ctx context.Context, svc *rpc.Service) error {
 	if svc == nil {

@@ -15,6 +15,7 @@ const (
 	opAttach        = "attach"
 	opStatus        = "status"
 	opCancel        = "cancel"
+	opList          = "list"
 	opPutService    = "put_service"
 	opDeleteService = "delete_service"
 	opKeyStatus     = "key_status"
@@ -37,6 +38,8 @@ func opOf(req *rpc.DispatchRequest) string {
 		return opStatus
 	case *rpc.DispatchRequest_Cancel:
 		return opCancel
+	case *rpc.DispatchRequest_List:
+		return opList
 	case *rpc.DispatchRequest_PutService:
 		return opPutService
 	case *rpc.DispatchRequest_DeleteService:
@@ -81,6 +84,11 @@ func execute(ctx context.Context, b Backend, req *rpc.DispatchRequest) *rpc.Disp
 	case *rpc.DispatchRequest_Cancel:
 		err = b.Cancel(ctx, p, req.RequestId, r.Cancel.GetInvocationId())
 		resp = doneResponse()
+	case *rpc.DispatchRequest_List:
+		var list *rpc.InvocationList
+		if list, err = b.List(ctx, p, r.List); list != nil {
+			resp = &rpc.DispatchResponse{Body: &rpc.DispatchResponse_List{List: list}}
+		}
 	case *rpc.DispatchRequest_PutService:
 		if r.PutService.GetService() == nil {
 			return errorResponse(fmt.Errorf("%w: put_service without service", rpc.ErrInvalid))

@@ -114,6 +114,13 @@ func (f *fakeBackend) Cancel(ctx context.Context, p uint32, requestID, id []byte
 	return nil
 }
 
+func (f *fakeBackend) List(ctx context.Context, p uint32, req *rpc.ListInvocations) (*rpc.InvocationList, error) {
+	if err := f.leads(); err != nil {
+		return nil, err
+	}
+	return &rpc.InvocationList{Scanned: req.GetLimit()}, nil
+}
+
 func (f *fakeBackend) PutService(ctx context.Context, svc *rpc.Service) error {
 	if err := f.leads(); err != nil {
 		return err
