@@ -184,9 +184,15 @@ func (m *Membership) rejoinLoop() {
 // joinAddrsNotAlive lists the join addresses no alive member gossips from.
 func (m *Membership) joinAddrsNotAlive() []string {
 	alive := map[string]bool{m.list.LocalNode().Address(): true}
-	for _, n := range m.list.Members() {
-		alive[n.Address()] = true
+	// From this package's own copy (events), not m.list.Members(): those are
+	// memberlist's live nodes, which it updates while we would read them.
+	m.mu.Lock()
+	for _, mem := range m.members {
+		if mem.Alive {
+			alive[mem.GossipAddr] = true
+		}
 	}
+	m.mu.Unlock()
 	var missing []string
 	for _, a := range m.cfg.Join {
 		addr := a
