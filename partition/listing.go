@@ -176,7 +176,8 @@ func matches(b *bolt.Bucket, rec *rpc.InvocationRecord, req *rpc.ListInvocations
 	inv := rec.Invoke
 	if (req.GetService() != "" && inv.GetService() != req.GetService()) ||
 		(req.GetHandler() != "" && inv.GetHandler() != req.GetHandler()) ||
-		(req.GetIdempotencyKey() != "" && inv.GetIdempotencyKey() != req.GetIdempotencyKey()) {
+		(req.GetIdempotencyKey() != "" && inv.GetIdempotencyKey() != req.GetIdempotencyKey()) ||
+		(req.GetKey() != "" && inv.GetKey() != req.GetKey()) {
 		return false, nil
 	}
 	if rec.State == rpc.InvocationRecord_PENDING && running(inv.GetInvocationId()) {

@@ -355,3 +355,23 @@ func TestListingKeyedStates(t *testing.T) {
 		}
 	}
 }
+
+// TestListingByObjectKey: the key filter keeps the invocations of one
+// object key and no other.
+func TestListingByObjectKey(t *testing.T) {
+	k := newKeyMachine(t)
+	alice := k.invoke("a1", "alice", true, 0)
+	k.invoke("b1", "bob", true, 0)
+	alice2 := k.invoke("a2", "alice", false, 0)
+	page := listPage(t, k.db, &rpc.ListInvocations{Key: "alice"})
+	var got [][]byte
+	for _, r := range page.Records {
+		got = append(got, r.Invoke.InvocationId)
+	}
+	if len(got) != 2 || !bytes.Equal(got[0], alice2) || !bytes.Equal(got[1], alice) {
+		t.Fatalf("key alice listed %d records, want a2 then a1", len(got))
+	}
+	if page := listPage(t, k.db, &rpc.ListInvocations{Key: "carol"}); len(page.Records) != 0 {
+		t.Fatalf("key carol listed %d records, want none", len(page.Records))
+	}
+}

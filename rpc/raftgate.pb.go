@@ -2685,8 +2685,10 @@ type ListInvocations struct {
 	// InvocationList.resume); empty starts at the newest.
 	Before []byte `protobuf:"bytes,7,opt,name=before,proto3" json:"before,omitempty"`
 	// At most limit records, after scanning at most max_scan entries.
-	Limit         uint32 `protobuf:"varint,8,opt,name=limit,proto3" json:"limit,omitempty"`
-	MaxScan       uint32 `protobuf:"varint,9,opt,name=max_scan,json=maxScan,proto3" json:"max_scan,omitempty"`
+	Limit   uint32 `protobuf:"varint,8,opt,name=limit,proto3" json:"limit,omitempty"`
+	MaxScan uint32 `protobuf:"varint,9,opt,name=max_scan,json=maxScan,proto3" json:"max_scan,omitempty"`
+	// The object key or workflow id of a keyed service's invocations.
+	Key           string `protobuf:"bytes,10,opt,name=key,proto3" json:"key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2782,6 +2784,13 @@ func (x *ListInvocations) GetMaxScan() uint32 {
 		return x.MaxScan
 	}
 	return 0
+}
+
+func (x *ListInvocations) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
 }
 
 type InvocationList struct {
@@ -3241,7 +3250,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\tGetStatus\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\"I\n" +
 	"\x10InvocationStatus\x125\n" +
-	"\x06record\x18\x01 \x01(\v2\x1d.raftgate.v1.InvocationRecordR\x06record\"\xbf\x03\n" +
+	"\x06record\x18\x01 \x01(\v2\x1d.raftgate.v1.InvocationRecordR\x06record\"\xd1\x03\n" +
 	"\x0fListInvocations\x12;\n" +
 	"\x06status\x18\x01 \x01(\x0e2#.raftgate.v1.ListInvocations.StatusR\x06status\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x18\n" +
@@ -3251,7 +3260,9 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x16created_before_unix_ms\x18\x06 \x01(\x03R\x13createdBeforeUnixMs\x12\x16\n" +
 	"\x06before\x18\a \x01(\fR\x06before\x12\x14\n" +
 	"\x05limit\x18\b \x01(\rR\x05limit\x12\x19\n" +
-	"\bmax_scan\x18\t \x01(\rR\amaxScan\"a\n" +
+	"\bmax_scan\x18\t \x01(\rR\amaxScan\x12\x10\n" +
+	"\x03key\x18\n" +
+	" \x01(\tR\x03key\"a\n" +
 	"\x06Status\x12\a\n" +
 	"\x03ANY\x10\x00\x12\v\n" +
 	"\aPENDING\x10\x01\x12\v\n" +

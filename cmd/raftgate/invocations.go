@@ -52,6 +52,7 @@ func newInvocationsCmd(env cliEnv) *cobra.Command {
 	fl.StringVar(&f.service, "service", "", "only this service")
 	fl.StringVar(&f.handler, "handler", "", "only this handler")
 	fl.StringVar(&f.key, "key", "", "only this idempotency key")
+	fl.StringVar(&f.objectKey, "object-key", "", "only invocations of this object key or workflow id (keyed services)")
 	fl.DurationVar(&f.since, "since", 0, "only those created in this last duration (like 15m)")
 	fl.StringVar(&f.after, "after", "", "only those created at or after this RFC 3339 time")
 	fl.StringVar(&f.before, "before", "", "only those created before this RFC 3339 time")
@@ -107,6 +108,7 @@ func newInvocationsCmd(env cliEnv) *cobra.Command {
 // listFlags are invocations list's filters.
 type listFlags struct {
 	status, service, handler, key string
+	objectKey                     string
 	since                         time.Duration
 	after, before, cursor         string
 	limit                         int
@@ -123,6 +125,7 @@ func (f listFlags) query(now time.Time) (url.Values, error) {
 	set("service", f.service)
 	set("handler", f.handler)
 	set("key", f.key)
+	set("objectKey", f.objectKey)
 	set("createdAfter", f.after)
 	set("createdBefore", f.before)
 	set("cursor", f.cursor)

@@ -77,6 +77,7 @@ func parseListQuery(q url.Values) (*rpc.ListInvocations, error) {
 		Service:        q.Get("service"),
 		Handler:        q.Get("handler"),
 		IdempotencyKey: q.Get("key"),
+		Key:            q.Get("objectKey"),
 		Limit:          defaultListLimit,
 	}
 	if s := q.Get("limit"); s != "" {
