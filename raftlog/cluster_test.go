@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/raftgate/raftgate/internal/testutil"
 )
 
 func TestSingleVoterElectsItselfAndApplies(t *testing.T) {
@@ -97,7 +99,7 @@ func TestReelectionAfterLeaderCutOff(t *testing.T) {
 		t.Fatalf("new term %d not above old %d", ev.Term, oldTerm)
 	}
 	// CheckQuorum makes the cut-off leader step down.
-	waitFor(t, 5*time.Second, "old leader to step down", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "old leader to step down", func() bool {
 		return !c.nodes[old].Group(1).leaderEvent().IsSelf
 	})
 	if err := c.propose(lead, 1, "after"); err != nil {
@@ -239,7 +241,7 @@ func TestSnapshotCatchUpAfterCompaction(t *testing.T) {
 		}
 	}
 	lead = c.leader(1, c.running(), 5*time.Second)
-	waitFor(t, 5*time.Second, "leader log compaction", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "leader log compaction", func() bool {
 		var first uint64
 		_ = c.nodes[lead].Group(1).call(context.Background(), func() { first, _ = c.nodes[lead].Group(1).store.FirstIndex() })
 		return first > 100
@@ -277,7 +279,7 @@ func TestApplyErrorStopsOnlyThatGroup(t *testing.T) {
 	if _, err := c.nodes[1].Group(1).Propose(ctx, []byte("poison")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Second, "group 1 to stop", func() bool {
+	testutil.WaitFor(t, 2*time.Second, "group 1 to stop", func() bool {
 		_, err := c.nodes[1].Group(1).Propose(ctx, []byte("x"))
 		return errors.Is(err, ErrStopped)
 	})
@@ -323,7 +325,7 @@ func TestFailedApplyRollsBackOnlyItsGroup(t *testing.T) {
 	if _, err := c.nodes[1].Group(1).Propose(context.Background(), []byte("poison")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Second, "group 1 to stop", func() bool {
+	testutil.WaitFor(t, 2*time.Second, "group 1 to stop", func() bool {
 		_, err := c.nodes[1].Group(1).Propose(context.Background(), []byte("x"))
 		return errors.Is(err, ErrStopped)
 	})
@@ -438,7 +440,7 @@ func TestFailedCommitStopsAllWrites(t *testing.T) {
 	if n := testCounter(c.nodes[victim].metrics.writeFailures); n != 1 {
 		t.Fatalf("raftgate_storage_write_failures_total = %v, want 1", n)
 	}
-	waitFor(t, 5*time.Second, "the failed node's groups to announce they lead nothing", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the failed node's groups to announce they lead nothing", func() bool {
 		_, ok1 := stoppedLeading.Load(GroupID(1))
 		_, ok2 := stoppedLeading.Load(GroupID(2))
 		return ok1 && ok2

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftgate/raftgate/internal/testutil"
+
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 )
@@ -61,7 +63,7 @@ func (c *grpcCluster) start(id uint64, l net.Listener) {
 	tb.Helper()
 	if l == nil {
 		var err error
-		waitFor(tb, 5*time.Second, "the node's old port to be free", func() bool {
+		testutil.WaitFor(tb, 5*time.Second, "the node's old port to be free", func() bool {
 			l, err = net.Listen("tcp", c.peers[id])
 			return err == nil
 		})
@@ -113,7 +115,7 @@ func (c *grpcCluster) stop(id uint64) {
 func (c *grpcCluster) leader(tb testing.TB, gid GroupID, timeout time.Duration) uint64 {
 	tb.Helper()
 	var lead uint64
-	waitFor(tb, timeout, "a leader agreed by all nodes", func() bool {
+	testutil.WaitFor(tb, timeout, "a leader agreed by all nodes", func() bool {
 		lead = 0
 		for _, n := range c.nodes {
 			ev := n.Group(gid).leaderEvent()

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftgate/raftgate/internal/testutil"
+
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -46,7 +48,7 @@ func TestGRPCThreeNodes(t *testing.T) {
 			}
 			last = p
 		}
-		waitFor(t, 10*time.Second, "all replicas to apply", func() bool {
+		testutil.WaitFor(t, 10*time.Second, "all replicas to apply", func() bool {
 			for _, id := range c.ids {
 				if c.sms[id][gid].appliedIndex() < last.Index {
 					return false
@@ -89,7 +91,7 @@ func TestGRPCThreeNodes(t *testing.T) {
 			t.Fatalf("node 1 still leads group %d", gid)
 		}
 	}
-	waitFor(t, 5*time.Second, "watch events for every group", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "watch events for every group", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, gid := range groups {
@@ -164,14 +166,14 @@ func TestGRPCSnapshotCatchUp(t *testing.T) {
 	}
 	lead = c.leader(t, 1, 10*time.Second)
 	g := c.nodes[lead].Group(1)
-	waitFor(t, 10*time.Second, "leader log compaction", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "leader log compaction", func() bool {
 		var first uint64
 		_ = g.call(context.Background(), func() { first, _ = g.store.FirstIndex() })
 		return first > 300
 	})
 	c.start(down, nil)
 	want := entriesOf(t, g)
-	waitFor(t, 15*time.Second, "restarted follower to catch up", func() bool {
+	testutil.WaitFor(t, 15*time.Second, "restarted follower to catch up", func() bool {
 		return len(entriesOf(t, c.nodes[down].Group(1))) >= len(want)
 	})
 	if testCounter(c.nodes[down].metrics.snapshotsInstalled) == 0 {
@@ -204,11 +206,11 @@ func TestGRPCDeadLeaderReplaced(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 5*time.Second, "commit without the dead node", func() bool {
+		testutil.WaitFor(t, 5*time.Second, "commit without the dead node", func() bool {
 			return c.sms[newLead][1].appliedIndex() >= p.Index
 		})
 	}
-	waitFor(t, 5*time.Second, "messages to the dead peer to be dropped", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "messages to the dead peer to be dropped", func() bool {
 		return testCounter(n.metrics.droppedMsgs) > 0
 	})
 	peer := n.tr.(*grpcTransport).peers[lead]
@@ -253,14 +255,14 @@ func TestGRPCPeerOutageLoggedOnce(t *testing.T) {
 	c, l, lost := startAndLoseFollower(t)
 	peer := fmt.Sprintf(`"peer":%d`, lost)
 	refused := "connect: connection refused"
-	waitFor(t, 10*time.Second, "several refused connections to the stopped peer", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "several refused connections to the stopped peer", func() bool {
 		return l.count(peer, "raft peer unreachable", refused) >= 3
 	})
 	if warns := l.count(peer, `"level":"warn"`, "raft peer unreachable", refused); warns != 1 {
 		t.Fatalf("%d warn lines for one outage of peer %d, want 1:\n%s", warns, lost, strings.Join(l.lines, ""))
 	}
 	c.start(lost, nil)
-	waitFor(t, 10*time.Second, "the peer's return to be logged", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the peer's return to be logged", func() bool {
 		return l.count(peer, "raft peer reachable again") == 1
 	})
 }
@@ -277,12 +279,12 @@ func TestGRPCReconnectsSoonAfterLongOutage(t *testing.T) {
 	peer := fmt.Sprintf(`"peer":%d`, lost)
 	// The leader's heartbeats keep failing; with gRPC's default backoff its
 	// connection would next be retried ~25 s into the outage.
-	waitFor(t, 60*time.Second, "a long outage (20 failed sends)", func() bool {
+	testutil.WaitFor(t, 60*time.Second, "a long outage (20 failed sends)", func() bool {
 		return l.count(peer, "raft peer unreachable") >= 20
 	})
 	c.start(lost, nil)
 	back := time.Now()
-	waitFor(t, 4*time.Second, "the leader to reach the restarted peer", func() bool {
+	testutil.WaitFor(t, 4*time.Second, "the leader to reach the restarted peer", func() bool {
 		return l.count(peer, "raft peer reachable again") == 1
 	})
 	t.Logf("peer %d reached %v after its restart", lost, time.Since(back).Round(time.Millisecond))

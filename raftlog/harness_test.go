@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftgate/raftgate/internal/testutil"
+
 	"github.com/rs/zerolog"
 	bolt "go.etcd.io/bbolt"
 )
@@ -36,18 +38,6 @@ func testSeed(t *testing.T) uint64 {
 		}
 	})
 	return seed
-}
-
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // recordingSM appends every entry's data to a nested bucket "entries" under
@@ -222,7 +212,7 @@ func (c *cluster) stop(id uint64) {
 func (c *cluster) leader(gid GroupID, among []uint64, timeout time.Duration) uint64 {
 	c.t.Helper()
 	var lead uint64
-	waitFor(c.t, timeout, fmt.Sprintf("a leader of group %d among %v", gid, among), func() bool {
+	testutil.WaitFor(c.t, timeout, fmt.Sprintf("a leader of group %d among %v", gid, among), func() bool {
 		lead = 0
 		for _, id := range among {
 			n := c.nodes[id]
@@ -313,7 +303,7 @@ func (c *cluster) tickSettled() {
 		}
 		return true
 	}
-	waitFor(c.t, 5*time.Second, "nodes to settle after a tick", func() bool {
+	testutil.WaitFor(c.t, 5*time.Second, "nodes to settle after a tick", func() bool {
 		sync()
 		if !idle() {
 			return false
@@ -328,7 +318,7 @@ func (c *cluster) tickSettled() {
 func (c *cluster) converged(gid GroupID, minLen int, timeout time.Duration) []string {
 	c.t.Helper()
 	var ref []string
-	waitFor(c.t, timeout, fmt.Sprintf("replicas of group %d to converge", gid), func() bool {
+	testutil.WaitFor(c.t, timeout, fmt.Sprintf("replicas of group %d to converge", gid), func() bool {
 		ref = nil
 		first := true
 		for _, id := range c.ids {
@@ -354,7 +344,7 @@ func (c *cluster) converged(gid GroupID, minLen int, timeout time.Duration) []st
 // index with the same state digest.
 func (c *cluster) sameDigests(gid GroupID, timeout time.Duration) {
 	c.t.Helper()
-	waitFor(c.t, timeout, fmt.Sprintf("equal state digests of group %d", gid), func() bool {
+	testutil.WaitFor(c.t, timeout, fmt.Sprintf("equal state digests of group %d", gid), func() bool {
 		var ref *Digest
 		for _, id := range c.running() {
 			d, err := c.nodes[id].Group(gid).StateDigest()

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftgate/raftgate/internal/testutil"
+
 	bolt "go.etcd.io/bbolt"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -99,7 +101,7 @@ func TestMigrateFormat1(t *testing.T) {
 		c.groups = []GroupID{1}
 		c.start(1)
 		c.leader(1, c.ids, 2*time.Second)
-		waitFor(t, 5*time.Second, "entries 4 and 5 applied from the migrated log", func() bool {
+		testutil.WaitFor(t, 5*time.Second, "entries 4 and 5 applied from the migrated log", func() bool {
 			return slices.Equal(entriesOf(t, c.nodes[1].Group(1)), []string{"a", "b", "c", "d"})
 		})
 		if _, err := os.Stat(filepath.Join(dir, format1File)); !os.IsNotExist(err) {

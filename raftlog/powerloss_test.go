@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftgate/raftgate/internal/testutil"
+
 	pb "go.etcd.io/raft/v3/raftpb"
 
 	"github.com/raftgate/raftgate/raftlog/wal"
@@ -114,7 +116,7 @@ func testPowerLoss(t *testing.T, victimLeads bool) {
 			}
 		})
 	}
-	waitFor(t, 10*time.Second, "some load applied", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "some load applied", func() bool {
 		n := 0
 		answered.Range(func(any, any) bool { n++; return n < 100 })
 		return n >= 100

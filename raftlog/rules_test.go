@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/raftgate/raftgate/internal/testutil"
 )
 
 func TestCheckpointDue(t *testing.T) {
@@ -83,7 +85,7 @@ func TestCompactionReleasesLogSegments(t *testing.T) {
 		}
 	}
 	w := c.nodes[1].wal
-	waitFor(t, 10*time.Second, "old segments deleted or recycled", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "old segments deleted or recycled", func() bool {
 		st := w.Stats()
 		return st.CutOvers >= 8 && st.Removed+st.Recycled >= 4 && st.Segments <= 4
 	})

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftgate/raftgate/internal/testutil"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	bolt "go.etcd.io/bbolt"
@@ -161,7 +163,7 @@ func TestReadIndexBatchesAndWaitsForApply(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, 5*time.Second, "50 reads queued on the held loop", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "50 reads queued on the held loop", func() bool {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		return len(g.in.reads) == 50
@@ -202,7 +204,7 @@ func TestWatchStopAndErrStopped(t *testing.T) {
 		seen[ev.Group] = ev
 		mu.Unlock()
 	})
-	waitFor(t, 2*time.Second, "an initial event per group", func() bool {
+	testutil.WaitFor(t, 2*time.Second, "an initial event per group", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(seen) == 2 && seen[1].IsSelf && seen[1].Leader == 1 && seen[MetaGroup].IsSelf
@@ -285,7 +287,7 @@ func TestManualTicksDriveElections(t *testing.T) {
 	if err := c.propose(lead, 1, "counted"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "node 1 to apply", func() bool { return len(entriesOf(t, c.nodes[1].Group(1))) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "node 1 to apply", func() bool { return len(entriesOf(t, c.nodes[1].Group(1))) == 1 })
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -363,7 +365,7 @@ func TestReadsSeeAppliedStateBeforeItsCheckpoint(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 5*time.Second, "every entry revealed", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "every entry revealed", func() bool {
 		sm.mu.Lock()
 		defer sm.mu.Unlock()
 		return len(sm.revealed) > 0 && sm.revealed[len(sm.revealed)-1] == fmt.Sprintf("k%02d", n-1)
@@ -507,7 +509,7 @@ func TestBackupRestoresAndStopsOnClose(t *testing.T) {
 	w := writerFunc(func(p []byte) (int, error) {
 		if !node.isClosed() {
 			go func() { closed <- node.Close() }()
-			waitFor(t, 5*time.Second, "the node to start closing", node.isClosed)
+			testutil.WaitFor(t, 5*time.Second, "the node to start closing", node.isClosed)
 		}
 		return len(p), nil
 	})
