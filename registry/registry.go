@@ -40,6 +40,8 @@ type Registry struct {
 	// tracker matches each Put and Delete to its applied entry by request
 	// id and term.
 	tracker *proposals.Tracker[struct{}]
+	// catchUps shares read rounds among concurrent CatchUp callers.
+	catchUps rounds
 }
 
 // maxPending bounds concurrent Put and Delete calls on the leader.
@@ -75,6 +77,7 @@ type MetaLog interface {
 // Start lets the registry propose through log (the metadata group).
 func (r *Registry) Start(log MetaLog) {
 	r.log = log
+	r.catchUps.run = log.CatchUp
 	if _, _, term := r.tracker.Leadership(); term == 0 {
 		// No leadership event yet: start from what the group knows.
 		st := log.Status()
@@ -145,11 +148,10 @@ func (r *Registry) CatchUp(ctx context.Context) error {
 	}
 	// A read index can be lost on the way (a peer stream that broke drops
 	// what it held): each round gets catchUpRound, and a failed one is
-	// tried again, after a pause, until ctx ends.
+	// tried again, after a pause, until ctx ends. Concurrent callers share
+	// rounds (rounds.go).
 	for {
-		rctx, cancel := context.WithTimeout(ctx, catchUpRound)
-		err := r.log.CatchUp(rctx)
-		cancel()
+		err := r.catchUps.wait(ctx)
 		if err == nil {
 			return nil
 		}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"time"
 
@@ -156,23 +155,22 @@ func (c currentServices) Lookup(ctx context.Context, name string) (*rpc.Service,
 	return c.registry.LookupCurrent(ctx, name)
 }
 
-// invokerServices is the invoker's service lookup: caught up like the
-// ingress's, so a removal answered is seen by the next delivery (a miss
-// then fails the invocation for good). When the replica cannot catch up it
-// delivers from what it holds rather than spend an attempt: a removal
-// missed then is one the metadata leader could not tell it of.
+// invokerServices is the invoker's service lookup. A service this replica
+// holds is delivered to at once: the ingress only accepted the invocation
+// after a catch-up, and a removal answered since reaches this replica
+// within a round trip, after which the next delivery fails for good. A
+// miss catches up first (the registration may not have reached this
+// replica yet) and is then a removal; when the replica cannot catch up,
+// the delivery is retried later rather than failed.
 type invokerServices struct{ registry *registry.Registry }
 
 func (s invokerServices) Lookup(name string) (*rpc.Service, error) {
+	if svc, ok := s.registry.Lookup(name); ok {
+		return svc, nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), registryCatchUp)
 	defer cancel()
-	svc, err := s.registry.LookupCurrent(ctx, name)
-	if errors.Is(err, registry.ErrUnavailable) {
-		if held, ok := s.registry.Lookup(name); ok {
-			return held, nil
-		}
-	}
-	return svc, err
+	return s.registry.LookupCurrent(ctx, name)
 }
 
 // clusterView is the admin API's view of the cluster from this node.
