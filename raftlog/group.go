@@ -269,7 +269,9 @@ func (g *Group) read(ctx context.Context, anyReplica bool) error {
 // View runs fn over the group's state bucket, on the applier, inside its
 // open transaction: fn sees every entry applied so far (checkpointed or
 // not), so a read after a ReadIndex or an acknowledgement sees what was
-// acknowledged. fn must not block or keep references to bucket memory.
+// acknowledged. fn must not block or keep references to bucket memory,
+// and View must not be called from Apply, Acknowledge or Reveal (they run
+// on the applier, which would wait for itself).
 func (g *Group) View(fn func(b *bolt.Bucket) error) error {
 	select {
 	case <-g.done:
