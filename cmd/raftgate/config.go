@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/raftgate/raftgate/raftlog"
+
 	"github.com/rs/zerolog"
 )
 
@@ -83,6 +85,10 @@ type ServerConfig struct {
 	// BodyReadTimeout bounds the time to read an ingress request body;
 	// a body still incomplete then gets 408 (--body-read-timeout).
 	BodyReadTimeout time.Duration
+	// CheckpointInterval is how often applied state is committed to
+	// state.db (--checkpoint-interval): off the acknowledgement path, it
+	// bounds what a restart replays from the log.
+	CheckpointInterval time.Duration
 
 	// TLSCert and TLSKey (PEM files) enable TLS on node-to-node gRPC
 	// (--tls-cert, --tls-key); TLSCA additionally requires and verifies
@@ -159,6 +165,7 @@ func DefaultServerConfig() ServerConfig {
 		MaxConcurrent:       1024,
 		MaxBodyBytes:        10 << 20,
 		BodyReadTimeout:     10 * time.Second,
+		CheckpointInterval:  raftlog.DefaultConfig().CheckpointInterval,
 		LogFormat:           "json",
 		LogLevel:            "info",
 	}
@@ -252,6 +259,9 @@ func (c ServerConfig) Validate() error {
 	}
 	if c.BodyReadTimeout <= 0 {
 		return invalid("body-read-timeout", "must be positive, like 10s")
+	}
+	if c.CheckpointInterval < time.Millisecond || c.CheckpointInterval > time.Minute {
+		return invalid("checkpoint-interval", "must be from 1ms to 1m, like 100ms")
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return invalid("tls-cert", "--tls-cert and --tls-key go together")

@@ -242,6 +242,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	if cfg.BalanceLeaders {
 		rcfg.LeaderBalanceTicks = raftlog.DefaultLeaderBalanceTicks
 	}
+	rcfg.CheckpointInterval = cfg.CheckpointInterval
 	rcfg.Knobs = cfg.failpoint.knobs(n.log)
 	if n.raft, err = raftlog.Open(rcfg); err != nil {
 		return nil, fmt.Errorf("--data-dir: %w", err)

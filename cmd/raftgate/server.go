@@ -45,6 +45,7 @@ func newServerFlags(fs *pflag.FlagSet) *serverFlags {
 	fs.IntVar(&c.MaxConcurrent, "max-concurrent", d.MaxConcurrent, "ingress concurrency limit; beyond it requests get 429")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", d.MaxBodyBytes, "largest ingress request body; larger ones get 413")
 	fs.DurationVar(&c.BodyReadTimeout, "body-read-timeout", d.BodyReadTimeout, "longest time to receive an ingress request body; slower bodies get 408 (they hold no concurrency slot meanwhile)")
+	fs.DurationVar(&c.CheckpointInterval, "checkpoint-interval", d.CheckpointInterval, "how often applied state is committed to state.db; off the acknowledgement path, it bounds what a restart replays")
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate for node-to-node TLS")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key for --tls-cert")
 	fs.StringVar(&c.TLSCA, "tls-ca", "", "PEM CA bundle: require and verify peer certificates (mutual TLS)")
