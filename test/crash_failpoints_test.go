@@ -72,16 +72,9 @@ func TestCrashFailpoints(t *testing.T) {
 func runCrashRound(t *testing.T, c *cluster, svc *recorder, r crashRound, rng *rand.Rand, seed uint64) {
 	c.ensureAllUp()
 	distinct0, delivered0 := svc.stats()
-	rec := newRecording()
-	tr := &traffic{c: c, service: "Echo", rec: rec, seed: seed, attemptTimeout: 4 * time.Second}
-	ctx, stop := context.WithCancel(context.Background())
-	wait := tr.run(ctx, 6)
-	defer func() { stop(); wait() }()
-	ackedNow := func() int { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.acked) }
-	progress := func(n int) {
-		before := ackedNow()
-		testutil.WaitFor(t, 30*time.Second, fmt.Sprintf("%d more acknowledgements", n), func() bool { return ackedNow() >= before+n })
-	}
+	rt := startRoundTraffic(t, c, seed, 30*time.Second)
+	defer rt.end()
+	rec, progress := rt.rec, rt.progress
 
 	victim := c.nodes[rng.IntN(len(c.nodes))]
 	if r.leader {
@@ -110,15 +103,14 @@ func runCrashRound(t *testing.T, c *cluster, svc *recorder, r crashRound, rng *r
 	}
 	c.restart(victim)
 	progress(30)
-	stop()
-	wait()
+	rt.end()
 
 	if applied, err := c.waitConverged(30 * time.Second); err != nil {
 		t.Errorf("%s: %v", r.failpoint, err)
 	} else {
 		t.Logf("%s: replicas converged at applied indexes %v with equal state digests", r.failpoint, applied)
 	}
-	readThroughOtherNodes(tr)
+	readThroughOtherNodes(rt.traffic)
 	out := row{failpoint: r.failpoint, v: validate(c, rec, svc, "Echo")}
 	out.v.distinct -= distinct0
 	out.v.delivered -= delivered0

@@ -3,7 +3,6 @@
 package test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -84,16 +83,9 @@ func TestLazyFSPowerCut(t *testing.T) {
 func runPowerCut(t *testing.T, c *cluster, mounts map[int]*lazyFS, svc *recorder, victims []*node, fp *crashRound, seed uint64) {
 	c.ensureAllUp()
 	distinct0, delivered0 := svc.stats()
-	rec := newRecording()
-	tr := &traffic{c: c, service: "Echo", rec: rec, seed: seed, attemptTimeout: 4 * time.Second}
-	ctx, stop := context.WithCancel(context.Background())
-	wait := tr.run(ctx, 6)
-	defer func() { stop(); wait() }()
-	ackedNow := func() int { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.acked) }
-	progress := func(n int) {
-		before := ackedNow()
-		testutil.WaitFor(t, 60*time.Second, fmt.Sprintf("%d more acknowledgements", n), func() bool { return ackedNow() >= before+n })
-	}
+	rt := startRoundTraffic(t, c, seed, 60*time.Second)
+	defer rt.end()
+	rec, progress := rt.rec, rt.progress
 	progress(100)
 
 	// Kill first, then clear: a dead process syncs nothing more, so what
@@ -126,15 +118,14 @@ func runPowerCut(t *testing.T, c *cluster, mounts map[int]*lazyFS, svc *recorder
 	}
 	t.Logf("nodes %v restarted on their mounts", ids)
 	progress(100)
-	stop()
-	wait()
+	rt.end()
 
 	if applied, err := c.waitConverged(30 * time.Second); err != nil {
 		t.Errorf("power cut of %v: %v", ids, err)
 	} else {
 		t.Logf("power cut of %v: replicas converged at applied indexes %v with equal state digests", ids, applied)
 	}
-	readThroughOtherNodes(tr)
+	readThroughOtherNodes(rt.traffic)
 	name := fmt.Sprintf("power cut of nodes %v", ids)
 	out := row{failpoint: name, v: validate(c, rec, svc, "Echo")}
 	out.v.distinct -= distinct0

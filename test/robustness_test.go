@@ -110,20 +110,43 @@ func runFailpointRounds(t *testing.T, c *cluster, svc *recorder, fp failpoint, r
 	return out
 }
 
-// runFailpoint is one traffic → failpoint → history → validate cycle.
-func runFailpoint(t *testing.T, c *cluster, svc *recorder, fp failpoint, rng *rand.Rand, seed uint64) row {
-	c.ensureAllUp()
-	distinct0, delivered0 := svc.stats()
+// roundTraffic is the suite's traffic for one round: what it recorded,
+// progress (wait for n more acknowledgements) and end (stop it and wait for
+// it; safe to call twice).
+type roundTraffic struct {
+	traffic  *traffic
+	rec      *recording
+	end      func()
+	progress func(n int)
+}
+
+// startRoundTraffic starts the suite's traffic (6 clients against Echo);
+// progress waits at most progressTimeout.
+func startRoundTraffic(t *testing.T, c *cluster, seed uint64, progressTimeout time.Duration) roundTraffic {
 	rec := newRecording()
 	tr := &traffic{c: c, service: "Echo", rec: rec, seed: seed, attemptTimeout: 4 * time.Second}
 	ctx, stop := context.WithCancel(context.Background())
 	wait := tr.run(ctx, 6)
-	defer func() { stop(); wait() }()
 	ackedNow := func() int { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.acked) }
-	progress := func(n int) {
-		before := ackedNow()
-		testutil.WaitFor(t, 30*time.Second, fmt.Sprintf("%d more acknowledgements", n), func() bool { return ackedNow() >= before+n })
+	return roundTraffic{
+		traffic: tr,
+		rec:     rec,
+		end:     func() { stop(); wait() },
+		progress: func(n int) {
+			before := ackedNow()
+			testutil.WaitFor(t, progressTimeout, fmt.Sprintf("%d more acknowledgements", n), func() bool { return ackedNow() >= before+n })
+		},
 	}
+}
+
+// runFailpoint is one traffic → failpoint → history → validate cycle.
+func runFailpoint(t *testing.T, c *cluster, svc *recorder, fp failpoint, rng *rand.Rand, seed uint64) row {
+	c.ensureAllUp()
+	distinct0, delivered0 := svc.stats()
+	rt := startRoundTraffic(t, c, seed, 30*time.Second)
+	defer rt.end()
+	rec, progress := rt.rec, rt.progress
+	tr := rt.traffic
 	if sd, ok := fp.(*staleDirFailpoint); ok {
 		sd.progress = progress
 	}
@@ -156,8 +179,7 @@ func runFailpoint(t *testing.T, c *cluster, svc *recorder, fp failpoint, rng *ra
 	}
 	progress(30)
 	waitBurst()
-	stop()
-	wait()
+	rt.end()
 
 	if sd, ok := fp.(*staleDirFailpoint); ok {
 		out.note = "stale node " + sd.outcome
