@@ -57,6 +57,9 @@ type logWriter struct {
 	// Writer-owned.
 	batch  wal.Batch
 	outBuf []*pb.Message
+	// prevHS is each group's hard state before the batch being encoded
+	// (reused across batches).
+	prevHS map[GroupID]*pb.HardState
 	// broken is the error of a write that failed: nothing is written after
 	// it, so no group's log can get a hole behind the lost write.
 	broken error
@@ -212,7 +215,11 @@ func (lw *logWriter) writeBatch(batch []*appendReq) {
 func (lw *logWriter) encode(batch []*appendReq) (sync bool, entries int) {
 	b := &lw.batch
 	b.Reset()
-	var prev map[GroupID]*pb.HardState
+	if lw.prevHS == nil {
+		lw.prevHS = make(map[GroupID]*pb.HardState)
+	}
+	prev := lw.prevHS
+	clear(prev)
 	for _, r := range batch {
 		if r.build != nil {
 			r.build(b)
@@ -231,9 +238,6 @@ func (lw *logWriter) encode(batch []*appendReq) (sync bool, entries int) {
 		}
 		if m.Term != nil || m.Vote != nil || m.Commit != nil {
 			hs := &pb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
-			if prev == nil {
-				prev = make(map[GroupID]*pb.HardState)
-			}
 			before := prev[r.g.id]
 			if before == nil {
 				before = lw.wal.HardState(g)
