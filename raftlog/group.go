@@ -70,7 +70,6 @@ type Group struct {
 	// pastLogBeats counts consecutive heartbeats of the leader that
 	// committed past the log (see checkHeartbeatCommit).
 	pastLogBeats int
-	appliedTerm  uint64
 	isLeader     bool
 	accepted     []*proposal
 	readSeq      uint64
@@ -169,7 +168,6 @@ func newGroup(n *Node, id GroupID, gs groupState, store *logStore, sm StateMachi
 	if n.cfg.LeaderBalanceTicks > 0 && len(g.voters) > 1 {
 		g.preferred = PreferredLeader(id, g.voters)
 	}
-	g.appliedTerm = gs.appliedTm
 	g.applied.Store(gs.appliedIdx)
 	g.appliedGge.Set(float64(gs.appliedIdx))
 	rn, err := raft.NewRawNode(n.cfg.raftConfig(g.store, gs.appliedIdx, raftLogger{g.log}))

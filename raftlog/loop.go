@@ -301,7 +301,7 @@ func (g *Group) install(snap *pb.Snapshot) error {
 		return r.err
 	}
 	g.store.restored(snap.GetMetadata())
-	g.setApplied(snap.GetMetadata().GetIndex(), snap.GetMetadata().GetTerm())
+	g.setApplied(snap.GetMetadata().GetIndex())
 	g.checkpoint = snap.GetMetadata().GetIndex()
 	g.n.metrics.snapshotsInstalled.Inc()
 	_ = os.Remove(string(snap.GetData()))
@@ -344,7 +344,7 @@ func (g *Group) applyFinished(r *applyReq) error {
 		return r.err
 	}
 	if r.appliedIdx > 0 {
-		g.setApplied(r.appliedIdx, r.appliedTrm)
+		g.setApplied(r.appliedIdx)
 	}
 	for _, resp := range r.apply.GetResponses() {
 		_ = g.rn.Step(resp)
@@ -366,12 +366,11 @@ func (g *Group) checkpointFinished(cp checkpoint, now time.Time) {
 	g.maybeCompact(now)
 }
 
-func (g *Group) setApplied(index, term uint64) {
+func (g *Group) setApplied(index uint64) {
 	if index <= g.applied.Load() {
 		return
 	}
 	g.applied.Store(index)
-	g.appliedTerm = term
 	g.appliedGge.Set(float64(index))
 }
 
