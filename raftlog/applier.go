@@ -34,9 +34,9 @@ type applyReq struct {
 	done   chan struct{}
 
 	// Results, read by the group after appliedDone (or done).
-	appliedIdx, appliedTrm uint64
-	applyCount             int
-	err                    error
+	appliedIdx uint64
+	applyCount int
+	err        error
 
 	// Applier-owned: the state machine's effects of the last successful
 	// Apply, and whether they already ran (a replay after a rollback must
@@ -48,7 +48,7 @@ type applyReq struct {
 // checkpoint is a durable state commit the applier reports to a group:
 // its state at index is in state.db, so its log may be released up to it.
 type checkpoint struct {
-	index, term uint64
+	index uint64
 }
 
 // applier is the node's state write path. It keeps one bbolt write
@@ -360,7 +360,7 @@ func (a *applier) exec(r *applyReq) error {
 	r.fx = append(r.fx[:0], fx...)
 	if ents := r.apply.GetEntries(); err == nil && len(ents) > 0 {
 		last := ents[len(ents)-1]
-		r.appliedIdx, r.appliedTrm, r.applyCount = last.GetIndex(), last.GetTerm(), count
+		r.appliedIdx, r.applyCount = last.GetIndex(), count
 	}
 	return err
 }
@@ -515,7 +515,7 @@ func (a *applier) checkpoint(now time.Time) {
 		if _, ok := last[r.g]; !ok {
 			order = append(order, r.g)
 		}
-		last[r.g] = checkpoint{index: r.appliedIdx, term: r.appliedTrm}
+		last[r.g] = checkpoint{index: r.appliedIdx}
 	}
 	for _, g := range order {
 		g.checkpointed(last[g])
