@@ -309,7 +309,8 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	scfg := dispatch.DefaultServerConfig()
 	scfg.Logger = n.log
 	scfg.Registerer = reg
-	n.dispatchServer = dispatch.NewServer(backend{registry: n.registry, processors: n.processors}, scfg)
+	local := backend{registry: n.registry, processors: n.processors}
+	n.dispatchServer = dispatch.NewServer(local, scfg)
 	n.dispatchServer.Register(n.grpc)
 	n.served = make(chan error, 1)
 	go func() {
@@ -331,6 +332,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	ccfg.Peers = cfg.InitialCluster
 	ccfg.DialOptions = dialOpts
 	ccfg.Resolver = n.members
+	ccfg.Local = local
 	ccfg.DefaultTimeout = cfg.RequestTimeout
 	ccfg.Logger = n.log
 	ccfg.Registerer = reg

@@ -52,6 +52,11 @@ type ClientConfig struct {
 	DialOptions []grpc.DialOption
 	// Resolver gives the leader to try first; nil tries nodes in turn.
 	Resolver Resolver
+	// Local, when set, is this node's own Backend (the one its Server
+	// serves): an attempt on Self runs on it in process, with the same
+	// answers as over a stream but without gRPC. Nil sends every attempt
+	// over a stream, Self's included.
+	Local Backend
 	// MaxInFlightPerNode bounds attempts waiting on one node; past it a
 	// call fails at once with rpc.ErrOverloaded.
 	MaxInFlightPerNode int

@@ -10,6 +10,12 @@
 // streams); the client draws a fresh random id for every attempt and drops
 // an answer whose id nobody waits for.
 //
+// A request for a partition this node leads itself does not take a stream:
+// with ClientConfig.Local set (the binary sets it to the Backend its Server
+// serves), the attempt runs on that Backend in process, under the same
+// per-node bound, answers and retries, and ends with ErrClosed when the
+// client closes.
+//
 // Failure handling is event-driven, never by timeout: when a stream breaks,
 // every request in flight on it fails at once on both sides (the server
 // cancels the requests' contexts; the client retries them), and a server

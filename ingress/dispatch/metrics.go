@@ -55,6 +55,7 @@ type clientMetrics struct {
 	broken    prometheus.Counter
 	dropped   prometheus.Counter
 	overloads prometheus.Counter
+	local     prometheus.Counter
 }
 
 func newClientMetrics(reg prometheus.Registerer, log zerolog.Logger) *clientMetrics {
@@ -92,8 +93,12 @@ func newClientMetrics(reg prometheus.Registerer, log zerolog.Logger) *clientMetr
 			Name: "raftgate_dispatch_client_overloaded_total",
 			Help: "Calls refused at once because a node's in-flight bound was reached.",
 		}),
+		local: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "raftgate_dispatch_client_local_attempts_total",
+			Help: "Attempts run in process on this node's own backend (it led the partition), without a dispatch stream.",
+		}),
 	}
-	register(reg, log, m.calls, m.retries, m.seconds, m.inFlight, m.opened, m.broken, m.dropped, m.overloads)
+	register(reg, log, m.calls, m.retries, m.seconds, m.inFlight, m.opened, m.broken, m.dropped, m.overloads, m.local)
 	return m
 }
 

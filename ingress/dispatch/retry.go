@@ -96,6 +96,9 @@ func (c *Client) attempt(ctx context.Context, p *peer, tmpl *rpc.DispatchRequest
 		return nil, fmt.Errorf("%w: %d requests in flight to node %d", rpc.ErrOverloaded, c.cfg.MaxInFlightPerNode, p.id)
 	}
 	defer p.release()
+	if p.id == c.cfg.Self && c.cfg.Local != nil {
+		return c.attemptLocal(ctx, tmpl)
+	}
 	st, err := p.stream(ctx)
 	if err != nil {
 		return nil, err
@@ -136,6 +139,23 @@ func (c *Client) attempt(ctx context.Context, p *peer, tmpl *rpc.DispatchRequest
 		st.abandon(corr)
 		return nil, ctx.Err()
 	}
+}
+
+// attemptLocal runs the request on this node's own backend. Its context
+// also ends when the client closes, as a stream's requests end when their
+// stream breaks; the answer is then ErrClosed. The backend reads tmpl and
+// does not keep it, as execute's callers on the server side rely on too.
+func (c *Client) attemptLocal(ctx context.Context, tmpl *rpc.DispatchRequest) (*rpc.DispatchResponse, error) {
+	c.metrics.local.Inc()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(c.ctx, cancel)
+	defer stop()
+	resp := execute(ctx, c.cfg.Local, tmpl)
+	if c.ctx.Err() != nil {
+		return nil, ErrClosed
+	}
+	return resp, nil
 }
 
 // retryReason says whether err is worth another attempt, and why.
