@@ -51,6 +51,7 @@ const (
 // it down within cfg.ShutdownGrace and returns nil; it returns an error if
 // the node cannot start. cfg has passed Validate.
 func runServer(ctx context.Context, cfg ServerConfig, logger zerolog.Logger) error {
+	tuneGC()
 	n, err := startNode(cfg, logger)
 	if err != nil {
 		return err
