@@ -34,13 +34,27 @@ type Dispatcher interface {
 
 // ServiceResolver finds a service in the replicated service registry for a
 // request. Lookup is called on every call and send, from many goroutines at
-// once; it may wait for the local replica to catch up with the registry's
-// leader (bounded by ctx, the request's, and by the resolver), so that it
-// reflects every change answered before. It returns an error wrapping
-// rpc.ErrNotFound when there is no such service; any other error means the
-// registry cannot say right now (503, retry).
+// once. It returns an error wrapping rpc.ErrNotFound when there is no such
+// service; any other error means the registry cannot say right now (503,
+// retry).
+//
+// Lookup may answer a hit from a replica that lags, when the registration
+// carries its RegisteredIndex: the handler sends that index with the
+// invocation, and a partition told of a later change of the service refuses
+// it (rpc.ErrStaleRegistry). A miss, or a registration without an index,
+// must reflect every change answered before (the resolver catches up with
+// the registry's leader first, bounded by ctx and by the resolver).
 type ServiceResolver interface {
 	Lookup(ctx context.Context, name string) (*rpc.Service, error)
+}
+
+// CurrentServiceResolver is a ServiceResolver that can also answer after
+// catching up, hit or miss. The handler uses LookupCurrent after a
+// partition refused an invocation as checked against a stale registration;
+// with a plain ServiceResolver it asks Lookup again.
+type CurrentServiceResolver interface {
+	ServiceResolver
+	LookupCurrent(ctx context.Context, name string) (*rpc.Service, error)
 }
 
 // Config configures a Handler. Start from DefaultConfig.

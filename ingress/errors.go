@@ -137,6 +137,11 @@ func appendError(ctx, reqCtx context.Context, err error, partitionID uint32, key
 	case errors.Is(err, rpc.ErrOverloaded):
 		return &apiError{code: http.StatusServiceUnavailable, retryAfter: true, id: idText,
 			msg: fmt.Sprintf("partition %d is overloaded, nothing was done; retry later: %s", partitionID, retryAdvice(key, id))}, true
+	case errors.Is(err, rpc.ErrStaleRegistry):
+		// Refused twice: the service changed again while the second
+		// attempt was under way. Nothing was stored.
+		return &apiError{code: http.StatusServiceUnavailable, retryAfter: true, id: idText,
+			msg: "the service's registration changed while the invocation was being accepted, nothing was done; retrying is safe"}, true
 	case errors.Is(err, rpc.ErrUnavailable) || errors.Is(context.Cause(ctx), errAppendDeadline):
 		return &apiError{code: http.StatusServiceUnavailable, retryAfter: true, id: idText,
 			msg: fmt.Sprintf("the cluster could not take the invocation in time (no leader answered for partition %d); %s", partitionID, retryAdvice(key, id))}, true
@@ -171,6 +176,11 @@ func lookupError(ctx, reqCtx context.Context, err error, partitionID uint32, id 
 	case errors.Is(err, rpc.ErrOverloaded):
 		return &apiError{code: http.StatusServiceUnavailable, retryAfter: true, id: idText,
 			msg: fmt.Sprintf("partition %d is overloaded; retrying is safe", partitionID)}, true
+	case errors.Is(err, rpc.ErrStaleRegistry):
+		// Refused twice: the service changed again while the second
+		// attempt was under way. Nothing was stored.
+		return &apiError{code: http.StatusServiceUnavailable, retryAfter: true, id: idText,
+			msg: "the service's registration changed while the invocation was being accepted, nothing was done; retrying is safe"}, true
 	case errors.Is(err, rpc.ErrUnavailable) || errors.Is(context.Cause(ctx), errAppendDeadline):
 		return &apiError{code: http.StatusServiceUnavailable, retryAfter: true, id: idText,
 			msg: fmt.Sprintf("no leader of partition %d answered in time; retrying is safe", partitionID)}, true

@@ -21,8 +21,27 @@ const maxObjectKeyLen = 1024
 // invoke serves POST /{service}/{handler}, /{object}/{key}/{handler},
 // /{workflow}/{id}/{handler} and their .../send, whose body was read.
 func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, rt route, body []byte) int {
+	return h.invokeChecked(w, r, rt, body, h.cfg.Services.Lookup, true)
+}
+
+// currentLookup is the lookup after a partition refused an invocation as
+// checked against a stale registration: one that has caught up.
+func (h *Handler) currentLookup(ctx context.Context, name string) (*rpc.Service, error) {
+	if c, ok := h.cfg.Services.(CurrentServiceResolver); ok {
+		return c.LookupCurrent(ctx, name)
+	}
+	return h.cfg.Services.Lookup(ctx, name)
+}
+
+// invokeChecked is invoke with the service looked up by lookup. When a
+// partition refuses the invocation because the registration it was checked
+// against changed since (nothing was stored), it runs once more with the
+// current registration if again is set.
+func (h *Handler) invokeChecked(w http.ResponseWriter, r *http.Request, rt route, body []byte,
+	lookup func(context.Context, string) (*rpc.Service, error), again bool) int {
 	start := time.Now()
-	svc, err := h.cfg.Services.Lookup(r.Context(), rt.service)
+	asked := rt
+	svc, err := lookup(r.Context(), rt.service)
 	if err != nil && !errors.Is(err, rpc.ErrNotFound) {
 		return h.writeError(w, &apiError{code: http.StatusServiceUnavailable, retryAfter: true,
 			msg: fmt.Sprintf("cannot tell whether service '%s' exists (%v); nothing was done, retrying is safe", rt.service, err)})
@@ -107,6 +126,8 @@ func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, rt route, body 
 		ProposedAtUnixMs: now.UnixMilli(),
 		Key:              rt.objectKey,
 		Exclusive:        rt.keyed && registry.Exclusive(svc, rt.handler),
+
+		ServiceRegisteredIndex: svc.RegisteredIndex,
 	}
 	if hasDelay {
 		// Even ?delay=0s: the answer then carries executionTime (now).
@@ -120,6 +141,9 @@ func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, rt route, body 
 	actx, cancel := context.WithTimeoutCause(r.Context(), appendTimeout, errAppendDeadline)
 	appended, err := h.cfg.Dispatcher.Append(actx, part, inv)
 	cancel()
+	if errors.Is(err, rpc.ErrStaleRegistry) && again && r.Context().Err() == nil {
+		return h.invokeChecked(w, r, asked, body, h.currentLookup, false)
+	}
 	if err != nil {
 		ae, ok := appendError(actx, r.Context(), err, part, key, id)
 		if !ok {

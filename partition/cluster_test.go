@@ -185,7 +185,8 @@ func (c *raftCluster) register(tb testing.TB, svc *rpc.Service) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		return lead.reg.Put(ctx, svc) == nil
+		_, err := lead.reg.Put(ctx, svc)
+		return err == nil
 	})
 	testutil.WaitFor(tb, 20*time.Second, "registry replicated", func() bool {
 		for _, n := range c.live() {

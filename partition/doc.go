@@ -21,6 +21,7 @@
 //	keys             service, key → rpc.KeyState         (keys.go)
 //	keyqueue         service, key ‖ seq → id             (keys.go)
 //	created          accepted_at ‖ id → service         (listing index, listing.go)
+//	fences           service → metadata log index        (fence.go; created by the first fence)
 //
 // Apply is deterministic: timestamps come from the commands (the proposer
 // stamps them), nothing reads a clock, randomness or map order. Invoke of
@@ -31,6 +32,12 @@
 // drops results completed before `before`, walking the time index, with
 // their records and listing index entries. A completed record keeps only
 // the first RequestPreviewBytes of its request body.
+//
+// FenceService{name, index} raises the service's fence; from then on an
+// Invoke checked against an older registration (0 < service_registered_index
+// < fence) is refused with rpc.ErrStaleRegistry and stores nothing, unless
+// its id exists already (then it reports it, as above). The node that takes
+// a registry change fences every partition before it answers (fence.go).
 //
 // Exclusive invocations of a keyed service (Invoke.exclusive: an object's
 // exclusive handlers, a workflow's run) run one at a time per (service,

@@ -147,6 +147,9 @@ func (m *machine) applyCommand(b *bolt.Bucket, term uint64, c *rpc.Command, fx *
 	case *rpc.Command_Admit:
 		fx.applied["admit"]++
 		return m.admit(b, cmd.Admit, fx)
+	case *rpc.Command_FenceService:
+		fx.applied["fence_service"]++
+		return m.fence(b, term, cmd.FenceService, fx)
 	default:
 		return fmt.Errorf("partition: unexpected command %T", c.Cmd)
 	}
@@ -174,6 +177,14 @@ func (m *machine) invoke(b *bolt.Bucket, term uint64, c *rpc.Invoke, fx *effects
 			NotBeforeUnixMs:    rec.Invoke.GetNotBeforeUnixMs(),
 			CompletedAtUnixMs:  rec.CompletedAtUnixMs,
 		}
+		fx.replies = append(fx.replies, r)
+		return nil
+	}
+	if fencedOut(b, c) {
+		// Nothing is stored: the ingress looks the service up again and
+		// retries with what it finds then.
+		r.err = fmt.Errorf("partition: service %q: registration %d checked, changed at %d: %w",
+			c.Service, c.ServiceRegisteredIndex, fenceOf(b, c.Service), rpc.ErrStaleRegistry)
 		fx.replies = append(fx.replies, r)
 		return nil
 	}

@@ -3,14 +3,17 @@
 // its log entries are rpc.CommandBatches of PutService and DeleteService.
 //
 // Put and Delete are leader-only: they propose the command with a fresh
-// request id and return once it applied and is visible to Lookup on this
-// node (answered from Reveal, matched by package proposals on request id
-// and term); *rpc.NotLeaderError on a follower, rpc.ErrLostLeadership when
-// leadership is lost while waiting. Lookup and List read this replica's
-// applied copy from memory. CatchUp brings the replica up to what the
-// leader committed; LookupCurrent catches up before every answer, so no
-// node accepts or delivers a call for a service whose removal was
-// answered, nor misses one registered a moment ago through another node.
+// request id and return, with the entry's index, once it applied and is
+// visible to Lookup on this node (answered from Reveal, matched by package
+// proposals on request id and term); *rpc.NotLeaderError on a follower,
+// rpc.ErrLostLeadership when leadership is lost while waiting. Every
+// registration carries the index it was applied at (RegisteredIndex), so
+// that a partition told of a later change (rpc.FenceService, sent by the
+// node that took the change before it answers) can refuse an invocation
+// checked against it. Lookup and List read this replica's applied copy
+// from memory. CatchUp brings the replica up to what the leader committed;
+// LookupCurrent catches up before it answers, so a service registered a
+// moment ago through another node is found.
 //
 // A service has a kind: a plain service (the default, and what every
 // registration from before kinds existed reads as), a virtual object or a

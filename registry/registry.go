@@ -38,8 +38,8 @@ type Registry struct {
 	services map[string]*rpc.Service // guarded by mu; replaced, never mutated
 
 	// tracker matches each Put and Delete to its applied entry by request
-	// id and term.
-	tracker *proposals.Tracker[struct{}]
+	// id and term; the reply is the entry's index.
+	tracker *proposals.Tracker[uint64]
 	// catchUps shares read rounds among concurrent CatchUp callers.
 	catchUps rounds
 }
@@ -56,7 +56,7 @@ func New(logger zerolog.Logger) *Registry {
 		now:      time.Now,
 		ready:    make(chan struct{}),
 		services: make(map[string]*rpc.Service),
-		tracker:  proposals.NewTracker[struct{}](maxPending),
+		tracker:  proposals.NewTracker[uint64](maxPending),
 	}
 }
 
@@ -96,13 +96,15 @@ func (r *Registry) OnLeadership(ev raftlog.LeaderEvent) {
 	r.tracker.SetLeadership(ev.Leader, ev.Term, ev.IsSelf)
 }
 
-// Put registers or replaces a service and returns once the change applied.
-// Leader only (*rpc.NotLeaderError otherwise). A registration without
-// UpdatedAtUnixMs is stamped here; one stamped by the node that took the
-// request keeps its stamp, so that node can answer with what is stored.
-func (r *Registry) Put(ctx context.Context, svc *rpc.Service) error {
+// Put registers or replaces a service and returns once the change applied,
+// with the metadata log index it applied at (the registration's
+// RegisteredIndex). Leader only (*rpc.NotLeaderError otherwise). A
+// registration without UpdatedAtUnixMs is stamped here; one stamped by the
+// node that took the request keeps its stamp, so that node can answer with
+// what is stored.
+func (r *Registry) Put(ctx context.Context, svc *rpc.Service) (uint64, error) {
 	if err := validateService(svc); err != nil {
-		return err
+		return 0, err
 	}
 	svc = proto.Clone(svc).(*rpc.Service)
 	if svc.UpdatedAtUnixMs == 0 {
@@ -112,10 +114,12 @@ func (r *Registry) Put(ctx context.Context, svc *rpc.Service) error {
 	return r.propose(ctx, requestID, &rpc.Command{Cmd: &rpc.Command_PutService{PutService: &rpc.PutService{Service: svc, RequestId: requestID}}})
 }
 
-// Delete removes a service; rpc.ErrNotFound if it is not registered.
-func (r *Registry) Delete(ctx context.Context, name string) error {
+// Delete removes a service and returns the metadata log index it applied
+// at; rpc.ErrNotFound if it is not registered, with the index at which
+// that was found (a fence there still passes every older registration).
+func (r *Registry) Delete(ctx context.Context, name string) (uint64, error) {
 	if name == "" {
-		return fmt.Errorf("registry: empty service name: %w", rpc.ErrInvalid)
+		return 0, fmt.Errorf("registry: empty service name: %w", rpc.ErrInvalid)
 	}
 	requestID := invocation.NewRequestID()
 	return r.propose(ctx, requestID, &rpc.Command{Cmd: &rpc.Command_DeleteService{DeleteService: &rpc.DeleteService{Name: name, RequestId: requestID}}})
@@ -200,36 +204,36 @@ func (r *Registry) List() []*rpc.Service {
 	return out
 }
 
-func (r *Registry) propose(ctx context.Context, requestID []byte, cmd *rpc.Command) error {
+func (r *Registry) propose(ctx context.Context, requestID []byte, cmd *rpc.Command) (uint64, error) {
 	select {
 	case <-r.ready:
 	default:
-		return &rpc.NotLeaderError{}
+		return 0, &rpc.NotLeaderError{}
 	}
 	data, err := rpc.EncodeBatch(cmd)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	tk, _, err := r.tracker.Register(string(requestID)) // a fresh id: always proposed
 	if err != nil {
-		return err
+		return 0, err
 	}
 	prop, err := r.log.Propose(ctx, data)
 	if err != nil {
-		r.tracker.Fail([]proposals.Ticket[struct{}]{tk}, r.proposeError(err))
+		r.tracker.Fail([]proposals.Ticket[uint64]{tk}, r.proposeError(err))
 	} else {
-		r.tracker.Proposed([]proposals.Ticket[struct{}]{tk}, prop.Term)
+		r.tracker.Proposed([]proposals.Ticket[uint64]{tk}, prop.Term)
 	}
 	select {
 	case reply := <-tk.C:
-		return reply.Err
+		return reply.Value, reply.Err
 	case <-ctx.Done():
 		r.tracker.Forget(tk)
 		select {
 		case reply := <-tk.C: // answered meanwhile
-			return reply.Err
+			return reply.Value, reply.Err
 		default:
-			return ctx.Err()
+			return 0, ctx.Err()
 		}
 	}
 }
@@ -260,6 +264,7 @@ func (r *Registry) Apply(b *bolt.Bucket, entries []raftlog.Entry) (raftlog.Appli
 	type outcome struct {
 		requestID string
 		term      uint64
+		index     uint64
 		err       error
 	}
 	var changes []change
@@ -270,7 +275,7 @@ func (r *Registry) Apply(b *bolt.Bucket, entries []raftlog.Entry) (raftlog.Appli
 			return raftlog.Applied{}, fmt.Errorf("registry: entry %d: %w", e.Index, err)
 		}
 		for _, c := range batch.Commands {
-			o := outcome{term: e.Term}
+			o := outcome{term: e.Term, index: e.Index}
 			switch cmd := c.Cmd.(type) {
 			case *rpc.Command_PutService:
 				o.requestID = string(cmd.PutService.RequestId)
@@ -279,6 +284,7 @@ func (r *Registry) Apply(b *bolt.Bucket, entries []raftlog.Entry) (raftlog.Appli
 					o.err = fmt.Errorf("registry: malformed service: %w", rpc.ErrInvalid)
 					break
 				}
+				svc.RegisteredIndex = e.Index
 				data, err := storeMarshal.Marshal(svc)
 				if err != nil {
 					return raftlog.Applied{}, fmt.Errorf("registry: marshal: %w", err)
@@ -324,7 +330,7 @@ func (r *Registry) Apply(b *bolt.Bucket, entries []raftlog.Entry) (raftlog.Appli
 			r.mu.Unlock()
 		}
 		for _, o := range outcomes {
-			r.tracker.Resolve(o.requestID, o.term, proposals.Reply[struct{}]{Err: o.err})
+			r.tracker.Resolve(o.requestID, o.term, proposals.Reply[uint64]{Value: o.index, Err: o.err})
 		}
 	}}, nil
 }

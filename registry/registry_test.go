@@ -105,34 +105,47 @@ func TestRegistry(t *testing.T) {
 	reg.Start(log)
 	ctx := context.Background()
 	for _, name := range []string{"zeta", "alpha"} {
-		if err := reg.Put(ctx, &rpc.Service{Name: name, Url: "http://127.0.0.1:9/" + name}); err != nil {
+		if _, err := reg.Put(ctx, &rpc.Service{Name: name, Url: "http://127.0.0.1:9/" + name}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := reg.Put(ctx, &rpc.Service{Name: "bad", Url: "ftp://x"}); !errors.Is(err, rpc.ErrInvalid) {
+	if _, err := reg.Put(ctx, &rpc.Service{Name: "bad", Url: "ftp://x"}); !errors.Is(err, rpc.ErrInvalid) {
 		t.Fatalf("bad url = %v", err)
 	}
 	if svc, ok := reg.Lookup("alpha"); !ok || svc.Url != "http://127.0.0.1:9/alpha" || svc.UpdatedAtUnixMs == 0 {
 		t.Fatalf("lookup = %v %v", svc, ok)
 	}
 	// A stamp from the node that took the request is kept: it answered with it.
-	if err := reg.Put(ctx, &rpc.Service{Name: "stamped", Url: "http://127.0.0.1:9/", UpdatedAtUnixMs: 1_700_000_000_123}); err != nil {
+	if _, err := reg.Put(ctx, &rpc.Service{Name: "stamped", Url: "http://127.0.0.1:9/", UpdatedAtUnixMs: 1_700_000_000_123}); err != nil {
 		t.Fatal(err)
 	}
 	if svc, _ := reg.Lookup("stamped"); svc.GetUpdatedAtUnixMs() != 1_700_000_000_123 {
 		t.Fatalf("stamp %d, want the caller's", svc.GetUpdatedAtUnixMs())
 	}
-	if err := reg.Delete(ctx, "stamped"); err != nil {
+	// Each change answers with its entry's index, and a registration
+	// carries the index it was applied at.
+	putAt, err := reg.Put(ctx, &rpc.Service{Name: "stamped", Url: "http://127.0.0.1:9/v2"})
+	if err != nil {
 		t.Fatal(err)
+	}
+	if svc, _ := reg.Lookup("stamped"); putAt == 0 || svc.GetRegisteredIndex() != putAt {
+		t.Fatalf("put answered index %d, registration carries %d", putAt, svc.GetRegisteredIndex())
+	}
+	deletedAt, err := reg.Delete(ctx, "stamped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if deletedAt <= putAt {
+		t.Fatalf("delete applied at %d, not after the put at %d", deletedAt, putAt)
 	}
 	if l := reg.List(); len(l) != 2 || l[0].Name != "alpha" || l[1].Name != "zeta" {
 		t.Fatalf("list = %v", l)
 	}
-	if err := reg.Delete(ctx, "zeta"); err != nil {
+	if _, err := reg.Delete(ctx, "zeta"); err != nil {
 		t.Fatal(err)
 	}
-	if err := reg.Delete(ctx, "zeta"); !errors.Is(err, rpc.ErrNotFound) {
-		t.Fatalf("second delete = %v", err)
+	if at, err := reg.Delete(ctx, "zeta"); !errors.Is(err, rpc.ErrNotFound) || at <= deletedAt {
+		t.Fatalf("second delete = %d, %v; want rpc.ErrNotFound at an index past %d", at, err, deletedAt)
 	}
 	if _, ok := reg.Lookup("zeta"); ok {
 		t.Fatal("deleted service still found")
@@ -150,7 +163,7 @@ func TestRegistry(t *testing.T) {
 	log.hold = true
 	log.mu.Unlock()
 	errc := make(chan error, 1)
-	go func() { errc <- reg.Put(ctx, &rpc.Service{Name: "pending", Url: "http://127.0.0.1:9"}) }()
+	go func() { _, err := reg.Put(ctx, &rpc.Service{Name: "pending", Url: "http://127.0.0.1:9"}); errc <- err }()
 	testutil.WaitFor(t, 5*time.Second, "put pending", func() bool {
 		return reg.tracker.Len() == 1
 	})
@@ -162,7 +175,7 @@ func TestRegistry(t *testing.T) {
 	log.leader = false
 	log.mu.Unlock()
 	var nl *rpc.NotLeaderError
-	if err := reg.Put(ctx, &rpc.Service{Name: "x", Url: "http://127.0.0.1:9"}); !errors.As(err, &nl) || nl.Leader != 2 {
+	if _, err := reg.Put(ctx, &rpc.Service{Name: "x", Url: "http://127.0.0.1:9"}); !errors.As(err, &nl) || nl.Leader != 2 {
 		t.Fatalf("follower put = %v", err)
 	}
 }
@@ -176,7 +189,7 @@ func TestPutAnsweredOnlyByItsOwnEntry(t *testing.T) {
 	log := &metaLog{db: db, sm: reg, term: 3, leader: true, hold: true}
 	reg.Start(log)
 	errc := make(chan error, 1)
-	go func() { errc <- reg.Put(ctxT(t), &rpc.Service{Name: "mine", Url: "http://127.0.0.1:9"}) }()
+	go func() { _, err := reg.Put(ctxT(t), &rpc.Service{Name: "mine", Url: "http://127.0.0.1:9"}); errc <- err }()
 	testutil.WaitFor(t, 5*time.Second, "put proposed", func() bool {
 		log.mu.Lock()
 		defer log.mu.Unlock()

@@ -23,9 +23,13 @@ var (
 	ErrInvalid = errors.New("invalid request")
 	// ErrOverloaded: back pressure; nothing was done, retry later.
 	ErrOverloaded = errors.New("overloaded")
-	// ErrUnavailable: no leader answered before the request's deadline
-	// (used by the dispatch client, never sent on the wire). Retrying the
-	// same request later is safe.
+	// ErrStaleRegistry: an append was checked against a registration of its
+	// service that has been replaced or removed since; nothing was stored.
+	// The caller looks the service up again, caught up, and retries.
+	ErrStaleRegistry = errors.New("service registration changed since it was checked")
+	// ErrUnavailable: no leader answered before the request's deadline (the
+	// dispatch client's verdict), or a leader could not complete a request
+	// that took effect in part. Retrying the same request later is safe.
 	ErrUnavailable = errors.New("partition unavailable")
 )
 
@@ -61,6 +65,10 @@ func ToProto(err error) *DispatchError {
 		return &DispatchError{Code: DispatchError_INVALID, Message: err.Error()}
 	case errors.Is(err, ErrOverloaded):
 		return &DispatchError{Code: DispatchError_OVERLOADED, Message: err.Error()}
+	case errors.Is(err, ErrStaleRegistry):
+		return &DispatchError{Code: DispatchError_STALE_REGISTRY, Message: err.Error()}
+	case errors.Is(err, ErrUnavailable):
+		return &DispatchError{Code: DispatchError_UNAVAILABLE, Message: err.Error()}
 	default:
 		return &DispatchError{Code: DispatchError_UNKNOWN, Message: err.Error()}
 	}
@@ -86,6 +94,10 @@ func FromProto(e *DispatchError) error {
 		base = ErrInvalid
 	case DispatchError_OVERLOADED:
 		base = ErrOverloaded
+	case DispatchError_STALE_REGISTRY:
+		base = ErrStaleRegistry
+	case DispatchError_UNAVAILABLE:
+		base = ErrUnavailable
 	default:
 		return errors.New(e.Message)
 	}

@@ -77,7 +77,7 @@ func (x Service_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Service_Kind.Descriptor instead.
 func (Service_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{15, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{16, 0}
 }
 
 type InvocationRecord_State int32
@@ -139,7 +139,7 @@ func (x InvocationRecord_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InvocationRecord_State.Descriptor instead.
 func (InvocationRecord_State) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{19, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{20, 0}
 }
 
 type ListInvocations_Status int32
@@ -202,7 +202,7 @@ func (x ListInvocations_Status) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ListInvocations_Status.Descriptor instead.
 func (ListInvocations_Status) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{30, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{31, 0}
 }
 
 type DispatchError_Code int32
@@ -219,6 +219,14 @@ const (
 	DispatchError_INVALID   DispatchError_Code = 5
 	// Back pressure: nothing was done; retry later.
 	DispatchError_OVERLOADED DispatchError_Code = 6
+	// append: the registration of the service the ingress checked was
+	// replaced or removed since (a FenceService passed it); nothing was
+	// stored. Look the service up again, caught up, and retry.
+	DispatchError_STALE_REGISTRY DispatchError_Code = 7
+	// The request took effect in part and could not be completed in time
+	// (a registry change whose partitions were not all fenced); retrying
+	// it is safe.
+	DispatchError_UNAVAILABLE DispatchError_Code = 8
 )
 
 // Enum value maps for DispatchError_Code.
@@ -231,6 +239,8 @@ var (
 		4: "NOT_READY",
 		5: "INVALID",
 		6: "OVERLOADED",
+		7: "STALE_REGISTRY",
+		8: "UNAVAILABLE",
 	}
 	DispatchError_Code_value = map[string]int32{
 		"UNKNOWN":         0,
@@ -240,6 +250,8 @@ var (
 		"NOT_READY":       4,
 		"INVALID":         5,
 		"OVERLOADED":      6,
+		"STALE_REGISTRY":  7,
+		"UNAVAILABLE":     8,
 	}
 )
 
@@ -267,7 +279,7 @@ func (x DispatchError_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DispatchError_Code.Descriptor instead.
 func (DispatchError_Code) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{35, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{36, 0}
 }
 
 type RaftBatch struct {
@@ -620,6 +632,7 @@ type Command struct {
 	//	*Command_Purge
 	//	*Command_AttemptFailed
 	//	*Command_Admit
+	//	*Command_FenceService
 	//	*Command_PutService
 	//	*Command_DeleteService
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
@@ -718,6 +731,15 @@ func (x *Command) GetAdmit() *Admit {
 	return nil
 }
 
+func (x *Command) GetFenceService() *FenceService {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_FenceService); ok {
+			return x.FenceService
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetPutService() *PutService {
 	if x != nil {
 		if x, ok := x.Cmd.(*Command_PutService); ok {
@@ -764,6 +786,10 @@ type Command_Admit struct {
 	Admit *Admit `protobuf:"bytes,15,opt,name=admit,proto3,oneof"`
 }
 
+type Command_FenceService struct {
+	FenceService *FenceService `protobuf:"bytes,16,opt,name=fence_service,json=fenceService,proto3,oneof"`
+}
+
 type Command_PutService struct {
 	// Metadata group only.
 	PutService *PutService `protobuf:"bytes,20,opt,name=put_service,json=putService,proto3,oneof"`
@@ -785,9 +811,77 @@ func (*Command_AttemptFailed) isCommand_Cmd() {}
 
 func (*Command_Admit) isCommand_Cmd() {}
 
+func (*Command_FenceService) isCommand_Cmd() {}
+
 func (*Command_PutService) isCommand_Cmd() {}
 
 func (*Command_DeleteService) isCommand_Cmd() {}
+
+// A partition command, proposed to every partition once a service's
+// registration changed (put or delete) at metadata log index `index`, before
+// the change is answered: from then on the partition refuses invocations
+// checked against an older registration (Invoke.service_registered_index <
+// index), so no ingress can act on a registration whose change was answered.
+type FenceService struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Index uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	// 16 bytes, for the proposer's reply.
+	RequestId     []byte `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FenceService) Reset() {
+	*x = FenceService{}
+	mi := &file_raftgate_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FenceService) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FenceService) ProtoMessage() {}
+
+func (x *FenceService) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FenceService.ProtoReflect.Descriptor instead.
+func (*FenceService) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *FenceService) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *FenceService) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *FenceService) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
 
 type Header struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -799,7 +893,7 @@ type Header struct {
 
 func (x *Header) Reset() {
 	*x = Header{}
-	mi := &file_raftgate_proto_msgTypes[7]
+	mi := &file_raftgate_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -811,7 +905,7 @@ func (x *Header) String() string {
 func (*Header) ProtoMessage() {}
 
 func (x *Header) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[7]
+	mi := &file_raftgate_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -824,7 +918,7 @@ func (x *Header) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Header.ProtoReflect.Descriptor instead.
 func (*Header) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{7}
+	return file_raftgate_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Header) GetName() string {
@@ -867,14 +961,19 @@ type Invoke struct {
 	Key string `protobuf:"bytes,12,opt,name=key,proto3" json:"key,omitempty"`
 	// An exclusive handler of a keyed service: it runs only while it holds
 	// its (service, key), one at a time in log order (partition/keys.go).
-	Exclusive     bool `protobuf:"varint,13,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Exclusive bool `protobuf:"varint,13,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
+	// The registered_index of the service's registration the ingress
+	// checked this invocation against (0: not checked, as before fences
+	// existed). A partition that applied a FenceService of the service past
+	// it refuses the invocation with STALE_REGISTRY.
+	ServiceRegisteredIndex uint64 `protobuf:"varint,14,opt,name=service_registered_index,json=serviceRegisteredIndex,proto3" json:"service_registered_index,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *Invoke) Reset() {
 	*x = Invoke{}
-	mi := &file_raftgate_proto_msgTypes[8]
+	mi := &file_raftgate_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +985,7 @@ func (x *Invoke) String() string {
 func (*Invoke) ProtoMessage() {}
 
 func (x *Invoke) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[8]
+	mi := &file_raftgate_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +998,7 @@ func (x *Invoke) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Invoke.ProtoReflect.Descriptor instead.
 func (*Invoke) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{8}
+	return file_raftgate_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Invoke) GetInvocationId() []byte {
@@ -994,6 +1093,13 @@ func (x *Invoke) GetExclusive() bool {
 	return false
 }
 
+func (x *Invoke) GetServiceRegisteredIndex() uint64 {
+	if x != nil {
+		return x.ServiceRegisteredIndex
+	}
+	return 0
+}
+
 type Result struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// HTTP status of the answer the service gave (or the one raftgate chose for
@@ -1013,7 +1119,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_raftgate_proto_msgTypes[9]
+	mi := &file_raftgate_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1131,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[9]
+	mi := &file_raftgate_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1144,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{9}
+	return file_raftgate_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Result) GetStatus() uint32 {
@@ -1099,7 +1205,7 @@ type Complete struct {
 
 func (x *Complete) Reset() {
 	*x = Complete{}
-	mi := &file_raftgate_proto_msgTypes[10]
+	mi := &file_raftgate_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1111,7 +1217,7 @@ func (x *Complete) String() string {
 func (*Complete) ProtoMessage() {}
 
 func (x *Complete) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[10]
+	mi := &file_raftgate_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1124,7 +1230,7 @@ func (x *Complete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Complete.ProtoReflect.Descriptor instead.
 func (*Complete) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{10}
+	return file_raftgate_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Complete) GetInvocationId() []byte {
@@ -1175,7 +1281,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_raftgate_proto_msgTypes[11]
+	mi := &file_raftgate_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1293,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[11]
+	mi := &file_raftgate_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1306,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{11}
+	return file_raftgate_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Cancel) GetInvocationId() []byte {
@@ -1255,7 +1361,7 @@ type Purge struct {
 
 func (x *Purge) Reset() {
 	*x = Purge{}
-	mi := &file_raftgate_proto_msgTypes[12]
+	mi := &file_raftgate_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1373,7 @@ func (x *Purge) String() string {
 func (*Purge) ProtoMessage() {}
 
 func (x *Purge) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[12]
+	mi := &file_raftgate_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1386,7 @@ func (x *Purge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Purge.ProtoReflect.Descriptor instead.
 func (*Purge) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{12}
+	return file_raftgate_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Purge) GetBeforeUnixMs() int64 {
@@ -1318,7 +1424,7 @@ type Admit struct {
 
 func (x *Admit) Reset() {
 	*x = Admit{}
-	mi := &file_raftgate_proto_msgTypes[13]
+	mi := &file_raftgate_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1436,7 @@ func (x *Admit) String() string {
 func (*Admit) ProtoMessage() {}
 
 func (x *Admit) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[13]
+	mi := &file_raftgate_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1449,7 @@ func (x *Admit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Admit.ProtoReflect.Descriptor instead.
 func (*Admit) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{13}
+	return file_raftgate_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Admit) GetInvocationId() []byte {
@@ -1375,7 +1481,7 @@ type AttemptFailed struct {
 
 func (x *AttemptFailed) Reset() {
 	*x = AttemptFailed{}
-	mi := &file_raftgate_proto_msgTypes[14]
+	mi := &file_raftgate_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1387,7 +1493,7 @@ func (x *AttemptFailed) String() string {
 func (*AttemptFailed) ProtoMessage() {}
 
 func (x *AttemptFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[14]
+	mi := &file_raftgate_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1400,7 +1506,7 @@ func (x *AttemptFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptFailed.ProtoReflect.Descriptor instead.
 func (*AttemptFailed) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{14}
+	return file_raftgate_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AttemptFailed) GetInvocationId() []byte {
@@ -1451,14 +1557,17 @@ type Service struct {
 	Shared []string `protobuf:"bytes,6,rep,name=shared,proto3" json:"shared,omitempty"`
 	// How failed deliveries of this service are retried; unset fields take
 	// the cluster's defaults (server flags --retry-*).
-	Retry         *RetryPolicy `protobuf:"bytes,7,opt,name=retry,proto3" json:"retry,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Retry *RetryPolicy `protobuf:"bytes,7,opt,name=retry,proto3" json:"retry,omitempty"`
+	// The metadata log index at which this registration was applied, set by
+	// the registry's Apply (0 for registrations from before it existed).
+	RegisteredIndex uint64 `protobuf:"varint,8,opt,name=registered_index,json=registeredIndex,proto3" json:"registered_index,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Service) Reset() {
 	*x = Service{}
-	mi := &file_raftgate_proto_msgTypes[15]
+	mi := &file_raftgate_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1470,7 +1579,7 @@ func (x *Service) String() string {
 func (*Service) ProtoMessage() {}
 
 func (x *Service) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[15]
+	mi := &file_raftgate_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1483,7 +1592,7 @@ func (x *Service) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Service.ProtoReflect.Descriptor instead.
 func (*Service) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{15}
+	return file_raftgate_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Service) GetName() string {
@@ -1535,6 +1644,13 @@ func (x *Service) GetRetry() *RetryPolicy {
 	return nil
 }
 
+func (x *Service) GetRegisteredIndex() uint64 {
+	if x != nil {
+		return x.RegisteredIndex
+	}
+	return 0
+}
+
 // Retry rule of a service's deliveries. A zero field means "the cluster's
 // default".
 type RetryPolicy struct {
@@ -1553,7 +1669,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_raftgate_proto_msgTypes[16]
+	mi := &file_raftgate_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +1681,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[16]
+	mi := &file_raftgate_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +1694,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{16}
+	return file_raftgate_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RetryPolicy) GetMaxAttempts() uint32 {
@@ -1620,7 +1736,7 @@ type PutService struct {
 
 func (x *PutService) Reset() {
 	*x = PutService{}
-	mi := &file_raftgate_proto_msgTypes[17]
+	mi := &file_raftgate_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1748,7 @@ func (x *PutService) String() string {
 func (*PutService) ProtoMessage() {}
 
 func (x *PutService) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[17]
+	mi := &file_raftgate_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +1761,7 @@ func (x *PutService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutService.ProtoReflect.Descriptor instead.
 func (*PutService) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{17}
+	return file_raftgate_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PutService) GetService() *Service {
@@ -1673,7 +1789,7 @@ type DeleteService struct {
 
 func (x *DeleteService) Reset() {
 	*x = DeleteService{}
-	mi := &file_raftgate_proto_msgTypes[18]
+	mi := &file_raftgate_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1685,7 +1801,7 @@ func (x *DeleteService) String() string {
 func (*DeleteService) ProtoMessage() {}
 
 func (x *DeleteService) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[18]
+	mi := &file_raftgate_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1698,7 +1814,7 @@ func (x *DeleteService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteService.ProtoReflect.Descriptor instead.
 func (*DeleteService) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{18}
+	return file_raftgate_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeleteService) GetName() string {
@@ -1740,7 +1856,7 @@ type InvocationRecord struct {
 
 func (x *InvocationRecord) Reset() {
 	*x = InvocationRecord{}
-	mi := &file_raftgate_proto_msgTypes[19]
+	mi := &file_raftgate_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1752,7 +1868,7 @@ func (x *InvocationRecord) String() string {
 func (*InvocationRecord) ProtoMessage() {}
 
 func (x *InvocationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[19]
+	mi := &file_raftgate_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1765,7 +1881,7 @@ func (x *InvocationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationRecord.ProtoReflect.Descriptor instead.
 func (*InvocationRecord) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{19}
+	return file_raftgate_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *InvocationRecord) GetInvoke() *Invoke {
@@ -1861,7 +1977,7 @@ type KeyState struct {
 
 func (x *KeyState) Reset() {
 	*x = KeyState{}
-	mi := &file_raftgate_proto_msgTypes[20]
+	mi := &file_raftgate_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1873,7 +1989,7 @@ func (x *KeyState) String() string {
 func (*KeyState) ProtoMessage() {}
 
 func (x *KeyState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[20]
+	mi := &file_raftgate_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1886,7 +2002,7 @@ func (x *KeyState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyState.ProtoReflect.Descriptor instead.
 func (*KeyState) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{20}
+	return file_raftgate_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *KeyState) GetRunning() []byte {
@@ -1934,6 +2050,7 @@ type DispatchRequest struct {
 	//	*DispatchRequest_DeleteService
 	//	*DispatchRequest_KeyStatus
 	//	*DispatchRequest_List
+	//	*DispatchRequest_FenceService
 	Body          isDispatchRequest_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1941,7 +2058,7 @@ type DispatchRequest struct {
 
 func (x *DispatchRequest) Reset() {
 	*x = DispatchRequest{}
-	mi := &file_raftgate_proto_msgTypes[21]
+	mi := &file_raftgate_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1953,7 +2070,7 @@ func (x *DispatchRequest) String() string {
 func (*DispatchRequest) ProtoMessage() {}
 
 func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[21]
+	mi := &file_raftgate_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1966,7 +2083,7 @@ func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchRequest.ProtoReflect.Descriptor instead.
 func (*DispatchRequest) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{21}
+	return file_raftgate_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DispatchRequest) GetCorrelationId() uint64 {
@@ -2085,6 +2202,15 @@ func (x *DispatchRequest) GetList() *ListInvocations {
 	return nil
 }
 
+func (x *DispatchRequest) GetFenceService() *FenceService {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchRequest_FenceService); ok {
+			return x.FenceService
+		}
+	}
+	return nil
+}
+
 type isDispatchRequest_Body interface {
 	isDispatchRequest_Body()
 }
@@ -2125,6 +2251,10 @@ type DispatchRequest_List struct {
 	List *ListInvocations `protobuf:"bytes,18,opt,name=list,proto3,oneof"`
 }
 
+type DispatchRequest_FenceService struct {
+	FenceService *FenceService `protobuf:"bytes,19,opt,name=fence_service,json=fenceService,proto3,oneof"`
+}
+
 func (*DispatchRequest_Append) isDispatchRequest_Body() {}
 
 func (*DispatchRequest_Output) isDispatchRequest_Body() {}
@@ -2142,6 +2272,8 @@ func (*DispatchRequest_DeleteService) isDispatchRequest_Body() {}
 func (*DispatchRequest_KeyStatus) isDispatchRequest_Body() {}
 
 func (*DispatchRequest_List) isDispatchRequest_Body() {}
+
+func (*DispatchRequest_FenceService) isDispatchRequest_Body() {}
 
 type DispatchResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2162,7 +2294,7 @@ type DispatchResponse struct {
 
 func (x *DispatchResponse) Reset() {
 	*x = DispatchResponse{}
-	mi := &file_raftgate_proto_msgTypes[22]
+	mi := &file_raftgate_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2174,7 +2306,7 @@ func (x *DispatchResponse) String() string {
 func (*DispatchResponse) ProtoMessage() {}
 
 func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[22]
+	mi := &file_raftgate_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2187,7 +2319,7 @@ func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchResponse.ProtoReflect.Descriptor instead.
 func (*DispatchResponse) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{22}
+	return file_raftgate_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DispatchResponse) GetCorrelationId() uint64 {
@@ -2322,7 +2454,7 @@ type AppendInvocation struct {
 
 func (x *AppendInvocation) Reset() {
 	*x = AppendInvocation{}
-	mi := &file_raftgate_proto_msgTypes[23]
+	mi := &file_raftgate_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +2466,7 @@ func (x *AppendInvocation) String() string {
 func (*AppendInvocation) ProtoMessage() {}
 
 func (x *AppendInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[23]
+	mi := &file_raftgate_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +2479,7 @@ func (x *AppendInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendInvocation.ProtoReflect.Descriptor instead.
 func (*AppendInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{23}
+	return file_raftgate_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AppendInvocation) GetInvoke() *Invoke {
@@ -2370,7 +2502,7 @@ type Appended struct {
 
 func (x *Appended) Reset() {
 	*x = Appended{}
-	mi := &file_raftgate_proto_msgTypes[24]
+	mi := &file_raftgate_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2382,7 +2514,7 @@ func (x *Appended) String() string {
 func (*Appended) ProtoMessage() {}
 
 func (x *Appended) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[24]
+	mi := &file_raftgate_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2395,7 +2527,7 @@ func (x *Appended) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Appended.ProtoReflect.Descriptor instead.
 func (*Appended) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{24}
+	return file_raftgate_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Appended) GetInvocationId() []byte {
@@ -2435,7 +2567,7 @@ type GetOutput struct {
 
 func (x *GetOutput) Reset() {
 	*x = GetOutput{}
-	mi := &file_raftgate_proto_msgTypes[25]
+	mi := &file_raftgate_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2447,7 +2579,7 @@ func (x *GetOutput) String() string {
 func (*GetOutput) ProtoMessage() {}
 
 func (x *GetOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[25]
+	mi := &file_raftgate_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2460,7 +2592,7 @@ func (x *GetOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOutput.ProtoReflect.Descriptor instead.
 func (*GetOutput) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{25}
+	return file_raftgate_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetOutput) GetInvocationId() []byte {
@@ -2479,7 +2611,7 @@ type AttachInvocation struct {
 
 func (x *AttachInvocation) Reset() {
 	*x = AttachInvocation{}
-	mi := &file_raftgate_proto_msgTypes[26]
+	mi := &file_raftgate_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2491,7 +2623,7 @@ func (x *AttachInvocation) String() string {
 func (*AttachInvocation) ProtoMessage() {}
 
 func (x *AttachInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[26]
+	mi := &file_raftgate_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2504,7 +2636,7 @@ func (x *AttachInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachInvocation.ProtoReflect.Descriptor instead.
 func (*AttachInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{26}
+	return file_raftgate_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AttachInvocation) GetInvocationId() []byte {
@@ -2526,7 +2658,7 @@ type InvocationResult struct {
 
 func (x *InvocationResult) Reset() {
 	*x = InvocationResult{}
-	mi := &file_raftgate_proto_msgTypes[27]
+	mi := &file_raftgate_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2538,7 +2670,7 @@ func (x *InvocationResult) String() string {
 func (*InvocationResult) ProtoMessage() {}
 
 func (x *InvocationResult) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[27]
+	mi := &file_raftgate_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2551,7 +2683,7 @@ func (x *InvocationResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationResult.ProtoReflect.Descriptor instead.
 func (*InvocationResult) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{27}
+	return file_raftgate_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *InvocationResult) GetInvocationId() []byte {
@@ -2591,7 +2723,7 @@ type GetStatus struct {
 
 func (x *GetStatus) Reset() {
 	*x = GetStatus{}
-	mi := &file_raftgate_proto_msgTypes[28]
+	mi := &file_raftgate_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2603,7 +2735,7 @@ func (x *GetStatus) String() string {
 func (*GetStatus) ProtoMessage() {}
 
 func (x *GetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[28]
+	mi := &file_raftgate_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2616,7 +2748,7 @@ func (x *GetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatus.ProtoReflect.Descriptor instead.
 func (*GetStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{28}
+	return file_raftgate_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetStatus) GetInvocationId() []byte {
@@ -2635,7 +2767,7 @@ type InvocationStatus struct {
 
 func (x *InvocationStatus) Reset() {
 	*x = InvocationStatus{}
-	mi := &file_raftgate_proto_msgTypes[29]
+	mi := &file_raftgate_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2647,7 +2779,7 @@ func (x *InvocationStatus) String() string {
 func (*InvocationStatus) ProtoMessage() {}
 
 func (x *InvocationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[29]
+	mi := &file_raftgate_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2660,7 +2792,7 @@ func (x *InvocationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationStatus.ProtoReflect.Descriptor instead.
 func (*InvocationStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{29}
+	return file_raftgate_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *InvocationStatus) GetRecord() *InvocationRecord {
@@ -2695,7 +2827,7 @@ type ListInvocations struct {
 
 func (x *ListInvocations) Reset() {
 	*x = ListInvocations{}
-	mi := &file_raftgate_proto_msgTypes[30]
+	mi := &file_raftgate_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2707,7 +2839,7 @@ func (x *ListInvocations) String() string {
 func (*ListInvocations) ProtoMessage() {}
 
 func (x *ListInvocations) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[30]
+	mi := &file_raftgate_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2720,7 +2852,7 @@ func (x *ListInvocations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInvocations.ProtoReflect.Descriptor instead.
 func (*ListInvocations) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{30}
+	return file_raftgate_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListInvocations) GetStatus() ListInvocations_Status {
@@ -2807,7 +2939,7 @@ type InvocationList struct {
 
 func (x *InvocationList) Reset() {
 	*x = InvocationList{}
-	mi := &file_raftgate_proto_msgTypes[31]
+	mi := &file_raftgate_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2819,7 +2951,7 @@ func (x *InvocationList) String() string {
 func (*InvocationList) ProtoMessage() {}
 
 func (x *InvocationList) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[31]
+	mi := &file_raftgate_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2832,7 +2964,7 @@ func (x *InvocationList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationList.ProtoReflect.Descriptor instead.
 func (*InvocationList) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{31}
+	return file_raftgate_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *InvocationList) GetRecords() []*InvocationRecord {
@@ -2865,7 +2997,7 @@ type CancelInvocation struct {
 
 func (x *CancelInvocation) Reset() {
 	*x = CancelInvocation{}
-	mi := &file_raftgate_proto_msgTypes[32]
+	mi := &file_raftgate_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2877,7 +3009,7 @@ func (x *CancelInvocation) String() string {
 func (*CancelInvocation) ProtoMessage() {}
 
 func (x *CancelInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[32]
+	mi := &file_raftgate_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2890,7 +3022,7 @@ func (x *CancelInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelInvocation.ProtoReflect.Descriptor instead.
 func (*CancelInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{32}
+	return file_raftgate_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CancelInvocation) GetInvocationId() []byte {
@@ -2908,7 +3040,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_raftgate_proto_msgTypes[33]
+	mi := &file_raftgate_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2920,7 +3052,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[33]
+	mi := &file_raftgate_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2933,7 +3065,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{33}
+	return file_raftgate_proto_rawDescGZIP(), []int{34}
 }
 
 // GetKeyStatus asks for the running invocation and queue length of one key
@@ -2948,7 +3080,7 @@ type GetKeyStatus struct {
 
 func (x *GetKeyStatus) Reset() {
 	*x = GetKeyStatus{}
-	mi := &file_raftgate_proto_msgTypes[34]
+	mi := &file_raftgate_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2960,7 +3092,7 @@ func (x *GetKeyStatus) String() string {
 func (*GetKeyStatus) ProtoMessage() {}
 
 func (x *GetKeyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[34]
+	mi := &file_raftgate_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2973,7 +3105,7 @@ func (x *GetKeyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyStatus.ProtoReflect.Descriptor instead.
 func (*GetKeyStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{34}
+	return file_raftgate_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetKeyStatus) GetService() string {
@@ -3002,7 +3134,7 @@ type DispatchError struct {
 
 func (x *DispatchError) Reset() {
 	*x = DispatchError{}
-	mi := &file_raftgate_proto_msgTypes[35]
+	mi := &file_raftgate_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3014,7 +3146,7 @@ func (x *DispatchError) String() string {
 func (*DispatchError) ProtoMessage() {}
 
 func (x *DispatchError) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[35]
+	mi := &file_raftgate_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3027,7 +3159,7 @@ func (x *DispatchError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchError.ProtoReflect.Descriptor instead.
 func (*DispatchError) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{35}
+	return file_raftgate_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DispatchError) GetCode() DispatchError_Code {
@@ -3083,7 +3215,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"Z\n" +
 	"\fCommandBatch\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
-	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\xc1\x03\n" +
+	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\x83\x04\n" +
 	"\aCommand\x12-\n" +
 	"\x06invoke\x18\n" +
 	" \x01(\v2\x13.raftgate.v1.InvokeH\x00R\x06invoke\x123\n" +
@@ -3091,14 +3223,20 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x06cancel\x18\f \x01(\v2\x13.raftgate.v1.CancelH\x00R\x06cancel\x12*\n" +
 	"\x05purge\x18\r \x01(\v2\x12.raftgate.v1.PurgeH\x00R\x05purge\x12C\n" +
 	"\x0eattempt_failed\x18\x0e \x01(\v2\x1a.raftgate.v1.AttemptFailedH\x00R\rattemptFailed\x12*\n" +
-	"\x05admit\x18\x0f \x01(\v2\x12.raftgate.v1.AdmitH\x00R\x05admit\x12:\n" +
+	"\x05admit\x18\x0f \x01(\v2\x12.raftgate.v1.AdmitH\x00R\x05admit\x12@\n" +
+	"\rfence_service\x18\x10 \x01(\v2\x19.raftgate.v1.FenceServiceH\x00R\ffenceService\x12:\n" +
 	"\vput_service\x18\x14 \x01(\v2\x17.raftgate.v1.PutServiceH\x00R\n" +
 	"putService\x12C\n" +
 	"\x0edelete_service\x18\x15 \x01(\v2\x1a.raftgate.v1.DeleteServiceH\x00R\rdeleteServiceB\x05\n" +
-	"\x03cmd\"2\n" +
+	"\x03cmd\"W\n" +
+	"\fFenceService\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\fR\trequestId\"2\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xc4\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xfe\x03\n" +
 	"\x06Invoke\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x1d\n" +
 	"\n" +
@@ -3114,7 +3252,8 @@ const file_raftgate_proto_rawDesc = "" +
 	" \x01(\x03R\x10proposedAtUnixMs\x12+\n" +
 	"\x12not_before_unix_ms\x18\v \x01(\x03R\x0fnotBeforeUnixMs\x12\x10\n" +
 	"\x03key\x18\f \x01(\tR\x03key\x12\x1c\n" +
-	"\texclusive\x18\r \x01(\bR\texclusive\"\xa1\x01\n" +
+	"\texclusive\x18\r \x01(\bR\texclusive\x128\n" +
+	"\x18service_registered_index\x18\x0e \x01(\x04R\x16serviceRegisteredIndex\"\xa1\x01\n" +
 	"\x06Result\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\rR\x06status\x12\x12\n" +
 	"\x04body\x18\x02 \x01(\fR\x04body\x12!\n" +
@@ -3146,7 +3285,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12'\n" +
 	"\x10retry_at_unix_ms\x18\x04 \x01(\x03R\rretryAtUnixMs\x12-\n" +
-	"\x13proposed_at_unix_ms\x18\x05 \x01(\x03R\x10proposedAtUnixMs\"\x9e\x02\n" +
+	"\x13proposed_at_unix_ms\x18\x05 \x01(\x03R\x10proposedAtUnixMs\"\xc9\x02\n" +
 	"\aService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1a\n" +
@@ -3154,7 +3293,8 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x12updated_at_unix_ms\x18\x04 \x01(\x03R\x0fupdatedAtUnixMs\x12-\n" +
 	"\x04kind\x18\x05 \x01(\x0e2\x19.raftgate.v1.Service.KindR\x04kind\x12\x16\n" +
 	"\x06shared\x18\x06 \x03(\tR\x06shared\x12.\n" +
-	"\x05retry\x18\a \x01(\v2\x18.raftgate.v1.RetryPolicyR\x05retry\"-\n" +
+	"\x05retry\x18\a \x01(\v2\x18.raftgate.v1.RetryPolicyR\x05retry\x12)\n" +
+	"\x10registered_index\x18\b \x01(\x04R\x0fregisteredIndex\"-\n" +
 	"\x04Kind\x12\v\n" +
 	"\aSERVICE\x10\x00\x12\n" +
 	"\n" +
@@ -3199,7 +3339,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\bKeyState\x12\x18\n" +
 	"\arunning\x18\x01 \x01(\fR\arunning\x12\x19\n" +
 	"\bnext_seq\x18\x02 \x01(\x04R\anextSeq\x12\x16\n" +
-	"\x06queued\x18\x03 \x01(\x04R\x06queued\"\x9c\x05\n" +
+	"\x06queued\x18\x03 \x01(\x04R\x06queued\"\xde\x05\n" +
 	"\x0fDispatchRequest\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x04R\rcorrelationId\x12\x1d\n" +
 	"\n" +
@@ -3218,7 +3358,8 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x0edelete_service\x18\x10 \x01(\v2\x1a.raftgate.v1.DeleteServiceH\x00R\rdeleteService\x12:\n" +
 	"\n" +
 	"key_status\x18\x11 \x01(\v2\x19.raftgate.v1.GetKeyStatusH\x00R\tkeyStatus\x122\n" +
-	"\x04list\x18\x12 \x01(\v2\x1c.raftgate.v1.ListInvocationsH\x00R\x04listB\x06\n" +
+	"\x04list\x18\x12 \x01(\v2\x1c.raftgate.v1.ListInvocationsH\x00R\x04list\x12@\n" +
+	"\rfence_service\x18\x13 \x01(\v2\x19.raftgate.v1.FenceServiceH\x00R\ffenceServiceB\x06\n" +
 	"\x04body\"\xae\x03\n" +
 	"\x10DispatchResponse\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x04R\rcorrelationId\x123\n" +
@@ -3282,12 +3423,12 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x04Done\":\n" +
 	"\fGetKeyStatus\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"\xff\x01\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"\xa5\x02\n" +
 	"\rDispatchError\x123\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1f.raftgate.v1.DispatchError.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
 	"\x06leader\x18\x03 \x01(\x04R\x06leader\x12\x12\n" +
-	"\x04term\x18\x04 \x01(\x04R\x04term\"s\n" +
+	"\x04term\x18\x04 \x01(\x04R\x04term\"\x98\x01\n" +
 	"\x04Code\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -3297,7 +3438,9 @@ const file_raftgate_proto_rawDesc = "" +
 	"\tNOT_READY\x10\x04\x12\v\n" +
 	"\aINVALID\x10\x05\x12\x0e\n" +
 	"\n" +
-	"OVERLOADED\x10\x062\x82\x01\n" +
+	"OVERLOADED\x10\x06\x12\x12\n" +
+	"\x0eSTALE_REGISTRY\x10\a\x12\x0f\n" +
+	"\vUNAVAILABLE\x10\b2\x82\x01\n" +
 	"\x04Raft\x126\n" +
 	"\x04Send\x12\x16.raftgate.v1.RaftBatch\x1a\x14.raftgate.v1.RaftAck(\x01\x12B\n" +
 	"\bSnapshot\x12\x1a.raftgate.v1.SnapshotChunk\x1a\x18.raftgate.v1.SnapshotAck(\x012U\n" +
@@ -3317,7 +3460,7 @@ func file_raftgate_proto_rawDescGZIP() []byte {
 }
 
 var file_raftgate_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_raftgate_proto_goTypes = []any{
 	(Service_Kind)(0),           // 0: raftgate.v1.Service.Kind
 	(InvocationRecord_State)(0), // 1: raftgate.v1.InvocationRecord.State
@@ -3330,88 +3473,91 @@ var file_raftgate_proto_goTypes = []any{
 	(*SnapshotAck)(nil),         // 8: raftgate.v1.SnapshotAck
 	(*CommandBatch)(nil),        // 9: raftgate.v1.CommandBatch
 	(*Command)(nil),             // 10: raftgate.v1.Command
-	(*Header)(nil),              // 11: raftgate.v1.Header
-	(*Invoke)(nil),              // 12: raftgate.v1.Invoke
-	(*Result)(nil),              // 13: raftgate.v1.Result
-	(*Complete)(nil),            // 14: raftgate.v1.Complete
-	(*Cancel)(nil),              // 15: raftgate.v1.Cancel
-	(*Purge)(nil),               // 16: raftgate.v1.Purge
-	(*Admit)(nil),               // 17: raftgate.v1.Admit
-	(*AttemptFailed)(nil),       // 18: raftgate.v1.AttemptFailed
-	(*Service)(nil),             // 19: raftgate.v1.Service
-	(*RetryPolicy)(nil),         // 20: raftgate.v1.RetryPolicy
-	(*PutService)(nil),          // 21: raftgate.v1.PutService
-	(*DeleteService)(nil),       // 22: raftgate.v1.DeleteService
-	(*InvocationRecord)(nil),    // 23: raftgate.v1.InvocationRecord
-	(*KeyState)(nil),            // 24: raftgate.v1.KeyState
-	(*DispatchRequest)(nil),     // 25: raftgate.v1.DispatchRequest
-	(*DispatchResponse)(nil),    // 26: raftgate.v1.DispatchResponse
-	(*AppendInvocation)(nil),    // 27: raftgate.v1.AppendInvocation
-	(*Appended)(nil),            // 28: raftgate.v1.Appended
-	(*GetOutput)(nil),           // 29: raftgate.v1.GetOutput
-	(*AttachInvocation)(nil),    // 30: raftgate.v1.AttachInvocation
-	(*InvocationResult)(nil),    // 31: raftgate.v1.InvocationResult
-	(*GetStatus)(nil),           // 32: raftgate.v1.GetStatus
-	(*InvocationStatus)(nil),    // 33: raftgate.v1.InvocationStatus
-	(*ListInvocations)(nil),     // 34: raftgate.v1.ListInvocations
-	(*InvocationList)(nil),      // 35: raftgate.v1.InvocationList
-	(*CancelInvocation)(nil),    // 36: raftgate.v1.CancelInvocation
-	(*Done)(nil),                // 37: raftgate.v1.Done
-	(*GetKeyStatus)(nil),        // 38: raftgate.v1.GetKeyStatus
-	(*DispatchError)(nil),       // 39: raftgate.v1.DispatchError
+	(*FenceService)(nil),        // 11: raftgate.v1.FenceService
+	(*Header)(nil),              // 12: raftgate.v1.Header
+	(*Invoke)(nil),              // 13: raftgate.v1.Invoke
+	(*Result)(nil),              // 14: raftgate.v1.Result
+	(*Complete)(nil),            // 15: raftgate.v1.Complete
+	(*Cancel)(nil),              // 16: raftgate.v1.Cancel
+	(*Purge)(nil),               // 17: raftgate.v1.Purge
+	(*Admit)(nil),               // 18: raftgate.v1.Admit
+	(*AttemptFailed)(nil),       // 19: raftgate.v1.AttemptFailed
+	(*Service)(nil),             // 20: raftgate.v1.Service
+	(*RetryPolicy)(nil),         // 21: raftgate.v1.RetryPolicy
+	(*PutService)(nil),          // 22: raftgate.v1.PutService
+	(*DeleteService)(nil),       // 23: raftgate.v1.DeleteService
+	(*InvocationRecord)(nil),    // 24: raftgate.v1.InvocationRecord
+	(*KeyState)(nil),            // 25: raftgate.v1.KeyState
+	(*DispatchRequest)(nil),     // 26: raftgate.v1.DispatchRequest
+	(*DispatchResponse)(nil),    // 27: raftgate.v1.DispatchResponse
+	(*AppendInvocation)(nil),    // 28: raftgate.v1.AppendInvocation
+	(*Appended)(nil),            // 29: raftgate.v1.Appended
+	(*GetOutput)(nil),           // 30: raftgate.v1.GetOutput
+	(*AttachInvocation)(nil),    // 31: raftgate.v1.AttachInvocation
+	(*InvocationResult)(nil),    // 32: raftgate.v1.InvocationResult
+	(*GetStatus)(nil),           // 33: raftgate.v1.GetStatus
+	(*InvocationStatus)(nil),    // 34: raftgate.v1.InvocationStatus
+	(*ListInvocations)(nil),     // 35: raftgate.v1.ListInvocations
+	(*InvocationList)(nil),      // 36: raftgate.v1.InvocationList
+	(*CancelInvocation)(nil),    // 37: raftgate.v1.CancelInvocation
+	(*Done)(nil),                // 38: raftgate.v1.Done
+	(*GetKeyStatus)(nil),        // 39: raftgate.v1.GetKeyStatus
+	(*DispatchError)(nil),       // 40: raftgate.v1.DispatchError
 }
 var file_raftgate_proto_depIdxs = []int32{
 	5,  // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
 	10, // 1: raftgate.v1.CommandBatch.commands:type_name -> raftgate.v1.Command
-	12, // 2: raftgate.v1.Command.invoke:type_name -> raftgate.v1.Invoke
-	14, // 3: raftgate.v1.Command.complete:type_name -> raftgate.v1.Complete
-	15, // 4: raftgate.v1.Command.cancel:type_name -> raftgate.v1.Cancel
-	16, // 5: raftgate.v1.Command.purge:type_name -> raftgate.v1.Purge
-	18, // 6: raftgate.v1.Command.attempt_failed:type_name -> raftgate.v1.AttemptFailed
-	17, // 7: raftgate.v1.Command.admit:type_name -> raftgate.v1.Admit
-	21, // 8: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
-	22, // 9: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
-	11, // 10: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
-	13, // 11: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
-	0,  // 12: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
-	20, // 13: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
-	19, // 14: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
-	12, // 15: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
-	1,  // 16: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
-	13, // 17: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
-	27, // 18: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
-	29, // 19: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
-	30, // 20: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
-	32, // 21: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
-	36, // 22: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
-	21, // 23: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
-	22, // 24: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
-	38, // 25: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
-	34, // 26: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
-	28, // 27: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
-	31, // 28: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
-	33, // 29: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
-	37, // 30: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
-	24, // 31: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
-	35, // 32: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
-	39, // 33: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
-	12, // 34: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
-	13, // 35: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
-	23, // 36: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
-	2,  // 37: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
-	23, // 38: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
-	3,  // 39: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
-	4,  // 40: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
-	7,  // 41: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
-	25, // 42: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
-	6,  // 43: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
-	8,  // 44: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
-	26, // 45: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
-	43, // [43:46] is the sub-list for method output_type
-	40, // [40:43] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	13, // 2: raftgate.v1.Command.invoke:type_name -> raftgate.v1.Invoke
+	15, // 3: raftgate.v1.Command.complete:type_name -> raftgate.v1.Complete
+	16, // 4: raftgate.v1.Command.cancel:type_name -> raftgate.v1.Cancel
+	17, // 5: raftgate.v1.Command.purge:type_name -> raftgate.v1.Purge
+	19, // 6: raftgate.v1.Command.attempt_failed:type_name -> raftgate.v1.AttemptFailed
+	18, // 7: raftgate.v1.Command.admit:type_name -> raftgate.v1.Admit
+	11, // 8: raftgate.v1.Command.fence_service:type_name -> raftgate.v1.FenceService
+	22, // 9: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
+	23, // 10: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
+	12, // 11: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
+	14, // 12: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
+	0,  // 13: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
+	21, // 14: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
+	20, // 15: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
+	13, // 16: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
+	1,  // 17: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
+	14, // 18: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
+	28, // 19: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
+	30, // 20: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
+	31, // 21: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
+	33, // 22: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
+	37, // 23: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
+	22, // 24: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
+	23, // 25: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
+	39, // 26: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
+	35, // 27: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
+	11, // 28: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
+	29, // 29: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
+	32, // 30: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
+	34, // 31: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
+	38, // 32: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
+	25, // 33: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
+	36, // 34: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
+	40, // 35: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
+	13, // 36: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
+	14, // 37: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
+	24, // 38: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
+	2,  // 39: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
+	24, // 40: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
+	3,  // 41: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
+	4,  // 42: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
+	7,  // 43: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
+	26, // 44: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
+	6,  // 45: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
+	8,  // 46: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
+	27, // 47: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
+	45, // [45:48] is the sub-list for method output_type
+	42, // [42:45] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_raftgate_proto_init() }
@@ -3426,10 +3572,11 @@ func file_raftgate_proto_init() {
 		(*Command_Purge)(nil),
 		(*Command_AttemptFailed)(nil),
 		(*Command_Admit)(nil),
+		(*Command_FenceService)(nil),
 		(*Command_PutService)(nil),
 		(*Command_DeleteService)(nil),
 	}
-	file_raftgate_proto_msgTypes[21].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[22].OneofWrappers = []any{
 		(*DispatchRequest_Append)(nil),
 		(*DispatchRequest_Output)(nil),
 		(*DispatchRequest_Attach)(nil),
@@ -3439,8 +3586,9 @@ func file_raftgate_proto_init() {
 		(*DispatchRequest_DeleteService)(nil),
 		(*DispatchRequest_KeyStatus)(nil),
 		(*DispatchRequest_List)(nil),
+		(*DispatchRequest_FenceService)(nil),
 	}
-	file_raftgate_proto_msgTypes[22].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[23].OneofWrappers = []any{
 		(*DispatchResponse_Appended)(nil),
 		(*DispatchResponse_Result)(nil),
 		(*DispatchResponse_Status)(nil),
@@ -3455,7 +3603,7 @@ func file_raftgate_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftgate_proto_rawDesc), len(file_raftgate_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   36,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

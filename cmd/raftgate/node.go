@@ -307,10 +307,27 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 		n.processors[p].Start(g)
 	}
 
+	// The backend serves this node's dispatch server and its own client's
+	// attempts on partitions it leads; it fences partitions through the
+	// client when the registry changes.
+	local := &backend{registry: n.registry, processors: n.processors}
+	ccfg := dispatch.DefaultClientConfig()
+	ccfg.Self = cfg.NodeID
+	ccfg.Peers = cfg.InitialCluster
+	ccfg.DialOptions = dialOpts
+	ccfg.Resolver = n.members
+	ccfg.Local = local
+	ccfg.DefaultTimeout = cfg.RequestTimeout
+	ccfg.Logger = n.log
+	ccfg.Registerer = reg
+	if n.dispatchClient, err = dispatch.NewClient(ccfg); err != nil {
+		return nil, err
+	}
+	local.fences = n.dispatchClient
+
 	scfg := dispatch.DefaultServerConfig()
 	scfg.Logger = n.log
 	scfg.Registerer = reg
-	local := backend{registry: n.registry, processors: n.processors}
 	n.dispatchServer = dispatch.NewServer(local, scfg)
 	n.dispatchServer.Register(n.grpc)
 	n.served = make(chan error, 1)
@@ -327,19 +344,6 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 		}
 		n.served <- err
 	}()
-
-	ccfg := dispatch.DefaultClientConfig()
-	ccfg.Self = cfg.NodeID
-	ccfg.Peers = cfg.InitialCluster
-	ccfg.DialOptions = dialOpts
-	ccfg.Resolver = n.members
-	ccfg.Local = local
-	ccfg.DefaultTimeout = cfg.RequestTimeout
-	ccfg.Logger = n.log
-	ccfg.Registerer = reg
-	if n.dispatchClient, err = dispatch.NewClient(ccfg); err != nil {
-		return nil, err
-	}
 
 	icfg := ingress.DefaultConfig()
 	icfg.Partitions = cfg.Partitions

@@ -23,6 +23,9 @@ type Backend interface {
 	List(ctx context.Context, partition uint32, req *rpc.ListInvocations) (*rpc.InvocationList, error)
 	PutService(ctx context.Context, svc *rpc.Service) error
 	DeleteService(ctx context.Context, name string) error
+	// FenceService makes partition refuse invocations of service checked
+	// against a registration older than index (rpc.FenceService).
+	FenceService(ctx context.Context, partition uint32, requestID []byte, service string, index uint64) error
 }
 
 // KeyBackend is a Backend that also answers key status requests (GET

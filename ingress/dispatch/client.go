@@ -336,6 +336,16 @@ func (c *Client) DeleteService(ctx context.Context, name string) error {
 	})
 }
 
+// FenceService makes a partition refuse invocations of service checked
+// against a registration older than index, and returns once its leader
+// applied that (rpc.FenceService). Retrying is safe.
+func (c *Client) FenceService(ctx context.Context, partitionID uint32, service string, index uint64) error {
+	return c.callDone(ctx, opFenceService, &rpc.DispatchRequest{
+		Partition: partitionID,
+		Body:      &rpc.DispatchRequest_FenceService{FenceService: &rpc.FenceService{Name: service, Index: index}},
+	})
+}
+
 func (c *Client) callDone(ctx context.Context, op string, req *rpc.DispatchRequest) error {
 	req.RequestId = invocation.NewRequestID()
 	resp, err := c.call(ctx, op, req)

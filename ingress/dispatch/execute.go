@@ -19,6 +19,7 @@ const (
 	opPutService    = "put_service"
 	opDeleteService = "delete_service"
 	opKeyStatus     = "key_status"
+	opFenceService  = "fence_service"
 	opUnknown       = "unknown"
 )
 
@@ -46,6 +47,8 @@ func opOf(req *rpc.DispatchRequest) string {
 		return opDeleteService
 	case *rpc.DispatchRequest_KeyStatus:
 		return opKeyStatus
+	case *rpc.DispatchRequest_FenceService:
+		return opFenceService
 	default:
 		return opUnknown
 	}
@@ -97,6 +100,10 @@ func execute(ctx context.Context, b Backend, req *rpc.DispatchRequest) *rpc.Disp
 		resp = doneResponse()
 	case *rpc.DispatchRequest_DeleteService:
 		err = b.DeleteService(ctx, r.DeleteService.GetName())
+		resp = doneResponse()
+	case *rpc.DispatchRequest_FenceService:
+		f := r.FenceService
+		err = b.FenceService(ctx, p, req.RequestId, f.GetName(), f.GetIndex())
 		resp = doneResponse()
 	case *rpc.DispatchRequest_KeyStatus:
 		kb, ok := b.(KeyBackend)

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -137,6 +138,17 @@ func (f *fakeBackend) DeleteService(ctx context.Context, name string) error {
 	}
 	f.mu.Lock()
 	f.services = append(f.services, "-"+name)
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *fakeBackend) FenceService(ctx context.Context, p uint32, requestID []byte, service string, index uint64) error {
+	if err := f.leads(); err != nil {
+		return err
+	}
+	f.record(requestID)
+	f.mu.Lock()
+	f.services = append(f.services, fmt.Sprintf("fence %s@%d in %d", service, index, p))
 	f.mu.Unlock()
 	return nil
 }
