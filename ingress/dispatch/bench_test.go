@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -12,9 +13,10 @@ import (
 )
 
 // BenchmarkStream measures requests per second over one stream with a
-// trivial backend, for 64 and 512 concurrent callers:
+// trivial backend, for 64 and 512 concurrent callers, and the process's CPU
+// time (client and server together) per request:
 //
-//	go test -run '^$' -bench Stream -benchtime 2s ./ingress/dispatch
+//	go test -run '^$' -bench Stream -benchtime 2s -benchmem ./ingress/dispatch
 func BenchmarkStream(b *testing.B) {
 	for _, callers := range []int{64, 512} {
 		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
@@ -27,7 +29,7 @@ func BenchmarkStream(b *testing.B) {
 			var next atomic.Int64
 			var wg sync.WaitGroup
 			b.ResetTimer()
-			start := time.Now()
+			start, cpu0 := time.Now(), processCPU()
 			for range callers {
 				wg.Add(1)
 				go func() {
@@ -42,9 +44,19 @@ func BenchmarkStream(b *testing.B) {
 			}
 			wg.Wait()
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 			if got := metricValue(c.metrics.opened); got != 1 {
 				b.Fatalf("%v streams, want 1", got)
 			}
 		})
 	}
+}
+
+// processCPU is the user+system CPU time this process used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
