@@ -202,7 +202,7 @@ func (x ListInvocations_Status) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ListInvocations_Status.Descriptor instead.
 func (ListInvocations_Status) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{31, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{33, 0}
 }
 
 type DispatchError_Code int32
@@ -279,7 +279,7 @@ func (x DispatchError_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DispatchError_Code.Descriptor instead.
 func (DispatchError_Code) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{36, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{38, 0}
 }
 
 type RaftBatch struct {
@@ -2026,6 +2026,94 @@ func (x *KeyState) GetQueued() uint64 {
 	return 0
 }
 
+type DispatchRequestBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Requests      []*DispatchRequest     `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DispatchRequestBatch) Reset() {
+	*x = DispatchRequestBatch{}
+	mi := &file_raftgate_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DispatchRequestBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DispatchRequestBatch) ProtoMessage() {}
+
+func (x *DispatchRequestBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DispatchRequestBatch.ProtoReflect.Descriptor instead.
+func (*DispatchRequestBatch) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *DispatchRequestBatch) GetRequests() []*DispatchRequest {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+type DispatchResponseBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Responses     []*DispatchResponse    `protobuf:"bytes,1,rep,name=responses,proto3" json:"responses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DispatchResponseBatch) Reset() {
+	*x = DispatchResponseBatch{}
+	mi := &file_raftgate_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DispatchResponseBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DispatchResponseBatch) ProtoMessage() {}
+
+func (x *DispatchResponseBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DispatchResponseBatch.ProtoReflect.Descriptor instead.
+func (*DispatchResponseBatch) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *DispatchResponseBatch) GetResponses() []*DispatchResponse {
+	if x != nil {
+		return x.Responses
+	}
+	return nil
+}
+
 type DispatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Opaque to the server: no order or density may be assumed.
@@ -2058,7 +2146,7 @@ type DispatchRequest struct {
 
 func (x *DispatchRequest) Reset() {
 	*x = DispatchRequest{}
-	mi := &file_raftgate_proto_msgTypes[22]
+	mi := &file_raftgate_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2070,7 +2158,7 @@ func (x *DispatchRequest) String() string {
 func (*DispatchRequest) ProtoMessage() {}
 
 func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[22]
+	mi := &file_raftgate_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2083,7 +2171,7 @@ func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchRequest.ProtoReflect.Descriptor instead.
 func (*DispatchRequest) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{22}
+	return file_raftgate_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DispatchRequest) GetCorrelationId() uint64 {
@@ -2294,7 +2382,7 @@ type DispatchResponse struct {
 
 func (x *DispatchResponse) Reset() {
 	*x = DispatchResponse{}
-	mi := &file_raftgate_proto_msgTypes[23]
+	mi := &file_raftgate_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2306,7 +2394,7 @@ func (x *DispatchResponse) String() string {
 func (*DispatchResponse) ProtoMessage() {}
 
 func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[23]
+	mi := &file_raftgate_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2319,7 +2407,7 @@ func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchResponse.ProtoReflect.Descriptor instead.
 func (*DispatchResponse) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{23}
+	return file_raftgate_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DispatchResponse) GetCorrelationId() uint64 {
@@ -2454,7 +2542,7 @@ type AppendInvocation struct {
 
 func (x *AppendInvocation) Reset() {
 	*x = AppendInvocation{}
-	mi := &file_raftgate_proto_msgTypes[24]
+	mi := &file_raftgate_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2466,7 +2554,7 @@ func (x *AppendInvocation) String() string {
 func (*AppendInvocation) ProtoMessage() {}
 
 func (x *AppendInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[24]
+	mi := &file_raftgate_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2479,7 +2567,7 @@ func (x *AppendInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendInvocation.ProtoReflect.Descriptor instead.
 func (*AppendInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{24}
+	return file_raftgate_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AppendInvocation) GetInvoke() *Invoke {
@@ -2502,7 +2590,7 @@ type Appended struct {
 
 func (x *Appended) Reset() {
 	*x = Appended{}
-	mi := &file_raftgate_proto_msgTypes[25]
+	mi := &file_raftgate_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2514,7 +2602,7 @@ func (x *Appended) String() string {
 func (*Appended) ProtoMessage() {}
 
 func (x *Appended) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[25]
+	mi := &file_raftgate_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2527,7 +2615,7 @@ func (x *Appended) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Appended.ProtoReflect.Descriptor instead.
 func (*Appended) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{25}
+	return file_raftgate_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Appended) GetInvocationId() []byte {
@@ -2567,7 +2655,7 @@ type GetOutput struct {
 
 func (x *GetOutput) Reset() {
 	*x = GetOutput{}
-	mi := &file_raftgate_proto_msgTypes[26]
+	mi := &file_raftgate_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2579,7 +2667,7 @@ func (x *GetOutput) String() string {
 func (*GetOutput) ProtoMessage() {}
 
 func (x *GetOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[26]
+	mi := &file_raftgate_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2592,7 +2680,7 @@ func (x *GetOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOutput.ProtoReflect.Descriptor instead.
 func (*GetOutput) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{26}
+	return file_raftgate_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetOutput) GetInvocationId() []byte {
@@ -2611,7 +2699,7 @@ type AttachInvocation struct {
 
 func (x *AttachInvocation) Reset() {
 	*x = AttachInvocation{}
-	mi := &file_raftgate_proto_msgTypes[27]
+	mi := &file_raftgate_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2623,7 +2711,7 @@ func (x *AttachInvocation) String() string {
 func (*AttachInvocation) ProtoMessage() {}
 
 func (x *AttachInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[27]
+	mi := &file_raftgate_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2636,7 +2724,7 @@ func (x *AttachInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachInvocation.ProtoReflect.Descriptor instead.
 func (*AttachInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{27}
+	return file_raftgate_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AttachInvocation) GetInvocationId() []byte {
@@ -2658,7 +2746,7 @@ type InvocationResult struct {
 
 func (x *InvocationResult) Reset() {
 	*x = InvocationResult{}
-	mi := &file_raftgate_proto_msgTypes[28]
+	mi := &file_raftgate_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2670,7 +2758,7 @@ func (x *InvocationResult) String() string {
 func (*InvocationResult) ProtoMessage() {}
 
 func (x *InvocationResult) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[28]
+	mi := &file_raftgate_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2683,7 +2771,7 @@ func (x *InvocationResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationResult.ProtoReflect.Descriptor instead.
 func (*InvocationResult) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{28}
+	return file_raftgate_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *InvocationResult) GetInvocationId() []byte {
@@ -2723,7 +2811,7 @@ type GetStatus struct {
 
 func (x *GetStatus) Reset() {
 	*x = GetStatus{}
-	mi := &file_raftgate_proto_msgTypes[29]
+	mi := &file_raftgate_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2735,7 +2823,7 @@ func (x *GetStatus) String() string {
 func (*GetStatus) ProtoMessage() {}
 
 func (x *GetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[29]
+	mi := &file_raftgate_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2748,7 +2836,7 @@ func (x *GetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatus.ProtoReflect.Descriptor instead.
 func (*GetStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{29}
+	return file_raftgate_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetStatus) GetInvocationId() []byte {
@@ -2767,7 +2855,7 @@ type InvocationStatus struct {
 
 func (x *InvocationStatus) Reset() {
 	*x = InvocationStatus{}
-	mi := &file_raftgate_proto_msgTypes[30]
+	mi := &file_raftgate_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2779,7 +2867,7 @@ func (x *InvocationStatus) String() string {
 func (*InvocationStatus) ProtoMessage() {}
 
 func (x *InvocationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[30]
+	mi := &file_raftgate_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2792,7 +2880,7 @@ func (x *InvocationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationStatus.ProtoReflect.Descriptor instead.
 func (*InvocationStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{30}
+	return file_raftgate_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *InvocationStatus) GetRecord() *InvocationRecord {
@@ -2827,7 +2915,7 @@ type ListInvocations struct {
 
 func (x *ListInvocations) Reset() {
 	*x = ListInvocations{}
-	mi := &file_raftgate_proto_msgTypes[31]
+	mi := &file_raftgate_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2839,7 +2927,7 @@ func (x *ListInvocations) String() string {
 func (*ListInvocations) ProtoMessage() {}
 
 func (x *ListInvocations) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[31]
+	mi := &file_raftgate_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2852,7 +2940,7 @@ func (x *ListInvocations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInvocations.ProtoReflect.Descriptor instead.
 func (*ListInvocations) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{31}
+	return file_raftgate_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListInvocations) GetStatus() ListInvocations_Status {
@@ -2939,7 +3027,7 @@ type InvocationList struct {
 
 func (x *InvocationList) Reset() {
 	*x = InvocationList{}
-	mi := &file_raftgate_proto_msgTypes[32]
+	mi := &file_raftgate_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2951,7 +3039,7 @@ func (x *InvocationList) String() string {
 func (*InvocationList) ProtoMessage() {}
 
 func (x *InvocationList) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[32]
+	mi := &file_raftgate_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2964,7 +3052,7 @@ func (x *InvocationList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationList.ProtoReflect.Descriptor instead.
 func (*InvocationList) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{32}
+	return file_raftgate_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *InvocationList) GetRecords() []*InvocationRecord {
@@ -2997,7 +3085,7 @@ type CancelInvocation struct {
 
 func (x *CancelInvocation) Reset() {
 	*x = CancelInvocation{}
-	mi := &file_raftgate_proto_msgTypes[33]
+	mi := &file_raftgate_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3009,7 +3097,7 @@ func (x *CancelInvocation) String() string {
 func (*CancelInvocation) ProtoMessage() {}
 
 func (x *CancelInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[33]
+	mi := &file_raftgate_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3022,7 +3110,7 @@ func (x *CancelInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelInvocation.ProtoReflect.Descriptor instead.
 func (*CancelInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{33}
+	return file_raftgate_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CancelInvocation) GetInvocationId() []byte {
@@ -3040,7 +3128,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_raftgate_proto_msgTypes[34]
+	mi := &file_raftgate_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3052,7 +3140,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[34]
+	mi := &file_raftgate_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3065,7 +3153,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{34}
+	return file_raftgate_proto_rawDescGZIP(), []int{36}
 }
 
 // GetKeyStatus asks for the running invocation and queue length of one key
@@ -3080,7 +3168,7 @@ type GetKeyStatus struct {
 
 func (x *GetKeyStatus) Reset() {
 	*x = GetKeyStatus{}
-	mi := &file_raftgate_proto_msgTypes[35]
+	mi := &file_raftgate_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3092,7 +3180,7 @@ func (x *GetKeyStatus) String() string {
 func (*GetKeyStatus) ProtoMessage() {}
 
 func (x *GetKeyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[35]
+	mi := &file_raftgate_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3105,7 +3193,7 @@ func (x *GetKeyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyStatus.ProtoReflect.Descriptor instead.
 func (*GetKeyStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{35}
+	return file_raftgate_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetKeyStatus) GetService() string {
@@ -3134,7 +3222,7 @@ type DispatchError struct {
 
 func (x *DispatchError) Reset() {
 	*x = DispatchError{}
-	mi := &file_raftgate_proto_msgTypes[36]
+	mi := &file_raftgate_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3146,7 +3234,7 @@ func (x *DispatchError) String() string {
 func (*DispatchError) ProtoMessage() {}
 
 func (x *DispatchError) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[36]
+	mi := &file_raftgate_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3159,7 +3247,7 @@ func (x *DispatchError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchError.ProtoReflect.Descriptor instead.
 func (*DispatchError) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{36}
+	return file_raftgate_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DispatchError) GetCode() DispatchError_Code {
@@ -3339,7 +3427,11 @@ const file_raftgate_proto_rawDesc = "" +
 	"\bKeyState\x12\x18\n" +
 	"\arunning\x18\x01 \x01(\fR\arunning\x12\x19\n" +
 	"\bnext_seq\x18\x02 \x01(\x04R\anextSeq\x12\x16\n" +
-	"\x06queued\x18\x03 \x01(\x04R\x06queued\"\xde\x05\n" +
+	"\x06queued\x18\x03 \x01(\x04R\x06queued\"P\n" +
+	"\x14DispatchRequestBatch\x128\n" +
+	"\brequests\x18\x01 \x03(\v2\x1c.raftgate.v1.DispatchRequestR\brequests\"T\n" +
+	"\x15DispatchResponseBatch\x12;\n" +
+	"\tresponses\x18\x01 \x03(\v2\x1d.raftgate.v1.DispatchResponseR\tresponses\"\xde\x05\n" +
 	"\x0fDispatchRequest\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x04R\rcorrelationId\x12\x1d\n" +
 	"\n" +
@@ -3443,9 +3535,10 @@ const file_raftgate_proto_rawDesc = "" +
 	"\vUNAVAILABLE\x10\b2\x82\x01\n" +
 	"\x04Raft\x126\n" +
 	"\x04Send\x12\x16.raftgate.v1.RaftBatch\x1a\x14.raftgate.v1.RaftAck(\x01\x12B\n" +
-	"\bSnapshot\x12\x1a.raftgate.v1.SnapshotChunk\x1a\x18.raftgate.v1.SnapshotAck(\x012U\n" +
+	"\bSnapshot\x12\x1a.raftgate.v1.SnapshotChunk\x1a\x18.raftgate.v1.SnapshotAck(\x012\xab\x01\n" +
 	"\bDispatch\x12I\n" +
-	"\x06Stream\x12\x1c.raftgate.v1.DispatchRequest\x1a\x1d.raftgate.v1.DispatchResponse(\x010\x01B\"Z github.com/raftgate/raftgate/rpcb\x06proto3"
+	"\x06Stream\x12\x1c.raftgate.v1.DispatchRequest\x1a\x1d.raftgate.v1.DispatchResponse(\x010\x01\x12T\n" +
+	"\aBatches\x12!.raftgate.v1.DispatchRequestBatch\x1a\".raftgate.v1.DispatchResponseBatch(\x010\x01B\"Z github.com/raftgate/raftgate/rpcb\x06proto3"
 
 var (
 	file_raftgate_proto_rawDescOnce sync.Once
@@ -3460,49 +3553,51 @@ func file_raftgate_proto_rawDescGZIP() []byte {
 }
 
 var file_raftgate_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_raftgate_proto_goTypes = []any{
-	(Service_Kind)(0),           // 0: raftgate.v1.Service.Kind
-	(InvocationRecord_State)(0), // 1: raftgate.v1.InvocationRecord.State
-	(ListInvocations_Status)(0), // 2: raftgate.v1.ListInvocations.Status
-	(DispatchError_Code)(0),     // 3: raftgate.v1.DispatchError.Code
-	(*RaftBatch)(nil),           // 4: raftgate.v1.RaftBatch
-	(*RaftEnvelope)(nil),        // 5: raftgate.v1.RaftEnvelope
-	(*RaftAck)(nil),             // 6: raftgate.v1.RaftAck
-	(*SnapshotChunk)(nil),       // 7: raftgate.v1.SnapshotChunk
-	(*SnapshotAck)(nil),         // 8: raftgate.v1.SnapshotAck
-	(*CommandBatch)(nil),        // 9: raftgate.v1.CommandBatch
-	(*Command)(nil),             // 10: raftgate.v1.Command
-	(*FenceService)(nil),        // 11: raftgate.v1.FenceService
-	(*Header)(nil),              // 12: raftgate.v1.Header
-	(*Invoke)(nil),              // 13: raftgate.v1.Invoke
-	(*Result)(nil),              // 14: raftgate.v1.Result
-	(*Complete)(nil),            // 15: raftgate.v1.Complete
-	(*Cancel)(nil),              // 16: raftgate.v1.Cancel
-	(*Purge)(nil),               // 17: raftgate.v1.Purge
-	(*Admit)(nil),               // 18: raftgate.v1.Admit
-	(*AttemptFailed)(nil),       // 19: raftgate.v1.AttemptFailed
-	(*Service)(nil),             // 20: raftgate.v1.Service
-	(*RetryPolicy)(nil),         // 21: raftgate.v1.RetryPolicy
-	(*PutService)(nil),          // 22: raftgate.v1.PutService
-	(*DeleteService)(nil),       // 23: raftgate.v1.DeleteService
-	(*InvocationRecord)(nil),    // 24: raftgate.v1.InvocationRecord
-	(*KeyState)(nil),            // 25: raftgate.v1.KeyState
-	(*DispatchRequest)(nil),     // 26: raftgate.v1.DispatchRequest
-	(*DispatchResponse)(nil),    // 27: raftgate.v1.DispatchResponse
-	(*AppendInvocation)(nil),    // 28: raftgate.v1.AppendInvocation
-	(*Appended)(nil),            // 29: raftgate.v1.Appended
-	(*GetOutput)(nil),           // 30: raftgate.v1.GetOutput
-	(*AttachInvocation)(nil),    // 31: raftgate.v1.AttachInvocation
-	(*InvocationResult)(nil),    // 32: raftgate.v1.InvocationResult
-	(*GetStatus)(nil),           // 33: raftgate.v1.GetStatus
-	(*InvocationStatus)(nil),    // 34: raftgate.v1.InvocationStatus
-	(*ListInvocations)(nil),     // 35: raftgate.v1.ListInvocations
-	(*InvocationList)(nil),      // 36: raftgate.v1.InvocationList
-	(*CancelInvocation)(nil),    // 37: raftgate.v1.CancelInvocation
-	(*Done)(nil),                // 38: raftgate.v1.Done
-	(*GetKeyStatus)(nil),        // 39: raftgate.v1.GetKeyStatus
-	(*DispatchError)(nil),       // 40: raftgate.v1.DispatchError
+	(Service_Kind)(0),             // 0: raftgate.v1.Service.Kind
+	(InvocationRecord_State)(0),   // 1: raftgate.v1.InvocationRecord.State
+	(ListInvocations_Status)(0),   // 2: raftgate.v1.ListInvocations.Status
+	(DispatchError_Code)(0),       // 3: raftgate.v1.DispatchError.Code
+	(*RaftBatch)(nil),             // 4: raftgate.v1.RaftBatch
+	(*RaftEnvelope)(nil),          // 5: raftgate.v1.RaftEnvelope
+	(*RaftAck)(nil),               // 6: raftgate.v1.RaftAck
+	(*SnapshotChunk)(nil),         // 7: raftgate.v1.SnapshotChunk
+	(*SnapshotAck)(nil),           // 8: raftgate.v1.SnapshotAck
+	(*CommandBatch)(nil),          // 9: raftgate.v1.CommandBatch
+	(*Command)(nil),               // 10: raftgate.v1.Command
+	(*FenceService)(nil),          // 11: raftgate.v1.FenceService
+	(*Header)(nil),                // 12: raftgate.v1.Header
+	(*Invoke)(nil),                // 13: raftgate.v1.Invoke
+	(*Result)(nil),                // 14: raftgate.v1.Result
+	(*Complete)(nil),              // 15: raftgate.v1.Complete
+	(*Cancel)(nil),                // 16: raftgate.v1.Cancel
+	(*Purge)(nil),                 // 17: raftgate.v1.Purge
+	(*Admit)(nil),                 // 18: raftgate.v1.Admit
+	(*AttemptFailed)(nil),         // 19: raftgate.v1.AttemptFailed
+	(*Service)(nil),               // 20: raftgate.v1.Service
+	(*RetryPolicy)(nil),           // 21: raftgate.v1.RetryPolicy
+	(*PutService)(nil),            // 22: raftgate.v1.PutService
+	(*DeleteService)(nil),         // 23: raftgate.v1.DeleteService
+	(*InvocationRecord)(nil),      // 24: raftgate.v1.InvocationRecord
+	(*KeyState)(nil),              // 25: raftgate.v1.KeyState
+	(*DispatchRequestBatch)(nil),  // 26: raftgate.v1.DispatchRequestBatch
+	(*DispatchResponseBatch)(nil), // 27: raftgate.v1.DispatchResponseBatch
+	(*DispatchRequest)(nil),       // 28: raftgate.v1.DispatchRequest
+	(*DispatchResponse)(nil),      // 29: raftgate.v1.DispatchResponse
+	(*AppendInvocation)(nil),      // 30: raftgate.v1.AppendInvocation
+	(*Appended)(nil),              // 31: raftgate.v1.Appended
+	(*GetOutput)(nil),             // 32: raftgate.v1.GetOutput
+	(*AttachInvocation)(nil),      // 33: raftgate.v1.AttachInvocation
+	(*InvocationResult)(nil),      // 34: raftgate.v1.InvocationResult
+	(*GetStatus)(nil),             // 35: raftgate.v1.GetStatus
+	(*InvocationStatus)(nil),      // 36: raftgate.v1.InvocationStatus
+	(*ListInvocations)(nil),       // 37: raftgate.v1.ListInvocations
+	(*InvocationList)(nil),        // 38: raftgate.v1.InvocationList
+	(*CancelInvocation)(nil),      // 39: raftgate.v1.CancelInvocation
+	(*Done)(nil),                  // 40: raftgate.v1.Done
+	(*GetKeyStatus)(nil),          // 41: raftgate.v1.GetKeyStatus
+	(*DispatchError)(nil),         // 42: raftgate.v1.DispatchError
 }
 var file_raftgate_proto_depIdxs = []int32{
 	5,  // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
@@ -3524,40 +3619,44 @@ var file_raftgate_proto_depIdxs = []int32{
 	13, // 16: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
 	1,  // 17: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
 	14, // 18: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
-	28, // 19: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
-	30, // 20: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
-	31, // 21: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
-	33, // 22: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
-	37, // 23: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
-	22, // 24: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
-	23, // 25: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
-	39, // 26: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
-	35, // 27: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
-	11, // 28: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
-	29, // 29: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
-	32, // 30: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
-	34, // 31: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
-	38, // 32: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
-	25, // 33: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
-	36, // 34: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
-	40, // 35: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
-	13, // 36: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
-	14, // 37: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
-	24, // 38: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
-	2,  // 39: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
-	24, // 40: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
-	3,  // 41: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
-	4,  // 42: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
-	7,  // 43: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
-	26, // 44: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
-	6,  // 45: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
-	8,  // 46: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
-	27, // 47: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
-	45, // [45:48] is the sub-list for method output_type
-	42, // [42:45] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	28, // 19: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
+	29, // 20: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
+	30, // 21: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
+	32, // 22: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
+	33, // 23: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
+	35, // 24: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
+	39, // 25: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
+	22, // 26: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
+	23, // 27: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
+	41, // 28: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
+	37, // 29: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
+	11, // 30: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
+	31, // 31: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
+	34, // 32: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
+	36, // 33: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
+	40, // 34: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
+	25, // 35: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
+	38, // 36: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
+	42, // 37: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
+	13, // 38: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
+	14, // 39: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
+	24, // 40: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
+	2,  // 41: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
+	24, // 42: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
+	3,  // 43: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
+	4,  // 44: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
+	7,  // 45: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
+	28, // 46: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
+	26, // 47: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
+	6,  // 48: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
+	8,  // 49: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
+	29, // 50: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
+	27, // 51: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
+	48, // [48:52] is the sub-list for method output_type
+	44, // [44:48] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_raftgate_proto_init() }
@@ -3576,7 +3675,7 @@ func file_raftgate_proto_init() {
 		(*Command_PutService)(nil),
 		(*Command_DeleteService)(nil),
 	}
-	file_raftgate_proto_msgTypes[22].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[24].OneofWrappers = []any{
 		(*DispatchRequest_Append)(nil),
 		(*DispatchRequest_Output)(nil),
 		(*DispatchRequest_Attach)(nil),
@@ -3588,7 +3687,7 @@ func file_raftgate_proto_init() {
 		(*DispatchRequest_List)(nil),
 		(*DispatchRequest_FenceService)(nil),
 	}
-	file_raftgate_proto_msgTypes[23].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[25].OneofWrappers = []any{
 		(*DispatchResponse_Appended)(nil),
 		(*DispatchResponse_Result)(nil),
 		(*DispatchResponse_Status)(nil),
@@ -3603,7 +3702,7 @@ func file_raftgate_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftgate_proto_rawDesc), len(file_raftgate_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   37,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

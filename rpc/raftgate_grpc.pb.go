@@ -157,7 +157,8 @@ var Raft_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Dispatch_Stream_FullMethodName = "/raftgate.v1.Dispatch/Stream"
+	Dispatch_Stream_FullMethodName  = "/raftgate.v1.Dispatch/Stream"
+	Dispatch_Batches_FullMethodName = "/raftgate.v1.Dispatch/Batches"
 )
 
 // DispatchClient is the client API for Dispatch service.
@@ -165,8 +166,17 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type DispatchClient interface {
 	// Stream carries many requests at once; each response names the request's
-	// correlation id and may come in any order.
+	// correlation id and may come in any order. One message per request and
+	// per answer: what releases before Batches speak, still served for them.
 	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[DispatchRequest, DispatchResponse], error)
+	// Batches is Stream with many requests in one message and many answers
+	// in one message, so that a busy stream pays gRPC framing, a write and a
+	// wake-up per batch rather than per request. Batches answer no request
+	// as a whole: each answer names its request's correlation id, in any
+	// order and any later batch. The server sends its response headers as
+	// soon as it accepts the stream, so that a client can tell it from a
+	// server that does not serve Batches (UNIMPLEMENTED) before it sends.
+	Batches(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[DispatchRequestBatch, DispatchResponseBatch], error)
 }
 
 type dispatchClient struct {
@@ -190,13 +200,35 @@ func (c *dispatchClient) Stream(ctx context.Context, opts ...grpc.CallOption) (g
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Dispatch_StreamClient = grpc.BidiStreamingClient[DispatchRequest, DispatchResponse]
 
+func (c *dispatchClient) Batches(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[DispatchRequestBatch, DispatchResponseBatch], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Dispatch_ServiceDesc.Streams[1], Dispatch_Batches_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[DispatchRequestBatch, DispatchResponseBatch]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Dispatch_BatchesClient = grpc.BidiStreamingClient[DispatchRequestBatch, DispatchResponseBatch]
+
 // DispatchServer is the server API for Dispatch service.
 // All implementations must embed UnimplementedDispatchServer
 // for forward compatibility.
 type DispatchServer interface {
 	// Stream carries many requests at once; each response names the request's
-	// correlation id and may come in any order.
+	// correlation id and may come in any order. One message per request and
+	// per answer: what releases before Batches speak, still served for them.
 	Stream(grpc.BidiStreamingServer[DispatchRequest, DispatchResponse]) error
+	// Batches is Stream with many requests in one message and many answers
+	// in one message, so that a busy stream pays gRPC framing, a write and a
+	// wake-up per batch rather than per request. Batches answer no request
+	// as a whole: each answer names its request's correlation id, in any
+	// order and any later batch. The server sends its response headers as
+	// soon as it accepts the stream, so that a client can tell it from a
+	// server that does not serve Batches (UNIMPLEMENTED) before it sends.
+	Batches(grpc.BidiStreamingServer[DispatchRequestBatch, DispatchResponseBatch]) error
 	mustEmbedUnimplementedDispatchServer()
 }
 
@@ -209,6 +241,9 @@ type UnimplementedDispatchServer struct{}
 
 func (UnimplementedDispatchServer) Stream(grpc.BidiStreamingServer[DispatchRequest, DispatchResponse]) error {
 	return status.Error(codes.Unimplemented, "method Stream not implemented")
+}
+func (UnimplementedDispatchServer) Batches(grpc.BidiStreamingServer[DispatchRequestBatch, DispatchResponseBatch]) error {
+	return status.Error(codes.Unimplemented, "method Batches not implemented")
 }
 func (UnimplementedDispatchServer) mustEmbedUnimplementedDispatchServer() {}
 func (UnimplementedDispatchServer) testEmbeddedByValue()                  {}
@@ -238,6 +273,13 @@ func _Dispatch_Stream_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Dispatch_StreamServer = grpc.BidiStreamingServer[DispatchRequest, DispatchResponse]
 
+func _Dispatch_Batches_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(DispatchServer).Batches(&grpc.GenericServerStream[DispatchRequestBatch, DispatchResponseBatch]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Dispatch_BatchesServer = grpc.BidiStreamingServer[DispatchRequestBatch, DispatchResponseBatch]
+
 // Dispatch_ServiceDesc is the grpc.ServiceDesc for Dispatch service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -249,6 +291,12 @@ var Dispatch_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Stream",
 			Handler:       _Dispatch_Stream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Batches",
+			Handler:       _Dispatch_Batches_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},

@@ -45,6 +45,9 @@ func BenchmarkStream(b *testing.B) {
 			wg.Wait()
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
 			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+			m := nodes[0].server.metrics
+			b.ReportMetric(float64(b.N+1)/metricValue(m.framesReceived), "req/frame-in")
+			b.ReportMetric(float64(b.N+1)/metricValue(m.framesSent), "resp/frame-out")
 			if got := metricValue(c.metrics.opened); got != 1 {
 				b.Fatalf("%v streams, want 1", got)
 			}

@@ -15,6 +15,11 @@ type serverMetrics struct {
 	streams    prometheus.Gauge
 	overloaded prometheus.Counter
 	seconds    *prometheus.HistogramVec // op
+	// framesReceived and framesSent count gRPC messages on dispatch
+	// streams: one per request or answer on Stream, one per batch on
+	// Batches.
+	framesReceived prometheus.Counter
+	framesSent     prometheus.Counter
 }
 
 func newServerMetrics(reg prometheus.Registerer, log zerolog.Logger) *serverMetrics {
@@ -40,8 +45,16 @@ func newServerMetrics(reg prometheus.Registerer, log zerolog.Logger) *serverMetr
 			Help:    "Time from receiving a dispatch request to queueing its answer.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
 		}, []string{"op"}),
+		framesReceived: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "raftgate_dispatch_server_frames_received_total",
+			Help: "gRPC messages received on dispatch streams (a batch of requests counts once).",
+		}),
+		framesSent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "raftgate_dispatch_server_frames_sent_total",
+			Help: "gRPC messages sent on dispatch streams (a batch of answers counts once).",
+		}),
 	}
-	register(reg, log, m.requests, m.inFlight, m.streams, m.overloaded, m.seconds)
+	register(reg, log, m.requests, m.inFlight, m.streams, m.overloaded, m.seconds, m.framesReceived, m.framesSent)
 	return m
 }
 
@@ -52,6 +65,7 @@ type clientMetrics struct {
 	seconds   *prometheus.HistogramVec
 	inFlight  prometheus.Gauge
 	opened    prometheus.Counter
+	legacy    prometheus.Counter // opened as Stream: the node serves no Batches
 	broken    prometheus.Counter
 	dropped   prometheus.Counter
 	overloads prometheus.Counter
@@ -81,6 +95,10 @@ func newClientMetrics(reg prometheus.Registerer, log zerolog.Logger) *clientMetr
 			Name: "raftgate_dispatch_client_streams_opened_total",
 			Help: "Dispatch streams opened.",
 		}),
+		legacy: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "raftgate_dispatch_client_legacy_streams_opened_total",
+			Help: "Dispatch streams opened one message per request because the node serves no batched stream (an older release).",
+		}),
 		broken: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "raftgate_dispatch_client_streams_broken_total",
 			Help: "Dispatch streams that broke (every request in flight on them was retried).",
@@ -98,7 +116,7 @@ func newClientMetrics(reg prometheus.Registerer, log zerolog.Logger) *clientMetr
 			Help: "Attempts run in process on this node's own backend (it led the partition), without a dispatch stream.",
 		}),
 	}
-	register(reg, log, m.calls, m.retries, m.seconds, m.inFlight, m.opened, m.broken, m.dropped, m.overloads, m.local)
+	register(reg, log, m.calls, m.retries, m.seconds, m.inFlight, m.opened, m.legacy, m.broken, m.dropped, m.overloads, m.local)
 	return m
 }
 

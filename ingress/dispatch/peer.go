@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/raftgate/raftgate/rpc"
 )
@@ -119,19 +122,45 @@ func (p *peer) openStream() (*clientStream, error) {
 	conn := p.conn
 	p.mu.Unlock()
 	ctx, cancel := context.WithCancel(p.c.ctx)
-	s, err := rpc.NewDispatchClient(conn).Stream(ctx)
+	w, err := p.openWire(ctx, rpc.NewDispatchClient(conn))
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("%w: node %d at %s: %w", errUnreachable, p.id, p.addr, err)
 	}
 	return &clientStream{
 		peer:    p,
-		stream:  s,
+		wire:    w,
 		cancel:  cancel,
 		sendq:   make(chan *rpc.DispatchRequest, p.c.cfg.MaxInFlightPerNode),
 		done:    make(chan struct{}),
 		pending: map[uint64]chan *rpc.DispatchResponse{},
 	}, nil
+}
+
+// openWire opens a batched stream, or a per-message one when the node runs
+// a release that does not serve Batches (a rolling upgrade). The choice is
+// made again at every open, so a node is batched to once it is upgraded.
+func (p *peer) openWire(ctx context.Context, dc rpc.DispatchClient) (clientWire, error) {
+	bs, err := dc.Batches(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// A server that serves Batches sends its headers at once; one that
+	// does not ends the stream with UNIMPLEMENTED instead (no headers), so
+	// the choice is made before any request is sent.
+	if md, _ := bs.Header(); md != nil {
+		return batchClientWire{s: bs}, nil
+	}
+	if _, err := bs.Recv(); status.Code(err) != codes.Unimplemented {
+		return nil, err
+	}
+	s, err := dc.Stream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.c.metrics.legacy.Inc()
+	p.c.log.Info().Uint64("peer", p.id).Msg("dispatch peer serves no batched stream (an older release): one message per request")
+	return &streamClientWire{s: s}, nil
 }
 
 // close closes the connection; the client is closing and every stream's
@@ -150,7 +179,7 @@ func (p *peer) close() error {
 // closes and every attempt waiting on it fails at once.
 type clientStream struct {
 	peer   *peer
-	stream rpc.Dispatch_StreamClient
+	wire   clientWire
 	cancel context.CancelFunc
 	sendq  chan *rpc.DispatchRequest
 	// done is closed when the stream broke; err says why.
@@ -197,11 +226,18 @@ func (st *clientStream) abandon(id uint64) {
 	st.mu.Unlock()
 }
 
+// sendLoop sends the first queued request together with whatever else is
+// queued by then, up to maxFrameRequests: under load one frame carries
+// many requests, and an idle stream sends a lone request at once.
 func (st *clientStream) sendLoop() {
+	batch := make([]*rpc.DispatchRequest, 0, maxFrameRequests)
 	for {
 		select {
 		case req := <-st.sendq:
-			if err := st.stream.Send(req); err != nil {
+			batch = st.drain(append(batch[:0], req))
+			err := st.wire.send(batch)
+			clear(batch)
+			if err != nil {
 				st.fail(fmt.Errorf("%w: send: %w", errStreamBroken, err))
 				return
 			}
@@ -211,22 +247,53 @@ func (st *clientStream) sendLoop() {
 	}
 }
 
+// drain appends what is queued to batch, up to maxFrameRequests. Finding
+// nothing queued, it yields the processor once first (as gRPC's own writer
+// does for a small write): callers that are runnable, typically woken by
+// answers of the last frame, queue their next requests meanwhile and share
+// this frame instead of each waking the loop for one of its own.
+func (st *clientStream) drain(batch []*rpc.DispatchRequest) []*rpc.DispatchRequest {
+	yielded := false
+	for len(batch) < maxFrameRequests {
+		select {
+		case req := <-st.sendq:
+			batch = append(batch, req)
+		default:
+			if yielded || len(batch) > 1 {
+				return batch
+			}
+			yielded = true
+			runtime.Gosched()
+		}
+	}
+	return batch
+}
+
+// recvLoop hands every answer of a frame to the attempt waiting for its
+// correlation id, and drops answers nobody waits for.
 func (st *clientStream) recvLoop() {
+	var waiters []chan *rpc.DispatchResponse
 	for {
-		resp, err := st.stream.Recv()
+		resps, err := st.wire.recv()
 		if err != nil {
 			st.fail(fmt.Errorf("%w: node %d: %w", errStreamBroken, st.peer.id, err))
 			return
 		}
+		waiters = waiters[:0]
 		st.mu.Lock()
-		ch := st.pending[resp.CorrelationId]
-		delete(st.pending, resp.CorrelationId)
-		st.mu.Unlock()
-		if ch == nil {
-			st.peer.c.metrics.dropped.Inc()
-			continue
+		for _, resp := range resps {
+			waiters = append(waiters, st.pending[resp.CorrelationId])
+			delete(st.pending, resp.CorrelationId)
 		}
-		ch <- resp // buffered, one answer per id
+		st.mu.Unlock()
+		for i, ch := range waiters {
+			if ch == nil {
+				st.peer.c.metrics.dropped.Inc()
+				continue
+			}
+			ch <- resps[i] // buffered, one answer per id
+		}
+		clear(waiters)
 	}
 }
 

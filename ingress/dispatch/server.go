@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 
@@ -22,8 +23,9 @@ type ServerConfig struct {
 	// MaxInFlightPerNode bounds the requests of all streams being handled
 	// at once.
 	MaxInFlightPerNode int
-	// MaxSendBatch bounds how many queued answers are written before the
-	// sender checks for shutdown again.
+	// MaxSendBatch bounds how many queued answers one wake-up of a
+	// stream's sender takes (and so one batch frame carries) before it
+	// checks for shutdown again.
 	MaxSendBatch int
 	Logger       zerolog.Logger
 	// Registerer receives the server's metrics; nil registers none.
@@ -92,10 +94,20 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 	rpc.RegisterDispatchServer(g, s)
 }
 
-// Stream serves one dispatch stream until the client ends it, it breaks, or
-// the server closes.
+// Stream serves one per-message dispatch stream (clients of releases
+// before Batches) until the client ends it, it breaks, or the server
+// closes.
 func (s *Server) Stream(ss rpc.Dispatch_StreamServer) error {
-	st := newServerStream(s, ss)
+	return s.serve(ss.Context(), &streamServerWire{s: ss, metrics: s.metrics})
+}
+
+// Batches serves one batched dispatch stream, as Stream does.
+func (s *Server) Batches(bs rpc.Dispatch_BatchesServer) error {
+	return s.serve(bs.Context(), batchServerWire{s: bs, maxMsgs: s.cfg.MaxSendBatch, metrics: s.metrics})
+}
+
+func (s *Server) serve(ctx context.Context, w serverWire) error {
+	st := newServerStream(ctx, s, w)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,9 +23,9 @@ const outSlack = 256
 // sender; a receive goroutine reads requests and starts one goroutine per
 // request.
 type serverStream struct {
-	s   *Server
-	ss  rpc.Dispatch_StreamServer
-	log zerolog.Logger
+	s    *Server
+	wire serverWire
+	log  zerolog.Logger
 	// ctx is the parent of every request's context; cancelled when the
 	// stream ends or the server closes.
 	ctx    context.Context
@@ -32,6 +33,8 @@ type serverStream struct {
 
 	// out queues answers for the sender.
 	out chan *rpc.DispatchResponse
+	// batch holds the answers of one wake-up of the sender (run only).
+	batch []*rpc.DispatchResponse
 	// closing is closed by shutdown (server Close).
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -60,11 +63,11 @@ type serverCall struct {
 	answered atomic.Bool
 }
 
-func newServerStream(s *Server, ss rpc.Dispatch_StreamServer) *serverStream {
-	ctx, cancel := context.WithCancel(ss.Context())
+func newServerStream(streamCtx context.Context, s *Server, w serverWire) *serverStream {
+	ctx, cancel := context.WithCancel(streamCtx)
 	return &serverStream{
 		s:        s,
-		ss:       ss,
+		wire:     w,
 		log:      s.log,
 		ctx:      ctx,
 		cancel:   cancel,
@@ -83,10 +86,13 @@ func (st *serverStream) shutdown() {
 // run sends answers until the client half-closes and everything it sent is
 // answered, the stream breaks, or the server closes.
 func (st *serverStream) run() error {
-	st.s.wg.Add(1)
-	go st.receive()
 	defer close(st.done)
 	defer st.cancel() // runs first: request contexts end before done closes
+	if err := st.wire.accepted(); err != nil {
+		return err
+	}
+	st.s.wg.Add(1)
+	go st.receive()
 	sent := 0
 	recvDone := st.recvDone
 	for {
@@ -113,33 +119,42 @@ func (st *serverStream) run() error {
 	}
 }
 
-// sendBatch sends first and whatever else is queued, up to MaxSendBatch, so
-// that one wake-up writes many answers (gRPC coalesces them into few writes).
+// sendBatch sends first and whatever else is queued, up to MaxSendBatch
+// answers, so that one wake-up writes many answers: in one frame on
+// Batches, in messages gRPC coalesces into few writes on Stream. It returns
+// how many answers it took from the queue.
 func (st *serverStream) sendBatch(first *rpc.DispatchResponse) (int, error) {
-	if err := st.send(first); err != nil {
-		return 0, err
-	}
+	st.batch = appendAnswer(st.batch[:0], first)
 	n := 1
+	yielded := false
+drain:
 	for n < st.s.cfg.MaxSendBatch {
 		select {
 		case resp := <-st.out:
-			if err := st.send(resp); err != nil {
-				return n, err
-			}
+			st.batch = appendAnswer(st.batch, resp)
 			n++
 		default:
-			return n, nil
+			// Finding nothing more, yield once (as the client's drain
+			// does): handlers that are about to answer join this frame.
+			if yielded || n > 1 {
+				break drain
+			}
+			yielded = true
+			runtime.Gosched()
 		}
 	}
-	return n, nil
+	err := st.wire.send(st.batch)
+	clear(st.batch)
+	return n, err
 }
 
-// send writes one answer; nil stands for a request whose caller gave up.
-func (st *serverStream) send(resp *rpc.DispatchResponse) error {
+// appendAnswer appends resp unless it is nil, which stands for a request
+// whose caller gave up: it counts as answered and nothing is sent.
+func appendAnswer(batch []*rpc.DispatchResponse, resp *rpc.DispatchResponse) []*rpc.DispatchResponse {
 	if resp == nil {
-		return nil
+		return batch
 	}
-	return st.ss.Send(resp)
+	return append(batch, resp)
 }
 
 // failAll answers every unanswered call with LOST_LEADERSHIP after sending
@@ -158,36 +173,32 @@ func (st *serverStream) failAll() error {
 		}
 	}
 	st.mu.Unlock()
+	var queued []*rpc.DispatchResponse
 	for {
 		select {
 		case resp := <-st.out:
-			if err := st.send(resp); err != nil {
-				return err
-			}
+			queued = appendAnswer(queued, resp)
 			continue
 		default:
 		}
 		break
 	}
-	for _, resp := range failed {
-		if err := st.ss.Send(resp); err != nil {
-			return err
-		}
-	}
-	return nil
+	return st.wire.send(append(queued, failed...))
 }
 
 func (st *serverStream) receive() {
 	defer st.s.wg.Done()
 	defer close(st.recvDone)
 	for {
-		req, err := st.ss.Recv()
+		reqs, err := st.wire.recv()
 		if err != nil {
 			st.recvErr = err
 			return
 		}
-		st.received++
-		st.accept(req)
+		st.received += len(reqs)
+		for _, req := range reqs {
+			st.accept(req)
+		}
 	}
 }
 
