@@ -120,6 +120,28 @@ func FuzzDispatchResponse(f *testing.F) {
 	})
 }
 
+func FuzzDispatchRequestBatch(f *testing.F) {
+	seeds(f, &rpc.DispatchRequestBatch{Requests: []*rpc.DispatchRequest{
+		{CorrelationId: 1, RequestId: make([]byte, 16), Partition: 2,
+			Body: &rpc.DispatchRequest_Append{Append: &rpc.AppendInvocation{Invoke: &rpc.Invoke{InvocationId: make([]byte, 24), Service: "Echo", Handler: "echo"}}}},
+		{CorrelationId: 2, Partition: 1, TimeoutMs: 500, Body: &rpc.DispatchRequest_Attach{Attach: &rpc.AttachInvocation{InvocationId: make([]byte, 24)}}},
+		{},
+	}})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		roundTrip(t, data, func() *rpc.DispatchRequestBatch { return &rpc.DispatchRequestBatch{} })
+	})
+}
+
+func FuzzDispatchResponseBatch(f *testing.F) {
+	seeds(f, &rpc.DispatchResponseBatch{Responses: []*rpc.DispatchResponse{
+		{CorrelationId: 1, Body: &rpc.DispatchResponse_Appended{Appended: &rpc.Appended{InvocationId: make([]byte, 24)}}},
+		{CorrelationId: 2, Body: &rpc.DispatchResponse_Error{Error: &rpc.DispatchError{Code: rpc.DispatchError_LOST_LEADERSHIP}}},
+	}})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		roundTrip(t, data, func() *rpc.DispatchResponseBatch { return &rpc.DispatchResponseBatch{} })
+	})
+}
+
 func FuzzCommandBatch(f *testing.F) {
 	id := make([]byte, 24)
 	seeds(f, &rpc.CommandBatch{Version: 1, Commands: []*rpc.Command{

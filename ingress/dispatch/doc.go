@@ -10,6 +10,19 @@
 // streams); the client draws a fresh random id for every attempt and drops
 // an answer whose id nobody waits for.
 //
+// The stream is the Batches RPC: each gRPC message (frame) carries every
+// request queued when the client's sender wakes, or every answer queued
+// when the server's sender wakes, so a busy stream pays framing, a write
+// and a wake-up per batch rather than per request, while a lone request
+// still goes at once. A frame holds at most 256 requests (MaxSendBatch
+// answers) and 1 MiB; a larger request or answer goes alone. Batching
+// changes nothing else: each request is accepted, bounded and answered on
+// its own. The server still serves the per-message Stream RPC for clients
+// of older releases, and the client opens one towards a node that does not
+// serve Batches (a rolling upgrade): it sees that node refuse Batches
+// (UNIMPLEMENTED, before any request is sent, because a server that serves
+// Batches sends its headers at once) and asks again at every new stream.
+//
 // A request for a partition this node leads itself does not take a stream:
 // with ClientConfig.Local set (the binary sets it to the Backend its Server
 // serves), the attempt runs on that Backend in process, under the same
