@@ -171,11 +171,11 @@ type DispatchClient interface {
 	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[DispatchRequest, DispatchResponse], error)
 	// Batches is Stream with many requests in one message and many answers
 	// in one message, so that a busy stream pays gRPC framing, a write and a
-	// wake-up per batch rather than per request. Batches answer no request
-	// as a whole: each answer names its request's correlation id, in any
-	// order and any later batch. The server sends its response headers as
-	// soon as it accepts the stream, so that a client can tell it from a
-	// server that does not serve Batches (UNIMPLEMENTED) before it sends.
+	// wake-up per batch rather than per request. Each answer still names its
+	// request's correlation id and may come in any later batch, in any
+	// order. The server sends its response headers as soon as it accepts
+	// the stream, so that a client tells it from a server that does not
+	// serve Batches (UNIMPLEMENTED) before sending anything.
 	Batches(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[DispatchRequestBatch, DispatchResponseBatch], error)
 }
 
@@ -223,11 +223,11 @@ type DispatchServer interface {
 	Stream(grpc.BidiStreamingServer[DispatchRequest, DispatchResponse]) error
 	// Batches is Stream with many requests in one message and many answers
 	// in one message, so that a busy stream pays gRPC framing, a write and a
-	// wake-up per batch rather than per request. Batches answer no request
-	// as a whole: each answer names its request's correlation id, in any
-	// order and any later batch. The server sends its response headers as
-	// soon as it accepts the stream, so that a client can tell it from a
-	// server that does not serve Batches (UNIMPLEMENTED) before it sends.
+	// wake-up per batch rather than per request. Each answer still names its
+	// request's correlation id and may come in any later batch, in any
+	// order. The server sends its response headers as soon as it accepts
+	// the stream, so that a client tells it from a server that does not
+	// serve Batches (UNIMPLEMENTED) before sending anything.
 	Batches(grpc.BidiStreamingServer[DispatchRequestBatch, DispatchResponseBatch]) error
 	mustEmbedUnimplementedDispatchServer()
 }

@@ -77,25 +77,33 @@ type olderServer struct {
 
 func (o olderServer) Stream(ss rpc.Dispatch_StreamServer) error { return o.s.Stream(ss) }
 
-// TestFallsBackToStreamForOlderServer: a client dispatching to a node of an
-// older release (a rolling upgrade) uses the per-message Stream; nothing is
-// sent on the refused Batches stream, so nothing needs a retry.
-func TestFallsBackToStreamForOlderServer(t *testing.T) {
-	const n = 200
+// startOneNode starts node 1, the leader, with the Dispatch service
+// registered by register and the given gRPC server options.
+func startOneNode(t testing.TB, register func(*grpc.Server, *Server), opts ...grpc.ServerOption) *testNode {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	leader := &atomic.Uint64{}
 	leader.Store(1)
-	node := &testNode{id: 1, addr: lis.Addr().String(), backend: &fakeBackend{node: 1, leader: leader, term: 7}, grpc: grpc.NewServer()}
+	node := &testNode{id: 1, addr: lis.Addr().String(), backend: &fakeBackend{node: 1, leader: leader, term: 7}, grpc: grpc.NewServer(opts...)}
 	node.server = NewServer(node.backend, ServerConfig{})
-	rpc.RegisterDispatchServer(node.grpc, olderServer{s: node.server})
+	register(node.grpc, node.server)
 	go node.grpc.Serve(lis)
 	t.Cleanup(func() {
 		node.server.Close()
 		node.grpc.Stop()
 	})
+	return node
+}
+
+// TestFallsBackToStreamForOlderServer: a client dispatching to a node of an
+// older release (a rolling upgrade) uses the per-message Stream; nothing is
+// sent on the refused Batches stream, so nothing needs a retry.
+func TestFallsBackToStreamForOlderServer(t *testing.T) {
+	const n = 200
+	node := startOneNode(t, func(g *grpc.Server, s *Server) { rpc.RegisterDispatchServer(g, olderServer{s: s}) })
 	c := newTestClient(t, []*testNode{node}, 1, nil)
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -298,21 +306,8 @@ func (f *frameSizes) HandleRPC(_ context.Context, s stats.RPCStats) {
 // above the frame budget travel over real gRPC, frames of many stay within
 // the budget, and one larger than it travels alone.
 func TestLargeRequestsAndAnswersOverBatches(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	sizes := &frameSizes{}
-	leader := &atomic.Uint64{}
-	leader.Store(1)
-	node := &testNode{id: 1, addr: lis.Addr().String(), backend: &fakeBackend{node: 1, leader: leader, term: 7}, grpc: grpc.NewServer(grpc.StatsHandler(sizes))}
-	node.server = NewServer(node.backend, ServerConfig{})
-	node.server.Register(node.grpc)
-	go node.grpc.Serve(lis)
-	t.Cleanup(func() {
-		node.server.Close()
-		node.grpc.Stop()
-	})
+	node := startOneNode(t, func(g *grpc.Server, s *Server) { s.Register(g) }, grpc.StatsHandler(sizes))
 	c := newTestClient(t, []*testNode{node}, 1, nil)
 
 	// Output answers with the id twice (id and body): 300 KiB ids make

@@ -138,8 +138,9 @@ func (p *peer) openStream() (*clientStream, error) {
 }
 
 // openWire opens a batched stream, or a per-message one when the node runs
-// a release that does not serve Batches (a rolling upgrade). The choice is
-// made again at every open, so a node is batched to once it is upgraded.
+// a release that does not serve Batches (a rolling upgrade). Every open
+// asks again, so a node gets batches once it is upgraded (its restart
+// broke the old stream).
 func (p *peer) openWire(ctx context.Context, dc rpc.DispatchClient) (clientWire, error) {
 	bs, err := dc.Batches(ctx)
 	if err != nil {
