@@ -137,6 +137,40 @@ func TestFallsBackToStreamForOlderServer(t *testing.T) {
 	}
 }
 
+// TestBatchesAgainAfterOlderServerUpgraded: the choice of framing is made
+// at every stream open, so once the older node is replaced by a new one on
+// the same address (its restart breaks the stream), the client batches.
+func TestBatchesAgainAfterOlderServerUpgraded(t *testing.T) {
+	older := startOneNode(t, func(g *grpc.Server, s *Server) { rpc.RegisterDispatchServer(g, olderServer{s: s}) })
+	c := newTestClient(t, []*testNode{older}, 1, func(cfg *ClientConfig) { cfg.BackoffBase = time.Millisecond; cfg.BackoffMax = 20 * time.Millisecond })
+	if _, err := c.Append(context.Background(), 1, invoke(1)); err != nil {
+		t.Fatal(err)
+	}
+	older.server.Close()
+	older.grpc.Stop()
+	lis, err := net.Listen("tcp", older.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	upgraded := NewServer(older.backend, ServerConfig{})
+	upgraded.Register(g)
+	go g.Serve(lis)
+	t.Cleanup(func() {
+		upgraded.Close()
+		g.Stop()
+	})
+	if _, err := c.Append(context.Background(), 1, invoke(2)); err != nil {
+		t.Fatal(err)
+	}
+	if opened, legacy := metricValue(c.metrics.opened), metricValue(c.metrics.legacy); opened != 2 || legacy != 1 {
+		t.Fatalf("%v streams opened, %v of them per-message; want 2 and 1", opened, legacy)
+	}
+	if got := metricValue(upgraded.metrics.framesReceived); got != 1 {
+		t.Fatalf("the upgraded server received %v frames, want 1", got)
+	}
+}
+
 // TestStreamClientServedByNewServer: a client of an older release (plain
 // Stream, one message per request) is still served, one answer per
 // message.
