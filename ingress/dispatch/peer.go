@@ -249,10 +249,12 @@ func (st *clientStream) sendLoop() {
 }
 
 // drain appends what is queued to batch, up to maxFrameRequests. Finding
-// nothing queued, it yields the processor once first (as gRPC's own writer
-// does for a small write): callers that are runnable, typically woken by
-// answers of the last frame, queue their next requests meanwhile and share
-// this frame instead of each waking the loop for one of its own.
+// nothing queued while other attempts are under way on this node, it
+// yields the processor once first (as gRPC's own writer does for a small
+// write): callers that are runnable, typically woken by answers of the
+// last frame, queue their next requests meanwhile and share this frame
+// instead of each waking the loop for one of its own. A lone caller does
+// not yield: nobody could join.
 func (st *clientStream) drain(batch []*rpc.DispatchRequest) []*rpc.DispatchRequest {
 	yielded := false
 	for len(batch) < maxFrameRequests {
@@ -260,7 +262,7 @@ func (st *clientStream) drain(batch []*rpc.DispatchRequest) []*rpc.DispatchReque
 		case req := <-st.sendq:
 			batch = append(batch, req)
 		default:
-			if yielded || len(batch) > 1 {
+			if yielded || len(batch) > 1 || st.peer.inFlight.Load() <= 1 {
 				return batch
 			}
 			yielded = true

@@ -134,9 +134,10 @@ drain:
 			st.batch = appendAnswer(st.batch, resp)
 			n++
 		default:
-			// Finding nothing more, yield once (as the client's drain
-			// does): handlers that are about to answer join this frame.
-			if yielded || n > 1 {
+			// Finding nothing more while other calls are being handled,
+			// yield once (as the client's drain does): handlers that are
+			// about to answer join this frame.
+			if yielded || n > 1 || !st.othersInFlight() {
 				break drain
 			}
 			yielded = true
@@ -146,6 +147,14 @@ drain:
 	err := st.wire.send(st.batch)
 	clear(st.batch)
 	return n, err
+}
+
+// othersInFlight reports whether calls other than the one just answered
+// are being handled (that one may not have left the count yet).
+func (st *serverStream) othersInFlight() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.inFlight > 1
 }
 
 // appendAnswer appends resp unless it is nil, which stands for a request
