@@ -84,8 +84,8 @@ func (s *raftServer) Send(stream rpc.Raft_SendServer) error {
 			return status.Error(codes.PermissionDenied, errRefused.Error())
 		}
 		for _, env := range batch.GetMessages() {
-			m := &pb.Message{}
-			if err := proto.Unmarshal(env.GetMessage(), m); err != nil {
+			m, err := decodeMessage(env.GetMessage())
+			if err != nil {
 				s.n.log.Warn().Err(err).Msg("raft message undecodable")
 				continue
 			}
