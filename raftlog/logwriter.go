@@ -237,7 +237,7 @@ func (lw *logWriter) encode(batch []*appendReq) (sync bool, entries int) {
 			sync = true
 		}
 		if m.Term != nil || m.Vote != nil || m.Commit != nil {
-			hs := &pb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
+			hs := newHardState(m.GetTerm(), m.GetVote(), m.GetCommit())
 			before := prev[r.g.id]
 			if before == nil {
 				before = lw.wal.HardState(g)
@@ -280,4 +280,17 @@ func (lw *logWriter) failQueued() {
 			r.g.appendDone(r)
 		}
 	}
+}
+
+// hardStateBox holds a HardState and the values its pointer fields point
+// to, so that one is built in one allocation, not four.
+type hardStateBox struct {
+	hs                 pb.HardState
+	term, vote, commit uint64
+}
+
+func newHardState(term, vote, commit uint64) *pb.HardState {
+	b := &hardStateBox{term: term, vote: vote, commit: commit}
+	b.hs.Term, b.hs.Vote, b.hs.Commit = &b.term, &b.vote, &b.commit
+	return &b.hs
 }

@@ -131,18 +131,21 @@ func (g *Group) propose(props []*proposal) {
 		props = props[len(chunk):]
 		ents := g.propBuf[:0]
 		live := chunk[:0:0]
+		entries := make([]pb.Entry, len(chunk)) // one allocation, not one per entry; raft keeps them
 		for _, p := range chunk {
 			if p.ctx.Err() != nil {
 				p.reply <- proposeResult{err: p.ctx.Err()}
 				continue
 			}
-			ents = append(ents, &pb.Entry{Data: p.data})
+			e := &entries[len(ents)]
+			e.Data = p.data
+			ents = append(ents, e)
 			live = append(live, p)
 		}
 		if len(ents) == 0 {
 			continue
 		}
-		err := g.rn.Step(&pb.Message{Type: pb.MsgProp.Enum(), From: new(g.n.cfg.NodeID), Entries: ents})
+		err := g.rn.Step(newPropMsg(g.n.cfg.NodeID, ents))
 		clear(ents)
 		g.propBuf = ents[:0]
 		if err != nil {
@@ -320,6 +323,20 @@ func (g *Group) dropUnusedSnapshots() {
 	g.snapFiles = g.snapFiles[:0]
 }
 
+// propMsgBox holds a MsgProp and the values its pointer fields point to,
+// so that it takes one allocation, not three.
+type propMsgBox struct {
+	msg  pb.Message
+	typ  pb.MessageType
+	from uint64
+}
+
+func newPropMsg(from uint64, ents []*pb.Entry) *pb.Message {
+	b := &propMsgBox{typ: pb.MsgProp, from: from}
+	b.msg.Type, b.msg.From, b.msg.Entries = &b.typ, &b.from, ents
+	return &b.msg
+}
+
 // appendFinished implements step 3 of doc.go once an append is durable
 // (the log writer already sent the responses addressed to peers).
 func (g *Group) appendFinished(r *appendReq) error {
@@ -328,7 +345,7 @@ func (g *Group) appendFinished(r *appendReq) error {
 	}
 	m := r.msg
 	if m.Term != nil || m.Vote != nil || m.Commit != nil {
-		g.store.setHardState(&pb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())})
+		g.store.setHardState(newHardState(m.GetTerm(), m.GetVote(), m.GetCommit()))
 	}
 	for _, resp := range m.GetResponses() {
 		if resp.GetTo() == g.n.cfg.NodeID {
