@@ -9,6 +9,39 @@ import (
 var marshalOpts = proto.MarshalOptions{Deterministic: true}
 
 func invokeCmd(c *rpc.Invoke) *rpc.Command { return &rpc.Command{Cmd: &rpc.Command_Invoke{Invoke: c}} }
+
+// stampedInvokeBox holds a proposed Invoke and its Command, so that
+// stampedInvokeCmd takes one allocation, not a deep copy's many.
+type stampedInvokeBox struct {
+	inv   rpc.Invoke
+	oneof rpc.Command_Invoke
+	cmd   rpc.Command
+}
+
+// stampedInvokeCmd is an Invoke command of a shallow copy of inv stamped
+// with the proposal time: inv is left as it is (a caller resends it on a
+// retry), and its byte slices are shared, never modified, only marshalled.
+// Every field of rpc.Invoke must be copied here (TestStampedInvokeCopiesEveryField).
+func stampedInvokeCmd(inv *rpc.Invoke, proposedAtUnixMs int64) *rpc.Command {
+	b := &stampedInvokeBox{}
+	c := &b.inv
+	c.InvocationId = inv.InvocationId
+	c.RequestId = inv.RequestId
+	c.Service = inv.Service
+	c.Handler = inv.Handler
+	c.Body = inv.Body
+	c.ContentType = inv.ContentType
+	c.Headers = inv.Headers
+	c.IdempotencyKey = inv.IdempotencyKey
+	c.ProposerTerm = inv.ProposerTerm // deprecated, but copied as proto.Clone would
+	c.NotBeforeUnixMs = inv.NotBeforeUnixMs
+	c.Key = inv.Key
+	c.Exclusive = inv.Exclusive
+	c.ProposedAtUnixMs = proposedAtUnixMs
+	b.oneof.Invoke = c
+	b.cmd.Cmd = &b.oneof
+	return &b.cmd
+}
 func completeCmd(c *rpc.Complete) *rpc.Command {
 	return &rpc.Command{Cmd: &rpc.Command_Complete{Complete: c}}
 }

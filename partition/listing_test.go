@@ -332,8 +332,8 @@ func TestAcceptedCountsNewInvocationsOnly(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if fx.accepted != 2 || fx.applied["invoke"] != 3 {
-		t.Fatalf("accepted %d of %d invokes, want 2 of 3", fx.accepted, fx.applied["invoke"])
+	if fx.accepted != 2 || fx.applied[kindInvoke] != 3 {
+		t.Fatalf("accepted %d of %d invokes, want 2 of 3", fx.accepted, fx.applied[kindInvoke])
 	}
 }
 

@@ -45,8 +45,24 @@ type effects struct {
 	outboxDelta int
 	accepted    int // new invocations recorded
 	commands    int
-	applied     map[string]int // commands by kind, for metrics
+	applied     [numCommandKinds]int // commands by kind, for metrics
 }
+
+// commandKind numbers the command kinds, for the applied-commands metric.
+type commandKind int
+
+const (
+	kindInvoke commandKind = iota
+	kindComplete
+	kindCancel
+	kindPurge
+	kindAttemptFailed
+	kindAdmit
+	numCommandKinds
+)
+
+// commandKindNames are the metric's kind labels.
+var commandKindNames = [numCommandKinds]string{"invoke", "complete", "cancel", "purge", "attempt_failed", "admit"}
 
 // machine is the deterministic part of the processor: a function of (state
 // bucket, entries). It has no goroutine, clock, randomness or I/O besides
@@ -57,7 +73,7 @@ func (m *machine) apply(b *bolt.Bucket, entries []raftlog.Entry) (*effects, erro
 	if err := initBuckets(b); err != nil {
 		return nil, err
 	}
-	fx := &effects{applied: make(map[string]int)}
+	fx := &effects{}
 	for _, e := range entries {
 		batch, err := rpc.DecodeBatch(e.Data)
 		if err != nil {
@@ -130,22 +146,22 @@ func (m *machine) applyCommand(b *bolt.Bucket, term uint64, c *rpc.Command, fx *
 	fx.commands++
 	switch cmd := c.Cmd.(type) {
 	case *rpc.Command_Invoke:
-		fx.applied["invoke"]++
+		fx.applied[kindInvoke]++
 		return m.invoke(b, term, cmd.Invoke, fx)
 	case *rpc.Command_Complete:
-		fx.applied["complete"]++
+		fx.applied[kindComplete]++
 		return m.complete(b, cmd.Complete, fx)
 	case *rpc.Command_Cancel:
-		fx.applied["cancel"]++
+		fx.applied[kindCancel]++
 		return m.cancel(b, term, cmd.Cancel, fx)
 	case *rpc.Command_Purge:
-		fx.applied["purge"]++
+		fx.applied[kindPurge]++
 		return m.purge(b, cmd.Purge)
 	case *rpc.Command_AttemptFailed:
-		fx.applied["attempt_failed"]++
+		fx.applied[kindAttemptFailed]++
 		return m.attemptFailed(b, cmd.AttemptFailed, fx)
 	case *rpc.Command_Admit:
-		fx.applied["admit"]++
+		fx.applied[kindAdmit]++
 		return m.admit(b, cmd.Admit, fx)
 	case *rpc.Command_FenceService:
 		fx.applied["fence_service"]++

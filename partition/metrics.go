@@ -14,6 +14,7 @@ import (
 // partition.
 type metrics struct {
 	commands   *prometheus.CounterVec
+	byKind     [numCommandKinds]prometheus.Counter // commands' children, looked up once
 	batchSize  prometheus.Histogram
 	deliveries *prometheus.CounterVec
 	results    *prometheus.CounterVec
@@ -41,6 +42,9 @@ func newMetrics(reg prometheus.Registerer, partition uint32, p *Processor) (*met
 			Name: "raftgate_partition_results_recorded_total", ConstLabels: labels,
 			Help: "Results recorded by this replica, by outcome (failed: the service's failure, exhausted retries or a cancellation).",
 		}, []string{"outcome"}),
+	}
+	for kind, name := range commandKindNames {
+		m.byKind[kind] = m.commands.WithLabelValues(name)
 	}
 	for _, outcome := range []string{"succeeded", "failed"} {
 		m.results.WithLabelValues(outcome) // shown as 0 before the first one
@@ -78,7 +82,9 @@ func newMetrics(reg prometheus.Registerer, partition uint32, p *Processor) (*met
 
 func (m *metrics) applied(fx *effects) {
 	for kind, n := range fx.applied {
-		m.commands.WithLabelValues(kind).Add(float64(n))
+		if n > 0 {
+			m.byKind[kind].Add(float64(n))
+		}
 	}
 	m.accepted.Add(float64(fx.accepted))
 	for _, r := range fx.completed {

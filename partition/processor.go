@@ -18,7 +18,6 @@ import (
 	"github.com/raftgate/raftgate/rpc"
 	"github.com/rs/zerolog"
 	bolt "go.etcd.io/bbolt"
-	"google.golang.org/protobuf/proto"
 )
 
 // Processor is one partition's state machine (it implements
@@ -145,9 +144,7 @@ func (p *Processor) Append(ctx context.Context, inv *rpc.Invoke) (*rpc.Appended,
 	if err := validateInvoke(inv); err != nil {
 		return nil, err
 	}
-	cmd := proto.Clone(inv).(*rpc.Invoke)
-	cmd.ProposedAtUnixMs = p.now().UnixMilli()
-	return p.request(ctx, inv.RequestId, invokeCmd(cmd))
+	return p.request(ctx, inv.RequestId, stampedInvokeCmd(inv, p.now().UnixMilli()))
 }
 
 // Cancel completes a pending invocation with a cancelled result (status
