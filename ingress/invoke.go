@@ -197,10 +197,11 @@ func (h *Handler) forwardHeaders(hdr http.Header) []*rpc.Header {
 // for a caller's idempotency key: without one, a duplicate can only be this
 // request's own retry inside the cluster.
 func (h *Handler) writeSendResponse(w http.ResponseWriter, id invocation.ID, previously bool, notBeforeMs int64) int {
-	idText := id.String()
 	b := make([]byte, 0, 128)
 	b = append(b, `{"invocationId":"`...)
-	b = append(b, idText...)
+	start := len(b)
+	b = id.Append(b)
+	idText := string(b[start:])
 	b = append(b, `","status":"`...)
 	if previously {
 		b = append(b, "PreviouslyAccepted"...)

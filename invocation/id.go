@@ -34,8 +34,19 @@ type ID [IDLen]byte
 // PartitionKey is the 64-bit key that selects the partition.
 func (id ID) PartitionKey() uint64 { return binary.BigEndian.Uint64(id[:8]) }
 
+// textLen is the length of a printed id.
+const textLen = len(idPrefix) + (IDLen*8+4)/5
+
 // String prints the id as inv_ followed by base32.
-func (id ID) String() string { return idPrefix + idEncoding.EncodeToString(id[:]) }
+func (id ID) String() string {
+	var b [textLen]byte
+	return string(id.Append(b[:0]))
+}
+
+// Append appends the printed id to b (String without its allocations).
+func (id ID) Append(b []byte) []byte {
+	return idEncoding.AppendEncode(append(b, idPrefix...), id[:])
+}
 
 // Bytes returns the id's wire form.
 func (id ID) Bytes() []byte { return append([]byte(nil), id[:]...) }

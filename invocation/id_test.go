@@ -186,3 +186,22 @@ func TestKeyedIDs(t *testing.T) {
 		t.Fatal("derived ids of different inputs collide")
 	}
 }
+
+// TestIDTextPinned pins the printed form (ids are in clients' hands) and
+// Append's agreement with String.
+func TestIDTextPinned(t *testing.T) {
+	var id ID
+	for i := range id {
+		id[i] = byte(i * 11)
+	}
+	const want = "inv_aafrmijmg5be2wddnz4yjd42uwylxrwr3tt7f7i" // base32 of the bytes, checked independently
+	if got := id.String(); got != want {
+		t.Fatalf("String() = %q, want %q", got, want)
+	}
+	if got := string(id.Append([]byte("x"))); got != "x"+want {
+		t.Fatalf("Append = %q, want %q", got, "x"+want)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { _ = id.String() }); allocs > 1 {
+		t.Fatalf("String took %.0f allocations, want 1", allocs)
+	}
+}
