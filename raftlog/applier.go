@@ -41,7 +41,7 @@ type applyReq struct {
 	// Applier-owned: the state machine's effects of the last successful
 	// Apply, and whether they already ran (a replay after a rollback must
 	// not run them twice).
-	fx    []Applied
+	fx    Applied
 	acked bool
 }
 
@@ -326,10 +326,8 @@ func (a *applier) runEffects() {
 		if r.acked {
 			continue
 		}
-		for _, fx := range r.fx {
-			if fx.Acknowledge != nil {
-				fx.Acknowledge()
-			}
+		if r.fx.Acknowledge != nil {
+			r.fx.Acknowledge()
 		}
 	}
 	for _, r := range a.journal {
@@ -337,12 +335,10 @@ func (a *applier) runEffects() {
 			continue
 		}
 		r.acked = true
-		for _, fx := range r.fx {
-			if fx.Reveal != nil {
-				fx.Reveal()
-			}
+		if r.fx.Reveal != nil {
+			r.fx.Reveal()
 		}
-		r.fx = nil
+		r.fx = Applied{}
 	}
 }
 
@@ -357,7 +353,7 @@ func (a *applier) exec(r *applyReq) error {
 		return r.g.installSnapshot(a.tx, gb, r.install)
 	}
 	fx, count, err := a.applyEntries(gb, r)
-	r.fx = append(r.fx[:0], fx...)
+	r.fx = fx
 	if ents := r.apply.GetEntries(); err == nil && len(ents) > 0 {
 		last := ents[len(ents)-1]
 		r.appliedIdx, r.applyCount = last.GetIndex(), count
@@ -368,10 +364,10 @@ func (a *applier) exec(r *applyReq) error {
 // applyEntries applies r's committed entries that carry data and writes
 // the applied index beside the state. It changes nothing in r, so a replay
 // may run it again after r was handed back.
-func (a *applier) applyEntries(gb groupBuckets, r *applyReq) (fx []Applied, count int, err error) {
+func (a *applier) applyEntries(gb groupBuckets, r *applyReq) (fx Applied, count int, err error) {
 	ents := r.apply.GetEntries()
 	if len(ents) == 0 {
-		return nil, 0, nil
+		return Applied{}, 0, nil
 	}
 	g := r.g
 	batch := g.applyBuf[:0]
@@ -390,9 +386,9 @@ func (a *applier) applyEntries(gb groupBuckets, r *applyReq) (fx []Applied, coun
 		a.metrics.applySeconds.Observe(time.Since(start).Seconds())
 		clear(batch)
 		if err != nil {
-			return nil, 0, fmt.Errorf("raftlog: group %d: apply: %w", g.id, err)
+			return Applied{}, 0, fmt.Errorf("raftlog: group %d: apply: %w", g.id, err)
 		}
-		fx = []Applied{applied}
+		fx = applied
 	}
 	a.entries += count
 	last := ents[len(ents)-1]
@@ -407,7 +403,7 @@ func (a *applier) applyEntries(gb groupBuckets, r *applyReq) (fx []Applied, coun
 // state); effects that already ran are not run again.
 func (a *applier) fail(failed *applyReq, err error) {
 	failed.err = err
-	failed.fx = nil
+	failed.fx = Applied{}
 	failed.g.writeFailed.Store(true)
 	for {
 		_ = a.tx.Rollback()
@@ -430,7 +426,7 @@ func (a *applier) fail(failed *applyReq, err error) {
 		}
 		// A replayed Apply failed too: stop that group as well and start
 		// over without it.
-		again.fx = nil
+		again.fx = Applied{}
 	}
 }
 
@@ -455,7 +451,7 @@ func (a *applier) replay() *applyReq {
 	}
 	for _, r := range a.journal {
 		gb, err := openGroupBuckets(a.tx, r.g.id)
-		var fx []Applied
+		var fx Applied
 		if err == nil {
 			fx, _, err = a.applyEntries(gb, r)
 		}
