@@ -32,6 +32,9 @@ type Entry struct {
 
 // Init creates the outbox's bucket beneath parent (a writable bucket).
 func Init(parent *bolt.Bucket) error {
+	if parent.Bucket(queueBucket) != nil {
+		return nil // cached in a write transaction: no key copy, unlike CreateBucketIfNotExists
+	}
 	if _, err := parent.CreateBucketIfNotExists(queueBucket); err != nil {
 		return fmt.Errorf("outbox: create bucket: %w", err)
 	}

@@ -41,6 +41,9 @@ var (
 
 func initKeyBuckets(b *bolt.Bucket) error {
 	for _, name := range [][]byte{keysBucket, keyQueueBucket} {
+		if b.Bucket(name) != nil {
+			continue // cached in a write transaction: no key copy, unlike CreateBucketIfNotExists
+		}
 		if _, err := b.CreateBucketIfNotExists(name); err != nil {
 			return fmt.Errorf("partition: create bucket %s: %w", name, err)
 		}

@@ -28,7 +28,7 @@ const (
 
 // reply is what a tracked request learns when its entry applies.
 type reply struct {
-	requestID string
+	requestID []byte // the command's own bytes
 	term      uint64 // term of the entry that produced the reply
 	appended  *rpc.Appended
 	err       error
@@ -127,8 +127,12 @@ func initBuckets(b *bolt.Bucket) error {
 			return fmt.Errorf("partition: mark format: %w", err)
 		}
 	}
-	if _, err := b.CreateBucketIfNotExists(invocationsBucket); err != nil {
-		return fmt.Errorf("partition: create bucket: %w", err)
+	// Every Apply runs this: look a bucket up first (bbolt caches it in a
+	// write transaction), as CreateBucketIfNotExists copies its key.
+	if b.Bucket(invocationsBucket) == nil {
+		if _, err := b.CreateBucketIfNotExists(invocationsBucket); err != nil {
+			return fmt.Errorf("partition: create bucket: %w", err)
+		}
 	}
 	if err := results.Init(b); err != nil {
 		return err
@@ -174,7 +178,7 @@ func (m *machine) applyCommand(b *bolt.Bucket, term uint64, c *rpc.Command, fx *
 // invoke records a new invocation and queues its delivery; an id that
 // exists is a no-op reporting the existing invocation.
 func (m *machine) invoke(b *bolt.Bucket, term uint64, c *rpc.Invoke, fx *effects) error {
-	r := reply{requestID: string(c.RequestId), term: term}
+	r := reply{requestID: c.RequestId, term: term}
 	if len(c.InvocationId) != invocation.IDLen || c.Service == "" || c.Handler == "" {
 		r.err = fmt.Errorf("partition: malformed invoke: %w", rpc.ErrInvalid)
 		fx.replies = append(fx.replies, r)
@@ -238,7 +242,7 @@ func (m *machine) complete(b *bolt.Bucket, c *rpc.Complete, fx *effects) error {
 }
 
 func (m *machine) cancel(b *bolt.Bucket, term uint64, c *rpc.Cancel, fx *effects) error {
-	r := reply{requestID: string(c.RequestId), term: term}
+	r := reply{requestID: c.RequestId, term: term}
 	rec, found, err := getRecord(b, c.InvocationId)
 	switch {
 	case err != nil:

@@ -25,6 +25,9 @@ var marshal = proto.MarshalOptions{Deterministic: true}
 
 // Init creates the results bucket beneath parent (a writable bucket).
 func Init(parent *bolt.Bucket) error {
+	if parent.Bucket(resultBucket) != nil {
+		return nil // cached in a write transaction: no key copy, unlike CreateBucketIfNotExists
+	}
 	if _, err := parent.CreateBucketIfNotExists(resultBucket); err != nil {
 		return fmt.Errorf("results: create bucket: %w", err)
 	}
