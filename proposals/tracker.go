@@ -153,11 +153,12 @@ func (t *Tracker[R]) Fail(tks []Ticket[R], err error) {
 }
 
 // Resolve hands the reply of an entry of term that carried requestID to
-// its waiter, if that waiter proposed it in the same term.
-func (t *Tracker[R]) Resolve(requestID string, term uint64, r Reply[R]) {
+// its waiter, if that waiter proposed it in the same term. requestID is
+// bytes, as decoded from the entry: looking it up copies nothing.
+func (t *Tracker[R]) Resolve(requestID []byte, term uint64, r Reply[R]) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	pr := t.pending[requestID]
+	pr := t.pending[string(requestID)]
 	switch {
 	case pr == nil:
 	case pr.term == 0:
@@ -166,7 +167,8 @@ func (t *Tracker[R]) Resolve(requestID string, term uint64, r Reply[R]) {
 			pr.early = append(pr.early, earlyReply[R]{term: term, reply: r})
 		}
 	case pr.term == term:
-		t.deliverLocked(requestID, pr, r)
+		pr.ch <- r // deliverLocked, without converting the key to a string
+		delete(t.pending, string(requestID))
 	}
 }
 

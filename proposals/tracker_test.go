@@ -42,12 +42,12 @@ func TestRepliesOnlyToSameTerm(t *testing.T) {
 	}
 	// An entry of an older term carrying the same request applies before
 	// Propose returned, then Propose reports term 5.
-	tr.Resolve("req", 3, Reply[string]{Value: "old"})
+	tr.Resolve([]byte("req"), 3, Reply[string]{Value: "old"})
 	tr.Proposed([]Ticket[string]{tk}, 5)
 	noReply(t, tk, "waiter of term 5 answered by a term-3 entry")
-	tr.Resolve("req", 6, Reply[string]{Value: "new"})
+	tr.Resolve([]byte("req"), 6, Reply[string]{Value: "new"})
 	noReply(t, tk, "waiter of term 5 answered by a term-6 entry")
-	tr.Resolve("req", 5, Reply[string]{Value: "mine"})
+	tr.Resolve([]byte("req"), 5, Reply[string]{Value: "mine"})
 	if r := received(t, tk); r.Value != "mine" || r.Err != nil {
 		t.Fatalf("got %+v, want mine", r)
 	}
@@ -59,7 +59,7 @@ func TestRepliesOnlyToSameTerm(t *testing.T) {
 func TestEarlyReplyKeptUntilProposed(t *testing.T) {
 	tr := leader(5)
 	tk, _, _ := tr.Register("req")
-	tr.Resolve("req", 5, Reply[string]{Value: "early"})
+	tr.Resolve([]byte("req"), 5, Reply[string]{Value: "early"})
 	noReply(t, tk, "reply before Proposed")
 	tr.Proposed([]Ticket[string]{tk}, 5)
 	if r := received(t, tk); r.Value != "early" {
@@ -91,7 +91,7 @@ func TestRetryTakesOverReply(t *testing.T) {
 		t.Fatal("the request is no longer alive after the takeover")
 	}
 	tr.Forget(first) // the old caller going away must not drop the retry
-	tr.Resolve("req", 5, Reply[string]{Value: "done"})
+	tr.Resolve([]byte("req"), 5, Reply[string]{Value: "done"})
 	if r := received(t, second); r.Value != "done" {
 		t.Fatalf("retry got %+v", r)
 	}

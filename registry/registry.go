@@ -262,7 +262,7 @@ func (r *Registry) Apply(b *bolt.Bucket, entries []raftlog.Entry) (raftlog.Appli
 		svc  *rpc.Service // nil: deleted
 	}
 	type outcome struct {
-		requestID string
+		requestID []byte
 		term      uint64
 		index     uint64
 		err       error
@@ -278,7 +278,7 @@ func (r *Registry) Apply(b *bolt.Bucket, entries []raftlog.Entry) (raftlog.Appli
 			o := outcome{term: e.Term, index: e.Index}
 			switch cmd := c.Cmd.(type) {
 			case *rpc.Command_PutService:
-				o.requestID = string(cmd.PutService.RequestId)
+				o.requestID = cmd.PutService.RequestId
 				svc := cmd.PutService.Service
 				if validateService(svc) != nil {
 					o.err = fmt.Errorf("registry: malformed service: %w", rpc.ErrInvalid)
@@ -294,7 +294,7 @@ func (r *Registry) Apply(b *bolt.Bucket, entries []raftlog.Entry) (raftlog.Appli
 				}
 				changes = append(changes, change{svc.Name, svc})
 			case *rpc.Command_DeleteService:
-				o.requestID = string(cmd.DeleteService.RequestId)
+				o.requestID = cmd.DeleteService.RequestId
 				name := []byte(cmd.DeleteService.Name)
 				if sb.Get(name) == nil {
 					o.err = fmt.Errorf("registry: service %q: %w", cmd.DeleteService.Name, rpc.ErrNotFound)
