@@ -47,10 +47,13 @@ func Put(parent *bolt.Bucket, e Entry) error {
 	if q == nil {
 		return fmt.Errorf("outbox: put: %w", bolt.ErrBucketNotFound)
 	}
-	v := make([]byte, 4+len(e.Service))
-	binary.BigEndian.PutUint32(v, e.Attempts)
-	copy(v[4:], e.Service)
-	if err := q.Put(queueKey(e.Due, e.ID), v); err != nil {
+	// Key and value in one allocation: bbolt copies the key, and keeps only
+	// the value until the transaction commits.
+	kv := appendQueueKey(make([]byte, 0, 8+len(e.ID)+4+len(e.Service)), e.Due, e.ID)
+	key, v := kv[:len(kv):len(kv)], kv[len(kv):]
+	v = binary.BigEndian.AppendUint32(v, e.Attempts)
+	v = append(v, e.Service...)
+	if err := q.Put(key, v); err != nil {
 		return fmt.Errorf("outbox: put: %w", err)
 	}
 	return nil
@@ -136,10 +139,12 @@ func Count(parent *bolt.Bucket) int {
 }
 
 func queueKey(due int64, id []byte) []byte {
-	k := make([]byte, 8+len(id))
-	binary.BigEndian.PutUint64(k, uint64(clampDue(due)))
-	copy(k[8:], id)
-	return k
+	return appendQueueKey(make([]byte, 0, 8+len(id)), due, id)
+}
+
+// appendQueueKey appends queueKey(due, id) to b.
+func appendQueueKey(b []byte, due int64, id []byte) []byte {
+	return append(binary.BigEndian.AppendUint64(b, uint64(clampDue(due))), id...)
 }
 
 func decode(k, v []byte) (Entry, error) {

@@ -8,6 +8,10 @@ import (
 // deterministic marshalling: every replica must store the same bytes.
 var marshalOpts = proto.MarshalOptions{Deterministic: true}
 
+// sizedMarshalOpts marshals a message marshalOpts.Size just measured,
+// reusing the sizes it cached.
+var sizedMarshalOpts = proto.MarshalOptions{Deterministic: true, UseCachedSize: true}
+
 func invokeCmd(c *rpc.Invoke) *rpc.Command { return &rpc.Command{Cmd: &rpc.Command_Invoke{Invoke: c}} }
 
 // stampedInvokeBox holds a proposed Invoke and its Command, so that

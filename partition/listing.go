@@ -56,7 +56,13 @@ func initListing(b *bolt.Bucket) error {
 
 // indexCreated adds a new record to the listing index.
 func indexCreated(b *bolt.Bucket, rec *rpc.InvocationRecord) error {
-	if err := b.Bucket(createdBucket).Put(positionOf(rec), []byte(rec.Invoke.Service)); err != nil {
+	// Key and value in one allocation: bbolt copies the key, and keeps only
+	// the value until the transaction commits.
+	pos := positionOf(rec)
+	kv := append(make([]byte, 0, len(pos)+len(rec.Invoke.Service)), pos...)
+	kv = append(kv, rec.Invoke.Service...)
+	key, service := kv[:len(pos):len(pos)], kv[len(pos):]
+	if err := b.Bucket(createdBucket).Put(key, service); err != nil {
 		return fmt.Errorf("partition: index record: %w", err)
 	}
 	return nil

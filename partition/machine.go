@@ -367,8 +367,15 @@ func recordKey(id []byte) []byte {
 	if len(id) != invocation.IDLen {
 		return id
 	}
-	k := make([]byte, 0, invocation.IDLen)
-	return append(append(k, id[8:]...), id[:8]...)
+	return appendRecordKey(make([]byte, 0, invocation.IDLen), id)
+}
+
+// appendRecordKey appends recordKey(id) to b.
+func appendRecordKey(b, id []byte) []byte {
+	if len(id) != invocation.IDLen {
+		return append(b, id...)
+	}
+	return append(append(b, id[8:]...), id[:8]...)
 }
 
 func getRecord(b *bolt.Bucket, id []byte) (*rpc.InvocationRecord, bool, error) {
@@ -388,11 +395,16 @@ func getRecord(b *bolt.Bucket, id []byte) (*rpc.InvocationRecord, bool, error) {
 }
 
 func putRecord(b *bolt.Bucket, rec *rpc.InvocationRecord) error {
-	data, err := marshalOpts.Marshal(rec)
+	// Key and value in one allocation: bbolt copies the key, and keeps only
+	// the value until the transaction commits.
+	id := rec.Invoke.InvocationId
+	kv := appendRecordKey(make([]byte, 0, len(id)+marshalOpts.Size(rec)), id)
+	kv, err := sizedMarshalOpts.MarshalAppend(kv, rec)
 	if err != nil {
 		return fmt.Errorf("partition: marshal record: %w", err)
 	}
-	if err := b.Bucket(invocationsBucket).Put(recordKey(rec.Invoke.InvocationId), data); err != nil {
+	key, data := kv[:len(id):len(id)], kv[len(id):]
+	if err := b.Bucket(invocationsBucket).Put(key, data); err != nil {
 		return fmt.Errorf("partition: put record: %w", err)
 	}
 	return nil
