@@ -14,9 +14,9 @@ var sizedMarshalOpts = proto.MarshalOptions{Deterministic: true, UseCachedSize: 
 
 func invokeCmd(c *rpc.Invoke) *rpc.Command { return &rpc.Command{Cmd: &rpc.Command_Invoke{Invoke: c}} }
 
-// stampedInvokeBox holds a proposed Invoke and its Command, so that
-// stampedInvokeCmd takes one allocation, not a deep copy's many.
-type stampedInvokeBox struct {
+// invokeBox holds an Invoke and its Command in one allocation (a proposal
+// in stampedInvokeCmd, an applied one in decodeBatch).
+type invokeBox struct {
 	inv   rpc.Invoke
 	oneof rpc.Command_Invoke
 	cmd   rpc.Command
@@ -27,7 +27,7 @@ type stampedInvokeBox struct {
 // retry), and its byte slices are shared, never modified, only marshalled.
 // Every field of rpc.Invoke must be copied here (TestStampedInvokeCopiesEveryField).
 func stampedInvokeCmd(inv *rpc.Invoke, proposedAtUnixMs int64) *rpc.Command {
-	b := &stampedInvokeBox{}
+	b := &invokeBox{}
 	c := &b.inv
 	c.InvocationId = inv.InvocationId
 	c.RequestId = inv.RequestId

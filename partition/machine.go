@@ -75,7 +75,7 @@ func (m *machine) apply(b *bolt.Bucket, entries []raftlog.Entry) (*effects, erro
 	}
 	fx := &effects{}
 	for _, e := range entries {
-		batch, err := rpc.DecodeBatch(e.Data)
+		batch, err := decodeBatch(e.Data)
 		if err != nil {
 			return nil, fmt.Errorf("entry %d: %w", e.Index, err)
 		}

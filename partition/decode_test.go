@@ -1,0 +1,178 @@
+package partition
+
+import (
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/raftgate/raftgate/rpc"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// randomInvoke sets a random subset of an Invoke's fields; headers only
+// with withHeaders (they are left to proto.Unmarshal).
+func randomInvoke(r *rand.Rand, withHeaders bool) *rpc.Invoke {
+	bs := func() []byte {
+		if r.IntN(4) == 0 {
+			return nil
+		}
+		b := make([]byte, r.IntN(30))
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		return b
+	}
+	str := func() string {
+		if r.IntN(3) == 0 {
+			return ""
+		}
+		return strings.Repeat("sé", r.IntN(3)+1)
+	}
+	inv := &rpc.Invoke{
+		InvocationId: bs(), RequestId: bs(), Body: bs(),
+		Service: str(), Handler: str(), ContentType: str(), IdempotencyKey: str(), Key: str(),
+		ProposedAtUnixMs: r.Int64() - r.Int64(), NotBeforeUnixMs: r.Int64N(1 << 40), Exclusive: r.IntN(2) == 0,
+	}
+	if r.IntN(5) == 0 {
+		inv.ProposerTerm = r.Uint64()
+	}
+	if withHeaders && r.IntN(4) == 0 {
+		inv.Headers = []*rpc.Header{{Name: "x-a", Value: "1"}}
+	}
+	return inv
+}
+
+// checkDecodeBatch compares decodeBatch with rpc.DecodeBatch on data.
+func checkDecodeBatch(t *testing.T, data []byte) {
+	t.Helper()
+	want, wantErr := rpc.DecodeBatch(data)
+	got, err := decodeBatch(data)
+	if (err != nil) != (wantErr != nil) || errors.Is(err, rpc.ErrUnknownVersion) != errors.Is(wantErr, rpc.ErrUnknownVersion) {
+		t.Fatalf("decode %x: error %v, rpc.DecodeBatch's %v", data, err, wantErr)
+	}
+	if wantErr == nil && !proto.Equal(got, want) {
+		t.Fatalf("decode %x:\n got  %v\n want %v", data, got, want)
+	}
+}
+
+func TestDecodeBatchMatchesDecodeBatch(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 0))
+	fast := 0
+	for range 2000 {
+		cmds := make([]*rpc.Command, r.IntN(4)+1)
+		headers := false
+		for i := range cmds {
+			inv := randomInvoke(r, true)
+			headers = headers || len(inv.Headers) > 0
+			cmds[i] = invokeCmd(inv)
+		}
+		if r.IntN(6) == 0 {
+			cmds = append(cmds, completeCmd(&rpc.Complete{InvocationId: []byte("id"), Result: &rpc.Result{Status: 200}}))
+			headers = true // not all Invokes: left to proto too
+		}
+		data, err := rpc.EncodeBatch(cmds...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkDecodeBatch(t, data)
+		if _, ok := decodeInvokeBatch(data); ok {
+			fast++
+		} else if !headers {
+			t.Fatalf("batch %v left to proto.Unmarshal", cmds)
+		}
+	}
+	if fast == 0 {
+		t.Fatal("no batch took the fast path")
+	}
+}
+
+func TestDecodeBatchOddInput(t *testing.T) {
+	good, err := rpc.EncodeBatch(invokeCmd(newInvoke("greeter", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := func(b []byte, num protowire.Number, typ protowire.Type) []byte {
+		return protowire.AppendTag(b, num, typ)
+	}
+	version := func(v uint64) []byte { return protowire.AppendVarint(tag(nil, batchVersion, protowire.VarintType), v) }
+	command := func(b, inv []byte) []byte {
+		return protowire.AppendBytes(tag(b, batchCommands, protowire.BytesType), protowire.AppendBytes(tag(nil, commandInvoke, protowire.BytesType), inv))
+	}
+	cases := map[string][]byte{
+		"empty":            {},
+		"no commands":      version(1),
+		"version 2":        command(version(2), nil),
+		"truncated":        good[:len(good)-1],
+		"unknown field":    command(version(1), protowire.AppendVarint(tag(nil, 99, protowire.VarintType), 1)),
+		"invalid utf-8":    command(version(1), protowire.AppendBytes(tag(nil, invokeService, protowire.BytesType), []byte{0xff})),
+		"wrong wire type":  command(version(1), protowire.AppendFixed64(tag(nil, invokeProposedAt, protowire.Fixed64Type), 1)),
+		"repeated field":   command(version(1), append(protowire.AppendString(tag(nil, invokeService, protowire.BytesType), "a"), protowire.AppendString(tag(nil, invokeService, protowire.BytesType), "b")...)),
+		"empty invoke":     command(version(1), nil),
+		"two invokes":      append(command(version(1), nil), good[2:]...),
+		"merged oneof":     append(version(1), protowire.AppendBytes(tag(nil, batchCommands, protowire.BytesType), append(protowire.AppendBytes(tag(nil, commandInvoke, protowire.BytesType), protowire.AppendString(tag(nil, invokeService, protowire.BytesType), "a")), protowire.AppendBytes(tag(nil, commandInvoke, protowire.BytesType), protowire.AppendString(tag(nil, invokeHandler, protowire.BytesType), "h"))...))...),
+		"version repeated": append(command(version(1), nil), version(1)...),
+	}
+	for name, data := range cases {
+		t.Run(name, func(t *testing.T) { checkDecodeBatch(t, data) })
+	}
+}
+
+// TestDecodeBatchCopiesBytes pins the ownership contract: decoded bytes
+// fields do not alias the entry, and cannot grow into each other.
+func TestDecodeBatchCopiesBytes(t *testing.T) {
+	data, err := rpc.EncodeBatch(invokeCmd(newInvoke("greeter", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := decodeBatch(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := b.Commands[0].GetInvoke()
+	id := inv.InvocationId
+	if cap(id) != len(id) {
+		t.Fatalf("invocation id cap %d, len %d: an append would overwrite the next field", cap(id), len(id))
+	}
+	want := proto.Clone(inv)
+	clear(data)
+	if !proto.Equal(inv, want) {
+		t.Fatalf("decoded invoke changed with the entry's bytes: %v", inv)
+	}
+}
+
+func TestDecodeBatchAllocs(t *testing.T) {
+	cmds := make([]*rpc.Command, 8)
+	for i := range cmds {
+		cmds[i] = invokeCmd(newInvoke("greeter", i))
+	}
+	data, err := rpc.EncodeBatch(cmds...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Four per batch, and one per string field (service, handler, content type).
+	const want = 4 + 8*3
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := decodeBatch(data); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > want {
+		t.Fatalf("decoding 8 invokes took %.0f allocations, want %d", allocs, want)
+	}
+}
+
+func FuzzDecodeBatch(f *testing.F) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 10 {
+		data, err := rpc.EncodeBatch(invokeCmd(randomInvoke(r, true)), invokeCmd(randomInvoke(r, false)))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) { checkDecodeBatch(t, data) })
+}
