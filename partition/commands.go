@@ -41,6 +41,7 @@ func stampedInvokeCmd(inv *rpc.Invoke, proposedAtUnixMs int64) *rpc.Command {
 	c.NotBeforeUnixMs = inv.NotBeforeUnixMs
 	c.Key = inv.Key
 	c.Exclusive = inv.Exclusive
+	c.ServiceRegisteredIndex = inv.ServiceRegisteredIndex
 	c.ProposedAtUnixMs = proposedAtUnixMs
 	b.oneof.Invoke = c
 	b.cmd.Cmd = &b.oneof

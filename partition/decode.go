@@ -42,6 +42,7 @@ const (
 	invokeNotBefore      = 11
 	invokeKey            = 12
 	invokeExclusive      = 13
+	invokeRegisteredAt   = 14 // service_registered_index
 )
 
 // decodeInvokeBatch decodes data if it is a batch of the current version
@@ -184,6 +185,8 @@ func decodeInvoke(data []byte, inv *rpc.Invoke, buf []byte) ([]byte, bool) {
 				inv.NotBeforeUnixMs = int64(v)
 			case invokeExclusive:
 				inv.Exclusive = protowire.DecodeBool(v)
+			case invokeRegisteredAt:
+				inv.ServiceRegisteredIndex = v
 			default:
 				return buf, false
 			}

@@ -38,6 +38,9 @@ func randomInvoke(r *rand.Rand, withHeaders bool) *rpc.Invoke {
 	if r.IntN(5) == 0 {
 		inv.ProposerTerm = r.Uint64()
 	}
+	if r.IntN(2) == 0 {
+		inv.ServiceRegisteredIndex = r.Uint64N(1000)
+	}
 	if withHeaders && r.IntN(4) == 0 {
 		inv.Headers = []*rpc.Header{{Name: "x-a", Value: "1"}}
 	}

@@ -33,7 +33,7 @@ func fenceCmd(c *rpc.FenceService) *rpc.Command {
 
 // fence raises the service's fence to c.Index (never lowers it).
 func (m *machine) fence(b *bolt.Bucket, term uint64, c *rpc.FenceService, fx *effects) error {
-	r := reply{requestID: string(c.RequestId), term: term, appended: &rpc.Appended{}}
+	r := reply{requestID: c.RequestId, term: term, appended: &rpc.Appended{}}
 	defer func() { fx.replies = append(fx.replies, r) }()
 	if c.Name == "" || c.Index == 0 {
 		r.appended, r.err = nil, fmt.Errorf("partition: malformed fence: %w", rpc.ErrInvalid)

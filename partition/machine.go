@@ -58,11 +58,12 @@ const (
 	kindPurge
 	kindAttemptFailed
 	kindAdmit
+	kindFenceService
 	numCommandKinds
 )
 
 // commandKindNames are the metric's kind labels.
-var commandKindNames = [numCommandKinds]string{"invoke", "complete", "cancel", "purge", "attempt_failed", "admit"}
+var commandKindNames = [numCommandKinds]string{"invoke", "complete", "cancel", "purge", "attempt_failed", "admit", "fence_service"}
 
 // machine is the deterministic part of the processor: a function of (state
 // bucket, entries). It has no goroutine, clock, randomness or I/O besides
@@ -168,7 +169,7 @@ func (m *machine) applyCommand(b *bolt.Bucket, term uint64, c *rpc.Command, fx *
 		fx.applied[kindAdmit]++
 		return m.admit(b, cmd.Admit, fx)
 	case *rpc.Command_FenceService:
-		fx.applied["fence_service"]++
+		fx.applied[kindFenceService]++
 		return m.fence(b, term, cmd.FenceService, fx)
 	default:
 		return fmt.Errorf("partition: unexpected command %T", c.Cmd)
