@@ -84,6 +84,9 @@ func (s *raftServer) Send(stream rpc.Raft_SendServer) error {
 			return status.Error(codes.PermissionDenied, errRefused.Error())
 		}
 		for _, env := range batch.GetMessages() {
+			// The entries alias env's bytes: they are this batch's own copy
+			// (gRPC's proto codec decodes with proto.Unmarshal, which copies
+			// bytes fields out of its pooled buffer), never reused.
 			m, err := decodeMessage(env.GetMessage())
 			if err != nil {
 				s.n.log.Warn().Err(err).Msg("raft message undecodable")
