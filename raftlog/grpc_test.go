@@ -304,3 +304,20 @@ func startAndLoseFollower(t *testing.T) (*grpcCluster, *lockedLines, uint64) {
 	c.stop(lost)
 	return c, logs[lead], lost
 }
+
+func TestNewFrame(t *testing.T) {
+	for _, n := range []int{0, 1, smallFrame, smallFrame + 1, 3 * smallFrame} {
+		frame, envs := newFrame(1, 2, n)
+		if frame.GetFrom() != 1 || frame.GetTo() != 2 || len(frame.GetMessages()) != n || len(envs) != n {
+			t.Fatalf("newFrame(1, 2, %d) = %v with %d envelopes", n, frame, len(envs))
+		}
+		for i := range envs {
+			if frame.GetMessages()[i] != &envs[i] {
+				t.Fatalf("n=%d: message %d is not envelope %d", n, i, i)
+			}
+		}
+	}
+	if allocs := testing.AllocsPerRun(100, func() { newFrame(1, 2, smallFrame) }); allocs > 1 {
+		t.Fatalf("a frame of %d messages took %.0f allocations, want 1", smallFrame, allocs)
+	}
+}

@@ -192,8 +192,7 @@ func (p *peerSender) run() {
 		// modified after Send. One buffer, sized from the last frame, holds
 		// every marshalled message.
 		buf := make([]byte, 0, lastSize+lastSize/4)
-		envs := make([]rpc.RaftEnvelope, len(batch))
-		frame := &rpc.RaftBatch{From: p.t.n.cfg.NodeID, To: p.id, Messages: make([]*rpc.RaftEnvelope, len(batch))}
+		frame, envs := newFrame(p.t.n.cfg.NodeID, p.id, len(batch))
 		for i, o := range batch {
 			start := len(buf)
 			var err error
@@ -202,7 +201,6 @@ func (p *peerSender) run() {
 				p.log.Error().Err(err).Msg("marshal raft message")
 			}
 			envs[i].Group, envs[i].Message = uint32(o.group), buf[start:len(buf):len(buf)]
-			frame.Messages[i] = &envs[i]
 		}
 		lastSize = min(len(buf), 8<<20)
 		err := stream.Send(frame)
@@ -222,6 +220,34 @@ func (p *peerSender) run() {
 		}
 		clear(batch)
 	}
+}
+
+// smallFrame is how many messages a frame holds in the allocation of the
+// frame itself: most frames carry a few (an append or its acknowledgement
+// per group with traffic).
+const smallFrame = 4
+
+// frameBox is a frame with room for smallFrame envelopes.
+type frameBox struct {
+	frame rpc.RaftBatch
+	envs  [smallFrame]rpc.RaftEnvelope
+	ptrs  [smallFrame]*rpc.RaftEnvelope
+}
+
+// newFrame returns a frame from one node to another with n envelopes
+// (frame.Messages[i] == &envs[i]), in one allocation when n <= smallFrame.
+func newFrame(from, to uint64, n int) (*rpc.RaftBatch, []rpc.RaftEnvelope) {
+	box := &frameBox{}
+	envs, ptrs := box.envs[:0], box.ptrs[:0]
+	if n > smallFrame {
+		envs, ptrs = make([]rpc.RaftEnvelope, 0, n), make([]*rpc.RaftEnvelope, 0, n)
+	}
+	envs, ptrs = envs[:n], ptrs[:n]
+	for i := range envs {
+		ptrs[i] = &envs[i]
+	}
+	box.frame.From, box.frame.To, box.frame.Messages = from, to, ptrs
+	return &box.frame, envs
 }
 
 // fail logs why a send failed and drops its batch.
