@@ -71,6 +71,8 @@ type applier struct {
 	// onBroken is told of a failed checkpoint: the node stops writing.
 	onBroken func(error)
 
+	spare []*applyReq // the queue's other slice: see run; applier-owned
+
 	mu      sync.Mutex
 	queue   []*applyReq
 	stopped bool
@@ -175,11 +177,15 @@ func (a *applier) run() {
 	timer.Stop()
 	for {
 		a.mu.Lock()
+		// The queue alternates between two slices: groups append to one
+		// while this goroutine applies the other (no allocation per batch).
 		batch := a.queue
-		a.queue = nil
+		a.queue, a.spare = a.spare, nil
 		a.busy = len(batch) > 0
 		a.mu.Unlock()
 		wakeAt := a.step(batch, time.Now())
+		clear(batch)
+		a.spare = batch[:0]
 		if len(batch) > 0 {
 			a.mu.Lock()
 			a.busy = false

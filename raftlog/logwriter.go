@@ -55,6 +55,7 @@ type logWriter struct {
 	done chan struct{}
 
 	// Writer-owned.
+	spare  []*appendReq // the queue's other slice: see run
 	batch  wal.Batch
 	outBuf []*pb.Message
 	// prevHS is each group's hard state before the batch being encoded
@@ -129,14 +130,18 @@ func (lw *logWriter) run() {
 	defer close(lw.done)
 	for {
 		lw.mu.Lock()
+		// The queue alternates between two slices: groups append to one
+		// while this goroutine writes the other (no allocation per write).
 		batch, rels := lw.queue, lw.releases
-		lw.queue, lw.releases = nil, nil
+		lw.queue, lw.releases = lw.spare, nil
+		lw.spare = nil
 		if lw.failed != nil && lw.broken == nil {
 			lw.broken = lw.failed
 		}
 		lw.busy = len(batch) > 0 || len(rels) > 0
 		lw.mu.Unlock()
 		if !lw.busy {
+			lw.spare = batch
 			select {
 			case <-lw.wake:
 				continue
@@ -148,6 +153,8 @@ func (lw *logWriter) run() {
 		if len(batch) > 0 {
 			lw.writeBatch(batch)
 		}
+		clear(batch)
+		lw.spare = batch[:0]
 		for _, r := range rels {
 			lw.wal.Release(uint32(r.group), r.index)
 		}
