@@ -179,3 +179,23 @@ func FuzzDecodeBatch(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) { checkDecodeBatch(t, data) })
 }
+
+// Every field of rpc.Invoke is either decoded by decodeInvoke or known to
+// take rpc.DecodeBatch's path (headers): a field added to Invoke without
+// extending decodeInvoke would quietly send every batch the slow way.
+func TestDecodeInvokeKnowsEveryField(t *testing.T) {
+	known := map[int]bool{
+		invokeInvocationID: true, invokeRequestID: true, invokeService: true, invokeHandler: true,
+		invokeBody: true, invokeContentType: true, invokeIdempotencyKey: true, invokeProposerTerm: true,
+		invokeProposedAt: true, invokeNotBefore: true, invokeKey: true, invokeExclusive: true,
+		invokeRegisteredAt: true,
+	}
+	const headers = 7 // repeated messages: left to proto.Unmarshal
+	fields := (&rpc.Invoke{}).ProtoReflect().Descriptor().Fields()
+	for i := range fields.Len() {
+		f := fields.Get(i)
+		if n := int(f.Number()); !known[n] && n != headers {
+			t.Errorf("rpc.Invoke field %s (%d) is not decoded by decodeInvoke: add it there and to stampedInvokeCmd", f.Name(), n)
+		}
+	}
+}
