@@ -166,11 +166,19 @@ func TestGRPCSnapshotCatchUp(t *testing.T) {
 	}
 	lead = c.leader(t, 1, 10*time.Second)
 	g := c.nodes[lead].Group(1)
-	testutil.WaitFor(t, 10*time.Second, "leader log compaction", func() bool {
-		var first uint64
-		_ = g.call(context.Background(), func() { first, _ = g.store.FirstIndex() })
-		return first > 300
-	})
+	// Both live nodes compact past what the stopped one has: whichever
+	// leads when it returns must send a snapshot.
+	for _, id := range c.ids {
+		if id == down {
+			continue
+		}
+		live := c.nodes[id].Group(1)
+		testutil.WaitFor(t, 10*time.Second, fmt.Sprintf("node %d's log compaction", id), func() bool {
+			var first uint64
+			_ = live.call(context.Background(), func() { first, _ = live.store.FirstIndex() })
+			return first > 300
+		})
+	}
 	c.start(down, nil)
 	want := entriesOf(t, g)
 	testutil.WaitFor(t, 15*time.Second, "restarted follower to catch up", func() bool {
