@@ -34,19 +34,20 @@ func fenceCmd(c *rpc.FenceService) *rpc.Command {
 // fence raises the service's fence to c.Index (never lowers it).
 func (m *machine) fence(b *bolt.Bucket, term uint64, c *rpc.FenceService, fx *effects) error {
 	r := reply{requestID: c.RequestId, term: term, appended: &rpc.Appended{}}
-	defer func() { fx.replies = append(fx.replies, r) }()
-	if c.Name == "" || c.Index == 0 {
+	switch {
+	case c.Name == "" || c.Index == 0:
 		r.appended, r.err = nil, fmt.Errorf("partition: malformed fence: %w", rpc.ErrInvalid)
-		return nil
+	case fenceOf(b, c.Name) < c.Index:
+		fb, err := b.CreateBucketIfNotExists(fencesBucket)
+		if err != nil {
+			return fmt.Errorf("partition: create fences bucket: %w", err)
+		}
+		if err := fb.Put([]byte(c.Name), binary.BigEndian.AppendUint64(nil, c.Index)); err != nil {
+			return fmt.Errorf("partition: fence: %w", err)
+		}
 	}
-	if fenceOf(b, c.Name) >= c.Index {
-		return nil
-	}
-	fb, err := b.CreateBucketIfNotExists(fencesBucket)
-	if err != nil {
-		return fmt.Errorf("partition: create fences bucket: %w", err)
-	}
-	return fb.Put([]byte(c.Name), binary.BigEndian.AppendUint64(nil, c.Index))
+	fx.replies = append(fx.replies, r)
+	return nil
 }
 
 // fenceOf returns the service's fence (0: none).
