@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
+	rtmetrics "runtime/metrics"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -148,6 +149,7 @@ func benchPropose(b *testing.B, proposers, partitions int) {
 		changes0 += testCounter(c.nodes[id].metrics.leaderChanges)
 	}
 	b.ResetTimer()
+	sched0 := schedLatencies()
 	cpu0 := processCPU()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -190,8 +192,10 @@ func benchPropose(b *testing.B, proposers, partitions int) {
 	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "entries/s")
 	b.ReportMetric(pct(0.50), "p50-ms")
 	b.ReportMetric(pct(0.99), "p99-ms")
+	b.Logf("latency ms: p80 %.1f p90 %.1f p95 %.1f p98 %.1f p99 %.1f p99.9 %.1f max %.1f", pct(0.8), pct(0.9), pct(0.95), pct(0.98), pct(0.99), pct(0.999), pct(1))
 	b.ReportMetric(float64(heapMax.Load())/(1<<20), "heap-MB")
 	b.ReportMetric(float64(cpuUsed.Microseconds())/float64(len(all)), "cpu-us/entry")
+	b.ReportMetric(schedLatencies().since(sched0).quantile(0.99)*1000, "sched-p99-ms")
 	for _, id := range c.ids {
 		m := c.nodes[id].metrics
 		syncs, syncSum := testHistogram(m.walSyncSeconds)
@@ -212,6 +216,46 @@ func benchPropose(b *testing.B, proposers, partitions int) {
 	if f := failures.Load(); f > 0 {
 		b.Logf("%d proposals failed", f)
 	}
+}
+
+// schedHistogram is the runtime's histogram of how long goroutines waited
+// runnable before they ran.
+type schedHistogram struct {
+	counts  []uint64
+	buckets []float64
+}
+
+func schedLatencies() schedHistogram {
+	s := []rtmetrics.Sample{{Name: "/sched/latencies:seconds"}}
+	rtmetrics.Read(s)
+	h := s[0].Value.Float64Histogram()
+	return schedHistogram{counts: slices.Clone(h.Counts), buckets: h.Buckets}
+}
+
+// since is the histogram of the waits after base was read.
+func (h schedHistogram) since(base schedHistogram) schedHistogram {
+	d := schedHistogram{counts: slices.Clone(h.counts), buckets: h.buckets}
+	for i := range base.counts {
+		d.counts[i] -= base.counts[i]
+	}
+	return d
+}
+
+// quantile is the upper bound of the bucket holding quantile q, in seconds.
+func (h schedHistogram) quantile(q float64) float64 {
+	var total uint64
+	for _, c := range h.counts {
+		total += c
+	}
+	want := uint64(q * float64(total))
+	var seen uint64
+	for i, c := range h.counts {
+		seen += c
+		if seen > want {
+			return h.buckets[i+1]
+		}
+	}
+	return h.buckets[len(h.buckets)-1]
 }
 
 // processCPU is the user+system CPU time this process used so far.
