@@ -200,6 +200,11 @@ type Knobs struct {
 	// FailCommit, when it returns an error, makes a checkpoint fail with it
 	// instead of committing (a disk error such as ENOSPC).
 	FailCommit func() error
+	// AfterRemoveState runs once RemoveGroup has durably deleted a group's
+	// state, before it drops the group's log; AfterRemoveLog once the log
+	// is dropped, before the tombstone goes. An error ends RemoveGroup
+	// there, as a crash would.
+	AfterRemoveState, AfterRemoveLog func() error
 	// AfterApply runs after a group applied entries up to index.
 	AfterApply func(group GroupID, index uint64)
 	// ManualTicks: the node starts no ticker; the test advances Raft time

@@ -28,8 +28,10 @@ type applyReq struct {
 	// flush: checkpoint before done is closed (a backup wants everything
 	// applied so far in state.db).
 	flush bool
-	// update runs in the open transaction, which is then checkpointed
-	// before done is closed (creating a group's buckets).
+	// update runs in the open transaction, which is checkpointed at once,
+	// before done is closed (creating or removing a group's buckets, a
+	// pin): no later rollback can undo what done reported durable. A
+	// failing update is rolled back, with nothing else lost.
 	update func(*bolt.Tx) error
 	done   chan struct{}
 
@@ -276,8 +278,7 @@ func (a *applier) runBatch(batch []*applyReq, now time.Time) (force bool) {
 			continue
 		}
 		if r.update != nil {
-			r.err = r.update(a.tx)
-			force = true
+			r.err = a.runUpdate(r, now)
 			continue
 		}
 		if r.g.writeFailed.Load() {
@@ -315,7 +316,27 @@ func (a *applier) begin() error {
 	return nil
 }
 
+// runUpdate runs r's update and checkpoints it, with whatever was applied
+// before it in the transaction. A failed update is rolled back: the
+// transaction is rebuilt from the journal without it.
+func (a *applier) runUpdate(r *applyReq, now time.Time) error {
+	if err := r.update(a.tx); err != nil {
+		a.rebuild()
+		if a.broken != nil {
+			return errors.Join(err, a.broken)
+		}
+		return err
+	}
+	a.runEffects()
+	a.checkpoint(now)
+	return a.broken
+}
+
 func (a *applier) runView(r *applyReq) error {
+	if r.g.stopped() {
+		// A removed group's buckets may be gone already.
+		return ErrStopped
+	}
 	gb, err := openGroupBuckets(a.tx, r.g.id)
 	if err != nil {
 		return err
@@ -411,6 +432,12 @@ func (a *applier) fail(failed *applyReq, err error) {
 	failed.err = err
 	failed.fx = Applied{}
 	failed.g.writeFailed.Store(true)
+	a.rebuild()
+}
+
+// rebuild rolls the transaction back and re-runs the journal of every group
+// that has not failed in a fresh one, stopping any group whose replay fails.
+func (a *applier) rebuild() {
 	for {
 		_ = a.tx.Rollback()
 		a.tx = nil

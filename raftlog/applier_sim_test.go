@@ -281,3 +281,74 @@ func handedBack(r *applyReq) bool {
 	}
 	return false
 }
+
+// TestUpdatesAreNotUndoneByAnotherGroupsRollback: an update (a new
+// group's buckets, a pin, a removal) is checkpointed at once, so a later
+// failing Apply in the same batch, whose rollback rebuilds the transaction
+// from the journal, cannot undo what the update's caller was told is
+// durable; and a failing update undoes only itself.
+func TestUpdatesAreNotUndoneByAnotherGroupsRollback(t *testing.T) {
+	db, err := bolt.Open(filepath.Join(t.TempDir(), stateFile), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	groups := map[GroupID]*Group{}
+	for _, id := range []GroupID{1, 2} {
+		if err := db.Update(func(tx *bolt.Tx) error { return createGroupState(tx, id, []uint64{1}) }); err != nil {
+			t.Fatal(err)
+		}
+		groups[id] = &Group{id: id, sm: &simSM{effects: map[uint64]int{}}, wake: make(chan struct{}, 1)}
+	}
+	now := time.Unix(1_700_000_000, 0)
+	a := newApplierState(db, zerolog.Nop(), newMetrics(nil, nil, nil), nil, checkpointPolicy{interval: time.Hour, entries: 1 << 20}, func(error) {}, now)
+	defer func() {
+		if a.tx != nil {
+			_ = a.tx.Rollback()
+		}
+	}()
+	apply := func(id GroupID, index uint64, data string) *applyReq {
+		return &applyReq{g: groups[id], apply: &pb.Message{Entries: []*pb.Entry{{Index: new(index), Term: new(uint64(1)), Data: []byte(data)}}}}
+	}
+	update := func(name string, fail bool) *applyReq {
+		return &applyReq{done: make(chan struct{}), update: func(tx *bolt.Tx) error {
+			if _, err := tx.CreateBucket([]byte(name)); err != nil {
+				return err
+			}
+			if fail {
+				return errors.New("update fails after writing")
+			}
+			return nil
+		}}
+	}
+	kept, failing := update("kept", false), update("half", true)
+	a.step([]*applyReq{apply(1, 2, "a"), kept, failing, apply(1, 3, "b"), apply(2, 2, "poison")}, now)
+	if kept.err != nil {
+		t.Fatalf("update: %v", kept.err)
+	}
+	if failing.err == nil {
+		t.Fatal("failing update reported no error")
+	}
+	a.checkpoint(now) // what is still open: group 1's second entry
+	err = db.View(func(tx *bolt.Tx) error {
+		if tx.Bucket([]byte("kept")) == nil {
+			t.Error("the update's bucket is gone: a later rollback undid it")
+		}
+		if tx.Bucket([]byte("half")) != nil {
+			t.Error("the failed update's bucket was kept")
+		}
+		gb, err := openGroupBuckets(tx, 1)
+		if err != nil {
+			return err
+		}
+		for _, i := range []uint64{2, 3} {
+			if gb.state.Get(binary.BigEndian.AppendUint64(nil, i)) == nil {
+				t.Errorf("group 1's entry %d was lost", i)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

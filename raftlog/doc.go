@@ -116,6 +116,19 @@
 // data dir of the first release (format 1, the log inside raft.db) is
 // migrated at the first start (migrate.go).
 //
+// Groups come and go while the node runs. AddGroup creates a group's
+// buckets in a checkpointed update. RemoveGroup (remove.go) stops the
+// group, then deletes its buckets and leaves a tombstone in one
+// checkpointed update, then drops its records from the write-ahead log
+// (fdatasync'd), then clears the tombstone; Open finishes a removal a crash
+// cut short (it drops every tombstoned group's log before any group is
+// added), so a removed group's old entries never come back. An update is
+// checkpointed as soon as it ran, so no rollback of a later failing Apply
+// can undo it. A replica removed and added again under the same
+// configuration is an empty log its leader remembers as longer: it stops
+// with ErrStaleLog, so re-adding one is for a configuration change that
+// makes it a new member.
+//
 // A binary built with the raftgate_nosync tag skips every fsync (state.db
 // and the write-ahead log), to measure what durability costs
 // (docs/benchmarks.md); it loses acknowledged writes on power loss and

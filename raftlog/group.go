@@ -454,6 +454,16 @@ func (g *Group) call(ctx context.Context, fn func()) error {
 	}
 }
 
+// stopped says whether the group's loop has ended.
+func (g *Group) stopped() bool {
+	select {
+	case <-g.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (g *Group) stop() {
 	g.stopOnce.Do(func() { close(g.stopc) })
 	<-g.done

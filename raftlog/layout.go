@@ -17,8 +17,10 @@ import (
 //	DataDir/state.db  bbolt: state machines only, checkpointed
 //	DataDir/snapshots incoming snapshots being spooled (garbage at start)
 //
-// state.db holds a bucket "node" with "format" (formatVersion, 8 bytes BE)
-// and the pins (PinValue), and per group a top-level bucket
+// state.db holds a bucket "node" with "format" (formatVersion, 8 bytes BE),
+// the pins (Pin) and "removed" (a tombstone per group whose RemoveGroup
+// has not finished, keyed by id as 4 bytes big-endian), and per group a
+// top-level bucket
 // "g<id as 4 bytes big-endian>" holding:
 //
 //	meta   "conf"    -> marshalled raftpb.ConfState

@@ -38,10 +38,11 @@ type Node struct {
 	server  *raftServer
 	metrics *metrics
 
-	// mu guards groups and closed.
-	mu     sync.RWMutex
-	groups map[GroupID]*Group
-	closed bool
+	// mu guards groups, removing and closed.
+	mu       sync.RWMutex
+	groups   map[GroupID]*Group
+	removing map[GroupID]bool // RemoveGroup under way
+	closed   bool
 
 	// watchMu guards watchers and watchSeq.
 	watchMu  sync.Mutex
@@ -115,6 +116,7 @@ func open(cfg Config, newTransport func(*Node) transport) (*Node, error) {
 		db:       db,
 		metrics:  newMetrics(cfg.Registerer, fileSize(db.Path()), func() float64 { return float64(w.Stats().SegmentBytes) }),
 		groups:   make(map[GroupID]*Group),
+		removing: make(map[GroupID]bool),
 		watchers: make(map[uint64]*watcher),
 		stop:     make(chan struct{}),
 		failed:   make(chan error, 1),
@@ -126,6 +128,10 @@ func open(cfg Config, newTransport func(*Node) transport) (*Node, error) {
 	n.tr = newTransport(n)
 	n.lw = newLogWriter(w, n.log, n.metrics, n.tr, cfg.NodeID)
 	n.ap = newApplier(db, n.log, n.metrics, cfg.Knobs, checkpointPolicy{interval: cfg.CheckpointInterval, entries: cfg.CheckpointEntries}, n.lw.breakOff)
+	if err := n.finishRemovals(); err != nil {
+		n.Close()
+		return nil, err
+	}
 	if cfg.Knobs == nil || !cfg.Knobs.ManualTicks {
 		n.wg.Add(1)
 		go n.tickLoop()
@@ -155,7 +161,8 @@ func (n *Node) RegisterGRPC(s grpc.ServiceRegistrar) { n.server.register(s) }
 
 // AddGroup starts group id with the given voters (used only to bootstrap a
 // group that has no state on disk) and state machine. sm.Restore is called
-// before AddGroup returns.
+// before AddGroup returns. Groups may be added while the node runs, and
+// removed (RemoveGroup).
 func (n *Node) AddGroup(id GroupID, voters []uint64, sm StateMachine) (*Group, error) {
 	if sm == nil {
 		return nil, fmt.Errorf("raftlog: group %d: nil state machine", id)
@@ -178,6 +185,9 @@ func (n *Node) AddGroup(id GroupID, voters []uint64, sm StateMachine) (*Group, e
 	}
 	if _, ok := n.groups[id]; ok {
 		return nil, fmt.Errorf("%w: %d", ErrGroupExists, id)
+	}
+	if n.removing[id] {
+		return nil, fmt.Errorf("%w: %d is being removed", ErrGroupExists, id)
 	}
 	create := &applyReq{update: func(tx *bolt.Tx) error { return createGroupState(tx, id, voters) }, done: make(chan struct{})}
 	if !n.ap.submit(create) {
