@@ -215,7 +215,7 @@ func TestServerCloseFailsInFlightWithLostLeadership(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := metricValue(c.metrics.retries.WithLabelValues("lost_leadership")); got != n {
+	if got := metricValue(c.metrics.retries.get("lost_leadership", "")); got != n {
 		t.Fatalf("%v retries after lost leadership, want %d", got, n)
 	}
 	first, second := nodes[0].backend.seenRequestIDs(), nodes[1].backend.seenRequestIDs()
@@ -328,8 +328,8 @@ func TestDefinitiveErrorsReturnAtOnce(t *testing.T) {
 			t.Fatalf("Output(%s): %v, want %v", tc.id, err, tc.want)
 		}
 	}
-	if got := metricValue(c.metrics.retries.WithLabelValues("not_leader")) +
-		metricValue(c.metrics.retries.WithLabelValues("lost_leadership")); got != 0 {
+	if got := metricValue(c.metrics.retries.get("not_leader", "")) +
+		metricValue(c.metrics.retries.get("lost_leadership", "")); got != 0 {
 		t.Fatalf("%v retries, want none", got)
 	}
 }

@@ -129,7 +129,7 @@ func TestFallsBackToStreamForOlderServer(t *testing.T) {
 	if opened, legacy := metricValue(c.metrics.opened), metricValue(c.metrics.legacy); opened != 1 || legacy != 1 {
 		t.Fatalf("%v streams opened, %v of them per-message; want 1 and 1", opened, legacy)
 	}
-	if got := metricValue(c.metrics.retries.WithLabelValues("stream_broken")); got != 0 {
+	if got := metricValue(c.metrics.retries.get("stream_broken", "")); got != 0 {
 		t.Fatalf("%v retries after a broken stream, want none", got)
 	}
 	if got := metricValue(node.server.metrics.framesReceived); got != n {

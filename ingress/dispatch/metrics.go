@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"errors"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -10,11 +11,11 @@ import (
 // serverMetrics are a Server's collectors (one set per Server, registered
 // on its Registerer when there is one).
 type serverMetrics struct {
-	requests   *prometheus.CounterVec // op, code
+	requests   *children[prometheus.Counter] // op, code
 	inFlight   prometheus.Gauge
 	streams    prometheus.Gauge
 	overloaded prometheus.Counter
-	seconds    *prometheus.HistogramVec // op
+	seconds    *children[prometheus.Observer] // op
 	// framesReceived and framesSent count gRPC messages on dispatch
 	// streams: one per request or answer on Stream, one per batch on
 	// Batches.
@@ -23,11 +24,18 @@ type serverMetrics struct {
 }
 
 func newServerMetrics(reg prometheus.Registerer, log zerolog.Logger) *serverMetrics {
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "raftgate_dispatch_server_requests_total",
+		Help: "Dispatch requests answered by this node, by operation and answer code (ok or a DispatchError code).",
+	}, []string{"op", "code"})
+	seconds := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "raftgate_dispatch_server_request_seconds",
+		Help:    "Time from receiving a dispatch request to queueing its answer.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+	}, []string{"op"})
 	m := &serverMetrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "raftgate_dispatch_server_requests_total",
-			Help: "Dispatch requests answered by this node, by operation and answer code (ok or a DispatchError code).",
-		}, []string{"op", "code"}),
+		requests: newChildren(requests.WithLabelValues),
+		seconds:  newChildren(seconds.WithLabelValues),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "raftgate_dispatch_server_in_flight",
 			Help: "Dispatch requests being handled by this node.",
@@ -40,11 +48,6 @@ func newServerMetrics(reg prometheus.Registerer, log zerolog.Logger) *serverMetr
 			Name: "raftgate_dispatch_server_overloaded_total",
 			Help: "Dispatch requests refused with OVERLOADED because an in-flight bound was reached.",
 		}),
-		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "raftgate_dispatch_server_request_seconds",
-			Help:    "Time from receiving a dispatch request to queueing its answer.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
-		}, []string{"op"}),
 		framesReceived: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "raftgate_dispatch_server_frames_received_total",
 			Help: "gRPC messages received on dispatch streams (a batch of requests counts once).",
@@ -54,15 +57,15 @@ func newServerMetrics(reg prometheus.Registerer, log zerolog.Logger) *serverMetr
 			Help: "gRPC messages sent on dispatch streams (a batch of answers counts once).",
 		}),
 	}
-	register(reg, log, m.requests, m.inFlight, m.streams, m.overloaded, m.seconds, m.framesReceived, m.framesSent)
+	register(reg, log, requests, m.inFlight, m.streams, m.overloaded, seconds, m.framesReceived, m.framesSent)
 	return m
 }
 
 // clientMetrics are a Client's collectors.
 type clientMetrics struct {
-	calls     *prometheus.CounterVec // op, result
-	retries   *prometheus.CounterVec // reason
-	seconds   *prometheus.HistogramVec
+	calls     *children[prometheus.Counter]  // op, result
+	retries   *children[prometheus.Counter]  // reason
+	seconds   *children[prometheus.Observer] // op
 	inFlight  prometheus.Gauge
 	opened    prometheus.Counter
 	legacy    prometheus.Counter // opened as Stream: the node serves no Batches
@@ -73,20 +76,23 @@ type clientMetrics struct {
 }
 
 func newClientMetrics(reg prometheus.Registerer, log zerolog.Logger) *clientMetrics {
+	calls := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "raftgate_dispatch_client_calls_total",
+		Help: "Dispatch calls by operation and result (ok, or the error kind the caller got).",
+	}, []string{"op", "result"})
+	retries := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "raftgate_dispatch_client_retries_total",
+		Help: "Dispatch attempts that were retried, by reason.",
+	}, []string{"reason"})
+	seconds := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "raftgate_dispatch_client_call_seconds",
+		Help:    "Duration of dispatch calls, retries included.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+	}, []string{"op"})
 	m := &clientMetrics{
-		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "raftgate_dispatch_client_calls_total",
-			Help: "Dispatch calls by operation and result (ok, or the error kind the caller got).",
-		}, []string{"op", "result"}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "raftgate_dispatch_client_retries_total",
-			Help: "Dispatch attempts that were retried, by reason.",
-		}, []string{"reason"}),
-		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "raftgate_dispatch_client_call_seconds",
-			Help:    "Duration of dispatch calls, retries included.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
-		}, []string{"op"}),
+		calls:   newChildren(calls.WithLabelValues),
+		retries: newChildren(retries.WithLabelValues),
+		seconds: newChildren(seconds.WithLabelValues),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "raftgate_dispatch_client_in_flight",
 			Help: "Dispatch attempts waiting for an answer, all nodes.",
@@ -116,7 +122,7 @@ func newClientMetrics(reg prometheus.Registerer, log zerolog.Logger) *clientMetr
 			Help: "Attempts run in process on this node's own backend (it led the partition), without a dispatch stream.",
 		}),
 	}
-	register(reg, log, m.calls, m.retries, m.seconds, m.inFlight, m.opened, m.legacy, m.broken, m.dropped, m.overloads, m.local)
+	register(reg, log, calls, retries, seconds, m.inFlight, m.opened, m.legacy, m.broken, m.dropped, m.overloads, m.local)
 	return m
 }
 
@@ -135,4 +141,38 @@ func register(reg prometheus.Registerer, log zerolog.Logger, cs ...prometheus.Co
 			}
 		}
 	}
+}
+
+// children caches a metric vector's children by label values. Every
+// request counts itself under its operation and outcome, and
+// WithLabelValues validates, hashes and locks on each call; a map lookup
+// under a read lock costs a fraction of that. Vectors with one label use
+// the first value only.
+type children[M any] struct {
+	with func(...string) M
+	mu   sync.RWMutex
+	m    map[[2]string]M
+}
+
+func newChildren[M any](with func(...string) M) *children[M] {
+	return &children[M]{with: with, m: make(map[[2]string]M)}
+}
+
+func (c *children[M]) get(a, b string) M {
+	k := [2]string{a, b}
+	c.mu.RLock()
+	m, ok := c.m[k]
+	c.mu.RUnlock()
+	if ok {
+		return m
+	}
+	if b == "" {
+		m = c.with(a)
+	} else {
+		m = c.with(a, b)
+	}
+	c.mu.Lock()
+	c.m[k] = m
+	c.mu.Unlock()
+	return m
 }

@@ -15,8 +15,8 @@ import (
 func (c *Client) call(ctx context.Context, op string, tmpl *rpc.DispatchRequest) (*rpc.DispatchResponse, error) {
 	start := time.Now()
 	resp, err := c.retry(ctx, op, tmpl)
-	c.metrics.calls.WithLabelValues(op, resultLabel(err)).Inc()
-	c.metrics.seconds.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	c.metrics.calls.get(op, resultLabel(err)).Inc()
+	c.metrics.seconds.get(op, "").Observe(time.Since(start).Seconds())
 	return resp, err
 }
 
@@ -56,7 +56,7 @@ func (c *Client) retry(ctx context.Context, op string, tmpl *rpc.DispatchRequest
 		case !retryable:
 			return nil, err
 		}
-		c.metrics.retries.WithLabelValues(reason).Inc()
+		c.metrics.retries.get(reason, "").Inc()
 		lastErr = err
 		var notLeader *rpc.NotLeaderError
 		immediate := false

@@ -281,6 +281,6 @@ func (st *serverStream) count(call *serverCall, resp *rpc.DispatchResponse) {
 		// Label values are lower case throughout: not_leader, not NOT_LEADER.
 		code = strings.ToLower(e.Code.String())
 	}
-	st.s.metrics.requests.WithLabelValues(call.op, code).Inc()
-	st.s.metrics.seconds.WithLabelValues(call.op).Observe(time.Since(call.start).Seconds())
+	st.s.metrics.requests.get(call.op, code).Inc()
+	st.s.metrics.seconds.get(call.op, "").Observe(time.Since(call.start).Seconds())
 }
