@@ -139,6 +139,21 @@ start_raftgate() {
 		wait_until 30 "Echo/echo through node $i" curl -sf -X POST \
 			"http://127.0.0.1:$(rg_ingress_port $i)/Echo/echo" -H 'content-type: application/json' -d '"warm"'
 	done
+	# Measure the steady state: a fresh cluster's first leaders are wherever
+	# elections fell, and leader balancing hands them to their preferred
+	# voters some seconds later, which would land in the measured window.
+	wait_until 30 "every group led by its preferred voter" rg_balanced ||
+		log "leadership not balanced: measuring anyway"
+}
+
+# rg_balanced: every group is led by its preferred voter (raftlog's
+# PreferredLeader: the group id modulo the sorted voters).
+rg_balanced() {
+	curl -sf "$RG_ADMIN/cluster" | python3 -c '
+import json, sys
+c = json.load(sys.stdin)
+voters = sorted(n["id"] for n in c["nodes"])
+sys.exit(0 if all(p.get("leader") == voters[p["id"] % len(voters)] for p in c["partitions"]) else 1)'
 }
 
 # rg_metric NAME: the sum of a metric over every node of the cluster.
