@@ -64,6 +64,64 @@ func BenchmarkApplyInvoke(b *testing.B) {
 	}
 }
 
+// BenchmarkApplyInvokeComplete measures the apply side of a /send: each
+// log entry of perEntry Invokes is followed, in the same transaction (as
+// when the service answers within the checkpoint interval), by an entry
+// completing the same invocations with an echoed result. It reports the
+// cost per send (one Invoke plus one Complete).
+func BenchmarkApplyInvokeComplete(b *testing.B) {
+	for _, perEntry := range []int{1, 16, 128} {
+		b.Run(fmt.Sprintf("perEntry=%d", perEntry), func(b *testing.B) {
+			db, err := bolt.Open(filepath.Join(b.TempDir(), "bench.db"), 0o600, &bolt.Options{NoSync: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			const entriesPerTxn = 8 // four Invoke entries, each with its Complete entry
+			var entries []raftlog.Entry
+			add := func(cmds []*rpc.Command) {
+				data, err := rpc.EncodeBatch(cmds...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				entries = append(entries, raftlog.Entry{Index: uint64(len(entries) + 1), Term: 1, Data: data})
+			}
+			for i := 0; i < b.N; i += perEntry {
+				n := min(perEntry, b.N-i)
+				invokes, completes := make([]*rpc.Command, n), make([]*rpc.Command, n)
+				for j := range n {
+					inv := newInvoke("greeter", i+j)
+					inv.ProposedAtUnixMs = int64(i + j)
+					invokes[j] = invokeCmd(inv)
+					res := &rpc.Result{Status: 200, Body: inv.Body, ContentType: inv.ContentType, Attempts: 1}
+					completes[j] = completeCmd(&rpc.Complete{InvocationId: inv.InvocationId, Result: res, ProposedAtUnixMs: int64(i + j + 1)})
+				}
+				add(invokes)
+				add(completes)
+			}
+			var m machine
+			b.ResetTimer()
+			for i := 0; i < len(entries); i += entriesPerTxn {
+				chunk := entries[i:min(i+entriesPerTxn, len(entries))]
+				if err := db.Update(func(tx *bolt.Tx) error {
+					bk, err := tx.CreateBucketIfNotExists(stateBucket)
+					if err != nil {
+						return err
+					}
+					for _, e := range chunk { // one Apply per entry, as raftlog's batches of one group are often
+						if _, err := m.apply(bk, []raftlog.Entry{e}); err != nil {
+							return err
+						}
+					}
+					return nil
+				}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkRaftClusterAppend measures acknowledged Appends per second on a
 // three-node in-process cluster (real raftlog, bbolt with fsync, gRPC on
 // 127.0.0.1) at 64 and 512 concurrent submitters. invoker=on: the leader
