@@ -309,9 +309,11 @@ func (p *Processor) Apply(b *bolt.Bucket, entries []raftlog.Entry) (raftlog.Appl
 	}, nil
 }
 
-// Restore implements raftlog.StateMachine: it rebuilds the in-memory
-// outbox counter from b and makes the invoker rescan.
+// Restore implements raftlog.StateMachine: it drops the machine's record
+// cache, rebuilds the in-memory outbox counter from b and makes the invoker
+// rescan.
 func (p *Processor) Restore(b *bolt.Bucket) error {
+	p.machine.restored()
 	if err := checkFormat(b); err != nil {
 		return err
 	}
