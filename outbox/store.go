@@ -102,13 +102,38 @@ func Get(parent *bolt.Bucket, due int64, id []byte) (Entry, bool, error) {
 		return Entry{}, false, nil
 	}
 	e, err := decode(key, v)
-	return e, err == nil, err
+	if err != nil {
+		return Entry{}, false, err
+	}
+	return e.Entry(), true, nil
 }
 
 // Scan calls fn for queued deliveries in (due, id) order, starting at the
 // first, until fn returns false or the queue ends. The Entry's ID is a copy
 // that fn may keep.
 func Scan(parent *bolt.Bucket, fn func(Entry) bool) error {
+	return ScanQueued(parent, func(q Queued) bool { return fn(q.Entry()) })
+}
+
+// Queued is a delivery as ScanQueued reads it in place: ID and Service
+// alias the queue's storage, valid only during the call, so a scan that
+// passes over most entries (the invoker's, over those it delivers already)
+// copies nothing for them.
+type Queued struct {
+	Due      int64
+	ID       []byte
+	Attempts uint32
+	Service  []byte
+}
+
+// Entry returns a copy of q that may be kept.
+func (q Queued) Entry() Entry {
+	return Entry{ID: append([]byte(nil), q.ID...), Due: q.Due, Attempts: q.Attempts, Service: string(q.Service)}
+}
+
+// ScanQueued is Scan without the copies: fn must copy (Queued.Entry)
+// what it keeps past its call.
+func ScanQueued(parent *bolt.Bucket, fn func(Queued) bool) error {
 	q := parent.Bucket(queueBucket)
 	if q == nil {
 		return nil
@@ -150,15 +175,15 @@ func appendQueueKey(b []byte, due int64, id []byte) []byte {
 	return append(binary.BigEndian.AppendUint64(b, uint64(clampDue(due))), id...)
 }
 
-func decode(k, v []byte) (Entry, error) {
+func decode(k, v []byte) (Queued, error) {
 	if len(k) <= 8 || len(v) < 4 {
-		return Entry{}, fmt.Errorf("%w: key %x", ErrCorrupt, k)
+		return Queued{}, fmt.Errorf("%w: key %x", ErrCorrupt, k)
 	}
-	return Entry{
-		ID:       append([]byte(nil), k[8:]...),
+	return Queued{
+		ID:       k[8:],
 		Due:      int64(binary.BigEndian.Uint64(k)),
 		Attempts: binary.BigEndian.Uint32(v),
-		Service:  string(v[4:]),
+		Service:  v[4:],
 	}, nil
 }
 

@@ -176,17 +176,20 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 	var recs []*rpc.InvocationRecord
 	err := iv.p.log.View(func(b *bolt.Bucket) error {
 		scanned := 0
-		err := outbox.Scan(b, func(e outbox.Entry) bool {
-			if e.Due > now {
-				next = e.Due
+		// Most entries under load are deliveries under way: pass over them
+		// without copying.
+		err := outbox.ScanQueued(b, func(q outbox.Queued) bool {
+			if q.Due > now {
+				next = q.Due
 				return false
 			}
 			if scanned++; scanned > iv.cfg.ScanLimit {
 				return false
 			}
-			if busy[e.Service] >= iv.cfg.ServiceConcurrency || iv.reserved(e.ID) {
+			if busy[string(q.Service)] >= iv.cfg.ServiceConcurrency || iv.reserved(q.ID) {
 				return true
 			}
+			e := q.Entry()
 			busy[e.Service]++
 			picks = append(picks, e)
 			return len(picks) < free
