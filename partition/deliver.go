@@ -28,12 +28,13 @@ type attemptOutcome struct {
 }
 
 // Header names of the service protocol (API.md, "How raftgate calls a
-// service").
+// service"), in canonical form, so setting them copies nothing (HTTP
+// header names are case-insensitive).
 const (
-	headerInvocationID   = "x-restate-id"
-	headerAttempt        = "x-raftgate-attempt"
-	headerIdempotencyKey = "idempotency-key"
-	headerKey            = "x-raftgate-key"
+	headerInvocationID   = "X-Restate-Id"
+	headerAttempt        = "X-Raftgate-Attempt"
+	headerIdempotencyKey = "Idempotency-Key"
+	headerKey            = "X-Raftgate-Key"
 )
 
 // call makes one HTTP attempt of inv at service svc, as the registry
