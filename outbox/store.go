@@ -131,15 +131,36 @@ func (q Queued) Entry() Entry {
 	return Entry{ID: append([]byte(nil), q.ID...), Due: q.Due, Attempts: q.Attempts, Service: string(q.Service)}
 }
 
+// Next returns the first queue key after q's, for ScanQueuedFrom.
+func (q Queued) Next() []byte {
+	return append(appendQueueKey(make([]byte, 0, 8+len(q.ID)+1), q.Due, q.ID), 0)
+}
+
+// StartOf returns the first queue key a delivery due at due can have, for
+// ScanQueuedFrom.
+func StartOf(due int64) []byte {
+	return binary.BigEndian.AppendUint64(nil, uint64(clampDue(due)))
+}
+
 // ScanQueued is Scan without the copies: fn must copy (Queued.Entry)
 // what it keeps past its call.
 func ScanQueued(parent *bolt.Bucket, fn func(Queued) bool) error {
+	return ScanQueuedFrom(parent, nil, fn)
+}
+
+// ScanQueuedFrom is ScanQueued from the first key not before from (a key
+// of Queued.Next or StartOf; nil: the first).
+func ScanQueuedFrom(parent *bolt.Bucket, from []byte, fn func(Queued) bool) error {
 	q := parent.Bucket(queueBucket)
 	if q == nil {
 		return nil
 	}
 	c := q.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
+	k, v := c.First()
+	if from != nil {
+		k, v = c.Seek(from)
+	}
+	for ; k != nil; k, v = c.Next() {
 		e, err := decode(k, v)
 		if err != nil {
 			return err

@@ -89,7 +89,11 @@
 //     (at most Invoker.Concurrency per partition and ServiceConcurrency per
 //     service), calls the service and proposes Complete or AttemptFailed
 //     (Admit for a due delayed exclusive invocation); the reservation ends
-//     when that command applies. A crash, a step-down
+//     when that command applies. A scan starts after the deliveries an
+//     earlier one found under way at the head of the queue; a delivery
+//     queued before that point, or a reservation released without an
+//     outcome, makes the next one read from there again (invoker.from).
+//     A crash, a step-down
 //     or a dropped proposal leaves the entry where it was, and the next
 //     leader delivers it again. Delivery is at-least-once (a leader change
 //     repeats the calls in flight), the result exactly-once: the first

@@ -40,12 +40,24 @@ type effects struct {
 	replies   []reply
 	completed []*rpc.InvocationResult
 	// outboxDone lists ids whose delivery was removed or rescheduled.
-	outboxDone  [][]byte
+	outboxDone [][]byte
+	// outboxAdded: a delivery was queued (or rescheduled); firstQueued is
+	// the earliest due time among them, where the invoker's next scan
+	// must read again.
 	outboxAdded bool
+	firstQueued int64
 	outboxDelta int
 	accepted    int // new invocations recorded
 	commands    int
 	applied     [numCommandKinds]int // commands by kind, for metrics
+}
+
+// queued notes a delivery queued due at due.
+func (fx *effects) queued(due int64) {
+	if !fx.outboxAdded || due < fx.firstQueued {
+		fx.firstQueued = due
+	}
+	fx.outboxAdded = true
 }
 
 // commandKind numbers the command kinds, for the applied-commands metric.
@@ -314,10 +326,11 @@ func (m *machine) startDelivery(b *bolt.Bucket, rec *rpc.InvocationRecord, fx *e
 	if err := m.storeRecord(b, rec); err != nil {
 		return err
 	}
-	if err := outbox.Put(b, outbox.Entry{ID: rec.Invoke.InvocationId, Due: dueOf(rec), Service: rec.Invoke.Service}); err != nil {
+	due := dueOf(rec)
+	if err := outbox.Put(b, outbox.Entry{ID: rec.Invoke.InvocationId, Due: due, Service: rec.Invoke.Service}); err != nil {
 		return err
 	}
-	fx.outboxAdded = true
+	fx.queued(due)
 	fx.outboxDelta++
 	return nil
 }
@@ -355,10 +368,12 @@ func (m *machine) attemptFailed(b *bolt.Bucket, c *rpc.AttemptFailed, fx *effect
 	if err := m.storeRecord(b, rec); err != nil {
 		return err
 	}
-	moved, err := outbox.Move(b, oldDue, outbox.Entry{ID: c.InvocationId, Due: dueOf(rec), Attempts: c.Attempt, Service: rec.Invoke.Service})
+	due := dueOf(rec)
+	moved, err := outbox.Move(b, oldDue, outbox.Entry{ID: c.InvocationId, Due: due, Attempts: c.Attempt, Service: rec.Invoke.Service})
 	if err != nil {
 		return err
 	}
+	fx.queued(due)
 	if !moved {
 		fx.outboxDelta++
 	}
