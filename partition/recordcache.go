@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 	bolt "go.etcd.io/bbolt"
 )
@@ -35,7 +36,7 @@ const maxCachedRecords = 4096
 // but within one command. Only the applier goroutine uses it.
 type recordCache struct {
 	bucket *bolt.Bucket // the state bucket recs were stored in; nil: empty
-	recs   map[string]*rpc.InvocationRecord
+	recs   map[invocation.ID]*rpc.InvocationRecord
 }
 
 // use makes b the bucket the cache serves, dropping what another bucket
@@ -63,26 +64,34 @@ func (c *recordCache) drop() {
 
 // get returns id's cached record, nil if there is none.
 func (c *recordCache) get(id []byte) *rpc.InvocationRecord {
-	return c.recs[string(id)]
+	if len(id) != invocation.IDLen {
+		return nil // never cached: Invoke refuses such ids
+	}
+	return c.recs[invocation.ID(id)]
 }
 
 // put records that rec was stored. A completed record leaves the cache:
 // nothing but a duplicate command reads it again.
 func (c *recordCache) put(rec *rpc.InvocationRecord) {
-	id := rec.Invoke.InvocationId
+	if len(rec.Invoke.InvocationId) != invocation.IDLen {
+		return
+	}
+	id := invocation.ID(rec.Invoke.InvocationId)
 	if rec.State == rpc.InvocationRecord_COMPLETED {
-		delete(c.recs, string(id))
+		delete(c.recs, id)
 		return
 	}
 	if c.recs == nil {
-		c.recs = make(map[string]*rpc.InvocationRecord)
+		c.recs = make(map[invocation.ID]*rpc.InvocationRecord)
 	}
-	if _, ok := c.recs[string(id)]; ok || len(c.recs) < maxCachedRecords {
-		c.recs[string(id)] = rec
+	if _, ok := c.recs[id]; ok || len(c.recs) < maxCachedRecords {
+		c.recs[id] = rec
 	}
 }
 
 // evict forgets id's record (deleted).
 func (c *recordCache) evict(id []byte) {
-	delete(c.recs, string(id))
+	if len(id) == invocation.IDLen {
+		delete(c.recs, invocation.ID(id))
+	}
 }
