@@ -120,10 +120,9 @@
 // recent record's page and appends near the end of the results tree, and a
 // purge walks a prefix of it. The service name is kept in the outbox value
 // so a scan applies per-service limits from keys alone. The machine keeps
-// the pending records it stored in the open transaction (recordcache.go,
-// scoped to that transaction's bucket, dropped on commit, rollback and
-// Restore): a send's Complete mostly applies in the transaction of its
-// Invoke, and then reads no record from bbolt.
+// the pending records it stored, as stored (recordcache.go: bounded, kept
+// across commits, dropped on a rollback and Restore), so a send's Complete
+// reads no record from bbolt.
 //
 // Known limit: a service saturated at its per-service limit with more than
 // Invoker.ScanLimit due entries at the head of the queue delays other

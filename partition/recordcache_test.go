@@ -60,8 +60,9 @@ func sendLog(t testing.TB) (entries []raftlog.Entry, ids [][]byte) {
 // TestRecordCacheStoresWhatTheBucketStores: sendLog applied in one
 // transaction, one Apply per entry (Completes read what the machine cached
 // from the Invokes), stores the same bytes as applied one transaction per
-// entry (every read a miss) and as applied by a machine that restarts
-// before every entry (a follower restarting between Invoke and Complete).
+// entry (what a committed transaction cached is read in the next) and as
+// applied by a machine that restarts before every entry (a follower
+// restarting between Invoke and Complete: every read a miss).
 func TestRecordCacheStoresWhatTheBucketStores(t *testing.T) {
 	entries, ids := sendLog(t)
 	db, err := bolt.Open(filepath.Join(t.TempDir(), "c.db"), 0o600, &bolt.Options{NoSync: true})
@@ -105,18 +106,18 @@ func TestRecordCacheStoresWhatTheBucketStores(t *testing.T) {
 	}
 	perTxn = applyAll(t, entries, 1).dump(t)
 	if cached != perTxn {
-		t.Fatalf("one transaction with the cache differs from one transaction per entry:\n%s\n---\n%s", cached, perTxn)
+		t.Fatalf("one transaction differs from one transaction per entry:\n%s\n---\n%s", cached, perTxn)
 	}
 	if cached != restarting {
 		t.Fatalf("one machine differs from a machine restarted before every entry:\n%s\n---\n%s", cached, restarting)
 	}
 }
 
-// TestRecordCacheForgetsRolledBackAndCommitted: records cached in a
-// transaction that is rolled back are not served in the next one (the
-// Complete finds no record, as on a replica that never applied the
-// Invoke), and a commit empties the cache.
-func TestRecordCacheForgetsRolledBackAndCommitted(t *testing.T) {
+// TestRecordCacheForgetsRolledBack: records cached in a transaction that
+// is rolled back are not served in the next one (the Complete finds no
+// record, as on a replica that never applied the Invoke); records cached
+// in a transaction that commits are kept for the next.
+func TestRecordCacheForgetsRolledBack(t *testing.T) {
 	entries, ids := sendLog(t)
 	db, err := bolt.Open(filepath.Join(t.TempDir(), "r.db"), 0o600, &bolt.Options{NoSync: true})
 	if err != nil {
@@ -157,8 +158,40 @@ func TestRecordCacheForgetsRolledBackAndCommitted(t *testing.T) {
 		t.Fatal("a Complete recorded an invocation whose Invoke was rolled back")
 	}
 	apply(entries[2], false) // Invoke 3..7, committed
-	if n := len(m.records.recs); n != 0 {
-		t.Fatalf("%d records cached after the commit", n)
+	if n := len(m.records.recs); n != 5 {
+		t.Fatalf("%d records cached after the commit, want the 5 it stored", n)
+	}
+	apply(entries[3], true) // rolled back: the next use drops them all
+	apply(entries[4], false)
+	if m.records.get(ids[3]) != nil {
+		t.Fatal("a record cached before a rolled-back transaction is still served")
+	}
+}
+
+// The cache keeps to its bounds: a record past them is stored, not cached.
+func TestRecordCacheBounded(t *testing.T) {
+	var c recordCache
+	big := newInvoke("greeter", 0)
+	big.Body = make([]byte, maxCachedBytes)
+	c.put(&rpc.InvocationRecord{Invoke: big, State: rpc.InvocationRecord_PENDING})
+	if c.get(big.InvocationId) != nil || c.bytes != 0 {
+		t.Fatalf("a record larger than the cache was cached (%d bytes)", c.bytes)
+	}
+	for i := range maxCachedRecords + 1 {
+		c.put(&rpc.InvocationRecord{Invoke: newInvoke("greeter", i), State: rpc.InvocationRecord_PENDING})
+	}
+	if n := len(c.recs); n != maxCachedRecords {
+		t.Fatalf("%d records cached, want at most %d", n, maxCachedRecords)
+	}
+	for id, cr := range c.recs {
+		cr.rec.State = rpc.InvocationRecord_COMPLETED
+		c.put(cr.rec)
+		if _, ok := c.recs[id]; ok {
+			t.Fatal("a completed record stayed cached")
+		}
+	}
+	if c.bytes != 0 {
+		t.Fatalf("%d bytes counted in an empty cache", c.bytes)
 	}
 }
 
