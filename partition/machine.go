@@ -83,11 +83,16 @@ var commandKindNames = [numCommandKinds]string{"invoke", "complete", "cancel", "
 // the bucket (records), never entry bytes.
 type machine struct {
 	records recordCache
+	// lookup is a cursor on the invocations bucket for the Apply under
+	// way (nil until a lookup needs it): its seeks reuse one search stack
+	// where each Get would allocate its own.
+	lookup *bolt.Cursor
 }
 
 func (m *machine) apply(b *bolt.Bucket, entries []raftlog.Entry) (*effects, error) {
 	m.records.use(b)
 	fx, err := m.applyEntries(b, entries)
+	m.lookup = nil
 	if err != nil {
 		m.records.drop() // it may hold records of the commands the rollback undoes
 	}
@@ -410,13 +415,20 @@ func appendRecordKey(b, id []byte) []byte {
 	return append(append(b, id[8:]...), id[:8]...)
 }
 
-// record is getRecord through the machine's cache of what it stored in
-// this transaction.
+// record is getRecord through the machine's cache of the records it
+// stored, and its lookup cursor.
 func (m *machine) record(b *bolt.Bucket, id []byte) (*rpc.InvocationRecord, bool, error) {
 	if rec := m.records.get(id); rec != nil {
 		return rec, true, nil
 	}
-	return getRecord(b, id)
+	if m.lookup == nil {
+		m.lookup = b.Bucket(invocationsBucket).Cursor() // initBuckets created it
+	}
+	key := recordKey(id)
+	if k, data := m.lookup.Seek(key); bytes.Equal(k, key) && data != nil {
+		return decodeRecord(id, data)
+	}
+	return nil, false, nil
 }
 
 // storeRecord is putRecord, remembered by the machine's cache.
@@ -437,6 +449,10 @@ func getRecord(b *bolt.Bucket, id []byte) (*rpc.InvocationRecord, bool, error) {
 	if data == nil {
 		return nil, false, nil
 	}
+	return decodeRecord(id, data)
+}
+
+func decodeRecord(id, data []byte) (*rpc.InvocationRecord, bool, error) {
 	rec := &rpc.InvocationRecord{}
 	if err := proto.Unmarshal(data, rec); err != nil {
 		return nil, false, fmt.Errorf("partition: record %x: %w", id, err)
