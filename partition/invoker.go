@@ -36,8 +36,9 @@ type invoker struct {
 	// delivering holds ids whose HTTP call is under way. Guarded by mu.
 	delivering map[string]struct{}
 	// done holds ids whose outcome applied since the current scan began,
-	// so a scan that read an older view does not reserve them again.
-	// Guarded by mu.
+	// so a scan that read an older view does not reserve them again; it
+	// is filled only while a scan runs (never on a follower). Guarded by
+	// mu.
 	done map[string]struct{}
 	// perService counts HTTP calls under way per service. Guarded by mu.
 	perService map[string]int
@@ -47,9 +48,11 @@ type invoker struct {
 	// reserved when a scan read it. A delivery queued since (applied) or a
 	// released reservation lowers it. Guarded by mu.
 	from []byte
-	// scanning is set while a scan reads a view, which may miss what
-	// lowered from meanwhile; then lowered is set and low is the lowest
-	// key from was lowered to (nil: the first). Guarded by mu.
+	// scanning is set while a scan runs, from before it reads its view
+	// until it reserved what it picked: the view may miss what happened
+	// meanwhile (done). If from was lowered meanwhile, lowered is set and
+	// low is the lowest key it was lowered to (nil: the first). Guarded by
+	// mu.
 	scanning, lowered bool
 	low               []byte
 }
@@ -122,7 +125,9 @@ func (iv *invoker) applied(ids [][]byte, added bool, firstQueued int64) {
 		iv.mu.Lock()
 		for _, id := range ids {
 			delete(iv.inflight, string(id))
-			iv.done[string(id)] = struct{}{}
+			if iv.scanning {
+				iv.done[string(id)] = struct{}{}
+			}
 		}
 		if added {
 			iv.lowerFrom(outbox.StartOf(firstQueued))

@@ -257,3 +257,25 @@ func TestScanReadsAReleasedDeliveryAgain(t *testing.T) {
 	c.signal()
 	awaitOutput(t, p, first.InvocationId)
 }
+
+// A follower's invoker does not run: it remembers no finished delivery
+// (it would remember every one, for as long as it follows).
+func TestFollowerInvokerKeepsNothing(t *testing.T) {
+	svc := newRecordingService(t)
+	c := newFakeCluster(t, 2, func(_ int, cfg *Config) { cfg.Services = svc.lookup("greeter") })
+	c.setLeader(0, false)
+	for i := range 5 {
+		inv := newInvoke("greeter", i)
+		if _, err := c.replicas[0].p.Append(ctxT(t), inv); err != nil {
+			t.Fatal(err)
+		}
+		awaitOutput(t, c.replicas[0].p, inv.InvocationId)
+	}
+	c.waitApplied()
+	iv := c.replicas[1].p.invoker
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	if n := len(iv.done) + len(iv.inflight); n != 0 {
+		t.Fatalf("the follower's invoker holds %d ids", n)
+	}
+}
