@@ -292,9 +292,8 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 		return 0
 	}
 	if len(recs) < len(picks) {
-		// A pick without a pending record is not reserved: read it
-		// again next time (it should not be queued; a later apply
-		// removes it or this scan's view was behind).
+		// A pick without a pending record (an entry that should not be
+		// queued) is not reserved: the next scan reads it again.
 		resume = start
 	}
 	if iv.lowered {
