@@ -29,6 +29,8 @@ type invoker struct {
 	rndMu sync.Mutex
 	rnd   *rand.Rand // guarded by rndMu; backoff jitter
 
+	targets targetCache // the URLs deliveries go to
+
 	mu sync.Mutex
 	// inflight holds reserved ids (delivering, or outcome proposed but not
 	// yet applied); its size is the partition's concurrency. Guarded by mu.
