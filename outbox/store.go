@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -77,11 +78,13 @@ func Remove(parent *bolt.Bucket, due int64, id []byte) (bool, error) {
 	if q == nil {
 		return false, nil
 	}
+	// One seek, where Get then Delete would search the tree twice.
 	key := queueKey(due, id)
-	if q.Get(key) == nil {
+	c := q.Cursor()
+	if k, _ := c.Seek(key); !bytes.Equal(k, key) {
 		return false, nil
 	}
-	if err := q.Delete(key); err != nil {
+	if err := c.Delete(); err != nil {
 		return false, fmt.Errorf("outbox: remove: %w", err)
 	}
 	return true, nil
@@ -99,19 +102,65 @@ func Get(parent *bolt.Bucket, due int64, id []byte) (Entry, bool, error) {
 		return Entry{}, false, nil
 	}
 	e, err := decode(key, v)
-	return e, err == nil, err
+	if err != nil {
+		return Entry{}, false, err
+	}
+	return e.Entry(), true, nil
 }
 
 // Scan calls fn for queued deliveries in (due, id) order, starting at the
 // first, until fn returns false or the queue ends. The Entry's ID is a copy
 // that fn may keep.
 func Scan(parent *bolt.Bucket, fn func(Entry) bool) error {
+	return ScanQueued(parent, func(q Queued) bool { return fn(q.Entry()) })
+}
+
+// Queued is a delivery as ScanQueued reads it in place: ID and Service
+// alias the queue's storage, valid only during the call, so a scan that
+// passes over most entries (the invoker's, over those it delivers already)
+// copies nothing for them.
+type Queued struct {
+	Due      int64
+	ID       []byte
+	Attempts uint32
+	Service  []byte
+}
+
+// Entry returns a copy of q that may be kept.
+func (q Queued) Entry() Entry {
+	return Entry{ID: append([]byte(nil), q.ID...), Due: q.Due, Attempts: q.Attempts, Service: string(q.Service)}
+}
+
+// Next returns the first queue key after q's, for ScanQueuedFrom.
+func (q Queued) Next() []byte {
+	return append(appendQueueKey(make([]byte, 0, 8+len(q.ID)+1), q.Due, q.ID), 0)
+}
+
+// StartOf returns the first queue key a delivery due at due can have, for
+// ScanQueuedFrom.
+func StartOf(due int64) []byte {
+	return binary.BigEndian.AppendUint64(nil, uint64(clampDue(due)))
+}
+
+// ScanQueued is Scan without the copies: fn must copy (Queued.Entry)
+// what it keeps past its call.
+func ScanQueued(parent *bolt.Bucket, fn func(Queued) bool) error {
+	return ScanQueuedFrom(parent, nil, fn)
+}
+
+// ScanQueuedFrom is ScanQueued from the first key not before from (a key
+// of Queued.Next or StartOf; nil: the first).
+func ScanQueuedFrom(parent *bolt.Bucket, from []byte, fn func(Queued) bool) error {
 	q := parent.Bucket(queueBucket)
 	if q == nil {
 		return nil
 	}
 	c := q.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
+	k, v := c.First()
+	if from != nil {
+		k, v = c.Seek(from)
+	}
+	for ; k != nil; k, v = c.Next() {
 		e, err := decode(k, v)
 		if err != nil {
 			return err
@@ -147,15 +196,15 @@ func appendQueueKey(b []byte, due int64, id []byte) []byte {
 	return append(binary.BigEndian.AppendUint64(b, uint64(clampDue(due))), id...)
 }
 
-func decode(k, v []byte) (Entry, error) {
+func decode(k, v []byte) (Queued, error) {
 	if len(k) <= 8 || len(v) < 4 {
-		return Entry{}, fmt.Errorf("%w: key %x", ErrCorrupt, k)
+		return Queued{}, fmt.Errorf("%w: key %x", ErrCorrupt, k)
 	}
-	return Entry{
-		ID:       append([]byte(nil), k[8:]...),
+	return Queued{
+		ID:       k[8:],
 		Due:      int64(binary.BigEndian.Uint64(k)),
 		Attempts: binary.BigEndian.Uint32(v),
-		Service:  string(v[4:]),
+		Service:  v[4:],
 	}, nil
 }
 

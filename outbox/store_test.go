@@ -74,6 +74,60 @@ func TestQueueOrderRescheduleRemove(t *testing.T) {
 	})
 }
 
+func TestRemoveAbsent(t *testing.T) {
+	withBucket(t, func(b *bolt.Bucket) {
+		if ok, err := Remove(b, 10, id(1)); err != nil || ok {
+			t.Fatalf("remove from an empty queue = %v %v", ok, err)
+		}
+		if err := Put(b, Entry{ID: id(2), Due: 10}); err != nil {
+			t.Fatal(err)
+		}
+		for _, due := range []int64{5, 10, 20} { // before, beside and past the one entry
+			if ok, err := Remove(b, due, id(1)); err != nil || ok {
+				t.Fatalf("remove of an absent entry due %d = %v %v", due, ok, err)
+			}
+		}
+		if Count(b) != 1 {
+			t.Fatalf("count %d, want the entry kept", Count(b))
+		}
+	})
+}
+
+// ScanQueued reads what Scan reads, in place; Entry copies it.
+func TestScanQueued(t *testing.T) {
+	withBucket(t, func(b *bolt.Bucket) {
+		want := []Entry{{ID: id(1), Due: 10, Attempts: 1, Service: "a"}, {ID: id(2), Due: 20, Service: "bb"}}
+		for _, e := range want {
+			if err := Put(b, e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var got []Entry
+		if err := ScanQueued(b, func(q Queued) bool { got = append(got, q.Entry()); return true }); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("scanned %v, want %v", got, want)
+		}
+		for i := range want {
+			if !bytes.Equal(got[i].ID, want[i].ID) || got[i].Due != want[i].Due || got[i].Attempts != want[i].Attempts || got[i].Service != want[i].Service {
+				t.Fatalf("entry %d = %+v, want %+v", i, got[i], want[i])
+			}
+		}
+		// The copies are the caller's: the queue changing under them
+		// changes nothing.
+		if _, err := Remove(b, 10, id(1)); err != nil {
+			t.Fatal(err)
+		}
+		if err := Put(b, Entry{ID: id(3), Due: 5, Service: "zz"}); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got[0].ID, id(1)) || got[0].Service != "a" {
+			t.Fatalf("copied entry changed: %+v", got[0])
+		}
+	})
+}
+
 func TestClassify(t *testing.T) {
 	for status, want := range map[int]Outcome{200: Success, 204: Success, 400: Terminal, 404: Terminal, 408: Retry, 429: Retry, 500: Retry, 503: Retry, 302: Terminal} {
 		if got := Classify(status); got != want {

@@ -64,6 +64,84 @@ func BenchmarkApplyInvoke(b *testing.B) {
 	}
 }
 
+// BenchmarkApplyInvokeComplete measures the apply side of a /send: each
+// log entry's perEntry Invokes are completed, with an echoed result, in
+// the next entry of the same transaction (as when the service answers
+// within the checkpoint interval). mixed=true: that next entry also holds
+// the next perEntry Invokes, as the proposer loop batches the ingress's
+// Invokes with the invoker's Completes; mixed=false: Invokes and Completes
+// in entries of their own. It reports the cost per send (one Invoke plus
+// one Complete).
+func BenchmarkApplyInvokeComplete(b *testing.B) {
+	for _, mixed := range []bool{false, true} {
+		for _, perEntry := range []int{1, 16, 128} {
+			b.Run(fmt.Sprintf("mixed=%v/perEntry=%d", mixed, perEntry), func(b *testing.B) {
+				benchApplySends(b, perEntry, mixed)
+			})
+		}
+	}
+}
+
+func benchApplySends(b *testing.B, perEntry int, mixed bool) {
+	db, err := bolt.Open(filepath.Join(b.TempDir(), "bench.db"), 0o600, &bolt.Options{NoSync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	const entriesPerTxn = 8
+	var entries []raftlog.Entry
+	add := func(cmds []*rpc.Command) {
+		data, err := rpc.EncodeBatch(cmds...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		entries = append(entries, raftlog.Entry{Index: uint64(len(entries) + 1), Term: 1, Data: data})
+	}
+	var completes []*rpc.Command // of the last entry's Invokes
+	for i := 0; i < b.N; i += perEntry {
+		n := min(perEntry, b.N-i)
+		invokes := make([]*rpc.Command, n)
+		next := make([]*rpc.Command, n)
+		for j := range n {
+			inv := newInvoke("greeter", i+j)
+			inv.ProposedAtUnixMs = int64(i + j)
+			invokes[j] = invokeCmd(inv)
+			res := &rpc.Result{Status: 200, Body: inv.Body, ContentType: inv.ContentType, Attempts: 1}
+			next[j] = completeCmd(&rpc.Complete{InvocationId: inv.InvocationId, Result: res, ProposedAtUnixMs: int64(i + j + 1)})
+		}
+		if mixed {
+			add(append(completes, invokes...))
+		} else {
+			add(invokes)
+			add(next)
+			next = nil
+		}
+		completes = next
+	}
+	if len(completes) > 0 {
+		add(completes)
+	}
+	var m machine
+	b.ResetTimer()
+	for i := 0; i < len(entries); i += entriesPerTxn {
+		chunk := entries[i:min(i+entriesPerTxn, len(entries))]
+		if err := db.Update(func(tx *bolt.Tx) error {
+			bk, err := tx.CreateBucketIfNotExists(stateBucket)
+			if err != nil {
+				return err
+			}
+			for _, e := range chunk { // one Apply per entry, as raftlog's batches of one group often are
+				if _, err := m.apply(bk, []raftlog.Entry{e}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkRaftClusterAppend measures acknowledged Appends per second on a
 // three-node in-process cluster (real raftlog, bbolt with fsync, gRPC on
 // 127.0.0.1) at 64 and 512 concurrent submitters. invoker=on: the leader

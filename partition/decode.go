@@ -8,17 +8,18 @@ import (
 )
 
 // decodeBatch is rpc.DecodeBatch (same result, same errors) with fewer
-// allocations for the entry every accepted invocation makes: a batch of
-// Invoke commands. proto.Unmarshal allocates each message and each bytes
-// field on its own, about ten allocations per Invoke on every replica;
-// here a batch takes four plus its strings. Anything else (another
-// command, headers, an unknown field, malformed input) goes to
-// rpc.DecodeBatch.
+// allocations for the entries a send makes: batches of Invoke and Complete
+// commands (the proposer loop puts the ingress's Invokes and the invoker's
+// Completes in the same entries). proto.Unmarshal allocates each message
+// and each bytes field on its own, about ten allocations per Invoke and
+// six per Complete on every replica; here a batch takes six plus its
+// strings. Anything else (another command, headers, an unknown field,
+// malformed input) goes to rpc.DecodeBatch.
 //
 // The decoded bytes fields share one copy of their bytes (cap-limited, so
 // an append never reaches a neighbour); nothing aliases data.
 func decodeBatch(data []byte) (*rpc.CommandBatch, error) {
-	if b, ok := decodeInvokeBatch(data); ok {
+	if b, ok := decodeSendBatch(data); ok {
 		return b, nil
 	}
 	return rpc.DecodeBatch(data)
@@ -26,9 +27,10 @@ func decodeBatch(data []byte) (*rpc.CommandBatch, error) {
 
 // Field numbers (rpc/raftgate.proto).
 const (
-	batchVersion  = 1
-	batchCommands = 2
-	commandInvoke = 10
+	batchVersion    = 1
+	batchCommands   = 2
+	commandInvoke   = 10
+	commandComplete = 11
 
 	invokeInvocationID   = 1
 	invokeRequestID      = 2
@@ -43,14 +45,35 @@ const (
 	invokeKey            = 12
 	invokeExclusive      = 13
 	invokeRegisteredAt   = 14 // service_registered_index
+
+	completeInvocationID = 1
+	completeResult       = 2
+	completeProposerTerm = 3
+	completeProposedAt   = 4
+
+	resultStatus      = 1
+	resultBody        = 2
+	resultContentType = 3
+	resultFailed      = 4
+	resultError       = 5
+	resultAttempts    = 6
 )
 
-// decodeInvokeBatch decodes data if it is a batch of the current version
-// whose commands are all Invokes of the fields it knows; false means
-// rpc.DecodeBatch must decide.
-func decodeInvokeBatch(data []byte) (*rpc.CommandBatch, bool) {
+// completeBox holds a Complete, its Result and its Command in one
+// allocation.
+type completeBox struct {
+	c     rpc.Complete
+	res   rpc.Result
+	oneof rpc.Command_Complete
+	cmd   rpc.Command
+}
+
+// decodeSendBatch decodes data if it is a batch of the current version
+// whose commands are all Invokes and Completes of the fields it knows;
+// false means rpc.DecodeBatch must decide.
+func decodeSendBatch(data []byte) (*rpc.CommandBatch, bool) {
 	var version uint64
-	invokes := 0
+	invokes, completes := 0, 0
 	for rest := data; len(rest) > 0; {
 		num, typ, n := protowire.ConsumeTag(rest)
 		if n < 0 {
@@ -63,10 +86,14 @@ func decodeInvokeBatch(data []byte) (*rpc.CommandBatch, bool) {
 		case num == batchCommands && typ == protowire.BytesType:
 			var cmd []byte
 			cmd, n = protowire.ConsumeBytes(rest)
-			if _, ok := invokeOf(cmd); !ok {
+			switch kind, _, ok := commandOf(cmd); {
+			case !ok:
 				return nil, false
+			case kind == commandInvoke:
+				invokes++
+			default:
+				completes++
 			}
-			invokes++
 		default:
 			return nil, false
 		}
@@ -75,11 +102,12 @@ func decodeInvokeBatch(data []byte) (*rpc.CommandBatch, bool) {
 		}
 		rest = rest[n:]
 	}
-	if uint32(version) != rpc.BatchVersion || invokes == 0 {
+	if uint32(version) != rpc.BatchVersion || invokes+completes == 0 {
 		return nil, false
 	}
-	batch := &rpc.CommandBatch{Version: uint32(version), Commands: make([]*rpc.Command, 0, invokes)}
-	boxes := make([]invokeBox, invokes)
+	batch := &rpc.CommandBatch{Version: uint32(version), Commands: make([]*rpc.Command, 0, invokes+completes)}
+	invokeBoxes := make([]invokeBox, invokes)
+	completeBoxes := make([]completeBox, completes)
 	buf := make([]byte, 0, len(data)) // every bytes field, copied once
 	for rest := data; len(rest) > 0; {
 		num, _, n := protowire.ConsumeTag(rest)
@@ -91,35 +119,159 @@ func decodeInvokeBatch(data []byte) (*rpc.CommandBatch, bool) {
 		}
 		cmd, n := protowire.ConsumeBytes(rest)
 		rest = rest[n:]
-		inv, _ := invokeOf(cmd)
-		box := &boxes[len(batch.Commands)]
+		kind, body, _ := commandOf(cmd)
 		var ok bool
-		if buf, ok = decodeInvoke(inv, &box.inv, buf); !ok {
+		if kind == commandInvoke {
+			box := &invokeBoxes[0]
+			invokeBoxes = invokeBoxes[1:]
+			if buf, ok = decodeInvoke(body, &box.inv, buf); !ok {
+				return nil, false
+			}
+			box.oneof.Invoke = &box.inv
+			box.cmd.Cmd = &box.oneof
+			batch.Commands = append(batch.Commands, &box.cmd)
+			continue
+		}
+		box := &completeBoxes[0]
+		completeBoxes = completeBoxes[1:]
+		if buf, ok = decodeComplete(body, box, buf); !ok {
 			return nil, false
 		}
-		box.oneof.Invoke = &box.inv
+		box.oneof.Complete = &box.c
 		box.cmd.Cmd = &box.oneof
 		batch.Commands = append(batch.Commands, &box.cmd)
 	}
 	return batch, true
 }
 
-// invokeOf returns the Invoke inside an encoded Command that holds only
-// one.
-func invokeOf(cmd []byte) ([]byte, bool) {
+// commandOf returns the kind (commandInvoke or commandComplete) and the
+// message inside an encoded Command that holds only one of those.
+func commandOf(cmd []byte) (protowire.Number, []byte, bool) {
 	num, typ, n := protowire.ConsumeTag(cmd)
-	if n < 0 || num != commandInvoke || typ != protowire.BytesType {
-		return nil, false
+	if n < 0 || num != commandInvoke && num != commandComplete || typ != protowire.BytesType {
+		return 0, nil, false
 	}
-	inv, m := protowire.ConsumeBytes(cmd[n:])
+	msg, m := protowire.ConsumeBytes(cmd[n:])
 	if m < 0 || n+m != len(cmd) {
-		return nil, false // malformed, or more fields (proto would merge them)
+		return 0, nil, false // malformed, or more fields (proto would merge them)
 	}
-	return inv, true
+	return num, msg, true
+}
+
+// appendField copies v to the end of buf and returns the copy, cap-limited
+// (nil for an empty v: proto3 decodes an empty bytes field as nil).
+func appendField(buf, v []byte) ([]byte, []byte) {
+	if len(v) == 0 {
+		return buf, nil
+	}
+	start := len(buf)
+	buf = append(buf, v...)
+	return buf, buf[start:len(buf):len(buf)]
+}
+
+// decodeComplete decodes data into box.c (and its result into box.res),
+// copying its bytes fields to the end of buf; false for anything
+// decodeSendBatch leaves to proto.
+func decodeComplete(data []byte, box *completeBox, buf []byte) ([]byte, bool) {
+	c := &box.c
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 {
+			return buf, false
+		}
+		data = data[n:]
+		switch {
+		case typ == protowire.BytesType && (num == completeInvocationID || num == completeResult):
+			v, n := protowire.ConsumeBytes(data)
+			if n < 0 {
+				return buf, false
+			}
+			data = data[n:]
+			if num == completeInvocationID {
+				buf, c.InvocationId = appendField(buf, v)
+				continue
+			}
+			if c.Result != nil {
+				return buf, false // a repeated message field: proto merges them
+			}
+			var ok bool
+			if buf, ok = decodeResult(v, &box.res, buf); !ok {
+				return buf, false
+			}
+			c.Result = &box.res
+		case typ == protowire.VarintType && (num == completeProposerTerm || num == completeProposedAt):
+			v, n := protowire.ConsumeVarint(data)
+			if n < 0 {
+				return buf, false
+			}
+			data = data[n:]
+			if num == completeProposerTerm {
+				c.ProposerTerm = v
+			} else {
+				c.ProposedAtUnixMs = int64(v)
+			}
+		default:
+			return buf, false
+		}
+	}
+	return buf, true
+}
+
+// decodeResult decodes data into res, copying its body to the end of buf.
+func decodeResult(data []byte, res *rpc.Result, buf []byte) ([]byte, bool) {
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 {
+			return buf, false
+		}
+		data = data[n:]
+		switch typ {
+		case protowire.BytesType:
+			v, n := protowire.ConsumeBytes(data)
+			if n < 0 {
+				return buf, false
+			}
+			data = data[n:]
+			switch num {
+			case resultBody:
+				buf, res.Body = appendField(buf, v)
+			case resultContentType, resultError:
+				if !utf8.Valid(v) {
+					return buf, false // proto refuses it
+				}
+				if num == resultContentType {
+					res.ContentType = string(v)
+				} else {
+					res.Error = string(v)
+				}
+			default:
+				return buf, false
+			}
+		case protowire.VarintType:
+			v, n := protowire.ConsumeVarint(data)
+			if n < 0 {
+				return buf, false
+			}
+			data = data[n:]
+			switch num {
+			case resultStatus:
+				res.Status = uint32(v)
+			case resultFailed:
+				res.Failed = protowire.DecodeBool(v)
+			case resultAttempts:
+				res.Attempts = uint32(v)
+			default:
+				return buf, false
+			}
+		default:
+			return buf, false
+		}
+	}
+	return buf, true
 }
 
 // decodeInvoke decodes data into inv, copying its bytes fields to the end
-// of buf; false for anything decodeInvokeBatch leaves to proto.
+// of buf; false for anything decodeSendBatch leaves to proto.
 func decodeInvoke(data []byte, inv *rpc.Invoke, buf []byte) ([]byte, bool) {
 	for len(data) > 0 {
 		num, typ, n := protowire.ConsumeTag(data)
@@ -135,21 +287,12 @@ func decodeInvoke(data []byte, inv *rpc.Invoke, buf []byte) ([]byte, bool) {
 			}
 			data = data[n:]
 			switch num {
-			case invokeInvocationID, invokeRequestID, invokeBody:
-				var field []byte
-				if len(v) > 0 { // proto3: an empty bytes field decodes as nil
-					start := len(buf)
-					buf = append(buf, v...)
-					field = buf[start:len(buf):len(buf)]
-				}
-				switch num {
-				case invokeInvocationID:
-					inv.InvocationId = field
-				case invokeRequestID:
-					inv.RequestId = field
-				default:
-					inv.Body = field
-				}
+			case invokeInvocationID:
+				buf, inv.InvocationId = appendField(buf, v)
+			case invokeRequestID:
+				buf, inv.RequestId = appendField(buf, v)
+			case invokeBody:
+				buf, inv.Body = appendField(buf, v)
 			case invokeService, invokeHandler, invokeContentType, invokeIdempotencyKey, invokeKey:
 				if !utf8.Valid(v) {
 					return buf, false // proto refuses it

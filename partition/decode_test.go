@@ -47,6 +47,33 @@ func randomInvoke(r *rand.Rand, withHeaders bool) *rpc.Invoke {
 	return inv
 }
 
+// randomComplete sets a random subset of a Complete's fields.
+func randomComplete(r *rand.Rand) *rpc.Complete {
+	c := &rpc.Complete{ProposedAtUnixMs: r.Int64() - r.Int64()}
+	if r.IntN(4) != 0 {
+		c.InvocationId = make([]byte, r.IntN(30))
+		for i := range c.InvocationId {
+			c.InvocationId[i] = byte(r.Uint32())
+		}
+	}
+	if r.IntN(5) == 0 {
+		c.ProposerTerm = r.Uint64()
+	}
+	if r.IntN(6) != 0 {
+		c.Result = &rpc.Result{Status: r.Uint32N(600), Failed: r.IntN(2) == 0, Attempts: r.Uint32()}
+		if r.IntN(3) != 0 {
+			c.Result.Body = []byte(strings.Repeat("b", r.IntN(40)))
+		}
+		if r.IntN(2) == 0 {
+			c.Result.ContentType = "application/json"
+		}
+		if r.IntN(3) == 0 {
+			c.Result.Error = "gave up é"
+		}
+	}
+	return c
+}
+
 // checkDecodeBatch compares decodeBatch with rpc.DecodeBatch on data.
 func checkDecodeBatch(t *testing.T, data []byte) {
 	t.Helper()
@@ -69,22 +96,26 @@ func TestDecodeBatchMatchesDecodeBatch(t *testing.T) {
 		cmds := make([]*rpc.Command, r.IntN(4)+1)
 		headers := false
 		for i := range cmds {
+			if r.IntN(3) == 0 {
+				cmds[i] = completeCmd(randomComplete(r))
+				continue
+			}
 			inv := randomInvoke(r, true)
 			headers = headers || len(inv.Headers) > 0
 			cmds[i] = invokeCmd(inv)
 		}
-		if r.IntN(6) == 0 {
-			cmds = append(cmds, completeCmd(&rpc.Complete{InvocationId: []byte("id"), Result: &rpc.Result{Status: 200}}))
-			headers = true // not all Invokes: left to proto too
+		other := r.IntN(6) == 0
+		if other {
+			cmds = append(cmds, cancelCmd(&rpc.Cancel{InvocationId: []byte("id")})) // left to proto
 		}
 		data, err := rpc.EncodeBatch(cmds...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		checkDecodeBatch(t, data)
-		if _, ok := decodeInvokeBatch(data); ok {
+		if _, ok := decodeSendBatch(data); ok {
 			fast++
-		} else if !headers {
+		} else if !headers && !other {
 			t.Fatalf("batch %v left to proto.Unmarshal", cmds)
 		}
 	}
@@ -118,6 +149,27 @@ func TestDecodeBatchOddInput(t *testing.T) {
 		"two invokes":      append(command(version(1), nil), good[2:]...),
 		"merged oneof":     append(version(1), protowire.AppendBytes(tag(nil, batchCommands, protowire.BytesType), append(protowire.AppendBytes(tag(nil, commandInvoke, protowire.BytesType), protowire.AppendString(tag(nil, invokeService, protowire.BytesType), "a")), protowire.AppendBytes(tag(nil, commandInvoke, protowire.BytesType), protowire.AppendString(tag(nil, invokeHandler, protowire.BytesType), "h"))...))...),
 		"version repeated": append(command(version(1), nil), version(1)...),
+	}
+	complete := func(b, c []byte) []byte {
+		return protowire.AppendBytes(tag(b, batchCommands, protowire.BytesType), protowire.AppendBytes(tag(nil, commandComplete, protowire.BytesType), c))
+	}
+	result := func(res []byte) []byte {
+		return protowire.AppendBytes(tag(nil, completeResult, protowire.BytesType), res)
+	}
+	for name, data := range map[string][]byte{
+		"empty complete":           complete(version(1), nil),
+		"empty result":             complete(version(1), result(nil)),
+		"repeated result":          complete(version(1), append(result(protowire.AppendVarint(tag(nil, resultStatus, protowire.VarintType), 200)), result(protowire.AppendVarint(tag(nil, resultAttempts, protowire.VarintType), 2))...)),
+		"complete unknown field":   complete(version(1), protowire.AppendVarint(tag(nil, 9, protowire.VarintType), 1)),
+		"result unknown field":     complete(version(1), result(protowire.AppendVarint(tag(nil, 9, protowire.VarintType), 1))),
+		"result invalid utf-8":     complete(version(1), result(protowire.AppendBytes(tag(nil, resultError, protowire.BytesType), []byte{0xff}))),
+		"result wrong wire type":   complete(version(1), result(protowire.AppendFixed32(tag(nil, resultStatus, protowire.Fixed32Type), 1))),
+		"complete wrong wire type": complete(version(1), protowire.AppendBytes(tag(nil, completeProposedAt, protowire.BytesType), nil)),
+		"result truncated":         complete(version(1), result([]byte{byte(resultBody<<3 | 2), 5, 'a'})),
+		"status over 32 bits":      complete(version(1), result(protowire.AppendVarint(tag(nil, resultStatus, protowire.VarintType), 1<<40|200))),
+		"invoke then complete":     complete(command(version(1), nil), result(nil)),
+	} {
+		cases[name] = data
 	}
 	for name, data := range cases {
 		t.Run(name, func(t *testing.T) { checkDecodeBatch(t, data) })
@@ -168,10 +220,39 @@ func TestDecodeBatchAllocs(t *testing.T) {
 	}
 }
 
+// A send's entry: Invokes and Completes, the same number of allocations
+// per batch, and one per string field.
+func TestDecodeSendBatchAllocs(t *testing.T) {
+	var cmds []*rpc.Command
+	for i := range 4 {
+		inv := newInvoke("greeter", i)
+		cmds = append(cmds, invokeCmd(inv), completeCmd(&rpc.Complete{InvocationId: inv.InvocationId,
+			Result: &rpc.Result{Status: 200, Body: inv.Body, ContentType: "text/plain", Attempts: 1}, ProposedAtUnixMs: 5}))
+	}
+	data, err := rpc.EncodeBatch(cmds...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := decodeSendBatch(data); !ok {
+		t.Fatal("a batch of Invokes and Completes left to proto.Unmarshal")
+	}
+	// Five per batch; per Invoke service, handler and content type, per
+	// Complete its result's content type.
+	const want = 5 + 4*3 + 4*1
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := decodeBatch(data); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > want {
+		t.Fatalf("decoding 4 invokes and 4 completes took %.0f allocations, want %d", allocs, want)
+	}
+}
+
 func FuzzDecodeBatch(f *testing.F) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for range 10 {
-		data, err := rpc.EncodeBatch(invokeCmd(randomInvoke(r, true)), invokeCmd(randomInvoke(r, false)))
+		data, err := rpc.EncodeBatch(invokeCmd(randomInvoke(r, true)), invokeCmd(randomInvoke(r, false)), completeCmd(randomComplete(r)))
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -196,6 +277,24 @@ func TestDecodeInvokeKnowsEveryField(t *testing.T) {
 		f := fields.Get(i)
 		if n := int(f.Number()); !known[n] && n != headers {
 			t.Errorf("rpc.Invoke field %s (%d) is not decoded by decodeInvoke: add it there and to stampedInvokeCmd", f.Name(), n)
+		}
+	}
+}
+
+// The same for rpc.Complete and rpc.Result, which decodeComplete decodes
+// whole.
+func TestDecodeCompleteKnowsEveryField(t *testing.T) {
+	for msg, known := range map[proto.Message]map[int]bool{
+		&rpc.Complete{}: {completeInvocationID: true, completeResult: true, completeProposerTerm: true, completeProposedAt: true},
+		&rpc.Result{}: {resultStatus: true, resultBody: true, resultContentType: true, resultFailed: true,
+			resultError: true, resultAttempts: true},
+	} {
+		fields := msg.ProtoReflect().Descriptor().Fields()
+		for i := range fields.Len() {
+			if f := fields.Get(i); !known[int(f.Number())] {
+				t.Errorf("%s field %s (%d) is not decoded by decodeComplete: add it there",
+					msg.ProtoReflect().Descriptor().Name(), f.Name(), f.Number())
+			}
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/raftgate/raftgate/invocation"
@@ -28,12 +29,13 @@ type attemptOutcome struct {
 }
 
 // Header names of the service protocol (API.md, "How raftgate calls a
-// service").
+// service"), in canonical form, so setting them copies nothing (HTTP
+// header names are case-insensitive).
 const (
-	headerInvocationID   = "x-restate-id"
-	headerAttempt        = "x-raftgate-attempt"
-	headerIdempotencyKey = "idempotency-key"
-	headerKey            = "x-raftgate-key"
+	headerInvocationID   = "X-Restate-Id"
+	headerAttempt        = "X-Raftgate-Attempt"
+	headerIdempotencyKey = "Idempotency-Key"
+	headerKey            = "X-Raftgate-Key"
 )
 
 // call makes one HTTP attempt of inv at service svc, as the registry
@@ -59,11 +61,10 @@ func (iv *invoker) call(ctx context.Context, inv *rpc.Invoke, attempt uint32, sv
 			return terminalOutcome(http.StatusBadRequest, fmt.Sprintf("%q cannot be a path segment of the service's URL", name))
 		}
 	}
-	base, err := url.Parse(svc.Url)
+	target, err := iv.targets.get(svc.Url, inv.Service, inv.Handler)
 	if err != nil {
 		return terminalOutcome(http.StatusBadGateway, fmt.Sprintf("bad service url %q: %v", svc.Url, err))
 	}
-	target := base.JoinPath(url.PathEscape(inv.Service), url.PathEscape(inv.Handler)).String()
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(cctx, http.MethodPost, target, bytes.NewReader(inv.Body))
@@ -110,6 +111,42 @@ func (iv *invoker) call(ctx context.Context, inv *rpc.Invoke, attempt uint32, sv
 		out.retryAfter, _ = outbox.ParseRetryAfter(resp.Header.Get("Retry-After"), iv.p.now())
 	}
 	return out
+}
+
+// targetCache remembers the URL each (service URL, service, handler) is
+// called at: parsing, escaping and joining it cost more allocations than
+// the rest of a request's preparation. Bounded: emptied when full.
+type targetCache struct {
+	mu   sync.Mutex
+	urls map[targetKey]string // guarded by mu
+}
+
+type targetKey struct{ base, service, handler string }
+
+const maxCachedTargets = 1024
+
+// get returns {base}/{service}/{handler}, each name escaped into one path
+// segment.
+func (c *targetCache) get(base, service, handler string) (string, error) {
+	k := targetKey{base, service, handler}
+	c.mu.Lock()
+	target, ok := c.urls[k]
+	c.mu.Unlock()
+	if ok {
+		return target, nil
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", err
+	}
+	target = u.JoinPath(url.PathEscape(service), url.PathEscape(handler)).String()
+	c.mu.Lock()
+	if c.urls == nil || len(c.urls) >= maxCachedTargets {
+		c.urls = make(map[targetKey]string)
+	}
+	c.urls[k] = target
+	c.mu.Unlock()
+	return target, nil
 }
 
 func retryOutcome(status uint32, reason string) attemptOutcome {

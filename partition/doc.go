@@ -89,7 +89,11 @@
 //     (at most Invoker.Concurrency per partition and ServiceConcurrency per
 //     service), calls the service and proposes Complete or AttemptFailed
 //     (Admit for a due delayed exclusive invocation); the reservation ends
-//     when that command applies. A crash, a step-down
+//     when that command applies. A scan starts after the deliveries an
+//     earlier one found under way at the head of the queue; a delivery
+//     queued before that point, or a reservation released without an
+//     outcome, makes the next one read from there again (invoker.from).
+//     A crash, a step-down
 //     or a dropped proposal leaves the entry where it was, and the next
 //     leader delivers it again. Delivery is at-least-once (a leader change
 //     repeats the calls in flight), the result exactly-once: the first
@@ -115,7 +119,10 @@
 // completed_at ‖ id, found through the record, so a Complete rewrites a
 // recent record's page and appends near the end of the results tree, and a
 // purge walks a prefix of it. The service name is kept in the outbox value
-// so a scan applies per-service limits from keys alone.
+// so a scan applies per-service limits from keys alone. The machine keeps
+// the pending records it stored, as stored (recordcache.go: bounded, kept
+// across commits, dropped on a rollback and Restore), so a send's Complete
+// reads no record from bbolt.
 //
 // Known limit: a service saturated at its per-service limit with more than
 // Invoker.ScanLimit due entries at the head of the queue delays other

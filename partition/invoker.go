@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -28,6 +29,8 @@ type invoker struct {
 	rndMu sync.Mutex
 	rnd   *rand.Rand // guarded by rndMu; backoff jitter
 
+	targets targetCache // the URLs deliveries go to
+
 	mu sync.Mutex
 	// inflight holds reserved ids (delivering, or outcome proposed but not
 	// yet applied); its size is the partition's concurrency. Guarded by mu.
@@ -35,11 +38,25 @@ type invoker struct {
 	// delivering holds ids whose HTTP call is under way. Guarded by mu.
 	delivering map[string]struct{}
 	// done holds ids whose outcome applied since the current scan began,
-	// so a scan that read an older view does not reserve them again.
-	// Guarded by mu.
+	// so a scan that read an older view does not reserve them again; it
+	// is filled only while a scan runs (never on a follower). Guarded by
+	// mu.
 	done map[string]struct{}
 	// perService counts HTTP calls under way per service. Guarded by mu.
 	perService map[string]int
+	// from is the outbox key the next scan starts at (nil: the first), so
+	// that a scan does not read again, on every wake-up, the deliveries
+	// under way at the head of the queue: every due entry before from was
+	// reserved when a scan read it. A delivery queued since (applied) or a
+	// released reservation lowers it. Guarded by mu.
+	from []byte
+	// scanning is set while a scan runs, from before it reads its view
+	// until it reserved what it picked: the view may miss what happened
+	// meanwhile (done). If from was lowered meanwhile, lowered is set and
+	// low is the lowest key it was lowered to (nil: the first). Guarded by
+	// mu.
+	scanning, lowered bool
+	low               []byte
 }
 
 func newInvoker(p *Processor) *invoker {
@@ -59,6 +76,40 @@ func (iv *invoker) reset() {
 	iv.delivering = make(map[string]struct{})
 	iv.done = make(map[string]struct{})
 	iv.perService = make(map[string]int)
+	iv.from, iv.scanning, iv.lowered, iv.low = nil, false, false, nil
+}
+
+// lowerFrom makes the next scan start at key or before it (nil: at the
+// first entry). Call with mu held.
+func (iv *invoker) lowerFrom(key []byte) {
+	iv.from = lowerKey(iv.from, key)
+	if iv.scanning {
+		if !iv.lowered {
+			iv.low, iv.lowered = key, true
+		} else {
+			iv.low = lowerKey(iv.low, key)
+		}
+	}
+}
+
+// lowerKey returns the lower of two scan starts, nil being the first key.
+func lowerKey(a, b []byte) []byte {
+	if a == nil || b == nil {
+		return nil
+	}
+	if bytes.Compare(b, a) < 0 {
+		return b
+	}
+	return a
+}
+
+// rescan makes the next scan read the whole outbox (its state was replaced
+// or rolled back) and wakes the invoker.
+func (iv *invoker) rescan() {
+	iv.mu.Lock()
+	iv.lowerFrom(nil)
+	iv.mu.Unlock()
+	iv.kick()
 }
 
 func (iv *invoker) kick() {
@@ -68,25 +119,32 @@ func (iv *invoker) kick() {
 	}
 }
 
-// applied ends the reservations of ids whose outcome applied. Called from
+// applied ends the reservations of ids whose outcome applied; added says
+// deliveries were queued, the earliest due at firstQueued. Called from
 // Reveal (after the commit); never blocks.
-func (iv *invoker) applied(ids [][]byte, added bool) {
-	if len(ids) > 0 {
+func (iv *invoker) applied(ids [][]byte, added bool, firstQueued int64) {
+	if len(ids) > 0 || added {
 		iv.mu.Lock()
 		for _, id := range ids {
 			delete(iv.inflight, string(id))
-			iv.done[string(id)] = struct{}{}
+			if iv.scanning {
+				iv.done[string(id)] = struct{}{}
+			}
+		}
+		if added {
+			iv.lowerFrom(outbox.StartOf(firstQueued))
 		}
 		iv.mu.Unlock()
-	}
-	if len(ids) > 0 || added {
 		iv.kick()
 	}
 }
 
+// release ends id's reservation without an outcome: its entry is still
+// queued where it was, so the next scan reads the outbox from the first.
 func (iv *invoker) release(id []byte) {
 	iv.mu.Lock()
 	delete(iv.inflight, string(id))
+	iv.lowerFrom(nil)
 	iv.mu.Unlock()
 	iv.kick()
 }
@@ -166,6 +224,8 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 	for s, n := range iv.perService {
 		busy[s] = n
 	}
+	start := iv.from
+	iv.scanning, iv.lowered, iv.low = free > 0, false, nil
 	iv.mu.Unlock()
 	if free <= 0 {
 		return 0
@@ -174,25 +234,45 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 	var picks []outbox.Entry
 	var next int64
 	var recs []*rpc.InvocationRecord
+	resume := start // where the next scan may start
 	err := iv.p.log.View(func(b *bolt.Bucket) error {
 		scanned := 0
-		err := outbox.Scan(b, func(e outbox.Entry) bool {
-			if e.Due > now {
-				next = e.Due
+		// prefix: every entry read so far is reserved or picked, so the
+		// next scan may start after the last of them.
+		var last outbox.Queued
+		prefix := true
+		// Entries under way are passed over without copying.
+		err := outbox.ScanQueuedFrom(b, start, func(q outbox.Queued) bool {
+			if q.Due > now {
+				next = q.Due
 				return false
 			}
 			if scanned++; scanned > iv.cfg.ScanLimit {
 				return false
 			}
-			if busy[e.Service] >= iv.cfg.ServiceConcurrency || iv.reserved(e.ID) {
+			if iv.reserved(q.ID) {
+				if prefix {
+					last = q
+				}
 				return true
 			}
+			if busy[string(q.Service)] >= iv.cfg.ServiceConcurrency {
+				prefix = false
+				return true
+			}
+			if prefix {
+				last = q
+			}
+			e := q.Entry()
 			busy[e.Service]++
 			picks = append(picks, e)
 			return len(picks) < free
 		})
 		if err != nil {
 			return err
+		}
+		if last.ID != nil {
+			resume = last.Next()
 		}
 		for _, e := range picks {
 			rec, found, err := getRecord(b, e.ID)
@@ -205,12 +285,23 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 		}
 		return nil
 	})
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	iv.scanning = false
 	if err != nil {
+		iv.from = nil
 		iv.p.logger.Error().Err(err).Msg("invoker: outbox scan failed")
 		return 0
 	}
-	iv.mu.Lock()
-	defer iv.mu.Unlock()
+	if len(recs) < len(picks) {
+		// A pick without a pending record (an entry that should not be
+		// queued) is not reserved: the next scan reads it again.
+		resume = start
+	}
+	if iv.lowered {
+		resume = lowerKey(resume, iv.low)
+	}
+	iv.from = resume
 	for _, rec := range recs {
 		id := string(rec.Invoke.InvocationId)
 		if _, ok := iv.done[id]; ok {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/raftgate/raftgate/internal/testutil"
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -145,5 +146,136 @@ func TestLargeBacklogBounded(t *testing.T) {
 	defer svc.mu.Unlock()
 	if svc.maxInfl > 16 {
 		t.Fatalf("%d concurrent calls, limit 16", svc.maxInfl)
+	}
+}
+
+// The invoker's scan starts after the deliveries under way at the head of
+// the outbox, and reads again from where a delivery is queued behind
+// them: here the next exclusive invocation of a key, queued (due at its
+// acceptance) when the running one completes, before deliveries accepted
+// later. The idle recheck is an hour, so only that brings it out.
+func TestScanResumesWhereADeliveryIsQueued(t *testing.T) {
+	clock := newManualClock()
+	keyed := newOrderingService(t)
+	plain := newRecordingService(t)
+	plain.block = make(chan struct{})
+	t.Cleanup(func() { close(plain.block) })
+	services := staticServices{
+		"Counter": {Name: "Counter", Url: keyed.srv.URL, Kind: rpc.Service_OBJECT},
+		"greeter": {Name: "greeter", Url: plain.srv.URL},
+	}
+	c := newFakeCluster(t, 1, func(_ int, cfg *Config) {
+		cfg.Clock = clock.Now
+		cfg.Services = services
+		cfg.Invoker.IdleRecheck = time.Hour
+	})
+	c.setLeader(0, false)
+	p := c.replicas[0].p
+	appendInv := func(inv *rpc.Invoke) {
+		t.Helper()
+		if _, err := p.Append(ctxT(t), inv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keyedInv := func(id invocation.ID) *rpc.Invoke {
+		return &rpc.Invoke{InvocationId: id[:], RequestId: invocation.NewRequestID(), Service: "Counter", Handler: "add", Key: "k", Exclusive: true}
+	}
+	first, second := invocation.RandomKeyed("Counter", "k"), invocation.RandomKeyed("Counter", "k")
+	keyed.mu.Lock()
+	keyed.holdFirst = first.String()
+	keyed.mu.Unlock()
+	appendInv(keyedInv(first))
+	testutil.WaitFor(t, 10*time.Second, "first delivery", func() bool { return keyed.starts(first.String()) == 1 })
+	appendInv(keyedInv(second)) // queued behind first, in the key
+	clock.Advance(time.Second)
+	for i := range 3 {
+		appendInv(newInvoke("greeter", i))
+	}
+	testutil.WaitFor(t, 10*time.Second, "scan resumes after the deliveries under way", func() bool {
+		plain.mu.Lock()
+		inflight := plain.inflight
+		plain.mu.Unlock()
+		p.invoker.mu.Lock()
+		defer p.invoker.mu.Unlock()
+		return inflight == 3 && p.invoker.from != nil
+	})
+	close(keyed.release) // first completes: second is queued, due before the greeter deliveries
+	testutil.WaitFor(t, 10*time.Second, "second delivery", func() bool { return keyed.starts(second.String()) == 1 })
+}
+
+// A delivery whose outcome could not be proposed is released and read
+// again, though the scan had moved past it to deliveries under way.
+func TestScanReadsAReleasedDeliveryAgain(t *testing.T) {
+	clock := newManualClock()
+	gate := make(chan struct{})
+	svc := newRecordingService(t)
+	slow := newRecordingService(t)
+	slow.block = make(chan struct{})
+	t.Cleanup(func() { close(slow.block) })
+	first := newInvoke("greeter", 0)
+	firstID := invocation.ID(first.InvocationId)
+	svc.answer = func(id string, _ int, body []byte) (int, http.Header, []byte) {
+		if id == firstID.String() {
+			<-gate
+		}
+		return http.StatusOK, nil, body
+	}
+	c := newFakeCluster(t, 1, func(_ int, cfg *Config) {
+		cfg.Clock = clock.Now
+		cfg.Services = staticServices{"greeter": {Name: "greeter", Url: svc.srv.URL}, "slow": {Name: "slow", Url: slow.srv.URL}}
+		cfg.Invoker.IdleRecheck = time.Hour
+	})
+	c.setLeader(0, false)
+	p := c.replicas[0].p
+	if _, err := p.Append(ctxT(t), first); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	for i := range 2 {
+		if _, err := p.Append(ctxT(t), newInvoke("slow", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.WaitFor(t, 10*time.Second, "scan resumes after the deliveries under way", func() bool {
+		slow.mu.Lock()
+		inflight := slow.inflight
+		slow.mu.Unlock()
+		p.invoker.mu.Lock()
+		defer p.invoker.mu.Unlock()
+		return inflight == 2 && svc.count(firstID) == 1 && p.invoker.from != nil
+	})
+	// The log refuses proposals: first's Complete is refused until the
+	// invoker gives up and releases it.
+	c.mu.Lock()
+	c.replicas[0].down = true
+	c.mu.Unlock()
+	close(gate)
+	testutil.WaitFor(t, 10*time.Second, "first delivered again", func() bool { return svc.count(firstID) >= 2 })
+	c.mu.Lock()
+	c.replicas[0].down = false
+	c.mu.Unlock()
+	c.signal()
+	awaitOutput(t, p, first.InvocationId)
+}
+
+// A follower's invoker does not run: it remembers no finished delivery
+// (it would remember every one, for as long as it follows).
+func TestFollowerInvokerKeepsNothing(t *testing.T) {
+	svc := newRecordingService(t)
+	c := newFakeCluster(t, 2, func(_ int, cfg *Config) { cfg.Services = svc.lookup("greeter") })
+	c.setLeader(0, false)
+	for i := range 5 {
+		inv := newInvoke("greeter", i)
+		if _, err := c.replicas[0].p.Append(ctxT(t), inv); err != nil {
+			t.Fatal(err)
+		}
+		awaitOutput(t, c.replicas[0].p, inv.InvocationId)
+	}
+	c.waitApplied()
+	iv := c.replicas[1].p.invoker
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	if n := len(iv.done) + len(iv.inflight); n != 0 {
+		t.Fatalf("the follower's invoker holds %d ids", n)
 	}
 }

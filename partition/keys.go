@@ -125,14 +125,14 @@ func (m *machine) enterKey(b *bolt.Bucket, rec *rpc.InvocationRecord, fx *effect
 	if err := putKeyState(b, prefix, ks); err != nil {
 		return err
 	}
-	return putRecord(b, rec)
+	return m.storeRecord(b, rec)
 }
 
 // admit moves a SCHEDULED invocation that became due into its key; any
 // other state (already admitted by an earlier leader's Admit, completed,
 // cancelled, purged) makes it a no-op.
 func (m *machine) admit(b *bolt.Bucket, c *rpc.Admit, fx *effects) error {
-	rec, found, err := getRecord(b, c.InvocationId)
+	rec, found, err := m.record(b, c.InvocationId)
 	if err != nil || !found || rec.State != rpc.InvocationRecord_SCHEDULED {
 		return err
 	}
@@ -180,7 +180,7 @@ func (m *machine) leaveKey(b *bolt.Bucket, rec *rpc.InvocationRecord, was rpc.In
 	if err := putKeyState(b, prefix, ks); err != nil {
 		return err
 	}
-	nrec, found, err := getRecord(b, next)
+	nrec, found, err := m.record(b, next)
 	if err != nil {
 		return err
 	}

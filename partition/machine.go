@@ -40,12 +40,24 @@ type effects struct {
 	replies   []reply
 	completed []*rpc.InvocationResult
 	// outboxDone lists ids whose delivery was removed or rescheduled.
-	outboxDone  [][]byte
+	outboxDone [][]byte
+	// outboxAdded: a delivery was queued (or rescheduled); firstQueued is
+	// the earliest due time among them, where the invoker's next scan
+	// must read again.
 	outboxAdded bool
+	firstQueued int64
 	outboxDelta int
 	accepted    int // new invocations recorded
 	commands    int
 	applied     [numCommandKinds]int // commands by kind, for metrics
+}
+
+// queued notes a delivery queued due at due.
+func (fx *effects) queued(due int64) {
+	if !fx.outboxAdded || due < fx.firstQueued {
+		fx.firstQueued = due
+	}
+	fx.outboxAdded = true
 }
 
 // commandKind numbers the command kinds, for the applied-commands metric.
@@ -67,10 +79,30 @@ var commandKindNames = [numCommandKinds]string{"invoke", "complete", "cancel", "
 
 // machine is the deterministic part of the processor: a function of (state
 // bucket, entries). It has no goroutine, clock, randomness or I/O besides
-// its bucket, and keeps no entry bytes past the call.
-type machine struct{}
+// its bucket. What it keeps past a call is a cache of what it stored in
+// the bucket (records), never entry bytes.
+type machine struct {
+	records recordCache
+	// lookup is a cursor on the invocations bucket for the Apply under
+	// way (nil until a lookup needs it): its seeks reuse one search stack
+	// where each Get would allocate its own.
+	lookup *bolt.Cursor
+}
 
 func (m *machine) apply(b *bolt.Bucket, entries []raftlog.Entry) (*effects, error) {
+	m.records.use(b)
+	fx, err := m.applyEntries(b, entries)
+	m.lookup = nil
+	if err != nil {
+		m.records.drop() // it may hold records of the commands the rollback undoes
+	}
+	return fx, err
+}
+
+// restored tells the machine its bucket was replaced or rolled back.
+func (m *machine) restored() { m.records.drop() }
+
+func (m *machine) applyEntries(b *bolt.Bucket, entries []raftlog.Entry) (*effects, error) {
 	if err := initBuckets(b); err != nil {
 		return nil, err
 	}
@@ -185,7 +217,7 @@ func (m *machine) invoke(b *bolt.Bucket, term uint64, c *rpc.Invoke, fx *effects
 		fx.replies = append(fx.replies, r)
 		return nil
 	}
-	rec, found, err := getRecord(b, c.InvocationId)
+	rec, found, err := m.record(b, c.InvocationId)
 	if err != nil {
 		return err
 	}
@@ -235,7 +267,7 @@ func (m *machine) invoke(b *bolt.Bucket, term uint64, c *rpc.Invoke, fx *effects
 // delivery; completing a completed (or purged) invocation is a no-op, so
 // the first Complete in log order wins.
 func (m *machine) complete(b *bolt.Bucket, c *rpc.Complete, fx *effects) error {
-	rec, found, err := getRecord(b, c.InvocationId)
+	rec, found, err := m.record(b, c.InvocationId)
 	if err != nil || !found || rec.State == rpc.InvocationRecord_COMPLETED {
 		return err
 	}
@@ -244,7 +276,7 @@ func (m *machine) complete(b *bolt.Bucket, c *rpc.Complete, fx *effects) error {
 
 func (m *machine) cancel(b *bolt.Bucket, term uint64, c *rpc.Cancel, fx *effects) error {
 	r := reply{requestID: c.RequestId, term: term}
-	rec, found, err := getRecord(b, c.InvocationId)
+	rec, found, err := m.record(b, c.InvocationId)
 	switch {
 	case err != nil:
 		return err
@@ -272,7 +304,7 @@ func (m *machine) finish(b *bolt.Bucket, rec *rpc.InvocationRecord, res *rpc.Res
 	rec.CompletedAtUnixMs = at
 	rec.RetryAtUnixMs = 0
 	keepRequestPreview(rec) // the rest is no longer needed; the result is what is kept
-	if err := putRecord(b, rec); err != nil {
+	if err := m.storeRecord(b, rec); err != nil {
 		return err
 	}
 	ir := &rpc.InvocationResult{InvocationId: id, Result: res, IdempotencyKey: rec.Invoke.IdempotencyKey, CompletedAtUnixMs: at}
@@ -296,13 +328,14 @@ func (m *machine) finish(b *bolt.Bucket, rec *rpc.InvocationRecord, res *rpc.Res
 
 // startDelivery stores rec and puts its delivery in the outbox.
 func (m *machine) startDelivery(b *bolt.Bucket, rec *rpc.InvocationRecord, fx *effects) error {
-	if err := putRecord(b, rec); err != nil {
+	if err := m.storeRecord(b, rec); err != nil {
 		return err
 	}
-	if err := outbox.Put(b, outbox.Entry{ID: rec.Invoke.InvocationId, Due: dueOf(rec), Service: rec.Invoke.Service}); err != nil {
+	due := dueOf(rec)
+	if err := outbox.Put(b, outbox.Entry{ID: rec.Invoke.InvocationId, Due: due, Service: rec.Invoke.Service}); err != nil {
 		return err
 	}
-	fx.outboxAdded = true
+	fx.queued(due)
 	fx.outboxDelta++
 	return nil
 }
@@ -318,6 +351,7 @@ func (m *machine) purge(b *bolt.Bucket, c *rpc.Purge) error {
 		if err := inv.Delete(recordKey(id)); err != nil {
 			return fmt.Errorf("partition: purge: %w", err)
 		}
+		m.records.evict(id)
 		return nil
 	})
 	return err
@@ -328,7 +362,7 @@ func (m *machine) purge(b *bolt.Bucket, c *rpc.Purge) error {
 // leader's report of an attempt a new leader repeated) and ignored, as is
 // any report for an invocation not being delivered (queued for its key).
 func (m *machine) attemptFailed(b *bolt.Bucket, c *rpc.AttemptFailed, fx *effects) error {
-	rec, found, err := getRecord(b, c.InvocationId)
+	rec, found, err := m.record(b, c.InvocationId)
 	if err != nil || !found || rec.State != rpc.InvocationRecord_PENDING || c.Attempt <= rec.Attempts {
 		return err
 	}
@@ -336,13 +370,15 @@ func (m *machine) attemptFailed(b *bolt.Bucket, c *rpc.AttemptFailed, fx *effect
 	rec.Attempts = c.Attempt
 	rec.LastError = c.Error
 	rec.RetryAtUnixMs = c.RetryAtUnixMs
-	if err := putRecord(b, rec); err != nil {
+	if err := m.storeRecord(b, rec); err != nil {
 		return err
 	}
-	moved, err := outbox.Move(b, oldDue, outbox.Entry{ID: c.InvocationId, Due: dueOf(rec), Attempts: c.Attempt, Service: rec.Invoke.Service})
+	due := dueOf(rec)
+	moved, err := outbox.Move(b, oldDue, outbox.Entry{ID: c.InvocationId, Due: due, Attempts: c.Attempt, Service: rec.Invoke.Service})
 	if err != nil {
 		return err
 	}
+	fx.queued(due)
 	if !moved {
 		fx.outboxDelta++
 	}
@@ -379,6 +415,31 @@ func appendRecordKey(b, id []byte) []byte {
 	return append(append(b, id[8:]...), id[:8]...)
 }
 
+// record is getRecord through the machine's cache of the records it
+// stored, and its lookup cursor.
+func (m *machine) record(b *bolt.Bucket, id []byte) (*rpc.InvocationRecord, bool, error) {
+	if rec := m.records.get(id); rec != nil {
+		return rec, true, nil
+	}
+	if m.lookup == nil {
+		m.lookup = b.Bucket(invocationsBucket).Cursor() // initBuckets created it
+	}
+	key := recordKey(id)
+	if k, data := m.lookup.Seek(key); bytes.Equal(k, key) && data != nil {
+		return decodeRecord(id, data)
+	}
+	return nil, false, nil
+}
+
+// storeRecord is putRecord, remembered by the machine's cache.
+func (m *machine) storeRecord(b *bolt.Bucket, rec *rpc.InvocationRecord) error {
+	if err := putRecord(b, rec); err != nil {
+		return err
+	}
+	m.records.put(rec)
+	return nil
+}
+
 func getRecord(b *bolt.Bucket, id []byte) (*rpc.InvocationRecord, bool, error) {
 	inv := b.Bucket(invocationsBucket)
 	if inv == nil {
@@ -388,6 +449,10 @@ func getRecord(b *bolt.Bucket, id []byte) (*rpc.InvocationRecord, bool, error) {
 	if data == nil {
 		return nil, false, nil
 	}
+	return decodeRecord(id, data)
+}
+
+func decodeRecord(id, data []byte) (*rpc.InvocationRecord, bool, error) {
 	rec := &rpc.InvocationRecord{}
 	if err := proto.Unmarshal(data, rec); err != nil {
 		return nil, false, fmt.Errorf("partition: record %x: %w", id, err)

@@ -331,7 +331,8 @@ func fuzzLog(t testing.TB, data []byte) []raftlog.Entry {
 
 // FuzzApply: Apply is a function of the log. The commands the input
 // encodes (fuzzLog), applied on fresh state machines all in one call, one
-// entry per call, or split anywhere, store the same bytes. The input taken
+// entry per call (by one machine, or by a new one each time, which has
+// cached no record), or split anywhere, store the same bytes. The input taken
 // as raw entry bytes never panics Apply: it applies or fails with an error
 // (which stops the group).
 func FuzzApply(f *testing.F) {
@@ -382,6 +383,13 @@ func FuzzApply(f *testing.F) {
 			for _, e := range log {
 				apply(one, []raftlog.Entry{e})
 			}
+			uncached := fresh("uncached") // a machine per entry: no record cached
+			for _, e := range log {
+				var restarted machine
+				if _, err := restarted.apply(uncached, []raftlog.Entry{e}); err != nil {
+					t.Fatalf("apply: %v", err)
+				}
+			}
 			split := int(data[len(data)-1]) % len(log)
 			parts := fresh("split")
 			apply(parts, log[:split])
@@ -389,6 +397,9 @@ func FuzzApply(f *testing.F) {
 			want := dumpBucket(t, all)
 			if got := dumpBucket(t, one); got != want {
 				t.Fatalf("one entry per Apply differs from all in one:\n%s\n---\n%s", got, want)
+			}
+			if got := dumpBucket(t, uncached); got != want {
+				t.Fatalf("a machine per entry (no record cached) differs:\n%s\n---\n%s", got, want)
 			}
 			if got := dumpBucket(t, parts); got != want {
 				t.Fatalf("split after entry %d differs:\n%s\n---\n%s", split, got, want)

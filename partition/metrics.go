@@ -17,8 +17,11 @@ type metrics struct {
 	byKind     [numCommandKinds]prometheus.Counter // commands' children, looked up once
 	batchSize  prometheus.Histogram
 	deliveries *prometheus.CounterVec
+	byOutcome  [outbox.Retry + 1]prometheus.Counter // deliveries' children, looked up once
 	results    *prometheus.CounterVec
-	accepted   prometheus.Counter
+	// results' children, looked up once: every replica counts every result.
+	succeeded, failed prometheus.Counter
+	accepted          prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, partition uint32, p *Processor) (*metrics, error) {
@@ -46,9 +49,11 @@ func newMetrics(reg prometheus.Registerer, partition uint32, p *Processor) (*met
 	for kind, name := range commandKindNames {
 		m.byKind[kind] = m.commands.WithLabelValues(name)
 	}
-	for _, outcome := range []string{"succeeded", "failed"} {
-		m.results.WithLabelValues(outcome) // shown as 0 before the first one
+	for o := range m.byOutcome {
+		m.byOutcome[o] = m.deliveries.WithLabelValues(outbox.Outcome(o).String())
 	}
+	// Shown as 0 before the first one.
+	m.succeeded, m.failed = m.results.WithLabelValues("succeeded"), m.results.WithLabelValues("failed")
 	if reg == nil {
 		return m, nil
 	}
@@ -87,18 +92,23 @@ func (m *metrics) applied(fx *effects) {
 		}
 	}
 	m.accepted.Add(float64(fx.accepted))
+	failed := 0
 	for _, r := range fx.completed {
-		outcome := "succeeded"
 		if r.GetResult().GetFailed() {
-			outcome = "failed"
+			failed++
 		}
-		m.results.WithLabelValues(outcome).Inc()
+	}
+	if succeeded := len(fx.completed) - failed; succeeded > 0 {
+		m.succeeded.Add(float64(succeeded))
+	}
+	if failed > 0 {
+		m.failed.Add(float64(failed))
 	}
 }
 
 func (m *metrics) proposed(n int) { m.batchSize.Observe(float64(n)) }
 
-func (m *metrics) delivered(o outbox.Outcome) { m.deliveries.WithLabelValues(o.String()).Inc() }
+func (m *metrics) delivered(o outbox.Outcome) { m.byOutcome[o].Inc() }
 
 // outboxOldestAge is the age, in seconds, of the most overdue outbox
 // entry: now minus the earliest due time, 0 when nothing is due or the

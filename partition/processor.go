@@ -309,9 +309,11 @@ func (p *Processor) Apply(b *bolt.Bucket, entries []raftlog.Entry) (raftlog.Appl
 	}, nil
 }
 
-// Restore implements raftlog.StateMachine: it rebuilds the in-memory
-// outbox counter from b and makes the invoker rescan.
+// Restore implements raftlog.StateMachine: it drops the machine's record
+// cache, rebuilds the in-memory outbox counter from b and makes the invoker
+// rescan the whole outbox.
 func (p *Processor) Restore(b *bolt.Bucket) error {
+	p.machine.restored()
 	if err := checkFormat(b); err != nil {
 		return err
 	}
@@ -320,7 +322,7 @@ func (p *Processor) Restore(b *bolt.Bucket) error {
 	// their deltas must not be added again.
 	p.restores++
 	p.depth.Store(int64(outbox.Count(b)))
-	p.invoker.kick()
+	p.invoker.rescan()
 	return nil
 }
 
@@ -340,7 +342,7 @@ func (p *Processor) reveal(fx *effects, gen uint64) {
 	if gen == p.restores {
 		p.depth.Add(int64(fx.outboxDelta))
 	}
-	p.invoker.applied(fx.outboxDone, fx.outboxAdded)
+	p.invoker.applied(fx.outboxDone, fx.outboxAdded, fx.firstQueued)
 	p.metrics.applied(fx)
 }
 

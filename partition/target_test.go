@@ -3,6 +3,7 @@ package partition
 import (
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -56,5 +57,34 @@ func TestHandlerSegmentsCannotEscape(t *testing.T) {
 		if got != wantPath || res.Status != http.StatusOK {
 			t.Errorf("handler %q: delivered to %q (result %d), want %q", handler, got, res.Status, wantPath)
 		}
+	}
+}
+
+// The remembered target is the one built afresh: per service URL (a new
+// registration's URL is used at once), service and handler.
+func TestTargetCache(t *testing.T) {
+	var c targetCache
+	for range 2 { // built, then remembered
+		for _, tc := range []struct{ base, service, handler, want string }{
+			{"http://a/base/", "Echo", "ok", "http://a/base/Echo/ok"},
+			{"http://b/", "Echo", "ok", "http://b/Echo/ok"},
+			{"http://a/base/", "Echo", "a/b", "http://a/base/Echo/a%2Fb"},
+			{"http://a/base/", "Other", "ok", "http://a/base/Other/ok"},
+		} {
+			if got, err := c.get(tc.base, tc.service, tc.handler); err != nil || got != tc.want {
+				t.Errorf("target of %q %q %q = %q, %v; want %q", tc.base, tc.service, tc.handler, got, err, tc.want)
+			}
+		}
+	}
+	if _, err := c.get("http://a/%zz", "Echo", "ok"); err == nil {
+		t.Error("a malformed service URL was accepted")
+	}
+	for i := range maxCachedTargets + 1 {
+		if _, err := c.get("http://a/", "Echo", strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(c.urls); n > maxCachedTargets {
+		t.Fatalf("%d targets remembered, want at most %d", n, maxCachedTargets)
 	}
 }

@@ -23,6 +23,10 @@ var ErrCorrupt = errors.New("results: corrupt entry")
 // marshal is deterministic so that every replica stores the same bytes.
 var marshal = proto.MarshalOptions{Deterministic: true}
 
+// sizedMarshal marshals a message marshal.Size just measured, reusing the
+// sizes it cached.
+var sizedMarshal = proto.MarshalOptions{Deterministic: true, UseCachedSize: true}
+
 // Init creates the results bucket beneath parent (a writable bucket).
 func Init(parent *bolt.Bucket) error {
 	if parent.Bucket(resultBucket) != nil {
@@ -40,11 +44,15 @@ func Put(parent *bolt.Bucket, r *rpc.InvocationResult) error {
 	if rb == nil {
 		return fmt.Errorf("results: put: %w", bolt.ErrBucketNotFound)
 	}
-	data, err := marshal.Marshal(r)
+	// Key and value in one allocation: bbolt copies the key, and keeps only
+	// the value until the transaction commits.
+	key := appendTimeKey(make([]byte, 0, 8+len(r.InvocationId)+marshal.Size(r)), r.CompletedAtUnixMs, r.InvocationId)
+	kv, err := sizedMarshal.MarshalAppend(key, r)
 	if err != nil {
 		return fmt.Errorf("results: marshal: %w", err)
 	}
-	if err := rb.Put(timeKey(r.CompletedAtUnixMs, r.InvocationId), data); err != nil {
+	key, data := kv[:len(key):len(key)], kv[len(key):]
+	if err := rb.Put(key, data); err != nil {
 		return fmt.Errorf("results: put: %w", err)
 	}
 	return nil
@@ -109,10 +117,12 @@ func Oldest(parent *bolt.Bucket) (int64, bool) {
 }
 
 func timeKey(at int64, id []byte) []byte {
-	k := make([]byte, 8+len(id))
-	binary.BigEndian.PutUint64(k, uint64(max(at, 0)))
-	copy(k[8:], id)
-	return k
+	return appendTimeKey(make([]byte, 0, 8+len(id)), at, id)
+}
+
+// appendTimeKey appends timeKey(at, id) to b.
+func appendTimeKey(b []byte, at int64, id []byte) []byte {
+	return append(binary.BigEndian.AppendUint64(b, uint64(max(at, 0))), id...)
 }
 
 func completedAt(k []byte) int64 {
