@@ -195,6 +195,12 @@ func (iv *invoker) run(ctx context.Context) {
 			return
 		case <-iv.wake:
 		case <-timer.C:
+			// A wake-up by time reads the outbox from the first entry:
+			// whatever a resumed scan might have passed over waits one
+			// IdleRecheck at most.
+			iv.mu.Lock()
+			iv.lowerFrom(nil)
+			iv.mu.Unlock()
 		}
 	}
 }

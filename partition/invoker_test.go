@@ -9,6 +9,7 @@ import (
 
 	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/invocation"
+	"github.com/raftgate/raftgate/outbox"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -278,4 +279,31 @@ func TestFollowerInvokerKeepsNothing(t *testing.T) {
 	if n := len(iv.done) + len(iv.inflight); n != 0 {
 		t.Fatalf("the follower's invoker holds %d ids", n)
 	}
+}
+
+// A wake-up by time scans the outbox from its first entry, so a delivery
+// that a resumed scan passed over (here: a resume point moved past it by
+// hand) still goes out within an IdleRecheck.
+func TestTimedScanStartsAtTheFirstEntry(t *testing.T) {
+	clock := newManualClock()
+	svc := newRecordingService(t)
+	c := newFakeCluster(t, 1, func(_ int, cfg *Config) {
+		cfg.Clock = clock.Now
+		cfg.Services = staticServices{"greeter": {Name: "greeter", Url: svc.srv.URL}}
+		cfg.Invoker.IdleRecheck = 50 * time.Millisecond
+	})
+	c.setLeader(0, false)
+	p := c.replicas[0].p
+	inv := newInvoke("greeter", 0)
+	inv.NotBeforeUnixMs = clock.Now().Add(time.Minute).UnixMilli()
+	if _, err := p.Append(ctxT(t), inv); err != nil {
+		t.Fatal(err)
+	}
+	p.invoker.mu.Lock()
+	p.invoker.from = outbox.StartOf(clock.Now().Add(time.Hour).UnixMilli())
+	p.invoker.mu.Unlock()
+	clock.Advance(2 * time.Minute)
+	testutil.WaitFor(t, 10*time.Second, "the delivery a resumed scan passed over", func() bool {
+		return svc.count(invocation.ID(inv.InvocationId)) == 1
+	})
 }
