@@ -189,12 +189,8 @@ func (n *Node) AddGroup(id GroupID, voters []uint64, sm StateMachine) (*Group, e
 	if n.removing[id] {
 		return nil, fmt.Errorf("%w: %d is being removed", ErrGroupExists, id)
 	}
-	create := &applyReq{update: func(tx *bolt.Tx) error { return createGroupState(tx, id, voters) }, done: make(chan struct{})}
-	if !n.ap.submit(create) {
-		return nil, ErrStopped
-	}
-	if <-create.done; create.err != nil {
-		return nil, fmt.Errorf("raftlog: create group %d: %w", id, create.err)
+	if err := n.updateState(func(tx *bolt.Tx) error { return createGroupState(tx, id, voters) }); err != nil {
+		return nil, fmt.Errorf("raftlog: create group %d: %w", id, err)
 	}
 	var gs groupState
 	err := n.db.View(func(tx *bolt.Tx) error {
@@ -540,7 +536,7 @@ var ErrPinMismatch = errors.New("raftlog: pinned value differs")
 // life (the partition count) travels with the state file, into backups too.
 // A mismatch is an ErrPinMismatch naming both values.
 func (n *Node) Pin(name string, value []byte) error {
-	r := &applyReq{done: make(chan struct{}), update: func(tx *bolt.Tx) error {
+	return n.updateState(func(tx *bolt.Tx) error {
 		node, err := tx.CreateBucketIfNotExists(bucketNode)
 		if err != nil {
 			return err
@@ -556,10 +552,5 @@ func (n *Node) Pin(name string, value []byte) error {
 			return nil
 		}
 		return pins.Put([]byte(name), value)
-	}}
-	if !n.ap.submit(r) {
-		return ErrStopped
-	}
-	<-r.done
-	return r.err
+	})
 }
