@@ -12,7 +12,10 @@
 // # Files
 //
 // Options.Dir holds the segments, named by their sequence number in hex,
-// "%016x.wal", and files being prepared or kept for recycling, "*.tmp".
+// "%016x.wal", and files being prepared or kept for recycling, "*.tmp"
+// ("%016x.tmp" a new file being prepared as that segment,
+// "%016x.recycled.tmp" a retired segment kept for recycling: the two never
+// share a name).
 // A segment is preallocated to Options.SegmentSize: written with zeros
 // (not fallocated: an fdatasync on unwritten extents also commits the
 // file system journal, about twice as slow), or a retired segment renamed

@@ -59,7 +59,16 @@ func (e *CorruptError) Error() string {
 
 func segmentName(seq uint64) string { return fmt.Sprintf("%016x%s", seq, segmentSuffix) }
 
+// tmpName names a new file being prepared as segment seq.
 func tmpName(seq uint64) string { return fmt.Sprintf("%016x%s", seq, tmpSuffix) }
+
+// recycledName names retired segment seq kept for recycling. It must never
+// be a name tmpName gives: a preparation for seq cut short by a crash can
+// leave tmpName(seq) behind, to be recycled later, while a segment seq made
+// from another recycled file lives on; retiring that segment under the same
+// name would replace the leftover, possibly while it is being prepared as
+// the next segment, whose records would then go to an unlinked file.
+func recycledName(seq uint64) string { return fmt.Sprintf("%016x.recycled%s", seq, tmpSuffix) }
 
 // encodeSegmentHeader fills the 32-byte header of segment seq.
 func encodeSegmentHeader(b []byte, seq uint64) {

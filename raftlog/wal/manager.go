@@ -64,7 +64,7 @@ func (w *WAL) retire(pool []string) []string {
 			}
 		}
 		if len(pool) < poolMax && s.size == w.segSize {
-			name := tmpName(s.seq)
+			name := recycledName(s.seq)
 			if err := w.fs.Rename(w.path(s.name), w.path(name)); err == nil {
 				pool = append(pool, name)
 				w.log.Debug().Str("segment", s.name).Msg("wal segment retired for recycling")
