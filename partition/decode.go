@@ -169,47 +169,76 @@ func appendField(buf, v []byte) ([]byte, []byte) {
 	return buf, buf[start:len(buf):len(buf)]
 }
 
+// field is one field of an encoded message, as nextField reads it: a
+// bytes value or a varint.
+type field struct {
+	num    protowire.Number
+	typ    protowire.Type
+	bytes  []byte
+	varint uint64
+}
+
+func (f field) is(typ protowire.Type, nums ...protowire.Number) bool {
+	if f.typ != typ {
+		return false
+	}
+	for _, n := range nums {
+		if f.num == n {
+			return true
+		}
+	}
+	return false
+}
+
+// nextField reads the field at the start of data and returns it with the
+// rest of data; false for a malformed field or one of another wire type.
+func nextField(data []byte) (field, []byte, bool) {
+	num, typ, n := protowire.ConsumeTag(data)
+	if n < 0 {
+		return field{}, nil, false
+	}
+	data = data[n:]
+	f := field{num: num, typ: typ}
+	switch typ {
+	case protowire.BytesType:
+		f.bytes, n = protowire.ConsumeBytes(data)
+	case protowire.VarintType:
+		f.varint, n = protowire.ConsumeVarint(data)
+	default:
+		return field{}, nil, false
+	}
+	if n < 0 {
+		return field{}, nil, false
+	}
+	return f, data[n:], true
+}
+
 // decodeComplete decodes data into box.c (and its result into box.res),
 // copying its bytes fields to the end of buf; false for anything
 // decodeSendBatch leaves to proto.
 func decodeComplete(data []byte, box *completeBox, buf []byte) ([]byte, bool) {
 	c := &box.c
 	for len(data) > 0 {
-		num, typ, n := protowire.ConsumeTag(data)
-		if n < 0 {
+		f, rest, ok := nextField(data)
+		if !ok {
 			return buf, false
 		}
-		data = data[n:]
+		data = rest
 		switch {
-		case typ == protowire.BytesType && (num == completeInvocationID || num == completeResult):
-			v, n := protowire.ConsumeBytes(data)
-			if n < 0 {
-				return buf, false
-			}
-			data = data[n:]
-			if num == completeInvocationID {
-				buf, c.InvocationId = appendField(buf, v)
-				continue
-			}
+		case f.is(protowire.BytesType, completeInvocationID):
+			buf, c.InvocationId = appendField(buf, f.bytes)
+		case f.is(protowire.BytesType, completeResult):
 			if c.Result != nil {
 				return buf, false // a repeated message field: proto merges them
 			}
-			var ok bool
-			if buf, ok = decodeResult(v, &box.res, buf); !ok {
+			if buf, ok = decodeResult(f.bytes, &box.res, buf); !ok {
 				return buf, false
 			}
 			c.Result = &box.res
-		case typ == protowire.VarintType && (num == completeProposerTerm || num == completeProposedAt):
-			v, n := protowire.ConsumeVarint(data)
-			if n < 0 {
-				return buf, false
-			}
-			data = data[n:]
-			if num == completeProposerTerm {
-				c.ProposerTerm = v
-			} else {
-				c.ProposedAtUnixMs = int64(v)
-			}
+		case f.is(protowire.VarintType, completeProposerTerm):
+			c.ProposerTerm = f.varint
+		case f.is(protowire.VarintType, completeProposedAt):
+			c.ProposedAtUnixMs = int64(f.varint)
 		default:
 			return buf, false
 		}
@@ -220,49 +249,29 @@ func decodeComplete(data []byte, box *completeBox, buf []byte) ([]byte, bool) {
 // decodeResult decodes data into res, copying its body to the end of buf.
 func decodeResult(data []byte, res *rpc.Result, buf []byte) ([]byte, bool) {
 	for len(data) > 0 {
-		num, typ, n := protowire.ConsumeTag(data)
-		if n < 0 {
+		f, rest, ok := nextField(data)
+		if !ok {
 			return buf, false
 		}
-		data = data[n:]
-		switch typ {
-		case protowire.BytesType:
-			v, n := protowire.ConsumeBytes(data)
-			if n < 0 {
-				return buf, false
+		data = rest
+		switch {
+		case f.is(protowire.BytesType, resultBody):
+			buf, res.Body = appendField(buf, f.bytes)
+		case f.is(protowire.BytesType, resultContentType, resultError):
+			if !utf8.Valid(f.bytes) {
+				return buf, false // proto refuses it
 			}
-			data = data[n:]
-			switch num {
-			case resultBody:
-				buf, res.Body = appendField(buf, v)
-			case resultContentType, resultError:
-				if !utf8.Valid(v) {
-					return buf, false // proto refuses it
-				}
-				if num == resultContentType {
-					res.ContentType = string(v)
-				} else {
-					res.Error = string(v)
-				}
-			default:
-				return buf, false
+			if f.num == resultContentType {
+				res.ContentType = string(f.bytes)
+			} else {
+				res.Error = string(f.bytes)
 			}
-		case protowire.VarintType:
-			v, n := protowire.ConsumeVarint(data)
-			if n < 0 {
-				return buf, false
-			}
-			data = data[n:]
-			switch num {
-			case resultStatus:
-				res.Status = uint32(v)
-			case resultFailed:
-				res.Failed = protowire.DecodeBool(v)
-			case resultAttempts:
-				res.Attempts = uint32(v)
-			default:
-				return buf, false
-			}
+		case f.is(protowire.VarintType, resultStatus):
+			res.Status = uint32(f.varint)
+		case f.is(protowire.VarintType, resultFailed):
+			res.Failed = protowire.DecodeBool(f.varint)
+		case f.is(protowire.VarintType, resultAttempts):
+			res.Attempts = uint32(f.varint)
 		default:
 			return buf, false
 		}
@@ -271,71 +280,56 @@ func decodeResult(data []byte, res *rpc.Result, buf []byte) ([]byte, bool) {
 }
 
 // decodeInvoke decodes data into inv, copying its bytes fields to the end
-// of buf; false for anything decodeSendBatch leaves to proto.
+// of buf; false for anything decodeSendBatch leaves to proto (headers, or
+// a field this code does not know).
 func decodeInvoke(data []byte, inv *rpc.Invoke, buf []byte) ([]byte, bool) {
 	for len(data) > 0 {
-		num, typ, n := protowire.ConsumeTag(data)
-		if n < 0 {
+		f, rest, ok := nextField(data)
+		if !ok {
 			return buf, false
 		}
-		data = data[n:]
-		switch typ {
-		case protowire.BytesType:
-			v, n := protowire.ConsumeBytes(data)
-			if n < 0 {
-				return buf, false
+		data = rest
+		switch {
+		case f.is(protowire.BytesType, invokeInvocationID):
+			buf, inv.InvocationId = appendField(buf, f.bytes)
+		case f.is(protowire.BytesType, invokeRequestID):
+			buf, inv.RequestId = appendField(buf, f.bytes)
+		case f.is(protowire.BytesType, invokeBody):
+			buf, inv.Body = appendField(buf, f.bytes)
+		case f.is(protowire.BytesType, invokeService, invokeHandler, invokeContentType, invokeIdempotencyKey, invokeKey):
+			if !utf8.Valid(f.bytes) {
+				return buf, false // proto refuses it
 			}
-			data = data[n:]
-			switch num {
-			case invokeInvocationID:
-				buf, inv.InvocationId = appendField(buf, v)
-			case invokeRequestID:
-				buf, inv.RequestId = appendField(buf, v)
-			case invokeBody:
-				buf, inv.Body = appendField(buf, v)
-			case invokeService, invokeHandler, invokeContentType, invokeIdempotencyKey, invokeKey:
-				if !utf8.Valid(v) {
-					return buf, false // proto refuses it
-				}
-				s := string(v)
-				switch num {
-				case invokeService:
-					inv.Service = s
-				case invokeHandler:
-					inv.Handler = s
-				case invokeContentType:
-					inv.ContentType = s
-				case invokeIdempotencyKey:
-					inv.IdempotencyKey = s
-				default:
-					inv.Key = s
-				}
-			default:
-				return buf, false // headers, or a field this code does not know
-			}
-		case protowire.VarintType:
-			v, n := protowire.ConsumeVarint(data)
-			if n < 0 {
-				return buf, false
-			}
-			data = data[n:]
-			switch num {
-			case invokeProposerTerm:
-				inv.ProposerTerm = v
-			case invokeProposedAt:
-				inv.ProposedAtUnixMs = int64(v)
-			case invokeNotBefore:
-				inv.NotBeforeUnixMs = int64(v)
-			case invokeExclusive:
-				inv.Exclusive = protowire.DecodeBool(v)
-			case invokeRegisteredAt:
-				inv.ServiceRegisteredIndex = v
-			default:
-				return buf, false
-			}
+			*invokeString(inv, f.num) = string(f.bytes)
+		case f.is(protowire.VarintType, invokeProposerTerm):
+			inv.ProposerTerm = f.varint
+		case f.is(protowire.VarintType, invokeProposedAt):
+			inv.ProposedAtUnixMs = int64(f.varint)
+		case f.is(protowire.VarintType, invokeNotBefore):
+			inv.NotBeforeUnixMs = int64(f.varint)
+		case f.is(protowire.VarintType, invokeExclusive):
+			inv.Exclusive = protowire.DecodeBool(f.varint)
+		case f.is(protowire.VarintType, invokeRegisteredAt):
+			inv.ServiceRegisteredIndex = f.varint
 		default:
 			return buf, false
 		}
 	}
 	return buf, true
+}
+
+// invokeString is the string field of inv with number num.
+func invokeString(inv *rpc.Invoke, num protowire.Number) *string {
+	switch num {
+	case invokeService:
+		return &inv.Service
+	case invokeHandler:
+		return &inv.Handler
+	case invokeContentType:
+		return &inv.ContentType
+	case invokeIdempotencyKey:
+		return &inv.IdempotencyKey
+	default:
+		return &inv.Key
+	}
 }
