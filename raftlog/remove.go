@@ -66,6 +66,16 @@ func (n *Node) RemoveGroup(id GroupID) error {
 			return err
 		}
 	}
+	if err := n.finishRemoval(id); err != nil {
+		return err
+	}
+	n.log.Info().Uint32("group", uint32(id)).Msg("group removed from this node (state and log deleted)")
+	return nil
+}
+
+// finishRemoval is what follows a removal's durable state deletion: the
+// group's log goes, then its tombstone.
+func (n *Node) finishRemoval(id GroupID) error {
 	if err := n.dropLog(id); err != nil {
 		return err
 	}
@@ -77,7 +87,6 @@ func (n *Node) RemoveGroup(id GroupID) error {
 	if err := n.updateState(func(tx *bolt.Tx) error { return clearTombstone(tx, id) }); err != nil {
 		return fmt.Errorf("raftlog: remove group %d: clear its tombstone: %w", id, err)
 	}
-	n.log.Info().Uint32("group", uint32(id)).Msg("group removed from this node (state and log deleted)")
 	return nil
 }
 
@@ -103,11 +112,8 @@ func (n *Node) finishRemovals() error {
 		return fmt.Errorf("raftlog: read removed groups: %w", err)
 	}
 	for _, id := range ids {
-		if err := n.dropLog(id); err != nil {
+		if err := n.finishRemoval(id); err != nil {
 			return err
-		}
-		if err := n.updateState(func(tx *bolt.Tx) error { return clearTombstone(tx, id) }); err != nil {
-			return fmt.Errorf("raftlog: remove group %d: clear its tombstone: %w", id, err)
 		}
 		n.log.Info().Uint32("group", uint32(id)).Msg("finished removing a group that a restart interrupted")
 	}
