@@ -101,6 +101,14 @@ type Config struct {
 	// (Authorization: Bearer) on every request but health; nil: no
 	// authentication. Handler.SetTokens replaces them while serving.
 	Tokens *Tokens
+	// LocalPartitions, when set, returns the partitions this node leads,
+	// sorted (0, the metadata group, and numbers over Partitions are
+	// skipped). An invocation whose partition is free to choose (no
+	// idempotency key, no object key) then gets a random key in one of
+	// them, so that it is proposed on this node without a dispatch hop;
+	// with none, or with LocalPartitions nil, its key is random over all
+	// partitions. It is called on every such invocation and must not block.
+	LocalPartitions func() []uint32
 	// Clock stamps proposals (proposed_at, not_before). nil means time.Now.
 	Clock func() time.Time
 	// Logger receives the ingress's logs.

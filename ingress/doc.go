@@ -26,9 +26,11 @@
 //
 //  1. parse the path, read the body (bounded in size and time) before
 //     taking a concurrency slot, then parse headers and look the service up;
-//  2. compute the invocation id (IdempotentID with a key, RandomID without;
-//     for a virtual object or workflow, ids in the partition of its
-//     (service, key), and one fixed id per workflow run) and a request id,
+//  2. compute the invocation id (IdempotentID with a key; for a virtual
+//     object or workflow, ids in the partition of its (service, key), and
+//     one fixed id per workflow run; otherwise a random id, in a partition
+//     this node leads when Config.LocalPartitions names one, so that the
+//     append runs here without a hop) and a request id,
 //     both reused on every retry; mark an object's exclusive handlers and a
 //     workflow's run exclusive (the partition queues them per key);
 //  3. Dispatcher.Append with a deadline of Config.RequestTimeout; the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"time"
@@ -110,7 +111,7 @@ func (h *Handler) invokeChecked(w http.ResponseWriter, r *http.Request, rt route
 	case key != "":
 		id = invocation.Idempotent(rt.service, rt.handler, key)
 	default:
-		id = invocation.Random()
+		id = h.freshID()
 	}
 	part := invocation.PartitionFor(id.PartitionKey(), h.cfg.Partitions)
 	now := h.cfg.Clock()
@@ -221,4 +222,24 @@ func (h *Handler) writeSendResponse(w http.ResponseWriter, id invocation.ID, pre
 	w.WriteHeader(http.StatusAccepted)
 	_, _ = w.Write(b)
 	return http.StatusAccepted
+}
+
+// freshID returns the id of an invocation whose partition is free to
+// choose: in a partition this node leads when there is one (Config.
+// LocalPartitions), so that its append skips the hop to another node.
+func (h *Handler) freshID() invocation.ID {
+	if h.cfg.LocalPartitions == nil {
+		return invocation.Random()
+	}
+	led := h.cfg.LocalPartitions()
+	for len(led) > 0 && led[0] == 0 {
+		led = led[1:]
+	}
+	for len(led) > 0 && led[len(led)-1] > h.cfg.Partitions {
+		led = led[:len(led)-1]
+	}
+	if len(led) == 0 {
+		return invocation.Random()
+	}
+	return invocation.RandomIn(led[rand.IntN(len(led))], h.cfg.Partitions)
 }

@@ -117,6 +117,16 @@ func randomAt(now time.Time) ID {
 	return id
 }
 
+// RandomIn returns a fresh id like Random whose partition key is drawn
+// uniformly from the range partition p of n owns.
+func RandomIn(p, n uint32) ID {
+	id := Random()
+	first, last := KeyRange(p, n)
+	hi, _ := bits.Mul64(binary.BigEndian.Uint64(id[:8]), last-first)
+	binary.BigEndian.PutUint64(id[:8], first+hi)
+	return id
+}
+
 // NewRequestID returns a fresh 16-byte request id.
 func NewRequestID() []byte {
 	b := make([]byte, 16)

@@ -59,6 +59,33 @@ func TestRandomIDsStoreInCreationOrder(t *testing.T) {
 	}
 }
 
+// TestRandomInStaysInItsPartition: RandomIn's keys fall in the asked
+// partition's range, spread over it, and the ids still keep creation order
+// after the key.
+func TestRandomInStaysInItsPartition(t *testing.T) {
+	for _, n := range []uint32{1, 2, 3, 4, 7, 64} {
+		for p := uint32(1); p <= n; p++ {
+			first, last := KeyRange(p, n)
+			lo, hi := ^uint64(0), uint64(0)
+			for range 200 {
+				id := RandomIn(p, n)
+				k := id.PartitionKey()
+				if got := PartitionFor(k, n); got != p {
+					t.Fatalf("RandomIn(%d, %d) gave key %#x of partition %d", p, n, k, got)
+				}
+				lo, hi = min(lo, k), max(hi, k)
+			}
+			if width := last - first; hi-lo < width/2 {
+				t.Fatalf("RandomIn(%d, %d): 200 keys span only %#x of the range's %#x", p, n, hi-lo, width)
+			}
+		}
+	}
+	a, b := RandomIn(2, 4), RandomIn(2, 4)
+	if a == b {
+		t.Fatal("two RandomIn ids are equal")
+	}
+}
+
 func TestIdempotentIDIsStableAndUnambiguous(t *testing.T) {
 	if Idempotent("a", "b", "k") != Idempotent("a", "b", "k") {
 		t.Fatal("same inputs gave different ids")

@@ -54,6 +54,11 @@ type ServerConfig struct {
 	// the cluster (--balance-leaders; on by default, see
 	// docs/operations.md "Leader balancing").
 	BalanceLeaders bool
+	// Placement says where an invocation goes whose partition is free to
+	// choose (no idempotency key, no object key): PlacementLocal, a
+	// partition this node leads when it leads one, or PlacementSpread, any
+	// partition (--placement; docs/operations.md "Placement").
+	Placement string
 
 	// RetryMaxAttempts, RetryInitialBackoff, RetryMaxBackoff and
 	// RetryAttemptTimeout are the cluster's default retry policy of
@@ -142,6 +147,17 @@ const (
 	maxPartitions = 1024
 )
 
+// Values of --placement.
+const (
+	// PlacementLocal puts an invocation whose partition is free to choose
+	// in a partition the receiving node leads, which saves the hop to
+	// another node; it spreads the work as evenly as the clients spread
+	// their requests over the nodes.
+	PlacementLocal = "local"
+	// PlacementSpread puts it in any partition, uniformly.
+	PlacementSpread = "spread"
+)
+
 // DefaultServerConfig is a single-node cluster (node 1) on the default
 // addresses; DataDir is left empty because it must be chosen.
 func DefaultServerConfig() ServerConfig {
@@ -155,6 +171,7 @@ func DefaultServerConfig() ServerConfig {
 		Partitions:     DefaultPartitions,
 		Retention:      24 * time.Hour,
 		BalanceLeaders: true,
+		Placement:      PlacementLocal,
 		ShutdownGrace:  10 * time.Second,
 		// The retry defaults are outbox.DefaultPolicy's.
 		RetryMaxAttempts:    10,
@@ -250,6 +267,9 @@ func (c ServerConfig) Validate() error {
 	}
 	if c.RequestTimeout <= 0 {
 		return invalid("request-timeout", "must be positive, like 30s")
+	}
+	if c.Placement != PlacementLocal && c.Placement != PlacementSpread {
+		return invalid("placement", "%q is not %s or %s", c.Placement, PlacementLocal, PlacementSpread)
 	}
 	if c.MaxConcurrent <= 0 {
 		return invalid("max-concurrent", "must be at least 1")

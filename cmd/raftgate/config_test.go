@@ -189,6 +189,7 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{func(c *ServerConfig) { c.DrainDelay = c.ShutdownGrace/2 + 1 }, "--drain-delay:"},
 		{func(c *ServerConfig) { c.RequestTimeout = 0 }, "--request-timeout:"},
 		{func(c *ServerConfig) { c.MaxConcurrent = 0 }, "--max-concurrent:"},
+		{func(c *ServerConfig) { c.Placement = "nearest" }, `--placement: "nearest" is not local or spread`},
 		{func(c *ServerConfig) { c.MaxBodyBytes = 0 }, "--max-body-bytes:"},
 		{func(c *ServerConfig) { c.BodyReadTimeout = 0 }, "--body-read-timeout:"},
 		{func(c *ServerConfig) { c.TLSCert = "c.pem" }, "--tls-cert: --tls-cert and --tls-key go together"},

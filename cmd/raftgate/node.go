@@ -356,6 +356,9 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	icfg.RequestTimeout = cfg.RequestTimeout
 	icfg.Logger = n.log
 	icfg.Registerer = reg
+	if cfg.Placement == PlacementLocal {
+		icfg.LocalPartitions = n.members.LedHere
+	}
 	if icfg.Tokens, err = loadIngressTokens(cfg, n.log); err != nil {
 		return nil, fmt.Errorf("--ingress-tokens: %w", err)
 	}

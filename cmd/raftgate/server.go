@@ -35,6 +35,7 @@ func newServerFlags(fs *pflag.FlagSet) *serverFlags {
 	fs.Uint32Var(&c.Partitions, "partitions", d.Partitions, "number of partitions, fixed when the cluster is first started")
 	fs.DurationVar(&c.Retention, "retention", d.Retention, "how long completed results are kept")
 	fs.BoolVar(&c.BalanceLeaders, "balance-leaders", d.BalanceLeaders, "move each partition's leadership to its preferred node when that node is up and replicating (--balance-leaders=false: leave leaders where elections put them)")
+	fs.StringVar(&c.Placement, "placement", d.Placement, "where an invocation without an idempotency key or object key goes: local (a partition this node leads, no hop to another node) or spread (any partition)")
 	fs.Uint32Var(&c.RetryMaxAttempts, "retry-max-attempts", d.RetryMaxAttempts, "default: deliveries tried before a transient failure is recorded as the result (a registration's retry.maxAttempts wins)")
 	fs.DurationVar(&c.RetryInitialBackoff, "retry-initial-backoff", d.RetryInitialBackoff, "default: delay after a first failed delivery, doubling up to --retry-max-backoff (with jitter)")
 	fs.DurationVar(&c.RetryMaxBackoff, "retry-max-backoff", d.RetryMaxBackoff, "default: longest delay between deliveries")
