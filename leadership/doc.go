@@ -8,9 +8,7 @@
 //   - the leader table: partition → (leader, term), fed by this node's Raft
 //     leadership events (SetLocal) and by NOT_LEADER answers (Hint), spread
 //     by broadcasts (changes, within a few gossip intervals) and by push/pull
-//     state exchange (full table, anti-entropy and joins). LedHere lists
-//     the partitions the table names this node the leader of, without a
-//     lock, for the ingress's placement of new invocations.
+//     state exchange (full table, anti-entropy and joins).
 //
 // Entries merge by term (see merge.go): a lower term never overwrites a
 // higher one. The table is a hint for routing: Raft decides who leads, and a

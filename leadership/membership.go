@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -32,13 +31,9 @@ type Membership struct {
 
 	// mu guards the leader table, the member map and the outsiders
 	// already logged.
-	mu      sync.Mutex
-	leaders table
-	members map[uint64]Member
-	// ledHere is the sorted list of partitions the table names this node
-	// the leader of, rebuilt whenever the table changes, so that LedHere
-	// (read on every unkeyed invocation) takes no lock.
-	ledHere   atomic.Pointer[[]uint32]
+	mu        sync.Mutex
+	leaders   table
+	members   map[uint64]Member
 	outsiders map[uint64]bool
 
 	stop      chan struct{}
@@ -232,22 +227,6 @@ func (m *Membership) Leader(partition uint32) (leader, term uint64, ok bool) {
 	return e.Leader, e.Term, e.Leader != 0
 }
 
-// LedHere returns the partitions the table names this node the leader of,
-// sorted; partition 0 is among them when this node leads it. The slice is
-// shared: callers must not modify it.
-func (m *Membership) LedHere() []uint32 {
-	if led := m.ledHere.Load(); led != nil {
-		return *led
-	}
-	return nil
-}
-
-// noteLedLocked rebuilds ledHere after a change of the table.
-func (m *Membership) noteLedLocked() {
-	led := m.leaders.ledBy(m.cfg.Self.ID)
-	m.ledHere.Store(&led)
-}
-
 // Leaders returns the whole table, sorted by partition.
 func (m *Membership) Leaders() []Update {
 	m.mu.Lock()
@@ -343,7 +322,6 @@ func (m *Membership) update(u Update, spread bool) {
 	changed := m.leaders.apply(u)
 	if changed {
 		u.Entry = m.leaders[u.Partition] // broadcast what the table holds
-		m.noteLedLocked()
 	}
 	m.mu.Unlock()
 	if changed && spread {
@@ -363,9 +341,6 @@ func (m *Membership) mergeAll(us []Update, spread bool) {
 		return true
 	})
 	changed := m.leaders.applyAll(us)
-	if len(changed) > 0 {
-		m.noteLedLocked()
-	}
 	m.mu.Unlock()
 	if spread {
 		for _, u := range changed {

@@ -146,35 +146,6 @@ func TestClusterConvergesOnMembersAndLeaders(t *testing.T) {
 	}
 }
 
-// TestLedHereFollowsTheTable: LedHere lists the partitions the table names
-// this node the leader of, whether the change came from this node's Raft,
-// from a NOT_LEADER hint or from gossip.
-func TestLedHereFollowsTheTable(t *testing.T) {
-	nodes := startCluster(t)
-	one := nodes[0]
-	if led := one.LedHere(); len(led) != 0 {
-		t.Fatalf("LedHere before any leader is known = %v, want none", led)
-	}
-	one.SetLocal(3, 1, 2)
-	one.SetLocal(1, 1, 2)
-	one.Hint(2, 2, 2)
-	if led := one.LedHere(); !slices.Equal(led, []uint32{1, 3}) {
-		t.Fatalf("LedHere = %v, want [1 3]", led)
-	}
-	one.SetLocal(3, 0, 3) // this node's Raft lost partition 3's leader
-	if led := one.LedHere(); !slices.Equal(led, []uint32{1}) {
-		t.Fatalf("LedHere after stepping down from 3 = %v, want [1]", led)
-	}
-	nodes[1].SetLocal(1, 2, 4) // a newer leader elsewhere, told by gossip
-	testutil.WaitFor(t, 5*time.Second, "node 1 to learn it no longer leads partition 1", func() bool {
-		return len(one.LedHere()) == 0
-	})
-	nodes[2].SetLocal(2, 1, 9) // gossip can also name this node
-	testutil.WaitFor(t, 5*time.Second, "node 1 to learn it leads partition 2", func() bool {
-		return slices.Equal(one.LedHere(), []uint32{2})
-	})
-}
-
 func TestLeavingNodeIsNotAlive(t *testing.T) {
 	nodes := startCluster(t)
 	if err := nodes[2].Close(); err != nil {

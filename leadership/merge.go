@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 )
 
@@ -68,18 +67,6 @@ func (t table) applyAll(us []Update) []Update {
 		}
 	}
 	return changed
-}
-
-// ledBy lists the partitions led by node, sorted.
-func (t table) ledBy(node uint64) []uint32 {
-	var led []uint32
-	for p, e := range t {
-		if e.Leader == node {
-			led = append(led, p)
-		}
-	}
-	slices.Sort(led)
-	return led
 }
 
 // updates lists the table sorted by partition.

@@ -95,6 +95,9 @@ type node struct {
 	ingressHTTP    *httpService
 	adminHTTP      *httpService
 	stopWatch      func()
+	// led lists the partitions this node leads, for the ingress's
+	// placement of new invocations (--placement local).
+	led localLeaders
 	// logChecked is closed once the node's log was checked against the
 	// leaders and the ingress serves (logcheck.go); serveFailed tells that
 	// the ingress could not listen then; stopLogCheck ends the check.
@@ -357,7 +360,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	icfg.Logger = n.log
 	icfg.Registerer = reg
 	if cfg.Placement == PlacementLocal {
-		icfg.LocalPartitions = n.members.LedHere
+		icfg.LocalPartitions = n.led.partitions
 	}
 	if icfg.Tokens, err = loadIngressTokens(cfg, n.log); err != nil {
 		return nil, fmt.Errorf("--ingress-tokens: %w", err)
@@ -410,6 +413,9 @@ func defaultRetry(cfg ServerConfig) outbox.Policy {
 func (n *node) onLeadership(ev raftlog.LeaderEvent) {
 	n.groups.onLeadership(ev)
 	n.members.SetLocal(uint32(ev.Group), ev.Leader, ev.Term)
+	if ev.Group != raftlog.MetaGroup {
+		n.led.set(uint32(ev.Group), ev.IsSelf)
+	}
 	if ev.Group == raftlog.MetaGroup {
 		n.registry.OnLeadership(ev)
 		return

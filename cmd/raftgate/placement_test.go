@@ -27,9 +27,7 @@ func TestPlacementFollowsLocalLeaders(t *testing.T) {
 		t.Fatalf("register Echo: %d %s", r.status, r.body)
 	}
 	parts := nodes[0].cfg.Partitions
-	dataLed := func(nd *node) []uint32 {
-		return slices.DeleteFunc(slices.Clone(nd.members.LedHere()), func(p uint32) bool { return p == 0 })
-	}
+	dataLed := func(nd *node) []uint32 { return nd.led.partitions() }
 	testutil.WaitFor(t, 20*time.Second, "every partition led by a node that knows it", func() bool {
 		var all []uint32
 		for _, nd := range nodes {
