@@ -408,18 +408,17 @@ func defaultRetry(cfg ServerConfig) outbox.Policy {
 	return p
 }
 
-// onLeadership fans a Raft leadership event out to gossip and to the
-// group's state machine. It runs on raftlog goroutines and must not block.
+// onLeadership fans a Raft leadership event out to gossip, to the set of
+// partitions led here (placement) and to the group's state machine. It runs
+// on raftlog goroutines and must not block.
 func (n *node) onLeadership(ev raftlog.LeaderEvent) {
 	n.groups.onLeadership(ev)
 	n.members.SetLocal(uint32(ev.Group), ev.Leader, ev.Term)
-	if ev.Group != raftlog.MetaGroup {
-		n.led.set(uint32(ev.Group), ev.IsSelf)
-	}
 	if ev.Group == raftlog.MetaGroup {
 		n.registry.OnLeadership(ev)
 		return
 	}
+	n.led.set(uint32(ev.Group), ev.IsSelf)
 	if int(ev.Group) < len(n.processors) && n.processors[ev.Group] != nil {
 		n.processors[ev.Group].OnLeadership(ev)
 	}
