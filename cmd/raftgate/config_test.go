@@ -70,7 +70,7 @@ func equalConfig(a, b ServerConfig) bool {
 		a.NodeAddr == b.NodeAddr && a.GossipAddr == b.GossipAddr && a.AdvertiseGossipAddr == b.AdvertiseGossipAddr &&
 		a.Partitions == b.Partitions && a.Retention == b.Retention && a.ShutdownGrace == b.ShutdownGrace && a.DrainDelay == b.DrainDelay &&
 		a.RequestTimeout == b.RequestTimeout && a.MaxConcurrent == b.MaxConcurrent && a.MaxBodyBytes == b.MaxBodyBytes &&
-		a.BodyReadTimeout == b.BodyReadTimeout &&
+		a.BodyReadTimeout == b.BodyReadTimeout && a.Placement == b.Placement &&
 		a.TLSCert == b.TLSCert && a.TLSKey == b.TLSKey && a.TLSCA == b.TLSCA && a.AdminToken == b.AdminToken &&
 		a.Pprof == b.Pprof && a.LogFormat == b.LogFormat && a.LogLevel == b.LogLevel
 }
@@ -130,6 +130,26 @@ log-level: debug
 				t.Fatalf("got  %+v\nwant %+v", cfg, want)
 			}
 		})
+	}
+}
+
+// TestPlacementFlag: --placement defaults to local, reads from the flag and
+// from RAFTGATE_PLACEMENT, and refuses other values by name.
+func TestPlacementFlag(t *testing.T) {
+	dir := t.TempDir()
+	if cfg, stderr, code := runCapture(t, []string{"server", "--data-dir", dir}, nil); code != 0 || cfg.Placement != PlacementLocal {
+		t.Fatalf("default: placement %q, exit %d: %s", cfg.Placement, code, stderr)
+	}
+	if cfg, stderr, code := runCapture(t, []string{"server", "--data-dir", dir, "--placement", "spread"}, nil); code != 0 || cfg.Placement != PlacementSpread {
+		t.Fatalf("--placement spread: placement %q, exit %d: %s", cfg.Placement, code, stderr)
+	}
+	env := map[string]string{"RAFTGATE_PLACEMENT": "spread"}
+	if cfg, stderr, code := runCapture(t, []string{"server", "--data-dir", dir}, env); code != 0 || cfg.Placement != PlacementSpread {
+		t.Fatalf("RAFTGATE_PLACEMENT=spread: placement %q, exit %d: %s", cfg.Placement, code, stderr)
+	}
+	_, stderr, code := runCapture(t, []string{"server", "--data-dir", dir, "--placement", "nearest"}, nil)
+	if code == 0 || !strings.Contains(stderr, `--placement: "nearest" is not local or spread`) {
+		t.Fatalf("--placement nearest: exit %d: %s", code, stderr)
 	}
 }
 
