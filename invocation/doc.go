@@ -9,7 +9,9 @@
 // idempotency key, so every node computes the same id for a retry; Random
 // puts the creation time after the partition key, so a partition's records
 // (keyed by the bytes after the partition key first) arrive in ascending
-// order.
+// order. RandomIn is Random with the partition key drawn inside one
+// partition's range (the ingress places new invocations on partitions its
+// node leads).
 //
 // Every invocation of one key of a keyed service (a virtual object's key, a
 // workflow's id) carries the partition key KeyedPartitionKey(service, key),
