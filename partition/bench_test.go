@@ -3,7 +3,6 @@ package partition
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -20,12 +19,7 @@ import (
 func BenchmarkApplyInvoke(b *testing.B) {
 	for _, perEntry := range []int{1, 16, 128, 512} {
 		b.Run(fmt.Sprintf("perEntry=%d", perEntry), func(b *testing.B) {
-			db, err := bolt.Open(filepath.Join(b.TempDir(), "bench.db"), 0o600, &bolt.Options{NoSync: true})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer db.Close()
-			const entriesPerTxn = 8
+			db := scratchDB(b)
 			// Pre-build the log so encoding is not measured.
 			total := b.N
 			var entries []raftlog.Entry
@@ -43,21 +37,8 @@ func BenchmarkApplyInvoke(b *testing.B) {
 				}
 				entries = append(entries, raftlog.Entry{Index: uint64(len(entries) + 1), Term: 1, Data: data})
 			}
-			var m machine
 			b.ResetTimer()
-			for i := 0; i < len(entries); i += entriesPerTxn {
-				chunk := entries[i:min(i+entriesPerTxn, len(entries))]
-				if err := db.Update(func(tx *bolt.Tx) error {
-					bk, err := tx.CreateBucketIfNotExists(stateBucket)
-					if err != nil {
-						return err
-					}
-					_, err = m.apply(bk, chunk)
-					return err
-				}); err != nil {
-					b.Fatal(err)
-				}
-			}
+			applyInTxns(b, db, entries, false)
 			b.StopTimer()
 			b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "cmds/s")
 		})
@@ -83,12 +64,7 @@ func BenchmarkApplyInvokeComplete(b *testing.B) {
 }
 
 func benchApplySends(b *testing.B, perEntry int, mixed bool) {
-	db, err := bolt.Open(filepath.Join(b.TempDir(), "bench.db"), 0o600, &bolt.Options{NoSync: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
-	const entriesPerTxn = 8
+	db := scratchDB(b)
 	var entries []raftlog.Entry
 	add := func(cmds []*rpc.Command) {
 		data, err := rpc.EncodeBatch(cmds...)
@@ -121,8 +97,17 @@ func benchApplySends(b *testing.B, perEntry int, mixed bool) {
 	if len(completes) > 0 {
 		add(completes)
 	}
-	var m machine
 	b.ResetTimer()
+	applyInTxns(b, db, entries, true)
+}
+
+// applyInTxns applies entries to one machine, entriesPerTxn entries per
+// transaction (raftlog applies a Ready's entries in one transaction):
+// in one Apply per transaction, or in one Apply per entry (perEntry), as
+// raftlog's batches of one group often are.
+func applyInTxns(b *testing.B, db *bolt.DB, entries []raftlog.Entry, perEntry bool) {
+	const entriesPerTxn = 8
+	var m machine
 	for i := 0; i < len(entries); i += entriesPerTxn {
 		chunk := entries[i:min(i+entriesPerTxn, len(entries))]
 		if err := db.Update(func(tx *bolt.Tx) error {
@@ -130,7 +115,11 @@ func benchApplySends(b *testing.B, perEntry int, mixed bool) {
 			if err != nil {
 				return err
 			}
-			for _, e := range chunk { // one Apply per entry, as raftlog's batches of one group often are
+			if !perEntry {
+				_, err = m.apply(bk, chunk)
+				return err
+			}
+			for _, e := range chunk {
 				if _, err := m.apply(bk, []raftlog.Entry{e}); err != nil {
 					return err
 				}

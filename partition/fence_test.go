@@ -2,7 +2,6 @@ package partition
 
 import (
 	"errors"
-	"path/filepath"
 	"testing"
 
 	"github.com/raftgate/raftgate/raftlog"
@@ -15,11 +14,7 @@ import (
 // newer, unchecked and already accepted invocations, and other services, are
 // not refused. A lower fence does not lower it.
 func TestFenceRefusesOlderRegistrations(t *testing.T) {
-	db, err := bolt.Open(filepath.Join(t.TempDir(), "f.db"), 0o600, &bolt.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := scratchDB(t)
 	checked := func(service string, registered uint64) *rpc.Invoke {
 		inv := newInvoke(service, int(registered))
 		inv.ServiceRegisteredIndex = registered

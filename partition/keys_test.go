@@ -2,7 +2,6 @@ package partition
 
 import (
 	"fmt"
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -25,11 +24,7 @@ type keyMachine struct {
 }
 
 func newKeyMachine(t *testing.T) *keyMachine {
-	db, err := bolt.Open(filepath.Join(t.TempDir(), "k.db"), 0o600, &bolt.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	db := scratchDB(t)
 	return &keyMachine{t: t, db: db, now: 1000, names: make(map[string]string)}
 }
 

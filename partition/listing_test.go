@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -18,11 +17,7 @@ import (
 // and returns it with the state bucket's name.
 func listStore(tb testing.TB, entries []raftlog.Entry, perTxn int) *bolt.DB {
 	tb.Helper()
-	db, err := bolt.Open(filepath.Join(tb.TempDir(), "list.db"), 0o600, &bolt.Options{NoSync: true})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = db.Close() })
+	db := scratchDB(tb)
 	var m machine
 	for i := 0; i < len(entries); i += perTxn {
 		chunk := entries[i:min(i+perTxn, len(entries))]

@@ -3,7 +3,6 @@ package partition
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 	"testing"
 
 	"github.com/raftgate/raftgate/raftlog"
@@ -65,21 +64,9 @@ func sendLog(t testing.TB) (entries []raftlog.Entry, ids [][]byte) {
 // restarting between Invoke and Complete: every read a miss).
 func TestRecordCacheStoresWhatTheBucketStores(t *testing.T) {
 	entries, ids := sendLog(t)
-	db, err := bolt.Open(filepath.Join(t.TempDir(), "c.db"), 0o600, &bolt.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := scratchDB(t)
 	var cached, perTxn, restarting string
-	errRollback := errors.New("rollback")
-	err = db.Update(func(tx *bolt.Tx) error {
-		fresh := func(name string) *bolt.Bucket {
-			b, err := tx.CreateBucket([]byte(name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return b
-		}
+	scratchTx(t, db, func(fresh func(string) *bolt.Bucket) {
 		var m machine
 		b := fresh("cached")
 		for i, e := range entries {
@@ -99,11 +86,7 @@ func TestRecordCacheStoresWhatTheBucketStores(t *testing.T) {
 			}
 		}
 		restarting = dumpBucket(t, b)
-		return errRollback
 	})
-	if !errors.Is(err, errRollback) {
-		t.Fatal(err)
-	}
 	perTxn = applyAll(t, entries, 1).dump(t)
 	if cached != perTxn {
 		t.Fatalf("one transaction differs from one transaction per entry:\n%s\n---\n%s", cached, perTxn)
@@ -119,11 +102,7 @@ func TestRecordCacheStoresWhatTheBucketStores(t *testing.T) {
 // in a transaction that commits are kept for the next.
 func TestRecordCacheForgetsRolledBack(t *testing.T) {
 	entries, ids := sendLog(t)
-	db, err := bolt.Open(filepath.Join(t.TempDir(), "r.db"), 0o600, &bolt.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := scratchDB(t)
 	var m machine
 	apply := func(e raftlog.Entry, rollback bool) {
 		t.Helper()
@@ -149,6 +128,7 @@ func TestRecordCacheForgetsRolledBack(t *testing.T) {
 	apply(entries[1], false) // Complete 0: no record, a no-op
 	var found bool
 	if err := db.View(func(tx *bolt.Tx) error {
+		var err error
 		_, found, err = getRecord(tx.Bucket(stateBucket), ids[0])
 		return err
 	}); err != nil {
@@ -198,11 +178,7 @@ func TestRecordCacheBounded(t *testing.T) {
 // A failed Apply drops the cache (the group stops; raftlog rolls back).
 func TestRecordCacheDroppedWhenApplyFails(t *testing.T) {
 	entries, _ := sendLog(t)
-	db, err := bolt.Open(filepath.Join(t.TempDir(), "f.db"), 0o600, &bolt.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := scratchDB(t)
 	bad := raftlog.Entry{Index: 99, Term: 1, Data: []byte{0xff}}
 	_ = db.Update(func(tx *bolt.Tx) error {
 		b, err := tx.CreateBucketIfNotExists(stateBucket)

@@ -1,12 +1,13 @@
 package partition
 
 import (
-	"github.com/raftgate/raftgate/internal/testutil"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/raftgate/raftgate/internal/testutil"
 
 	"google.golang.org/protobuf/proto"
 
