@@ -86,6 +86,15 @@ type Config struct {
 	// MaxBatchCommands and MaxBatchBytes bound one log entry's batch.
 	MaxBatchCommands int
 	MaxBatchBytes    int
+	// InFlightBatches is how many of the leader's batches may be proposed
+	// and not yet applied before the proposer holds the next one: while
+	// held, commands that arrive join it, so a loaded partition proposes
+	// fewer, larger entries (each entry costs every replica a log record,
+	// messages and an apply). A held batch goes once an apply catches up
+	// or InFlightWait has passed, whichever is first; an idle partition
+	// never holds. 0 proposes every batch at once.
+	InFlightBatches int
+	InFlightWait    time.Duration
 	// ProposeTimeout bounds one Propose call.
 	ProposeTimeout time.Duration
 
@@ -114,6 +123,9 @@ type Knobs struct {
 	AfterServiceAnswer func(id []byte, attempt uint32) bool
 	// JitterSeed seeds the backoff jitter (0 picks one).
 	JitterSeed uint64
+	// BatchHeld runs when the proposer holds a batch of n commands
+	// because InFlightBatches are not yet applied (and again as it grows).
+	BatchHeld func(n int)
 }
 
 // DefaultConfig returns production defaults for partition 1.
@@ -134,6 +146,8 @@ func DefaultConfig() Config {
 		MaxAttachWaiters: 16384,
 		MaxBatchCommands: 512,
 		MaxBatchBytes:    512 << 10,
+		InFlightBatches:  1,
+		InFlightWait:     5 * time.Millisecond,
 		ProposeTimeout:   5 * time.Second,
 		Logger:           zerolog.Nop(),
 	}
@@ -166,6 +180,10 @@ func (c Config) Validate() error {
 		return errors.New("partition: MaxBatchCommands must be >= 1")
 	case c.MaxBatchBytes < 1:
 		return errors.New("partition: MaxBatchBytes must be >= 1")
+	case c.InFlightBatches < 0:
+		return errors.New("partition: InFlightBatches must be >= 0")
+	case c.InFlightBatches > 0 && c.InFlightWait <= 0:
+		return errors.New("partition: InFlightWait must be > 0 when InFlightBatches is")
 	case c.ProposeTimeout <= 0:
 		return errors.New("partition: ProposeTimeout must be > 0")
 	case c.Services == nil:

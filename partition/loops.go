@@ -16,9 +16,15 @@ import (
 // proposeLoop drains the queue into one CommandBatch per log entry: while
 // one Propose is under way the next batch fills, so concurrent requests
 // share entries (the state machine is CPU-bound per entry, not per command).
+// Once cfg.InFlightBatches of its entries are proposed and not yet applied,
+// it holds the next batch, which keeps filling, until an apply catches up
+// or cfg.InFlightWait has passed.
 func (p *Processor) proposeLoop() {
 	batch := make([]proposal, 0, p.cfg.MaxBatchCommands)
 	defer p.drainQueue()
+	holdTimer := time.NewTimer(time.Hour)
+	holdTimer.Stop()
+	var lastProposed uint64 // index of this loop's last proposed entry
 	for {
 		batch = batch[:0]
 		select {
@@ -28,8 +34,9 @@ func (p *Processor) proposeLoop() {
 			batch = append(batch, q)
 		}
 		size := proto.Size(batch[0].cmd)
+		roomy := func() bool { return len(batch) < p.cfg.MaxBatchCommands && size < p.cfg.MaxBatchBytes }
 	fill:
-		for len(batch) < p.cfg.MaxBatchCommands && size < p.cfg.MaxBatchBytes {
+		for roomy() {
 			select {
 			case q := <-p.queue:
 				batch = append(batch, q)
@@ -38,8 +45,44 @@ func (p *Processor) proposeLoop() {
 				break fill
 			}
 		}
-		p.proposeBatch(batch)
+		if p.mustHold(lastProposed) && roomy() {
+			holdTimer.Reset(p.cfg.InFlightWait)
+			p.knobBatchHeld(len(batch))
+		hold:
+			for p.mustHold(lastProposed) && roomy() {
+				select {
+				case q := <-p.queue:
+					batch = append(batch, q)
+					size += proto.Size(q.cmd)
+					p.knobBatchHeld(len(batch))
+				case <-p.appliedCh:
+				case <-holdTimer.C:
+					break hold
+				case <-p.stop:
+					holdTimer.Stop()
+					dropUntracked(batch)
+					return
+				}
+			}
+			holdTimer.Stop()
+		}
+		if idx := p.proposeBatch(batch); idx > 0 {
+			lastProposed = idx
+		}
 	}
+}
+
+func (p *Processor) knobBatchHeld(n int) {
+	if k := p.cfg.Knobs; k != nil && k.BatchHeld != nil {
+		k.BatchHeld(n)
+	}
+}
+
+// mustHold says whether cfg.InFlightBatches of the entries up to
+// lastProposed are still unapplied.
+func (p *Processor) mustHold(lastProposed uint64) bool {
+	k := uint64(p.cfg.InFlightBatches)
+	return k > 0 && lastProposed >= p.appliedIndex.Load()+k
 }
 
 // drainQueue tells what is still queued at Close that it was not proposed
@@ -48,16 +91,26 @@ func (p *Processor) drainQueue() {
 	for {
 		select {
 		case q := <-p.queue:
-			if q.done != nil {
-				q.done(rpc.ErrLostLeadership)
-			}
+			dropUntracked([]proposal{q})
 		default:
 			return
 		}
 	}
 }
 
-func (p *Processor) proposeBatch(batch []proposal) {
+// dropUntracked tells the untracked commands of batch that they were not
+// proposed (tracked waiters learn it from the tracker).
+func dropUntracked(batch []proposal) {
+	for _, q := range batch {
+		if q.done != nil {
+			q.done(rpc.ErrLostLeadership)
+		}
+	}
+}
+
+// proposeBatch proposes batch as one entry and returns its index, 0 if it
+// was not proposed.
+func (p *Processor) proposeBatch(batch []proposal) uint64 {
 	cmds := make([]*rpc.Command, 0, len(batch))
 	var tks []proposals.Ticket[*rpc.Appended]
 	var untracked []proposal
@@ -73,7 +126,7 @@ func (p *Processor) proposeBatch(batch []proposal) {
 		cmds = append(cmds, q.cmd)
 	}
 	if len(cmds) == 0 {
-		return
+		return 0
 	}
 	fail := func(err error) {
 		p.tracker.Fail(tks, err)
@@ -86,7 +139,7 @@ func (p *Processor) proposeBatch(batch []proposal) {
 	data, err := rpc.EncodeBatch(cmds...)
 	if err != nil {
 		fail(fmt.Errorf("partition %d: %w", p.cfg.Partition, err))
-		return
+		return 0
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.ProposeTimeout)
 	prop, err := p.log.Propose(ctx, data)
@@ -97,10 +150,10 @@ func (p *Processor) proposeBatch(batch []proposal) {
 			// Timed out inside Propose: raft may still append it, so the
 			// outcome is ambiguous (retry-safe), like a lost leadership.
 			fail(fmt.Errorf("partition %d: propose timed out: %w", p.cfg.Partition, rpc.ErrLostLeadership))
-			return
+			return 0
 		}
 		fail(p.mapLogError(err))
-		return
+		return 0
 	}
 	p.metrics.proposed(len(cmds))
 	p.tracker.Proposed(tks, prop.Term)
@@ -109,6 +162,7 @@ func (p *Processor) proposeBatch(batch []proposal) {
 			q.done(nil)
 		}
 	}
+	return prop.Index
 }
 
 // submit queues an untracked command (invoker, sweeper), waiting for room;

@@ -44,6 +44,10 @@ type Processor struct {
 
 	log   Log // set once by Start, before started is closed
 	depth atomic.Int64
+	// appliedIndex is the last entry Apply saw; appliedCh (cap 1) wakes a
+	// proposer holding a batch (cfg.InFlightBatches).
+	appliedIndex atomic.Uint64
+	appliedCh    chan struct{}
 	// restores counts Restore calls; Apply, Restore and reveal all run on
 	// raftlog's writer goroutine (Restore at open before the group starts),
 	// so it needs no lock.
@@ -68,16 +72,17 @@ func New(cfg Config) (*Processor, error) {
 		return nil, err
 	}
 	p := &Processor{
-		cfg:      cfg,
-		logger:   cfg.Logger.With().Str("component", "partition").Uint32("partition", cfg.Partition).Logger(),
-		now:      cfg.Clock,
-		client:   cfg.HTTPClient,
-		tracker:  proposals.NewTracker[*rpc.Appended](cfg.MaxPending),
-		attach:   results.NewWaiters(cfg.MaxAttachWaiters),
-		queue:    make(chan proposal, cfg.MaxPending),
-		leaderCh: make(chan struct{}, 1),
-		started:  make(chan struct{}),
-		stop:     make(chan struct{}),
+		cfg:       cfg,
+		logger:    cfg.Logger.With().Str("component", "partition").Uint32("partition", cfg.Partition).Logger(),
+		now:       cfg.Clock,
+		client:    cfg.HTTPClient,
+		tracker:   proposals.NewTracker[*rpc.Appended](cfg.MaxPending),
+		attach:    results.NewWaiters(cfg.MaxAttachWaiters),
+		queue:     make(chan proposal, cfg.MaxPending),
+		leaderCh:  make(chan struct{}, 1),
+		started:   make(chan struct{}),
+		stop:      make(chan struct{}),
+		appliedCh: make(chan struct{}, 1),
 	}
 	if p.now == nil {
 		p.now = time.Now
@@ -301,6 +306,13 @@ func (p *Processor) Apply(b *bolt.Bucket, entries []raftlog.Entry) (raftlog.Appl
 	if err != nil {
 		p.logger.Error().Err(err).Msg("apply failed; the group stops")
 		return raftlog.Applied{}, fmt.Errorf("partition %d: %w", p.cfg.Partition, err)
+	}
+	if len(entries) > 0 {
+		p.appliedIndex.Store(entries[len(entries)-1].Index)
+		select {
+		case p.appliedCh <- struct{}{}:
+		default:
+		}
 	}
 	gen := p.restores
 	return raftlog.Applied{
