@@ -30,6 +30,7 @@ type invoker struct {
 	rnd   *rand.Rand // guarded by rndMu; backoff jitter
 
 	targets targetCache // the URLs deliveries go to
+	workers *workers    // run deliveries and admits
 
 	mu sync.Mutex
 	// inflight holds reserved ids (delivering, or outcome proposed but not
@@ -64,7 +65,8 @@ func newInvoker(p *Processor) *invoker {
 	if p.cfg.Knobs != nil && p.cfg.Knobs.JitterSeed != 0 {
 		seed = p.cfg.Knobs.JitterSeed
 	}
-	iv := &invoker{p: p, cfg: p.cfg.Invoker, wake: make(chan struct{}, 1), rnd: rand.New(rand.NewPCG(seed, uint64(p.cfg.Partition)))}
+	iv := &invoker{p: p, cfg: p.cfg.Invoker, wake: make(chan struct{}, 1), rnd: rand.New(rand.NewPCG(seed, uint64(p.cfg.Partition))),
+		workers: newWorkers(time.Second, p.stop)}
 	iv.reset()
 	return iv
 }
@@ -321,19 +323,19 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 			// A delayed exclusive invocation is due: it enters its key's
 			// queue when the Admit applies (keys.go); nothing is delivered.
 			wg.Add(1)
-			go func() {
+			iv.workers.run(func() {
 				defer wg.Done()
 				iv.admit(ctx, rec.Invoke.InvocationId)
-			}()
+			})
 			continue
 		}
 		iv.delivering[id] = struct{}{}
 		iv.perService[rec.Invoke.Service]++
 		wg.Add(1)
-		go func() {
+		iv.workers.run(func() {
 			defer wg.Done()
 			iv.deliver(ctx, rec)
-		}()
+		})
 	}
 	return next
 }
