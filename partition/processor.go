@@ -45,7 +45,9 @@ type Processor struct {
 	log   Log // set once by Start, before started is closed
 	depth atomic.Int64
 	// appliedIndex is the last entry Apply saw; appliedCh (cap 1) wakes a
-	// proposer holding a batch (cfg.InFlightBatches).
+	// proposer holding a batch (cfg.InFlightBatches). Both only pace
+	// batching: an Apply rolled back with another group's leaves the index
+	// ahead, which at worst proposes one batch early.
 	appliedIndex atomic.Uint64
 	appliedCh    chan struct{}
 	// restores counts Restore calls; Apply, Restore and reveal all run on

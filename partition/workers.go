@@ -5,10 +5,10 @@ import (
 	"time"
 )
 
-// workers runs the invoker's deliveries on goroutines that outlive one
-// delivery. A delivery's stack grows deep in net/http's client; a new
-// goroutine per delivery grew it again from the minimum every time (about
-// 2% of a node's CPU under /send), a worker keeps it for the next one.
+// workers runs the invoker's deliveries (and admits) on goroutines that
+// outlive one delivery. A delivery's stack grows deep in net/http's client:
+// a new goroutine per delivery grew it again from the minimum every time
+// (about 2% of a node's CPU under /send); a worker keeps it for the next.
 type workers struct {
 	jobs chan func() // unbuffered: a send succeeds only to an idle worker
 	idle time.Duration
