@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/raftgate/raftgate/internal/testutil"
-	"github.com/raftgate/raftgate/rpc"
 )
 
 // entryCount is the number of entries in the shared log.
@@ -14,28 +13,6 @@ func (c *fakeCluster) entryCount() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.entries)
-}
-
-// invokesPerEntry counts the Invoke commands of each entry of the log.
-func (c *fakeCluster) invokesPerEntry(t *testing.T) []int {
-	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var counts []int
-	for _, e := range c.entries {
-		b, err := rpc.DecodeBatch(e.Data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, cmd := range b.Commands {
-			if cmd.GetInvoke() != nil {
-				n++
-			}
-		}
-		counts = append(counts, n)
-	}
-	return counts
 }
 
 // While the leader's last entry is unapplied, new commands wait and go
@@ -81,7 +58,7 @@ func TestHeldBatchGoesAsOneEntryAfterApply(t *testing.T) {
 		}
 	}
 	// Later entries hold the invoker's outcomes of the parked deliveries.
-	if got := c.invokesPerEntry(t); len(got) < 2 || got[0] != 1 || got[1] != 3 {
+	if got := c.commandsPerEntry(t, isInvoke); len(got) < 2 || got[0] != 1 || got[1] != 3 {
 		t.Fatalf("invokes per entry %v, want [1 3 ...]", got)
 	}
 }

@@ -174,27 +174,40 @@ func (c *fakeCluster) appendRaw(data []byte) {
 
 // countInvokes counts Invoke commands in the log.
 func (c *fakeCluster) countInvokes(t *testing.T) int {
-	return c.countCommands(t, func(cmd *rpc.Command) bool { return cmd.GetInvoke() != nil })
+	return c.countCommands(t, isInvoke)
 }
+
+func isInvoke(cmd *rpc.Command) bool { return cmd.GetInvoke() != nil }
 
 // countCommands counts commands in the log that match.
 func (c *fakeCluster) countCommands(t *testing.T, match func(*rpc.Command) bool) int {
 	t.Helper()
+	n := 0
+	for _, m := range c.commandsPerEntry(t, match) {
+		n += m
+	}
+	return n
+}
+
+// commandsPerEntry counts, entry by entry, the commands of the log that
+// match.
+func (c *fakeCluster) commandsPerEntry(t *testing.T, match func(*rpc.Command) bool) []int {
+	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := 0
-	for _, e := range c.entries {
+	counts := make([]int, len(c.entries))
+	for i, e := range c.entries {
 		b, err := rpc.DecodeBatch(e.Data)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, cmd := range b.Commands {
 			if match(cmd) {
-				n++
+				counts[i]++
 			}
 		}
 	}
-	return n
+	return counts
 }
 
 func (c *fakeCluster) signal() {
