@@ -52,11 +52,14 @@ func run(addr string) error {
 	return nil
 }
 
-// stats counts deliveries by invocation id.
+// stats counts deliveries by invocation id. A POST without an id (a
+// readiness probe, a direct curl) is counted apart, so that deliveries
+// minus distinctIds is exactly the number of repeated deliveries.
 type stats struct {
 	mu         sync.Mutex
 	deliveries int64
 	ids        map[string]struct{}
+	withoutID  int64
 }
 
 func (s *stats) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -64,14 +67,16 @@ func (s *stats) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		w.Header().Set("content-type", "application/json")
-		fmt.Fprintf(w, `{"deliveries":%d,"distinctIds":%d}`+"\n", s.deliveries, len(s.ids))
+		fmt.Fprintf(w, `{"deliveries":%d,"distinctIds":%d,"withoutId":%d}`+"\n", s.deliveries, len(s.ids), s.withoutID)
 		return
 	}
 	if r.Method == http.MethodPost {
 		s.mu.Lock()
-		s.deliveries++
 		if id := r.Header.Get("x-restate-id"); id != "" {
+			s.deliveries++
 			s.ids[id] = struct{}{}
+		} else {
+			s.withoutID++
 		}
 		s.mu.Unlock()
 	}

@@ -12,10 +12,12 @@ import (
 func TestEchoReturnsBodyAndCountsDistinctIDs(t *testing.T) {
 	srv := httptest.NewServer(&stats{ids: map[string]struct{}{}})
 	defer srv.Close()
-	for _, id := range []string{"inv_a", "inv_b", "inv_a"} {
+	for _, id := range []string{"inv_a", "inv_b", "inv_a", ""} {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/Echo/echo", strings.NewReader(`"hi"`))
 		req.Header.Set("content-type", "application/json")
-		req.Header.Set("x-restate-id", id)
+		if id != "" {
+			req.Header.Set("x-restate-id", id)
+		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -31,12 +33,12 @@ func TestEchoReturnsBodyAndCountsDistinctIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var got struct{ Deliveries, DistinctIds int }
+	var got struct{ Deliveries, DistinctIds, WithoutId int }
 	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Deliveries != 3 || got.DistinctIds != 2 {
-		t.Fatalf("stats %+v, want 3 deliveries of 2 ids", got)
+	if got.Deliveries != 3 || got.DistinctIds != 2 || got.WithoutId != 1 {
+		t.Fatalf("stats %+v, want 3 deliveries of 2 ids and 1 without an id", got)
 	}
 }
 
