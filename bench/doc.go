@@ -5,5 +5,6 @@
 // and how it drains a backlog and idles (backlog). It is
 // a separate Go module so that the main module never depends on etcd; its
 // own code lives in the sub-packages echo, etcdput and fsyncprobe (what a
-// bbolt-shaped commit costs on this disk, by pages written).
+// bbolt-shaped commit costs on this disk, by pages written, or, with
+// -threads, how concurrent fdatasyncs of one file scale).
 package bench

@@ -7,6 +7,12 @@
 //
 //	go build -o /tmp/fsyncprobe ./fsyncprobe
 //	for p in 40 20 8; do /tmp/fsyncprobe -pages $p & /tmp/fsyncprobe -pages $p & /tmp/fsyncprobe -pages $p; wait; done
+//
+// With -threads N it measures a log-shaped write instead: N goroutines
+// each append 4 KiB to the same zero-filled file and fdatasync it, in a
+// loop, so several fdatasyncs of one file are in flight at once (what a
+// write-ahead log with more than one sync in flight does). It prints
+// fdatasyncs per second and the p50 and p99 of one append + fdatasync.
 package main
 
 import (
@@ -16,6 +22,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -24,7 +33,12 @@ func main() {
 	pages := flag.Int("pages", 32, "data pages written before the first fdatasync")
 	dir := flag.String("dir", ".", "directory for the scratch file (use the disk under test)")
 	d := flag.Duration("duration", 5*time.Second, "how long to run")
+	threads := flag.Int("threads", 0, "if > 0: concurrent 4 KiB appends + fdatasync of one file (see the doc)")
 	flag.Parse()
+	if *threads > 0 {
+		appendProbe(*dir, *threads, *d)
+		return
+	}
 
 	f, err := os.CreateTemp(*dir, "fsyncprobe-*.dat")
 	if err != nil {
@@ -70,4 +84,50 @@ func cpuTime() time.Duration {
 		log.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// appendProbe runs threads goroutines that each append 4 KiB to one
+// zero-filled file (so no fdatasync has to change its size) and fdatasync
+// it, for d.
+func appendProbe(dir string, threads int, d time.Duration) {
+	f, err := os.CreateTemp(dir, "fsyncprobe-*.dat")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.Remove(filepath.Clean(f.Name()))
+	const fileSize = 64 << 20
+	if _, err := f.WriteAt(make([]byte, fileSize), 0); err != nil {
+		log.Fatal(err)
+	}
+	fd := int(f.Fd())
+	if err := syscall.Fdatasync(fd); err != nil {
+		log.Fatal(err)
+	}
+	var next atomic.Int64
+	lats := make([][]time.Duration, threads)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for i := range threads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			page := make([]byte, 4096)
+			for time.Since(t0) < d {
+				off := next.Add(4096) % fileSize
+				start := time.Now()
+				if _, err := f.WriteAt(page, off); err != nil {
+					log.Fatal(err)
+				}
+				if err := syscall.Fdatasync(fd); err != nil {
+					log.Fatal(err)
+				}
+				lats[i] = append(lats[i], time.Since(start))
+			}
+		}()
+	}
+	wg.Wait()
+	all := slices.Concat(lats...)
+	slices.Sort(all)
+	fmt.Printf("threads=%d fdatasyncs/s=%.0f p50=%v p99=%v\n", threads,
+		float64(len(all))/time.Since(t0).Seconds(), all[len(all)/2], all[len(all)*99/100])
 }
