@@ -9,7 +9,8 @@
 //	for p in 40 20 8; do /tmp/fsyncprobe -pages $p & /tmp/fsyncprobe -pages $p & /tmp/fsyncprobe -pages $p; wait; done
 //
 // With -threads N it measures a log-shaped write instead: N goroutines
-// each append 4 KiB to the same zero-filled file and fdatasync it, in a
+// each append -size bytes (4 KiB) to the same zero-filled file and
+// fdatasync it, in a
 // loop, so several fdatasyncs of one file are in flight at once (what a
 // write-ahead log with more than one sync in flight does). It prints
 // fdatasyncs per second and the p50 and p99 of one append + fdatasync.
@@ -33,10 +34,11 @@ func main() {
 	pages := flag.Int("pages", 32, "data pages written before the first fdatasync")
 	dir := flag.String("dir", ".", "directory for the scratch file (use the disk under test)")
 	d := flag.Duration("duration", 5*time.Second, "how long to run")
-	threads := flag.Int("threads", 0, "if > 0: concurrent 4 KiB appends + fdatasync of one file (see the doc)")
+	threads := flag.Int("threads", 0, "if > 0: concurrent appends + fdatasync of one file (see the doc)")
+	size := flag.Int("size", 4096, "with -threads: bytes per append (any size, page-aligned or not)")
 	flag.Parse()
 	if *threads > 0 {
-		appendProbe(*dir, *threads, *d)
+		appendProbe(*dir, *threads, *size, *d)
 		return
 	}
 
@@ -86,10 +88,10 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// appendProbe runs threads goroutines that each append 4 KiB to one
+// appendProbe runs threads goroutines that each append size bytes to one
 // zero-filled file (so no fdatasync has to change its size) and fdatasync
 // it, for d.
-func appendProbe(dir string, threads int, d time.Duration) {
+func appendProbe(dir string, threads, size int, d time.Duration) {
 	f, err := os.CreateTemp(dir, "fsyncprobe-*.dat")
 	if err != nil {
 		log.Fatal(err)
@@ -111,11 +113,11 @@ func appendProbe(dir string, threads int, d time.Duration) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			page := make([]byte, 4096)
+			buf := make([]byte, size)
 			for time.Since(t0) < d {
-				off := next.Add(4096) % fileSize
+				off := (next.Add(int64(size)) - int64(size)) % (fileSize - int64(size))
 				start := time.Now()
-				if _, err := f.WriteAt(page, off); err != nil {
+				if _, err := f.WriteAt(buf, off); err != nil {
 					log.Fatal(err)
 				}
 				if err := syscall.Fdatasync(fd); err != nil {
@@ -128,6 +130,6 @@ func appendProbe(dir string, threads int, d time.Duration) {
 	wg.Wait()
 	all := slices.Concat(lats...)
 	slices.Sort(all)
-	fmt.Printf("threads=%d fdatasyncs/s=%.0f p50=%v p99=%v\n", threads,
+	fmt.Printf("threads=%d size=%d fdatasyncs/s=%.0f p50=%v p99=%v\n", threads, size,
 		float64(len(all))/time.Since(t0).Seconds(), all[len(all)/2], all[len(all)*99/100])
 }
