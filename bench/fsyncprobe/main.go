@@ -10,10 +10,10 @@
 //
 // With -threads N it measures a log-shaped write instead: N goroutines
 // each append -size bytes (4 KiB) to the same zero-filled file and
-// fdatasync it, in a
-// loop, so several fdatasyncs of one file are in flight at once (what a
-// write-ahead log with more than one sync in flight does). It prints
-// fdatasyncs per second and the p50 and p99 of one append + fdatasync.
+// fdatasync it, in a loop, so several fdatasyncs of one file are in flight
+// at once (what a write-ahead log with more than one sync in flight does).
+// It prints fdatasyncs per second and the p50 and p99 of one append +
+// fdatasync.
 package main
 
 import (
@@ -38,16 +38,15 @@ func main() {
 	size := flag.Int("size", 4096, "with -threads: bytes per append (any size, page-aligned or not)")
 	flag.Parse()
 	if *threads > 0 {
+		if *size < 1 || *size > 1<<20 {
+			log.Fatal("-size must be from 1 to 1048576 bytes")
+		}
 		appendProbe(*dir, *threads, *size, *d)
 		return
 	}
 
-	f, err := os.CreateTemp(*dir, "fsyncprobe-*.dat")
-	if err != nil {
-		log.Fatal(err)
-	}
+	f := scratchFile(*dir)
 	defer os.Remove(filepath.Clean(f.Name()))
-	const fileSize = 64 << 20
 	if err := f.Truncate(fileSize); err != nil {
 		log.Fatal(err)
 	}
@@ -80,6 +79,18 @@ func main() {
 		*pages, float64(n)/el.Seconds(), el/time.Duration(n), (cpuTime()-c0)/time.Duration(n))
 }
 
+// fileSize is the size of the scratch file.
+const fileSize = 64 << 20
+
+// scratchFile creates the probe's file in dir; the caller removes it.
+func scratchFile(dir string) *os.File {
+	f, err := os.CreateTemp(dir, "fsyncprobe-*.dat")
+	if err != nil {
+		log.Fatal(err)
+	}
+	return f
+}
+
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
@@ -92,12 +103,8 @@ func cpuTime() time.Duration {
 // zero-filled file (so no fdatasync has to change its size) and fdatasync
 // it, for d.
 func appendProbe(dir string, threads, size int, d time.Duration) {
-	f, err := os.CreateTemp(dir, "fsyncprobe-*.dat")
-	if err != nil {
-		log.Fatal(err)
-	}
+	f := scratchFile(dir)
 	defer os.Remove(filepath.Clean(f.Name()))
-	const fileSize = 64 << 20
 	if _, err := f.WriteAt(make([]byte, fileSize), 0); err != nil {
 		log.Fatal(err)
 	}
@@ -129,6 +136,9 @@ func appendProbe(dir string, threads, size int, d time.Duration) {
 	}
 	wg.Wait()
 	all := slices.Concat(lats...)
+	if len(all) == 0 {
+		log.Fatal("no fdatasync completed within -duration")
+	}
 	slices.Sort(all)
 	fmt.Printf("threads=%d size=%d fdatasyncs/s=%.0f p50=%v p99=%v\n", threads, size,
 		float64(len(all))/time.Since(t0).Seconds(), all[len(all)/2], all[len(all)*99/100])
