@@ -127,7 +127,10 @@
 // so a scan applies per-service limits from keys alone. The machine keeps
 // the pending records it stored, as stored (recordcache.go: bounded, kept
 // across commits, dropped on a rollback and Restore), so a send's Complete
-// reads no record from bbolt.
+// reads no record from bbolt. As these keys mostly arrive in order, the
+// buckets fill a page past bbolt's default half before splitting it
+// (recordsFill, createdFill; results and outbox set their own), so a page
+// a split leaves behind is not left half empty.
 //
 // Known limit: a service saturated at its per-service limit with more than
 // Invoker.ScanLimit due entries at the head of the queue delays other

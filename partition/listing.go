@@ -38,13 +38,15 @@ const RequestPreviewBytes = 4096
 // initListing creates the index; state written before it existed is
 // indexed from its records, in key order, identically on every replica.
 func initListing(b *bolt.Bucket) error {
-	if b.Bucket(createdBucket) != nil {
+	if idx := b.Bucket(createdBucket); idx != nil {
+		idx.FillPercent = createdFill
 		return nil
 	}
 	idx, err := b.CreateBucket(createdBucket)
 	if err != nil {
 		return fmt.Errorf("partition: create listing index: %w", err)
 	}
+	idx.FillPercent = createdFill
 	return b.Bucket(invocationsBucket).ForEach(func(k, data []byte) error {
 		rec := &rpc.InvocationRecord{}
 		if err := proto.Unmarshal(data, rec); err != nil {

@@ -19,6 +19,18 @@ import (
 // completion time and id).
 var invocationsBucket = []byte("invocations")
 
+// How full bbolt fills a page of the partition's own buckets before it
+// splits one (results and outbox set theirs). bbolt's default, half, suits
+// keys that arrive in random order; a page left behind by a split of keys
+// that arrive in order gets no more keys and stays half empty. The listing
+// index is keyed by acceptance time. Records are keyed by time for ids
+// minted here but by a hash for idempotent ids: three quarters is the
+// compromise (docs/benchmarks.md, "State pages").
+const (
+	createdFill = 0.9
+	recordsFill = 0.75
+)
+
 // Result of a cancelled invocation: 409 Conflict, as Restate reports a
 // cancellation, with failed=true so callers see a terminal failure.
 const (
@@ -161,12 +173,16 @@ func initBuckets(b *bolt.Bucket) error {
 		}
 	}
 	// Every Apply runs this: look a bucket up first (bbolt caches it in a
-	// write transaction), as CreateBucketIfNotExists copies its key.
-	if b.Bucket(invocationsBucket) == nil {
-		if _, err := b.CreateBucketIfNotExists(invocationsBucket); err != nil {
+	// write transaction), as CreateBucketIfNotExists copies its key; and
+	// set the fill percents, which bbolt keeps per transaction.
+	inv := b.Bucket(invocationsBucket)
+	if inv == nil {
+		var err error
+		if inv, err = b.CreateBucketIfNotExists(invocationsBucket); err != nil {
 			return fmt.Errorf("partition: create bucket: %w", err)
 		}
 	}
+	inv.FillPercent = recordsFill
 	if err := results.Init(b); err != nil {
 		return err
 	}

@@ -153,8 +153,14 @@ func (e *snapEncoder) bucket(b *bolt.Bucket) {
 	}
 }
 
+// snapshotFill is how full bbolt fills a page of an installed snapshot's
+// buckets before it splits one: their keys arrive in order, so bbolt's
+// default (half) would leave every page half empty.
+const snapshotFill = 0.9
+
 // decodeSnapshotInto fills the empty bucket b from r.
 func decodeSnapshotInto(r io.Reader, b *bolt.Bucket) error {
+	b.FillPercent = snapshotFill
 	br := bufio.NewReaderSize(r, 64<<10)
 	d := &snapDecoder{r: br, crc: crc32.NewIEEE()}
 	magic := d.bytes(len(snapMagic))
@@ -180,6 +186,9 @@ func decodeSnapshotInto(r io.Reader, b *bolt.Bucket) error {
 			if d.err == nil {
 				var nb *bolt.Bucket
 				nb, d.err = cur.CreateBucket(name)
+				if d.err == nil {
+					nb.FillPercent = snapshotFill
+				}
 				stack = append(stack, nb)
 			}
 		case 'S':

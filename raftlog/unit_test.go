@@ -52,7 +52,8 @@ func TestConfigValidateNamesTheBadField(t *testing.T) {
 }
 
 // TestSnapshotCodecRoundTrip serialises nested buckets with sequences and
-// installs them elsewhere; a flipped byte must be refused.
+// installs them elsewhere, in well-filled pages; a flipped byte must be
+// refused.
 func TestSnapshotCodecRoundTrip(t *testing.T) {
 	src, err := bolt.Open(filepath.Join(t.TempDir(), "src.db"), 0o600, nil)
 	if err != nil {
@@ -114,6 +115,10 @@ func TestSnapshotCodecRoundTrip(t *testing.T) {
 			return errors.New("deeper lost")
 		case !bytes.Equal(inner.Get([]byte("key01999")), bytes.Repeat([]byte{byte(1999 % 256)}, 300)):
 			return errors.New("value differs")
+		}
+		// Keys arrive in order: the pages are filled, not left half empty.
+		if st := inner.Stats(); float64(st.LeafInuse) < 0.8*float64(st.LeafAlloc) {
+			return fmt.Errorf("installed leaf pages %d%% full, want at least 80%%", 100*st.LeafInuse/st.LeafAlloc)
 		}
 		return nil
 	})

@@ -27,14 +27,25 @@ var marshal = proto.MarshalOptions{Deterministic: true}
 // sizes it cached.
 var sizedMarshal = proto.MarshalOptions{Deterministic: true, UseCachedSize: true}
 
-// Init creates the results bucket beneath parent (a writable bucket).
+// fillPercent is how full bbolt fills a page of the results bucket before
+// it splits one: keys grow with completion time, so pages fill from the
+// right and a page left behind by a split gets no more keys; bbolt's
+// default (half) would leave it half empty for good.
+const fillPercent = 0.9
+
+// Init creates the results bucket beneath parent (a writable bucket) and
+// sets its fill percent, which bbolt keeps per transaction: call it in
+// every write transaction before writing results.
 func Init(parent *bolt.Bucket) error {
-	if parent.Bucket(resultBucket) != nil {
+	if rb := parent.Bucket(resultBucket); rb != nil {
+		rb.FillPercent = fillPercent
 		return nil // cached in a write transaction: no key copy, unlike CreateBucketIfNotExists
 	}
-	if _, err := parent.CreateBucketIfNotExists(resultBucket); err != nil {
+	rb, err := parent.CreateBucketIfNotExists(resultBucket)
+	if err != nil {
 		return fmt.Errorf("results: create bucket: %w", err)
 	}
+	rb.FillPercent = fillPercent
 	return nil
 }
 
