@@ -105,6 +105,7 @@ type inbox struct {
 	failure     error
 	ticks       int
 	msgs        []*pb.Message
+	snaps       []spooledSnapshot
 	reports     []func()
 	control     []func()
 	reads       []*readWaiter
@@ -116,13 +117,14 @@ func (in inbox) reset() inbox {
 	clear(in.appended)
 	clear(in.applied)
 	clear(in.msgs)
+	clear(in.snaps)
 	clear(in.reports)
 	clear(in.control)
 	clear(in.reads)
 	clear(in.props)
 	return inbox{
 		appended: in.appended[:0], applied: in.applied[:0], checkpoints: in.checkpoints[:0],
-		msgs: in.msgs[:0], reports: in.reports[:0],
+		msgs: in.msgs[:0], snaps: in.snaps[:0], reports: in.reports[:0],
 		control: in.control[:0], reads: in.reads[:0], props: in.props[:0],
 	}
 }
@@ -396,6 +398,18 @@ func (g *Group) enqueueMessage(m *pb.Message) bool {
 		in.msgs = append(in.msgs, m)
 	})
 	return ok && queued
+}
+
+// spooledSnapshot is a MsgSnap received on the Snapshot RPC and the spool
+// file its state was written to. The path is this node's own: it never
+// comes from the wire (a MsgSnap's Data is overwritten with it).
+type spooledSnapshot struct {
+	msg  *pb.Message
+	path string
+}
+
+func (g *Group) enqueueSnapshot(m *pb.Message, path string) bool {
+	return g.enqueue(func(in *inbox) { in.snaps = append(in.snaps, spooledSnapshot{msg: m, path: path}) })
 }
 
 func (g *Group) addTick() { g.enqueue(func(in *inbox) { in.ticks++ }) }

@@ -92,12 +92,14 @@ func (g *Group) process(in *inbox, now time.Time) error {
 		if err := g.checkHeartbeatCommit(m); err != nil {
 			return err
 		}
-		if m.GetType() == pb.MsgSnap {
-			g.snapFiles = append(g.snapFiles, string(m.GetSnapshot().GetData()))
-		}
-		if err := g.rn.Step(m); err != nil {
-			g.log.Debug().Err(err).Stringer("type", m.GetType()).Uint64("from", m.GetFrom()).Msg("raft step refused")
-		}
+		g.step(m)
+	}
+	for _, s := range in.snaps {
+		// Data names the local spool file; raft hands it back in the
+		// Ready that installs it (handleReady, install).
+		s.msg.Snapshot.Data = []byte(s.path)
+		g.snapFiles = append(g.snapFiles, s.path)
+		g.step(s.msg)
 	}
 	for _, fn := range in.reports {
 		fn()
@@ -113,6 +115,12 @@ func (g *Group) process(in *inbox, now time.Time) error {
 		g.propose(in.props)
 	}
 	return nil
+}
+
+func (g *Group) step(m *pb.Message) {
+	if err := g.rn.Step(m); err != nil {
+		g.log.Debug().Err(err).Stringer("type", m.GetType()).Uint64("from", m.GetFrom()).Msg("raft step refused")
+	}
 }
 
 // propose steps every queued proposal as few MsgProps. Accepted proposals

@@ -419,11 +419,35 @@ func (n *Node) deliver(id GroupID, m *pb.Message) bool {
 	if g == nil {
 		return false
 	}
-	if !slices.Contains(g.voters, m.GetFrom()) {
-		n.log.Warn().Uint32("group", uint32(id)).Uint64("from", m.GetFrom()).Msg("raft message refused: sender is not a voter of the group")
+	if !n.fromVoter(g, m) {
+		return false
+	}
+	if m.GetType() == pb.MsgSnap {
+		// A snapshot's Data names a local spool file, so a MsgSnap is only
+		// taken from the Snapshot RPC, which writes that file itself
+		// (deliverSnapshot); one arriving any other way is forged.
+		n.log.Warn().Uint32("group", uint32(id)).Uint64("from", m.GetFrom()).Msg("raft message refused: a snapshot arrives only on the Snapshot RPC")
 		return false
 	}
 	return g.enqueueMessage(m)
+}
+
+// deliverSnapshot hands group id a MsgSnap whose state was spooled to path
+// by this node.
+func (n *Node) deliverSnapshot(id GroupID, m *pb.Message, path string) bool {
+	g := n.Group(id)
+	if g == nil || !n.fromVoter(g, m) {
+		return false
+	}
+	return g.enqueueSnapshot(m, path)
+}
+
+func (n *Node) fromVoter(g *Group, m *pb.Message) bool {
+	if !slices.Contains(g.voters, m.GetFrom()) {
+		n.log.Warn().Uint32("group", uint32(g.id)).Uint64("from", m.GetFrom()).Msg("raft message refused: sender is not a voter of the group")
+		return false
+	}
+	return true
 }
 
 func (n *Node) isClosed() bool {

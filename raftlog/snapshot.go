@@ -32,7 +32,9 @@ import (
 // compaction point, so the follower gets everything the leader's log no
 // longer has. The receiver spools the chunks to a file under
 // DataDir/snapshots and steps the MsgSnap with Data = the file's path; the
-// applier installs it from there.
+// applier installs it from there. The path is set by the receiver: a
+// MsgSnap arriving on the Send RPC (whose Data would be the sender's
+// choice) is refused by Node.deliver.
 
 const (
 	snapMagic     = "RLSNAP1\n"
@@ -310,8 +312,7 @@ func (s *snapshotSink) finish() error {
 		_ = os.Remove(s.f.Name())
 		return err
 	}
-	s.msg.Snapshot.Data = []byte(s.f.Name())
-	if !s.n.deliver(s.group, s.msg) {
+	if !s.n.deliverSnapshot(s.group, s.msg, s.f.Name()) {
 		_ = os.Remove(s.f.Name())
 		return fmt.Errorf("raftlog: group %d: not accepting snapshot", s.group)
 	}
