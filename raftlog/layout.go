@@ -16,6 +16,9 @@ import (
 //	                  state (package raftlog/wal)
 //	DataDir/state.db  bbolt: state machines only, checkpointed
 //	DataDir/snapshots incoming snapshots being spooled (garbage at start)
+//	DataDir/LOCK      flock held while a Node has the dir open (dirlock.go)
+//
+// Directories are 0700 and files 0600.
 //
 // state.db holds a bucket "node" with "format" (formatVersion, 8 bytes BE),
 // the pins (Pin) and "removed" (a tombstone per group whose RemoveGroup

@@ -37,6 +37,7 @@ type Node struct {
 	tr      transport
 	server  *raftServer
 	metrics *metrics
+	lock    *os.File // holds the data dir's flock (dirlock.go)
 
 	// mu guards groups, removing and closed.
 	mu       sync.RWMutex
@@ -75,6 +76,24 @@ func open(cfg Config, newTransport func(*Node) transport) (*Node, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	n, err := openLocked(cfg, newTransport)
+	if err != nil {
+		_ = lock.Close()
+		return nil, err
+	}
+	n.lock = lock
+	return n, nil
+}
+
+// openLocked opens the data dir, which lockDataDir has locked.
+func openLocked(cfg Config, newTransport func(*Node) transport) (*Node, error) {
+	if err := tightenModes(cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("raftlog: data dir modes: %w", err)
+	}
 	snapDir := filepath.Join(cfg.DataDir, snapDirName)
 	// Spooled snapshots of a previous run were never installed (an
 	// installed one is deleted), so they are garbage.
@@ -407,6 +426,9 @@ func (n *Node) Close() error {
 		n.ap.close()
 		n.tr.close()
 		n.closeErr = errors.Join(n.db.Close(), n.wal.Close())
+		if n.lock != nil {
+			_ = n.lock.Close() // releases the flock, last
+		}
 	})
 	return n.closeErr
 }

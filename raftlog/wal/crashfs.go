@@ -202,7 +202,7 @@ func (c *CrashFS) Crash() error {
 			continue
 		}
 		data, _ := c.syncedContent(cf.path)
-		errs = append(errs, os.WriteFile(cf.path, data, 0o644))
+		errs = append(errs, os.WriteFile(cf.path, data, 0o600))
 	}
 	for _, ch := range slices.Backward(c.pending) {
 		switch {
@@ -211,10 +211,10 @@ func (c *CrashFS) Crash() error {
 		case ch.from != "":
 			errs = append(errs, os.Rename(ch.to, ch.from))
 			if ch.had {
-				errs = append(errs, os.WriteFile(ch.to, ch.content, 0o644))
+				errs = append(errs, os.WriteFile(ch.to, ch.content, 0o600))
 			}
 		case ch.removed != "":
-			errs = append(errs, os.WriteFile(ch.removed, ch.content, 0o644))
+			errs = append(errs, os.WriteFile(ch.removed, ch.content, 0o600))
 		}
 	}
 	c.files, c.pending = nil, nil

@@ -111,7 +111,7 @@ func (w *WAL) prepare(seq uint64, pool []string) (prepared, []string) {
 // writeHeader opens name, stamps it as segment seq, zero-fills it to full
 // size if it is shorter, and syncs it.
 func (w *WAL) writeHeader(name string, seq uint64, flag int) (File, error) {
-	f, err := w.fs.OpenFile(w.path(name), os.O_RDWR|flag, 0o644)
+	f, err := w.fs.OpenFile(w.path(name), os.O_RDWR|flag, 0o600)
 	if err != nil {
 		return nil, err
 	}

@@ -187,7 +187,7 @@ func Open(opts Options) (*WAL, error) {
 	if opts.Knobs != nil {
 		w.knobs = *opts.Knobs
 	}
-	if err := w.fs.MkdirAll(w.dir, 0o755); err != nil {
+	if err := w.fs.MkdirAll(w.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("wal: create dir: %w", err)
 	}
 	pool, err := w.recover()
