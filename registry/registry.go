@@ -214,28 +214,7 @@ func (r *Registry) propose(ctx context.Context, requestID []byte, cmd *rpc.Comma
 	if err != nil {
 		return 0, err
 	}
-	tk, _, err := r.tracker.Register(string(requestID)) // a fresh id: always proposed
-	if err != nil {
-		return 0, err
-	}
-	prop, err := r.log.Propose(ctx, data)
-	if err != nil {
-		r.tracker.Fail([]proposals.Ticket[uint64]{tk}, r.proposeError(err))
-	} else {
-		r.tracker.Proposed([]proposals.Ticket[uint64]{tk}, prop.Term)
-	}
-	select {
-	case reply := <-tk.C:
-		return reply.Value, reply.Err
-	case <-ctx.Done():
-		r.tracker.Forget(tk)
-		select {
-		case reply := <-tk.C: // answered meanwhile
-			return reply.Value, reply.Err
-		default:
-			return 0, ctx.Err()
-		}
-	}
+	return proposals.ProposeAndWait(ctx, r.tracker, r.log, requestID, data, r.proposeError)
 }
 
 // proposeError maps a refused Propose to the errors callers branch on.

@@ -635,6 +635,10 @@ type Command struct {
 	//	*Command_FenceService
 	//	*Command_PutService
 	//	*Command_DeleteService
+	//	*Command_InitCluster
+	//	*Command_JoinNode
+	//	*Command_SetNodeState
+	//	*Command_UpdateNodeAddrs
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -758,6 +762,42 @@ func (x *Command) GetDeleteService() *DeleteService {
 	return nil
 }
 
+func (x *Command) GetInitCluster() *InitCluster {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_InitCluster); ok {
+			return x.InitCluster
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetJoinNode() *JoinNode {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_JoinNode); ok {
+			return x.JoinNode
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetNodeState() *SetNodeState {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetNodeState); ok {
+			return x.SetNodeState
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetUpdateNodeAddrs() *UpdateNodeAddrs {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_UpdateNodeAddrs); ok {
+			return x.UpdateNodeAddrs
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -799,6 +839,23 @@ type Command_DeleteService struct {
 	DeleteService *DeleteService `protobuf:"bytes,21,opt,name=delete_service,json=deleteService,proto3,oneof"`
 }
 
+type Command_InitCluster struct {
+	// Metadata group only: the cluster's membership (cluster.proto).
+	InitCluster *InitCluster `protobuf:"bytes,30,opt,name=init_cluster,json=initCluster,proto3,oneof"`
+}
+
+type Command_JoinNode struct {
+	JoinNode *JoinNode `protobuf:"bytes,31,opt,name=join_node,json=joinNode,proto3,oneof"`
+}
+
+type Command_SetNodeState struct {
+	SetNodeState *SetNodeState `protobuf:"bytes,32,opt,name=set_node_state,json=setNodeState,proto3,oneof"`
+}
+
+type Command_UpdateNodeAddrs struct {
+	UpdateNodeAddrs *UpdateNodeAddrs `protobuf:"bytes,33,opt,name=update_node_addrs,json=updateNodeAddrs,proto3,oneof"`
+}
+
 func (*Command_Invoke) isCommand_Cmd() {}
 
 func (*Command_Complete) isCommand_Cmd() {}
@@ -816,6 +873,14 @@ func (*Command_FenceService) isCommand_Cmd() {}
 func (*Command_PutService) isCommand_Cmd() {}
 
 func (*Command_DeleteService) isCommand_Cmd() {}
+
+func (*Command_InitCluster) isCommand_Cmd() {}
+
+func (*Command_JoinNode) isCommand_Cmd() {}
+
+func (*Command_SetNodeState) isCommand_Cmd() {}
+
+func (*Command_UpdateNodeAddrs) isCommand_Cmd() {}
 
 // A partition command, proposed to every partition once a service's
 // registration changed (put or delete) at metadata log index `index`, before
@@ -3282,7 +3347,7 @@ var File_raftgate_proto protoreflect.FileDescriptor
 
 const file_raftgate_proto_rawDesc = "" +
 	"\n" +
-	"\x0eraftgate.proto\x12\vraftgate.v1\"f\n" +
+	"\x0eraftgate.proto\x12\vraftgate.v1\x1a\rcluster.proto\"f\n" +
 	"\tRaftBatch\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\x04R\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\x04R\x02to\x125\n" +
@@ -3303,7 +3368,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"Z\n" +
 	"\fCommandBatch\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
-	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\x83\x04\n" +
+	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\x87\x06\n" +
 	"\aCommand\x12-\n" +
 	"\x06invoke\x18\n" +
 	" \x01(\v2\x13.raftgate.v1.InvokeH\x00R\x06invoke\x123\n" +
@@ -3315,7 +3380,11 @@ const file_raftgate_proto_rawDesc = "" +
 	"\rfence_service\x18\x10 \x01(\v2\x19.raftgate.v1.FenceServiceH\x00R\ffenceService\x12:\n" +
 	"\vput_service\x18\x14 \x01(\v2\x17.raftgate.v1.PutServiceH\x00R\n" +
 	"putService\x12C\n" +
-	"\x0edelete_service\x18\x15 \x01(\v2\x1a.raftgate.v1.DeleteServiceH\x00R\rdeleteServiceB\x05\n" +
+	"\x0edelete_service\x18\x15 \x01(\v2\x1a.raftgate.v1.DeleteServiceH\x00R\rdeleteService\x12=\n" +
+	"\finit_cluster\x18\x1e \x01(\v2\x18.raftgate.v1.InitClusterH\x00R\vinitCluster\x124\n" +
+	"\tjoin_node\x18\x1f \x01(\v2\x15.raftgate.v1.JoinNodeH\x00R\bjoinNode\x12A\n" +
+	"\x0eset_node_state\x18  \x01(\v2\x19.raftgate.v1.SetNodeStateH\x00R\fsetNodeState\x12J\n" +
+	"\x11update_node_addrs\x18! \x01(\v2\x1c.raftgate.v1.UpdateNodeAddrsH\x00R\x0fupdateNodeAddrsB\x05\n" +
 	"\x03cmd\"W\n" +
 	"\fFenceService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -3598,6 +3667,10 @@ var file_raftgate_proto_goTypes = []any{
 	(*Done)(nil),                  // 40: raftgate.v1.Done
 	(*GetKeyStatus)(nil),          // 41: raftgate.v1.GetKeyStatus
 	(*DispatchError)(nil),         // 42: raftgate.v1.DispatchError
+	(*InitCluster)(nil),           // 43: raftgate.v1.InitCluster
+	(*JoinNode)(nil),              // 44: raftgate.v1.JoinNode
+	(*SetNodeState)(nil),          // 45: raftgate.v1.SetNodeState
+	(*UpdateNodeAddrs)(nil),       // 46: raftgate.v1.UpdateNodeAddrs
 }
 var file_raftgate_proto_depIdxs = []int32{
 	5,  // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
@@ -3611,52 +3684,56 @@ var file_raftgate_proto_depIdxs = []int32{
 	11, // 8: raftgate.v1.Command.fence_service:type_name -> raftgate.v1.FenceService
 	22, // 9: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
 	23, // 10: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
-	12, // 11: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
-	14, // 12: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
-	0,  // 13: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
-	21, // 14: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
-	20, // 15: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
-	13, // 16: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
-	1,  // 17: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
-	14, // 18: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
-	28, // 19: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
-	29, // 20: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
-	30, // 21: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
-	32, // 22: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
-	33, // 23: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
-	35, // 24: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
-	39, // 25: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
-	22, // 26: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
-	23, // 27: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
-	41, // 28: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
-	37, // 29: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
-	11, // 30: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
-	31, // 31: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
-	34, // 32: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
-	36, // 33: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
-	40, // 34: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
-	25, // 35: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
-	38, // 36: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
-	42, // 37: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
-	13, // 38: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
-	14, // 39: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
-	24, // 40: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
-	2,  // 41: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
-	24, // 42: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
-	3,  // 43: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
-	4,  // 44: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
-	7,  // 45: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
-	28, // 46: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
-	26, // 47: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
-	6,  // 48: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
-	8,  // 49: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
-	29, // 50: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
-	27, // 51: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
-	48, // [48:52] is the sub-list for method output_type
-	44, // [44:48] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	43, // 11: raftgate.v1.Command.init_cluster:type_name -> raftgate.v1.InitCluster
+	44, // 12: raftgate.v1.Command.join_node:type_name -> raftgate.v1.JoinNode
+	45, // 13: raftgate.v1.Command.set_node_state:type_name -> raftgate.v1.SetNodeState
+	46, // 14: raftgate.v1.Command.update_node_addrs:type_name -> raftgate.v1.UpdateNodeAddrs
+	12, // 15: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
+	14, // 16: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
+	0,  // 17: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
+	21, // 18: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
+	20, // 19: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
+	13, // 20: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
+	1,  // 21: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
+	14, // 22: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
+	28, // 23: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
+	29, // 24: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
+	30, // 25: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
+	32, // 26: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
+	33, // 27: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
+	35, // 28: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
+	39, // 29: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
+	22, // 30: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
+	23, // 31: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
+	41, // 32: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
+	37, // 33: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
+	11, // 34: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
+	31, // 35: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
+	34, // 36: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
+	36, // 37: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
+	40, // 38: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
+	25, // 39: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
+	38, // 40: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
+	42, // 41: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
+	13, // 42: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
+	14, // 43: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
+	24, // 44: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
+	2,  // 45: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
+	24, // 46: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
+	3,  // 47: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
+	4,  // 48: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
+	7,  // 49: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
+	28, // 50: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
+	26, // 51: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
+	6,  // 52: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
+	8,  // 53: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
+	29, // 54: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
+	27, // 55: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
+	52, // [52:56] is the sub-list for method output_type
+	48, // [48:52] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_raftgate_proto_init() }
@@ -3664,6 +3741,7 @@ func file_raftgate_proto_init() {
 	if File_raftgate_proto != nil {
 		return
 	}
+	file_cluster_proto_init()
 	file_raftgate_proto_msgTypes[6].OneofWrappers = []any{
 		(*Command_Invoke)(nil),
 		(*Command_Complete)(nil),
@@ -3674,6 +3752,10 @@ func file_raftgate_proto_init() {
 		(*Command_FenceService)(nil),
 		(*Command_PutService)(nil),
 		(*Command_DeleteService)(nil),
+		(*Command_InitCluster)(nil),
+		(*Command_JoinNode)(nil),
+		(*Command_SetNodeState)(nil),
+		(*Command_UpdateNodeAddrs)(nil),
 	}
 	file_raftgate_proto_msgTypes[24].OneofWrappers = []any{
 		(*DispatchRequest_Append)(nil),
