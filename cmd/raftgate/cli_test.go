@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -238,12 +239,18 @@ func TestServicesCommands(t *testing.T) {
 		t.Fatalf("add with a retry policy: %+v, registry has %v", res, s)
 	}
 	runCLI(t, "", "services", "rm", "Flaky", "--admin", url)
-	runCLI(t, "", "services", "add", "Zeta", "https://z.example", "--admin", url)
+	runCLI(t, "", "services", "add", "Zeta", "https://z.example", "--kind", "object", "--shared", "get", "--admin", url)
 	res = runCLI(t, "", "services", "ls", "--admin", url)
 	lines := strings.Split(strings.TrimSpace(res.stdout), "\n")
-	if res.code != 0 || len(lines) != 3 || !strings.HasPrefix(lines[1], "Greeter  http://127.0.0.1:9080  greet,farewell") ||
-		!strings.HasPrefix(lines[2], "Zeta     https://z.example      any") {
+	if res.code != 0 || len(lines) != 3 || !strings.HasPrefix(lines[1], "Greeter  service  http://127.0.0.1:9080  greet,farewell  -") ||
+		!strings.HasPrefix(lines[2], "Zeta     object   https://z.example      any             get") {
 		t.Fatalf("list: %+v", res)
+	}
+	res = runCLI(t, "", "services", "ls", "--json", "--admin", url)
+	var l admin.ServiceList
+	if err := json.Unmarshal([]byte(res.stdout), &l); res.code != 0 || err != nil || len(l.Services) != 2 ||
+		l.Services[1].Kind != "object" || len(l.Services[1].Shared) != 1 || l.Services[1].Shared[0] != "get" {
+		t.Fatalf("list --json: %v %+v", err, res)
 	}
 	res = runCLI(t, "", "services", "add", "Bad", "ftp://x", "--admin", url)
 	if res.code == 0 || !strings.Contains(res.stderr, "add service Bad: 400 from admin") {
