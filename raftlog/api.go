@@ -100,6 +100,10 @@ type Status struct {
 	Voters    []uint64
 	// Match is each voter's acknowledged log index; known on the leader only.
 	Match map[uint64]uint64
+	// Active tells, on the leader only, whether it heard from each voter
+	// within the last one to two election timeouts (itself: always). A
+	// voter not heard from has a Match that may be long out of date.
+	Active map[uint64]bool
 }
 
 var (

@@ -454,3 +454,37 @@ func TestFailedCommitStopsAllWrites(t *testing.T) {
 		c.sameDigests(gid+1, 10*time.Second)
 	}
 }
+
+// TestLeaderStatusTellsSilentVoter: the leader's Status reports every
+// voter it hears from as active, also in the moment after CheckQuorum
+// clears raft's RecentActive flags, and a cut-off voter as not active, so
+// that operators see a dead replica as down rather than caught up.
+func TestLeaderStatusTellsSilentVoter(t *testing.T) {
+	c := newCluster(t, testSeed(t), 3, []GroupID{1}, nil)
+	lead := c.leader(1, c.ids, 5*time.Second)
+	allActive := func() bool {
+		st := c.nodes[lead].Group(1).Status()
+		return st.IsLeader && len(st.Active) == 3 && st.Active[1] && st.Active[2] && st.Active[3]
+	}
+	testutil.WaitFor(t, 5*time.Second, "every voter active", allActive)
+	// Over several election timeouts (10 ticks of 20 ms), never a gap.
+	for end := time.Now().Add(time.Second); time.Now().Before(end); {
+		if !allActive() {
+			t.Fatalf("a live voter reported inactive: %+v", c.nodes[lead].Group(1).Status())
+		}
+	}
+	cut := c.ids[0]
+	if cut == lead {
+		cut = c.ids[1]
+	}
+	c.nw.isolate(cut, c.ids)
+	testutil.WaitFor(t, 5*time.Second, fmt.Sprintf("voter %d reported inactive, the others active", cut), func() bool {
+		st := c.nodes[lead].Group(1).Status()
+		for _, id := range c.ids {
+			if st.Active[id] != (id != cut) {
+				return false
+			}
+		}
+		return true
+	})
+}

@@ -14,6 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 )
 
 // ErrEmptyProposal: Propose was given no data (empty entries are raft's
@@ -86,6 +87,12 @@ type Group struct {
 	// those raft did not take are deleted after the next Ready.
 	snapFiles    []string
 	keepSnapshot string
+
+	// ticks counts the ticks this loop handled; heard is, per peer, the
+	// value of ticks when this node, leading, last saw the peer recently
+	// active (noteActive).
+	ticks uint64
+	heard map[uint64]uint64
 
 	// preferred is PreferredLeader of the group (0: balancing off);
 	// balanceTicks counts ticks since the last leadership change or check,
@@ -303,8 +310,10 @@ func (g *Group) Status() Status {
 		}
 		if st.IsLeader {
 			st.Match = make(map[uint64]uint64, len(rs.Progress))
+			st.Active = make(map[uint64]bool, len(rs.Progress))
 			for id, pr := range rs.Progress {
 				st.Match[id] = pr.Match
+				st.Active[id] = id == g.n.cfg.NodeID || pr.RecentActive || g.heardRecently(id)
 			}
 		}
 	})
@@ -313,6 +322,35 @@ func (g *Group) Status() Status {
 		return Status{Group: g.id, Leader: ev.Leader, Term: ev.Term, Applied: g.applied.Load(), Voters: slices.Clone(g.voters)}
 	}
 	return st
+}
+
+// noteActive runs on the loop before the iteration's ticks are handed to
+// raft. With CheckQuorum the leader clears every peer's RecentActive flag
+// on the tick that ends an election timeout, and a live peer's next
+// heartbeat response sets it again; so the flags are sampled before each
+// batch of ticks and the last tick each peer was seen active is kept, so
+// that Status does not call a live peer silent in the moment after a clear.
+func (g *Group) noteActive(ticks int) {
+	g.ticks += uint64(ticks)
+	if ticks == 0 || !g.isLeader {
+		return
+	}
+	if g.heard == nil {
+		g.heard = map[uint64]uint64{}
+	}
+	g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+		if pr.RecentActive {
+			g.heard[id] = g.ticks
+		}
+	})
+}
+
+// heardRecently: this node, leading, saw peer active within the last two
+// election timeouts (one full CheckQuorum window, and a margin for a
+// late loop).
+func (g *Group) heardRecently(peer uint64) bool {
+	at, ok := g.heard[peer]
+	return ok && g.ticks-at <= 2*uint64(g.n.cfg.ElectionTicks)
 }
 
 // TransferLeadership asks raft to hand leadership to voter to and returns

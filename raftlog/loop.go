@@ -82,6 +82,7 @@ func (g *Group) process(in *inbox, now time.Time) error {
 	for _, cp := range in.checkpoints {
 		g.checkpointFinished(cp, now)
 	}
+	g.noteActive(in.ticks)
 	for i := 0; i < min(in.ticks, g.n.cfg.ElectionTicks); i++ {
 		g.rn.Tick()
 	}

@@ -341,6 +341,28 @@ func TestConsoleInBrowser(t *testing.T) {
 	s.waitPage(10*time.Second, fmt.Sprintf("totals accepted %d, succeeded %d as /metrics", accepted, succeeded), fmt.Sprintf(
 		`document.querySelector("#total-accepted").textContent === "%d" && document.querySelector("#total-succeeded").textContent === "%d" &&
 		 document.querySelectorAll("#chart-rates path").length > 0`, accepted, succeeded))
+	// They are this process's counters, and the page says so, with the
+	// start time /metrics gives (a restart starts them again at 0).
+	r, err := do(context.Background(), http.MethodGet, n1.adminURL()+"/metrics", nil, auth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var startedAt float64
+	for _, line := range strings.Split(string(r.body), "\n") {
+		if v, ok := strings.CutPrefix(line, "process_start_time_seconds "); ok {
+			startedAt, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	if startedAt == 0 {
+		t.Fatal("/metrics has no process_start_time_seconds")
+	}
+	s.waitPage(5*time.Second, "the totals labelled as this process's, with its start time", fmt.Sprintf(`(() => {
+		const shown = document.querySelector("#node-started").textContent;
+		const want = new Date(%d);
+		return document.querySelector("#totals").textContent.includes("since its process started") &&
+			document.querySelector("#totals").textContent.includes("Not the cluster's totals") &&
+			shown.startsWith("at ") && shown.includes(String(want.getSeconds()).padStart(2, "0") + ".");
+	})()`, int64(startedAt*1000)))
 
 	// The API pages through all 31, newest first, with a cursor, from any
 	// node (each partition answered by its leader).
@@ -446,11 +468,32 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 
 	if s.shots != "" {
+		defer killAndWatch(t, s, c)
 		loadForScreenshot(t, c, 25*time.Second)
 		s.do("open the overview", chromedp.Navigate(n1.adminURL()+"/ui/#/overview"))
 		s.waitPage(40*time.Second, "twenty seconds of chart", `series.accepted.length >= 20 && series.callP99.some(v => v !== null)`)
 		s.screenshot("overview")
+		return
 	}
+	killAndWatch(t, s, c)
+}
+
+// killAndWatch kills node 3 and waits for the overview to show its
+// replicas down with their lag unknown (never "3: 18 / 0" or a max lag of
+// 0) and the node suspect or down (issue 35, item 6).
+func killAndWatch(t *testing.T, s *consoleSession, c *cluster) {
+	c.kill(c.nodes[2])
+	s.do("open the overview", chromedp.Navigate(c.nodes[0].adminURL()+"/ui/#/overview"))
+	s.waitPage(30*time.Second, "node 3's replicas down with lag unknown", `(() => {
+		const rows = [...document.querySelectorAll("#partitions tbody tr")];
+		const alive = document.querySelector('#nodes tr[data-node="3"] [data-field=alive]');
+		return rows.length > 0 && rows.every(r => {
+			const reps = r.querySelector("[data-field=replicas]").textContent;
+			return reps.includes("3: down (match ") && !/\b3: \d+ \/ /.test(reps) &&
+				r.querySelector("[data-field=max-lag]").textContent === "unknown (node 3 down)";
+		}) && alive !== null && ["suspect", "DOWN"].includes(alive.textContent);
+	})()`)
+	s.screenshot("node-down")
 }
 
 // loadForScreenshot keeps the cluster busy in the background for d (calls

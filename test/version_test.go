@@ -22,6 +22,11 @@ func TestNodeVersion(t *testing.T) {
 	}
 	first, _, _ := strings.Cut(string(out), "\n")
 	want := strings.TrimPrefix(first, "raftgate ")
+	// The test binary is built from a work tree: docs/operations.md says
+	// such a build is "devel" (Go stamps it with a pseudo-version).
+	if want != "devel" {
+		t.Fatalf("raftgate version of a work-tree build says %q, want devel", first)
+	}
 
 	c := startCluster(t, clusterOpts{nodes: 1})
 	n := c.nodes[0]

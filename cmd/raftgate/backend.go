@@ -275,12 +275,12 @@ func (c clusterView) Partitions(withDigest bool) []admin.PartitionStatus {
 		}
 		if st.IsLeader {
 			for _, voter := range st.Voters {
-				match := st.Match[voter]
-				var lag uint64
-				if st.Committed > match {
-					lag = st.Committed - match
+				r := admin.ReplicaStatus{NodeID: voter, Match: st.Match[voter], Down: !st.Active[voter]}
+				if !r.Down {
+					lag := st.Committed - min(r.Match, st.Committed)
+					r.Lag = &lag
 				}
-				ps.Replicas = append(ps.Replicas, admin.ReplicaStatus{NodeID: voter, Match: match, Lag: lag})
+				ps.Replicas = append(ps.Replicas, r)
 			}
 			if id > 0 {
 				depth := c.n.processors[id].OutboxDepth()

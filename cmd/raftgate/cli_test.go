@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -45,6 +46,7 @@ func (c testCluster) Nodes() []admin.NodeStatus {
 	return []admin.NodeStatus{
 		{ID: 1, IngressAddr: "127.0.0.1:8080", AdminAddr: "127.0.0.1:9070", NodeAddr: "127.0.0.1:5122", GossipAddr: "127.0.0.1:7946", Alive: true},
 		{ID: 2, NodeAddr: "127.0.0.1:5222"},
+		{ID: 3, NodeAddr: "127.0.0.1:5322", Alive: true},
 	}
 }
 
@@ -52,9 +54,10 @@ func (c testCluster) Partitions(bool) []admin.PartitionStatus {
 	depth := 3
 	first, last := invocation.KeyRange(2, 2)
 	return []admin.PartitionStatus{
-		{ID: 0, Leader: 1, Term: 2, AppliedIndex: 10, Replicas: []admin.ReplicaStatus{{NodeID: 1, Match: 10}}},
+		{ID: 0, Leader: 1, Term: 2, AppliedIndex: 10, Replicas: []admin.ReplicaStatus{{NodeID: 1, Match: 10, Lag: new(uint64(0))}}},
 		{ID: 1, LastKey: 1<<63 - 1, Leader: 1, Term: 5, AppliedIndex: 120, OutboxDepth: &depth,
-			Replicas: []admin.ReplicaStatus{{NodeID: 1, Match: 120}, {NodeID: 2, Match: 100, Lag: 20, State: "probe"}}},
+			Replicas: []admin.ReplicaStatus{{NodeID: 1, Match: 120, Lag: new(uint64(0))}, {NodeID: 2, Match: 100, Lag: new(uint64(20)), State: "probe"},
+				{NodeID: 3, Match: 90, Down: true}}},
 		{ID: 2, FirstKey: first, LastKey: last, Term: 6, AppliedIndex: 7},
 	}
 }
@@ -134,13 +137,16 @@ func TestStatusTable(t *testing.T) {
 		t.Fatalf("exit %d: %s", res.code, res.stderr)
 	}
 	for _, want := range []string{
-		"NODE  ALIVE  INGRESS",
-		"1     yes    127.0.0.1:8080  127.0.0.1:9070  127.0.0.1:5122  127.0.0.1:7946",
-		"2     NO     -",
+		"NODE  ALIVE    INGRESS",
+		"1     yes      127.0.0.1:8080  127.0.0.1:9070  127.0.0.1:5122  127.0.0.1:7946",
+		"2     NO       -",
 		"2 partitions, ready",
 		"0          metadata",
-		// Node 2 is not alive: its lag would read as "caught up".
-		"1          0000000000000000-7fffffffffffffff  1       5     120      3       1:120/0 2:unreachable(match 100)",
+		// Node 3 is still alive in gossip, but the leader does not hear
+		// from it: suspect.
+		"3     suspect  -",
+		// Node 2 is not alive, node 3 not heard from: their lag is unknown.
+		"1          0000000000000000-7fffffffffffffff  1       5     120      3       1:120/0 2:down(match 100, lag unknown) 3:down(match 90, lag unknown)",
 		"2          8000000000000000-ffffffffffffffff  none    6     7        -       -",
 	} {
 		if !strings.Contains(res.stdout, want) {
@@ -175,7 +181,7 @@ func (c splitCluster) Partitions(bool) []admin.PartitionStatus {
 	depth := 0
 	return []admin.PartitionStatus{
 		{ID: 1, Leader: 1, Term: 5, AppliedIndex: 9, OutboxDepth: &depth,
-			Replicas: []admin.ReplicaStatus{{NodeID: 1, Match: 9}, {NodeID: 2, Match: 9}, {NodeID: 3, Match: 9}}},
+			Replicas: []admin.ReplicaStatus{{NodeID: 1, Match: 9, Lag: new(uint64(0))}, {NodeID: 2, Match: 9, Lag: new(uint64(0))}, {NodeID: 3, Match: 9, Lag: new(uint64(0))}}},
 		{ID: 2, Leader: 3, Term: 6, AppliedIndex: 7},
 	}
 }
@@ -233,12 +239,18 @@ func TestServicesCommands(t *testing.T) {
 		t.Fatalf("add with a retry policy: %+v, registry has %v", res, s)
 	}
 	runCLI(t, "", "services", "rm", "Flaky", "--admin", url)
-	runCLI(t, "", "services", "add", "Zeta", "https://z.example", "--admin", url)
+	runCLI(t, "", "services", "add", "Zeta", "https://z.example", "--kind", "object", "--shared", "get", "--admin", url)
 	res = runCLI(t, "", "services", "ls", "--admin", url)
 	lines := strings.Split(strings.TrimSpace(res.stdout), "\n")
-	if res.code != 0 || len(lines) != 3 || !strings.HasPrefix(lines[1], "Greeter  http://127.0.0.1:9080  greet,farewell") ||
-		!strings.HasPrefix(lines[2], "Zeta     https://z.example      any") {
+	if res.code != 0 || len(lines) != 3 || !strings.HasPrefix(lines[1], "Greeter  service  http://127.0.0.1:9080  greet,farewell  -") ||
+		!strings.HasPrefix(lines[2], "Zeta     object   https://z.example      any             get") {
 		t.Fatalf("list: %+v", res)
+	}
+	res = runCLI(t, "", "services", "ls", "--json", "--admin", url)
+	var l admin.ServiceList
+	if err := json.Unmarshal([]byte(res.stdout), &l); res.code != 0 || err != nil || len(l.Services) != 2 ||
+		l.Services[1].Kind != "object" || len(l.Services[1].Shared) != 1 || l.Services[1].Shared[0] != "get" {
+		t.Fatalf("list --json: %v %+v", err, res)
 	}
 	res = runCLI(t, "", "services", "add", "Bad", "ftp://x", "--admin", url)
 	if res.code == 0 || !strings.Contains(res.stderr, "add service Bad: 400 from admin") {

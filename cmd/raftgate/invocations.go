@@ -86,16 +86,31 @@ func newInvocationsCmd(env cliEnv) *cobra.Command {
 		Short: "cancel an invocation: it completes with a cancelled result (409) unless it completed already",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			path := "/invocations/" + url.PathEscape(args[0])
+			// The answer to DELETE looks the same whether this call or an
+			// earlier one cancelled it, so the status is read first: a
+			// completed invocation is reported as it stands, not cancelled
+			// "again".
 			var v admin.InvocationView
-			if err := client().do(cmd.Context(), "DELETE", "/invocations/"+url.PathEscape(args[0]), nil, &v); err != nil {
+			if err := client().do(cmd.Context(), "GET", path, nil, &v); err != nil {
 				return fmt.Errorf("cancel invocation %s: %w", args[0], err)
+			}
+			already := v.Status == "completed"
+			if !already {
+				if err := client().do(cmd.Context(), "DELETE", path, nil, &v); err != nil {
+					return fmt.Errorf("cancel invocation %s: %w", args[0], err)
+				}
 			}
 			if asJSON {
 				return printJSON(env.stdout, v)
 			}
-			if v.Result != nil && v.Result.Error == "cancelled" {
+			cancelled := v.Result != nil && v.Result.Error == "cancelled"
+			switch {
+			case already && cancelled:
+				fmt.Fprintf(env.stdout, "%s was already cancelled\n", v.ID)
+			case cancelled:
 				fmt.Fprintf(env.stdout, "cancelled %s\n", v.ID)
-			} else {
+			default:
 				fmt.Fprintf(env.stdout, "%s had already completed; its result stands\n", v.ID)
 			}
 			return nil

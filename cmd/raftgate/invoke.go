@@ -70,7 +70,7 @@ each failed delivery attempt, as the admin API (--admin) reports them.`,
 	f.StringVar(&o.delay, "delay", "", "with --send: run no earlier than now+delay (10s, PT10S)")
 	f.StringVar(&o.contentType, "content-type", "", "content-type of BODY (default: application/json when BODY is JSON, else text/plain)")
 	f.DurationVar(&o.timeout, "timeout", 0, "stop waiting for a call's result after this long (the invocation goes on)")
-	f.StringVar(&o.token, "token", "", "ingress API token, sent as Authorization: Bearer (see --ingress-tokens of the server); without --send it must grant attach")
+	f.StringVar(&o.token, "token", "", "ingress API token, sent as Authorization: Bearer (see --ingress-tokens of the server); a call with a token that may not attach waits on the call request itself")
 	newAdmin = addAdminFlags(cmd)
 	return cmd
 }
@@ -114,6 +114,18 @@ func runInvoke(cmd *cobra.Command, env cliEnv, o invokeOptions, admin *adminClie
 		return errors.New("--idempotency-key: empty; give a key or leave the flag out")
 	}
 	ingress := normalizeBaseURL(o.ingress)
+	if !o.send && o.token != "" {
+		mayAttach, err := tokenMayAttach(cmd.Context(), ingress, target, o.token)
+		if err != nil {
+			return err
+		}
+		if !mayAttach {
+			// The call's own request needs no attach grant: wait on it
+			// (without progress, which needs the id while waiting).
+			fmt.Fprintln(env.stderr, "the token may not attach to invocations: waiting on the call itself (attempts are not shown)")
+			return callAndWait(cmd, env, o, ingress, path, body)
+		}
+	}
 	sendPath := path + "/send"
 	if o.delay != "" {
 		sendPath += "?delay=" + url.QueryEscape(o.delay)
@@ -180,6 +192,69 @@ func runInvoke(cmd *cobra.Command, env cliEnv, o invokeOptions, admin *adminClie
 		if hdr.Get("x-restate-id") == "" {
 			hdr.Set("x-restate-id", id)
 		}
+		return ingressFailure(env, status, hdr, data)
+	}
+	fmt.Fprintf(env.stderr, "invocation %s: %d %s\n", id, status, http.StatusText(status))
+	writeBody(env.stdout, data)
+	return nil
+}
+
+// tokenMayAttach asks the ingress, before anything is created, whether
+// token may attach to target's invocations: an attach by an idempotency key
+// nobody uses is refused with 403 for a token without the attach grant (or
+// the service), and otherwise answered "not found" or "not ready" at once.
+// A 403 about the service is returned as the error the call would get.
+func tokenMayAttach(ctx context.Context, ingress, target, token string) (bool, error) {
+	service, handler, _ := strings.Cut(target, "/")
+	probe := ingress + "/restate/invocation/" + url.PathEscape(service) + "/" + url.PathEscape(handler) + "/" +
+		url.PathEscape(fmt.Sprintf("raftgate-cli-probe-%d", time.Now().UnixNano())) + "/attach"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, probe, nil)
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("x-raftgate-timeout", "1ms")
+	setToken(req, token)
+	status, _, data, err := roundTrip(req)
+	if err != nil {
+		return false, err
+	}
+	if status != http.StatusForbidden {
+		return true, nil // a 401 or an unknown token shows on the call itself
+	}
+	if e := errorFromResponse(status, data); !strings.Contains(e.Error(), "may not attach") {
+		return false, e
+	}
+	return false, nil
+}
+
+// callAndWait makes a plain call (POST path) and prints its result, for a
+// token that may call but not attach.
+func callAndWait(cmd *cobra.Command, env cliEnv, o invokeOptions, ingress, path string, body []byte) error {
+	req, err := http.NewRequestWithContext(cmd.Context(), http.MethodPost, ingress+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	if ct := bodyContentType(o.contentType, body); ct != "" {
+		req.Header.Set("Content-Type", ct)
+	}
+	if o.idempotencyKey != "" {
+		req.Header.Set("idempotency-key", o.idempotencyKey)
+	}
+	if o.timeout > 0 {
+		req.Header.Set("x-raftgate-timeout", o.timeout.String())
+	}
+	setToken(req, o.token)
+	status, hdr, data, err := roundTrip(req)
+	if err != nil {
+		return err
+	}
+	id := hdr.Get("x-restate-id")
+	if status == statusNotReady {
+		fmt.Fprintf(env.stderr, "invocation %s: no result yet; it goes on. Fetch it later with a token that may attach:\n  curl -H 'Authorization: Bearer …' %s/restate/invocation/%s/attach\n",
+			id, ingress, id)
+		return errSilent
+	}
+	if status/100 != 2 {
 		return ingressFailure(env, status, hdr, data)
 	}
 	fmt.Fprintf(env.stderr, "invocation %s: %d %s\n", id, status, http.StatusText(status))

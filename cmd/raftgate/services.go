@@ -47,6 +47,7 @@ func newServicesCmd(env cliEnv) *cobra.Command {
 	add.Flags().StringVar(&retry.maxBackoff, "max-backoff", "", "longest delay between deliveries, like 1m (default: the cluster's)")
 	add.Flags().StringVar(&retry.attemptTimeout, "attempt-timeout", "", "bound of one delivery, like 10s (default: the cluster's)")
 
+	var asJSON bool
 	list := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
@@ -57,18 +58,23 @@ func newServicesCmd(env cliEnv) *cobra.Command {
 			if err := client().do(cmd.Context(), "GET", "/services", nil, &l); err != nil {
 				return fmt.Errorf("list services: %w", err)
 			}
+			if asJSON {
+				return printJSON(env.stdout, l)
+			}
 			if len(l.Services) == 0 {
 				fmt.Fprintln(env.stdout, "no services registered (add one with: raftgate services add NAME URL)")
 				return nil
 			}
 			tw := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintf(tw, "NAME\tURL\tHANDLERS\tRETRY\tUPDATED\n")
+			fmt.Fprintf(tw, "NAME\tKIND\tURL\tHANDLERS\tSHARED\tRETRY\tUPDATED\n")
 			for _, s := range l.Services {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, s.URL, handlerText(s.Handlers), retryText(s.Retry), dash(s.UpdatedAt))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, dash(s.Kind), s.URL, handlerText(s.Handlers),
+					dash(strings.Join(s.Shared, ",")), retryText(s.Retry), dash(s.UpdatedAt))
 			}
 			return tw.Flush()
 		},
 	}
+	list.Flags().BoolVar(&asJSON, "json", false, "print the admin API's JSON answer")
 
 	rm := &cobra.Command{
 		Use:     "rm NAME",

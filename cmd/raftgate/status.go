@@ -145,9 +145,10 @@ func shortCommit(c string) string {
 // printCluster writes the operator table of a cluster view.
 func printCluster(out io.Writer, v admin.ClusterView) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	silent := silentNodes(v.Partitions)
 	fmt.Fprintf(tw, "NODE\tALIVE\tINGRESS\tADMIN\tNODE ADDR\tGOSSIP\tVERSION\n")
 	for _, n := range v.Nodes {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, yesNo(n.Alive),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, aliveText(n.Alive, silent[n.ID]),
 			dash(n.IngressAddr), dash(n.AdminAddr), dash(n.NodeAddr), dash(n.GossipAddr), dash(n.Version))
 	}
 	if err := tw.Flush(); err != nil {
@@ -164,7 +165,7 @@ func printCluster(out io.Writer, v admin.ClusterView) error {
 	}
 	fmt.Fprintf(out, "\n%d partitions, %s\n", countPartitions(v.Partitions), ready)
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "PARTITION\tKEY RANGE\tLEADER\tTERM\tAPPLIED\tOUTBOX\tREPLICAS (node:match/lag)\n")
+	fmt.Fprintf(tw, "PARTITION\tKEY RANGE\tLEADER\tTERM\tAPPLIED\tOUTBOX\tREPLICAS (node:match/lag, down: not heard from)\n")
 	for _, p := range v.Partitions {
 		keys := fmt.Sprintf("%016x-%016x", p.FirstKey, p.LastKey)
 		if p.ID == 0 {
@@ -183,26 +184,53 @@ func printCluster(out io.Writer, v admin.ClusterView) error {
 	return tw.Flush()
 }
 
-// replicaText shows each replica as node:match/lag. A replica on a node
-// that gossip does not show alive is shown unreachable: a leader's lag for
-// a stopped node stays 0 while nothing is written, which reads as caught up.
+// replicaText shows each replica as node:match/lag. A replica its leader
+// has not heard from lately, or on a node gossip shows dead, is shown down
+// with its last known match and no lag: a stopped node's match stays put
+// while nothing is written, which would read as caught up.
 func replicaText(rs []admin.ReplicaStatus, alive map[uint64]bool) string {
 	if len(rs) == 0 {
 		return "-"
 	}
 	parts := make([]string, 0, len(rs))
 	for _, r := range rs {
-		if !alive[r.NodeID] {
-			parts = append(parts, fmt.Sprintf("%d:unreachable(match %d)", r.NodeID, r.Match))
+		if r.Down || r.Lag == nil || !alive[r.NodeID] {
+			parts = append(parts, fmt.Sprintf("%d:down(match %d, lag unknown)", r.NodeID, r.Match))
 			continue
 		}
-		s := fmt.Sprintf("%d:%d/%d", r.NodeID, r.Match, r.Lag)
+		s := fmt.Sprintf("%d:%d/%d", r.NodeID, r.Match, *r.Lag)
 		if r.State != "" && r.State != "replicate" {
 			s += "(" + r.State + ")"
 		}
 		parts = append(parts, s)
 	}
 	return strings.Join(parts, " ")
+}
+
+// silentNodes are the nodes some partition's leader reports down.
+func silentNodes(ps []admin.PartitionStatus) map[uint64]bool {
+	out := map[uint64]bool{}
+	for _, p := range ps {
+		for _, r := range p.Replicas {
+			if r.Down {
+				out[r.NodeID] = true
+			}
+		}
+	}
+	return out
+}
+
+// aliveText is the ALIVE column: gossip's verdict, "suspect" while gossip
+// still lists a node that a partition leader no longer hears from (gossip
+// takes seconds longer to declare it dead; docs/operations.md).
+func aliveText(alive, silent bool) string {
+	switch {
+	case !alive:
+		return "NO"
+	case silent:
+		return "suspect"
+	}
+	return "yes"
 }
 
 func countPartitions(ps []admin.PartitionStatus) int {
@@ -213,13 +241,6 @@ func countPartitions(ps []admin.PartitionStatus) int {
 		}
 	}
 	return n
-}
-
-func yesNo(b bool) string {
-	if b {
-		return "yes"
-	}
-	return "NO"
 }
 
 func dash(s string) string {

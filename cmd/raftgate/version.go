@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -25,9 +26,14 @@ var (
 	buildDate string
 )
 
+// pseudoVersion matches the versions Go stamps on a build from a VCS work
+// tree that is not exactly at a tag (v0.0.0-20261204162500-0123456789ab,
+// +dirty when it had changes); the pattern is golang.org/x/mod/module's.
+var pseudoVersion = regexp.MustCompile(`^v[0-9]+\.(0\.0-|\d+\.\d+-([^+]*\.)?0\.)\d{14}-[A-Za-z0-9]+(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$`)
+
 // readBuildInfo says which build this binary is: ldflags first, then
-// runtime/debug's build info. A build from a work tree reports
-// version "devel" and its commit (with "-dirty" when the tree had
+// runtime/debug's build info. A build from a work tree (Go stamps it with
+// a pseudo-version, or "(devel)") reports version "devel" and its commit (with "-dirty" when the tree had
 // uncommitted changes); the build date is then the commit's time.
 func readBuildInfo() admin.BuildInfo {
 	info, _ := debug.ReadBuildInfo()
@@ -38,7 +44,7 @@ func readBuildInfo() admin.BuildInfo {
 // (nil: none embedded).
 func buildInfoFrom(info *debug.BuildInfo, b admin.BuildInfo) admin.BuildInfo {
 	if info != nil {
-		if b.Version == "" && info.Main.Version != "(devel)" {
+		if v := info.Main.Version; b.Version == "" && v != "(devel)" && !pseudoVersion.MatchString(v) && !strings.HasSuffix(v, "+dirty") {
 			b.Version = info.Main.Version
 		}
 		var revision, modified, vcsTime string

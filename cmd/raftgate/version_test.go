@@ -29,6 +29,13 @@ func TestBuildInfo(t *testing.T) {
 	if got != want {
 		t.Fatalf("with ldflags: %+v, want %+v", got, want)
 	}
+	// Go stamps a work tree's build with a pseudo-version: that is devel too.
+	for _, v := range []string{"v0.0.0-20261204162500-0123456789ab", "v0.0.0-20261204162500-0123456789ab+dirty", "v1.2.1-0.20261204162500-0123456789ab", "v1.2.0+dirty"} {
+		info.Main.Version = v
+		if got := buildInfoFrom(info, admin.BuildInfo{}); got.Version != "devel" {
+			t.Fatalf("module version %s: %+v, want devel", v, got)
+		}
+	}
 	if got := buildInfoFrom(nil, admin.BuildInfo{GoVersion: "go1.26"}); got.Version != "devel" {
 		t.Fatalf("without build info: %+v", got)
 	}

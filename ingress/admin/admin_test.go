@@ -336,7 +336,7 @@ func TestClusterView(t *testing.T) {
 	first, last := invocation.KeyRange(2, testPartitions)
 	f.cluster.nodes = []NodeStatus{{ID: 1, IngressAddr: "127.0.0.1:8080", NodeAddr: "127.0.0.1:5122", Alive: true}, {ID: 2}}
 	f.cluster.partitions = []PartitionStatus{
-		{ID: 1, Leader: 1, Term: 3, AppliedIndex: 42, Replicas: []ReplicaStatus{{NodeID: 1, Match: 42}, {NodeID: 2, Match: 40, Lag: 2}}, OutboxDepth: &depth},
+		{ID: 1, Leader: 1, Term: 3, AppliedIndex: 42, Replicas: []ReplicaStatus{{NodeID: 1, Match: 42}, {NodeID: 2, Match: 40, Lag: new(uint64(2))}}, OutboxDepth: &depth},
 		{ID: 2, FirstKey: first, LastKey: last, Leader: 2, Term: 4},
 	}
 	a := f.do(t, "GET", "/cluster", "")
@@ -345,7 +345,7 @@ func TestClusterView(t *testing.T) {
 		t.Fatalf("view %+v", v)
 	}
 	p1, p2 := v.Partitions[0], v.Partitions[1]
-	if p1.OutboxDepth == nil || *p1.OutboxDepth != 7 || p1.Replicas[1].Lag != 2 || p2.OutboxDepth != nil || p2.Replicas == nil {
+	if p1.OutboxDepth == nil || *p1.OutboxDepth != 7 || p1.Replicas[1].Lag == nil || *p1.Replicas[1].Lag != 2 || p2.OutboxDepth != nil || p2.Replicas == nil {
 		t.Fatalf("partitions %+v", v.Partitions)
 	}
 	if p2.FirstKey != first || p2.LastKey != last {

@@ -51,8 +51,12 @@ type ReplicaStatus struct {
 	NodeID uint64 `json:"nodeId"`
 	// Match is the highest log index known to be replicated on the node.
 	Match uint64 `json:"match"`
-	// Lag is the leader's last index minus Match.
-	Lag uint64 `json:"lag"`
+	// Down: the leader has not heard from the node within the last one to
+	// two election timeouts (about 0.5-1 s with the default ticks), so
+	// Match may be long out of date and the lag is unknown.
+	Down bool `json:"down"`
+	// Lag is the leader's commit index minus Match; null when Down.
+	Lag *uint64 `json:"lag"`
 	// State is the raft progress state (probe, replicate, snapshot), when known.
 	State string `json:"state,omitempty"`
 }

@@ -154,7 +154,7 @@ func TestClusterFilledFromLeaders(t *testing.T) {
 	depth := 7
 	leader := newFixture(t, func(c *Config) { c.Token = "tok" })
 	leader.cluster.partitions = []PartitionStatus{
-		{ID: 1, Leader: 2, Term: 3, Replicas: []ReplicaStatus{{NodeID: 1, Match: 9, Lag: 1}, {NodeID: 2, Match: 10}}, OutboxDepth: &depth},
+		{ID: 1, Leader: 2, Term: 3, Replicas: []ReplicaStatus{{NodeID: 1, Match: 9, Lag: new(uint64(1))}, {NodeID: 2, Match: 10}}, OutboxDepth: &depth},
 		{ID: 2, Leader: 2, Term: 8, Replicas: []ReplicaStatus{{NodeID: 2, Match: 4}}, OutboxDepth: &depth},
 	}
 	f := newFixture(t, func(c *Config) { c.Token = "tok" })

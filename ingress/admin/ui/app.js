@@ -126,7 +126,9 @@ function route() {
   for (const s of document.querySelectorAll("main > section")) s.hidden = true;
   for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.nav === name);
   if (!$("#token-form").hidden) return;
-  if (name === "invocations" && rest.length > 0) {
+  if ((name === "objects" || name === "workflows") && rest.length >= 2) {
+    showKey(name === "objects" ? "object" : "workflow", decodeURIComponent(rest[0]), decodeURIComponent(rest.slice(1).join("/")));
+  } else if (name === "invocations" && rest.length > 0) {
     const [id, q] = rest.join("/").split("?");
     showInvocation(decodeURIComponent(id), new URLSearchParams(q));
   } else if (name === "invocations") {
@@ -216,6 +218,8 @@ async function scrapeMetrics() {
     call: buckets(samples, "call"),
     send: buckets(samples, "send"),
   };
+  const started = samples.find(s => s.name === "process_start_time_seconds");
+  $("#node-started").textContent = started ? "at " + localTime(new Date(started.value * 1000).toISOString()) : "start time unknown";
   $("#total-accepted").textContent = cur.accepted;
   $("#total-succeeded").textContent = cur.succeeded;
   $("#total-failed").textContent = cur.failed;
@@ -309,24 +313,34 @@ async function loadCluster() {
   const ready = $("#ready");
   ready.textContent = c.ready ? "ready" : "NOT READY: a partition has no known leader";
   ready.className = "badge " + (c.ready ? "ok" : "bad");
+  // A node some partition's leader no longer hears from is suspect while
+  // gossip, which takes seconds longer to decide, still lists it alive.
+  const silent = new Set(c.partitions.flatMap(p => p.replicas.filter(r => r.down).map(r => r.nodeId)));
   fill($("#nodes tbody"), c.nodes.map(n => el("tr", { "data-node": n.id },
     el("td", {}, String(n.id)),
-    el("td", { class: n.alive ? "ok" : "bad", "data-field": "alive" }, n.alive ? "alive" : "DOWN"),
+    n.alive && silent.has(n.id)
+      ? el("td", { class: "warn", "data-field": "alive", title: "gossip lists it alive, but a partition leader has not heard from it" }, "suspect")
+      : el("td", { class: n.alive ? "ok" : "bad", "data-field": "alive" }, n.alive ? "alive" : "DOWN"),
     el("td", { class: "mono" }, dash(n.ingressAddr)),
     el("td", { class: "mono" }, n.adminAddr ? el("a", { href: `http://${n.adminAddr}/ui/` }, n.adminAddr) : "–"),
     el("td", { class: "mono" }, dash(n.nodeAddr)),
     el("td", { class: "mono" }, dash(n.gossipAddr)))));
   fill($("#partitions tbody"), c.partitions.map(p => {
     const known = p.replicas.length > 0;
-    const lag = known ? Math.max(...p.replicas.map(r => r.lag)) : null;
+    const down = p.replicas.filter(r => r.down || r.lag === null);
+    const lag = known ? Math.max(...p.replicas.filter(r => !down.includes(r)).map(r => r.lag)) : null;
+    const lagText = !known ? "unknown" : down.length ? `unknown (node ${down.map(r => r.nodeId).join(", ")} down)` : String(lag);
+    const replicaText = r => r.down || r.lag === null
+      ? `${r.nodeId}: down (match ${r.match}, lag unknown)`
+      : `${r.nodeId}: ${r.match} / ${r.lag}${r.state && r.state !== "replicate" ? " (" + r.state + ")" : ""}`;
     return el("tr", { "data-partition": p.id },
       el("td", {}, p.id === 0 ? "0 (metadata)" : String(p.id)),
       el("td", { class: "mono" }, p.id === 0 ? "–" : `${BigInt(p.firstKey).toString(16).padStart(16, "0")}–${BigInt(p.lastKey).toString(16).padStart(16, "0")}`),
       el("td", { class: p.leader ? "" : "bad", "data-field": "leader" }, p.leader ? `node ${p.leader}` : "none"),
       el("td", {}, String(p.term)),
       el("td", {}, String(p.appliedIndex)),
-      el("td", { class: lag > 100 ? "warn" : "" }, known ? String(lag) : "unknown"),
-      el("td", { class: "mono" }, known ? p.replicas.map(r => `${r.nodeId}: ${r.match} / ${r.lag}${r.state && r.state !== "replicate" ? " (" + r.state + ")" : ""}`).join("  ") : "unknown"),
+      el("td", { class: down.length || lag > 100 ? "warn" : "", "data-field": "max-lag" }, lagText),
+      el("td", { class: "mono", "data-field": "replicas" }, known ? p.replicas.map(replicaText).join("  ") : "unknown"),
       el("td", {}, p.outboxDepth === undefined ? (p.id === 0 ? "–" : "unknown") : String(p.outboxDepth)));
   }));
 }
@@ -343,10 +357,13 @@ function showOverview() {
 
 async function loadServices() {
   const l = await api("GET", "/services");
-  fill($("#services tbody"), l.services.map(s => el("tr", { "data-service": s.name },
+  fill($("#services tbody"), l.services.map(s => el("tr", { "data-service": s.name, "data-kind": s.kind },
     el("td", {}, s.name),
+    el("td", { "data-field": "kind" }, s.kind),
     el("td", { class: "mono" }, s.url),
     el("td", {}, s.handlers.length ? s.handlers.join(", ") : "any"),
+    el("td", { "data-field": "shared" }, (s.shared || []).join(", ") || "–"),
+    el("td", { "data-field": "retry" }, retryText(s.retry)),
     el("td", {}, localTime(s.updatedAt)),
     el("td", {}, el("button", {
       type: "button", class: "danger", "data-remove": s.name,
@@ -357,16 +374,38 @@ async function loadServices() {
       }),
     }, "Remove")))));
   if (l.services.length === 0) {
-    fill($("#services tbody"), [el("tr", {}, el("td", { colspan: 5, class: "muted" }, "no services registered"))]);
+    fill($("#services tbody"), [el("tr", {}, el("td", { colspan: 8, class: "muted" }, "no services registered"))]);
   }
+}
+
+function retryText(r) {
+  if (!r || !r.maxAttempts) return "–";
+  return `${r.maxAttempts}× ${r.initialBackoff}…${r.maxBackoff}, ${r.attemptTimeout} each`;
+}
+
+function listField(sel) { return $(sel).value.split(",").map(h => h.trim()).filter(Boolean); }
+
+// retryRequest is the form's retry policy, undefined when every field is
+// empty (the cluster's defaults apply).
+function retryRequest() {
+  const r = {};
+  if ($("#svc-max-attempts").value) r.maxAttempts = Number($("#svc-max-attempts").value);
+  for (const [k, sel] of [["initialBackoff", "#svc-initial-backoff"], ["maxBackoff", "#svc-max-backoff"], ["attemptTimeout", "#svc-attempt-timeout"]]) {
+    if ($(sel).value.trim()) r[k] = $(sel).value.trim();
+  }
+  return Object.keys(r).length ? r : undefined;
 }
 
 $("#svc-form").addEventListener("submit", ev => {
   ev.preventDefault();
   run("register", async () => {
     const name = $("#svc-name").value.trim();
-    const handlers = $("#svc-handlers").value.split(",").map(h => h.trim()).filter(Boolean);
-    await api("PUT", "/services/" + encodeURIComponent(name), { url: $("#svc-url").value.trim(), handlers });
+    const body = { url: $("#svc-url").value.trim(), handlers: listField("#svc-handlers"), kind: $("#svc-kind").value };
+    const shared = listField("#svc-shared");
+    if (shared.length) body.shared = shared;
+    const retry = retryRequest();
+    if (retry) body.retry = retry;
+    await api("PUT", "/services/" + encodeURIComponent(name), body);
     $("#svc-form").reset();
     await loadServices();
   });
@@ -383,7 +422,7 @@ function showServices() {
 
 // ---------------------------------------------------------------- invocations
 
-const filterFields = { status: "#f-status", service: "#f-service", handler: "#f-handler", key: "#f-key", limit: "#f-limit" };
+const filterFields = { status: "#f-status", service: "#f-service", handler: "#f-handler", key: "#f-key", objectKey: "#f-objkey", limit: "#f-limit" };
 
 function toRFC3339(local) { return local ? new Date(local).toISOString() : ""; }
 function toLocalInput(rfc) {
@@ -408,6 +447,16 @@ $("#inv-filter").addEventListener("submit", ev => {
 $("#id-form").addEventListener("submit", ev => {
   ev.preventDefault();
   location.hash = "#/invocations/" + encodeURIComponent($("#f-id").value.trim());
+});
+
+$("#key-form").addEventListener("submit", ev => {
+  ev.preventDefault();
+  const name = $("#k-service").value.trim(), key = $("#k-key").value.trim();
+  run("key", async () => {
+    const svc = await api("GET", "/services/" + encodeURIComponent(name));
+    if (svc.kind === "service") throw new Error(`${name} is a plain service: only objects and workflows have keys`);
+    location.hash = `#/${svc.kind === "workflow" ? "workflows" : "objects"}/${encodeURIComponent(name)}/${encodeURIComponent(key)}`;
+  });
 });
 
 async function loadInvocations(q) {
@@ -450,6 +499,48 @@ function showInvocations(q) {
   $("#f-after").value = toLocalInput(q.get("createdAfter"));
   $("#f-before").value = toLocalInput(q.get("createdBefore"));
   run("invocations", () => loadInvocations(q));
+  // New invocations and status changes show without a reload.
+  timers.push(setInterval(() => run("invocations", () => loadInvocations(q)), 2000));
+}
+
+// ---------------------------------------------------------------- objects and workflows
+
+async function loadKey(kind, service, key) {
+  const path = `/objects/${encodeURIComponent(service)}/${encodeURIComponent(key)}`;
+  const q = new URLSearchParams({ service, objectKey: key, limit: "50" });
+  const [ks, l] = await Promise.all([api("GET", path), api("GET", "/invocations?" + q.toString())]);
+  const root = $("#key-detail");
+  $('[data-field="kind"]', root).textContent = kind === "workflow" ? "Workflow" : "Object";
+  $('[data-field="service"]', root).textContent = service;
+  $('[data-field="key"]', root).textContent = key;
+  $('[data-field="partition"]', root).textContent = String(ks.partition);
+  const running = $('[data-field="running"]', root);
+  running.replaceChildren(ks.running ? el("a", { href: "#/invocations/" + ks.running, "data-id": ks.running }, ks.running) : "none");
+  $('[data-field="queued"]', root).textContent = String(ks.queued);
+  // A workflow's run is the invocation of its run handler for this id.
+  const runRow = $('[data-row="run"]', root);
+  runRow.hidden = kind !== "workflow";
+  const wfRun = l.invocations.find(inv => inv.handler === "run");
+  $('[data-field="run"]', root).replaceChildren(wfRun
+    ? el("span", {}, statusBadge(wfRun.status, wfRun.failed), " ", el("a", { href: "#/invocations/" + wfRun.id, "data-id": wfRun.id }, wfRun.id),
+      wfRun.status === "completed" ? ` · result ${wfRun.resultStatus}` : "")
+    : "not started");
+  const rows = l.invocations.map(inv => el("tr", { class: "clickable", "data-id": inv.id, onclick: () => { location.hash = "#/invocations/" + inv.id; } },
+    el("td", { class: "mono" }, el("a", { href: "#/invocations/" + inv.id }, inv.id)),
+    el("td", {}, statusBadge(inv.status, inv.failed)),
+    el("td", {}, inv.handler),
+    el("td", {}, String(inv.attempts)),
+    el("td", {}, localTime(inv.acceptedAt)),
+    el("td", {}, inv.status === "completed" ? String(inv.resultStatus) : "–")));
+  if (rows.length === 0) rows.push(el("tr", {}, el("td", { colspan: 6, class: "muted" }, "no invocations of this key")));
+  fill($("#key-invocations tbody"), rows);
+}
+
+function showKey(kind, service, key) {
+  $("#view-key").hidden = false;
+  const load = () => run("key", () => loadKey(kind, service, key));
+  load();
+  timers.push(setInterval(load, 2000));
 }
 
 // target names what an invocation calls as its ingress path does.
@@ -505,6 +596,8 @@ async function loadInvocation(id, full) {
     $("#confirm-id").textContent = v.id;
     $("#confirm-cancel").showModal();
   };
+  $("#inv-refresh").textContent = v.status === "completed" ? "" : "refreshed every 2 s until it completes";
+  return v.status;
 }
 
 $("#confirm-cancel").addEventListener("close", () => {
@@ -519,7 +612,13 @@ $("#confirm-cancel").addEventListener("close", () => {
 
 function showInvocation(id, q) {
   $("#view-invocation").hidden = false;
-  run("invocation", () => loadInvocation(id, q.get("full") === "true"));
+  const full = q.get("full") === "true";
+  run("invocation", () => loadInvocation(id, full));
+  // Until it completes, its status, attempts and result show as they change.
+  const timer = setInterval(() => run("invocation", async () => {
+    if (await loadInvocation(id, full) === "completed") clearInterval(timer);
+  }), 2000);
+  timers.push(timer);
 }
 
 // ---------------------------------------------------------------- start
