@@ -138,7 +138,7 @@ func DefaultConfig() Config {
 		Partition:     1,
 		Retention:     24 * time.Hour,
 		SweepInterval: time.Minute,
-		PurgeLimit:    1000,
+		PurgeLimit:    100,
 		Invoker: InvokerConfig{
 			Retry:              outbox.DefaultPolicy(),
 			Concurrency:        256,
