@@ -109,7 +109,9 @@ type Config struct {
 	// with none, or with LocalPartitions nil, its key is random over all
 	// partitions. It is called on every such invocation and must not block.
 	LocalPartitions func() []uint32
-	// Clock stamps proposals (proposed_at, not_before). nil means time.Now.
+	// Clock stamps a delayed send's not_before for partition leaders older
+	// than Invoke.delay_ms (a rolling upgrade); a newer leader stamps it
+	// with its own clock instead. nil means time.Now.
 	Clock func() time.Time
 	// Logger receives the ingress's logs.
 	Logger zerolog.Logger

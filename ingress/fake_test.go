@@ -12,6 +12,7 @@ import (
 
 	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
+	"google.golang.org/protobuf/proto"
 )
 
 // fakeDispatcher is an in-memory cluster behind the Dispatcher interface:
@@ -66,6 +67,11 @@ func (f *fakeDispatcher) Append(ctx context.Context, part uint32, inv *rpc.Invok
 			a.CompletedAtUnixMs = existing.result.CompletedAtUnixMs
 		}
 		return a, nil
+	}
+	if inv.DelayMs != nil {
+		// As a partition leader: its own clock places the delay.
+		inv = proto.Clone(inv).(*rpc.Invoke)
+		inv.NotBeforeUnixMs = f.now().UnixMilli() + inv.GetDelayMs()
 	}
 	fi := &fakeInvocation{invoke: inv, done: make(chan struct{})}
 	f.invocations[id] = fi

@@ -13,6 +13,7 @@ import (
 	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/registry"
 	"github.com/raftgate/raftgate/rpc"
+	"google.golang.org/protobuf/proto"
 )
 
 // maxObjectKeyLen bounds an object key or workflow id: it is stored in
@@ -114,25 +115,29 @@ func (h *Handler) invokeChecked(w http.ResponseWriter, r *http.Request, rt route
 		id = h.freshID()
 	}
 	part := invocation.PartitionFor(id.PartitionKey(), h.cfg.Partitions)
-	now := h.cfg.Clock()
+	// The partition's leader stamps the proposal time, and the not-before
+	// time from the delay, with its own clock (one clock places both).
 	inv := &rpc.Invoke{
-		InvocationId:     id[:],
-		RequestId:        invocation.NewRequestID(),
-		Service:          rt.service,
-		Handler:          rt.handler,
-		Body:             body,
-		ContentType:      contentType,
-		Headers:          h.forwardHeaders(r.Header),
-		IdempotencyKey:   key,
-		ProposedAtUnixMs: now.UnixMilli(),
-		Key:              rt.objectKey,
-		Exclusive:        rt.keyed && registry.Exclusive(svc, rt.handler),
+		InvocationId:   id[:],
+		RequestId:      invocation.NewRequestID(),
+		Service:        rt.service,
+		Handler:        rt.handler,
+		Body:           body,
+		ContentType:    contentType,
+		Headers:        h.forwardHeaders(r.Header),
+		IdempotencyKey: key,
+		Key:            rt.objectKey,
+		Exclusive:      rt.keyed && registry.Exclusive(svc, rt.handler),
 
 		ServiceRegisteredIndex: svc.RegisteredIndex,
 	}
 	if hasDelay {
-		// Even ?delay=0s: the answer then carries executionTime (now).
-		inv.NotBeforeUnixMs = now.Add(delay).UnixMilli()
+		// Even ?delay=0s: the answer then carries executionTime (the
+		// proposal time).
+		inv.DelayMs = proto.Int64(delay.Milliseconds())
+		// Only for a leader older than delay_ms, which ignores it, during
+		// a rolling upgrade; a newer leader overwrites it.
+		inv.NotBeforeUnixMs = h.cfg.Clock().Add(delay).UnixMilli()
 	}
 
 	appendTimeout := h.cfg.RequestTimeout

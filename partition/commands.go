@@ -18,6 +18,7 @@ func invokeCmd(c *rpc.Invoke) *rpc.Command { return &rpc.Command{Cmd: &rpc.Comma
 // in stampedInvokeCmd, an applied one in decodeBatch).
 type invokeBox struct {
 	inv   rpc.Invoke
+	delay int64 // inv.DelayMs points here when set
 	oneof rpc.Command_Invoke
 	cmd   rpc.Command
 }
@@ -25,6 +26,10 @@ type invokeBox struct {
 // stampedInvokeCmd is an Invoke command of a shallow copy of inv stamped
 // with the proposal time: inv is left as it is (a caller resends it on a
 // retry), and its byte slices are shared, never modified, only marshalled.
+// A delayed send's not-before time is stamped too, proposal time + delay,
+// so that one clock, the proposer's, places both (delayedExclusive
+// compares them); an inv without a delay keeps the not-before it carries
+// (an ingress older than Invoke.delay_ms stamps it with its own clock).
 // Every field of rpc.Invoke must be copied here (TestStampedInvokeCopiesEveryField).
 func stampedInvokeCmd(inv *rpc.Invoke, proposedAtUnixMs int64) *rpc.Command {
 	b := &invokeBox{}
@@ -43,6 +48,11 @@ func stampedInvokeCmd(inv *rpc.Invoke, proposedAtUnixMs int64) *rpc.Command {
 	c.Exclusive = inv.Exclusive
 	c.ServiceRegisteredIndex = inv.ServiceRegisteredIndex
 	c.ProposedAtUnixMs = proposedAtUnixMs
+	if inv.DelayMs != nil {
+		b.delay = *inv.DelayMs
+		c.DelayMs = &b.delay
+		c.NotBeforeUnixMs = proposedAtUnixMs + b.delay
+	}
 	b.oneof.Invoke = c
 	b.cmd.Cmd = &b.oneof
 	return &b.cmd

@@ -43,6 +43,7 @@ func TestStampedInvokeCopiesEveryField(t *testing.T) {
 
 	want := proto.Clone(inv).(*rpc.Invoke)
 	want.ProposedAtUnixMs = 12345
+	want.NotBeforeUnixMs = 12345 + want.GetDelayMs() // the leader stamps it from the delay
 	if !proto.Equal(got, want) {
 		t.Fatalf("stamped copy differs from the original:\n got  %v\n want %v", got, want)
 	}

@@ -75,6 +75,10 @@ type Config struct {
 	// SweepInterval is how often the leader proposes Purge for expired
 	// results; results live between Retention and Retention+SweepInterval.
 	SweepInterval time.Duration
+	// PurgeLimit bounds the results one Purge deletes, so that one entry's
+	// apply (in the transaction every group shares) stays short however
+	// much expired; the sweeper proposes the next as soon as one applies.
+	PurgeLimit int
 	// Invoker configures delivery to services.
 	Invoker InvokerConfig
 
@@ -134,6 +138,7 @@ func DefaultConfig() Config {
 		Partition:     1,
 		Retention:     24 * time.Hour,
 		SweepInterval: time.Minute,
+		PurgeLimit:    100,
 		Invoker: InvokerConfig{
 			Retry:              outbox.DefaultPolicy(),
 			Concurrency:        256,
@@ -162,6 +167,8 @@ func (c Config) Validate() error {
 		return errors.New("partition: Retention must be > 0")
 	case c.SweepInterval <= 0:
 		return errors.New("partition: SweepInterval must be > 0")
+	case c.PurgeLimit < 1:
+		return errors.New("partition: PurgeLimit must be >= 1")
 	case c.Invoker.Concurrency < 1:
 		return errors.New("partition: Invoker.Concurrency must be >= 1")
 	case c.Invoker.ServiceConcurrency < 1:

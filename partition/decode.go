@@ -45,6 +45,7 @@ const (
 	invokeKey            = 12
 	invokeExclusive      = 13
 	invokeRegisteredAt   = 14 // service_registered_index
+	invokeDelay          = 15
 
 	completeInvocationID = 1
 	completeResult       = 2
@@ -124,7 +125,7 @@ func decodeSendBatch(data []byte) (*rpc.CommandBatch, bool) {
 		if kind == commandInvoke {
 			box := &invokeBoxes[0]
 			invokeBoxes = invokeBoxes[1:]
-			if buf, ok = decodeInvoke(body, &box.inv, buf); !ok {
+			if buf, ok = decodeInvoke(body, box, buf); !ok {
 				return nil, false
 			}
 			box.oneof.Invoke = &box.inv
@@ -279,10 +280,12 @@ func decodeResult(data []byte, res *rpc.Result, buf []byte) ([]byte, bool) {
 	return buf, true
 }
 
-// decodeInvoke decodes data into inv, copying its bytes fields to the end
-// of buf; false for anything decodeSendBatch leaves to proto (headers, or
-// a field this code does not know).
-func decodeInvoke(data []byte, inv *rpc.Invoke, buf []byte) ([]byte, bool) {
+// decodeInvoke decodes data into box.inv (its delay into box.delay),
+// copying its bytes fields to the end of buf; false for anything
+// decodeSendBatch leaves to proto (headers, or a field this code does not
+// know).
+func decodeInvoke(data []byte, box *invokeBox, buf []byte) ([]byte, bool) {
+	inv := &box.inv
 	for len(data) > 0 {
 		f, rest, ok := nextField(data)
 		if !ok {
@@ -311,6 +314,9 @@ func decodeInvoke(data []byte, inv *rpc.Invoke, buf []byte) ([]byte, bool) {
 			inv.Exclusive = protowire.DecodeBool(f.varint)
 		case f.is(protowire.VarintType, invokeRegisteredAt):
 			inv.ServiceRegisteredIndex = f.varint
+		case f.is(protowire.VarintType, invokeDelay):
+			box.delay = int64(f.varint)
+			inv.DelayMs = &box.delay
 		default:
 			return buf, false
 		}

@@ -41,6 +41,9 @@ func randomInvoke(r *rand.Rand, withHeaders bool) *rpc.Invoke {
 	if r.IntN(2) == 0 {
 		inv.ServiceRegisteredIndex = r.Uint64N(1000)
 	}
+	if r.IntN(3) == 0 {
+		inv.DelayMs = proto.Int64(r.Int64N(1 << 30)) // 0 included: present, not absent
+	}
 	if withHeaders && r.IntN(4) == 0 {
 		inv.Headers = []*rpc.Header{{Name: "x-a", Value: "1"}}
 	}
@@ -269,7 +272,7 @@ func TestDecodeInvokeKnowsEveryField(t *testing.T) {
 		invokeInvocationID: true, invokeRequestID: true, invokeService: true, invokeHandler: true,
 		invokeBody: true, invokeContentType: true, invokeIdempotencyKey: true, invokeProposerTerm: true,
 		invokeProposedAt: true, invokeNotBefore: true, invokeKey: true, invokeExclusive: true,
-		invokeRegisteredAt: true,
+		invokeRegisteredAt: true, invokeDelay: true,
 	}
 	const headers = 7 // repeated messages: left to proto.Unmarshal
 	fields := (&rpc.Invoke{}).ProtoReflect().Descriptor().Fields()

@@ -28,9 +28,12 @@
 // an existing id is a no-op that reports it (PreviouslyAccepted unless it
 // is the same request id); Complete of a completed invocation is a no-op, so
 // the first Complete in log order is the result. Cancel completes a pending
-// invocation with status 409, failed=true, error "cancelled". Purge{before}
-// drops results completed before `before`, walking the time index, with
-// their records and listing index entries. A completed record keeps only
+// invocation with status 409, failed=true, error "cancelled". Purge{before,
+// limit} drops the oldest results completed before `before`, at most limit
+// of them (every one when limit is 0, as Purge entries written before the
+// limit existed replay), walking the time index, with their records and
+// listing index entries. The leader stamps an Invoke's proposal time and,
+// for a delayed send (delay_ms), its not-before time from the same clock. A completed record keeps only
 // the first RequestPreviewBytes of its request body.
 //
 // FenceService{name, index} raises the service's fence; from then on an
@@ -107,9 +110,14 @@
 //     with the attempt number and the next due time (backoff with jitter
 //     computed by the proposer, not in Apply), so a new leader honours the
 //     schedule and the attempt limit, and a stale report is ignored.
-//   - Retention is a command. The sweeper proposes Purge{now - Retention}
-//     only when the oldest stored result has expired; every replica drops
-//     the same results at the same log position.
+//   - Retention is a command. The sweeper proposes Purge{now - Retention,
+//     PurgeLimit} only when the oldest stored result has expired, and the
+//     next one as soon as one that stopped at its limit applies; every
+//     replica drops the same results at the same log position. "now" is
+//     log time (sweeper.go, retentionClock): never ahead of the newest
+//     timestamp in the state when the term began plus the time the leader
+//     measured since, so a leader whose clock runs ahead purges nothing
+//     early.
 //
 // # Cost of an Invoke
 //

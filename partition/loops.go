@@ -7,9 +7,7 @@ import (
 	"time"
 
 	"github.com/raftgate/raftgate/proposals"
-	"github.com/raftgate/raftgate/results"
 	"github.com/raftgate/raftgate/rpc"
-	bolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -218,51 +216,16 @@ func (p *Processor) leaderLoop() {
 			p.logger.Info().Uint64("term", term).Msg("leading: starting invoker and sweeper")
 			go func() {
 				defer close(w.done)
-				p.leaderWork(ctx)
+				p.leaderWork(ctx, term)
 			}()
 		}
 	}
 }
 
-func (p *Processor) leaderWork(ctx context.Context) {
+func (p *Processor) leaderWork(ctx context.Context, term uint64) {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); p.invoker.run(ctx) }()
-	go func() { defer wg.Done(); p.sweepLoop(ctx) }()
+	go func() { defer wg.Done(); p.sweepLoop(ctx, term) }()
 	wg.Wait()
-}
-
-func (p *Processor) sweepLoop(ctx context.Context) {
-	t := time.NewTicker(p.cfg.SweepInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if _, err := p.sweepOnce(ctx); err != nil {
-				p.logger.Warn().Err(err).Msg("retention sweep failed")
-			}
-		}
-	}
-}
-
-// sweepOnce proposes Purge{now - Retention} when a stored result is older,
-// and reports whether it did.
-func (p *Processor) sweepOnce(ctx context.Context) (bool, error) {
-	now := p.now()
-	before := now.Add(-p.cfg.Retention).UnixMilli()
-	var oldest int64
-	var found bool
-	if err := p.log.View(func(b *bolt.Bucket) error {
-		oldest, found = results.Oldest(b)
-		return nil
-	}); err != nil {
-		return false, fmt.Errorf("partition: sweep: %w", err)
-	}
-	if !found || oldest >= before {
-		return false, nil
-	}
-	p.submit(ctx, purgeCmd(&rpc.Purge{BeforeUnixMs: before, ProposedAtUnixMs: now.UnixMilli()}), nil)
-	return true, nil
 }

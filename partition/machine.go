@@ -60,8 +60,10 @@ type effects struct {
 	firstQueued int64
 	outboxDelta int
 	accepted    int // new invocations recorded
-	commands    int
-	applied     [numCommandKinds]int // commands by kind, for metrics
+	// purgeFull: a Purge stopped at its limit, so more may have expired.
+	purgeFull bool
+	commands  int
+	applied   [numCommandKinds]int // commands by kind, for metrics
 }
 
 // queued notes a delivery queued due at due.
@@ -209,7 +211,7 @@ func (m *machine) applyCommand(b *bolt.Bucket, term uint64, c *rpc.Command, fx *
 		return m.cancel(b, term, cmd.Cancel, fx)
 	case *rpc.Command_Purge:
 		fx.applied[kindPurge]++
-		return m.purge(b, cmd.Purge)
+		return m.purge(b, cmd.Purge, fx)
 	case *rpc.Command_AttemptFailed:
 		fx.applied[kindAttemptFailed]++
 		return m.attemptFailed(b, cmd.AttemptFailed, fx)
@@ -356,11 +358,13 @@ func (m *machine) startDelivery(b *bolt.Bucket, rec *rpc.InvocationRecord, fx *e
 	return nil
 }
 
-// purge drops results completed before the command's time, with their
-// records; every replica drops the same ones at the same log position.
-func (m *machine) purge(b *bolt.Bucket, c *rpc.Purge) error {
+// purge drops results completed before the command's time, at most its
+// limit of them (all when 0, as Purge entries written before the limit
+// existed applied), with their records; every replica drops the same ones
+// at the same log position.
+func (m *machine) purge(b *bolt.Bucket, c *rpc.Purge, fx *effects) error {
 	inv := b.Bucket(invocationsBucket)
-	_, err := results.Purge(b, c.BeforeUnixMs, func(id []byte) error {
+	n, err := results.Purge(b, c.BeforeUnixMs, int(c.Limit), func(id []byte) error {
 		if err := unindexCreated(b, id); err != nil {
 			return err
 		}
@@ -370,6 +374,9 @@ func (m *machine) purge(b *bolt.Bucket, c *rpc.Purge) error {
 		m.records.evict(id)
 		return nil
 	})
+	if c.Limit > 0 && n == int(c.Limit) {
+		fx.purgeFull = true
+	}
 	return err
 }
 

@@ -50,6 +50,11 @@ type Processor struct {
 	// ahead, which at worst proposes one batch early.
 	appliedIndex atomic.Uint64
 	appliedCh    chan struct{}
+	// appliedTerm is the term of the last entry Apply saw (before its
+	// transaction commits), for the sweeper's retention clock.
+	appliedTerm atomic.Uint64
+	// sweepCh (cap 1) wakes the sweeper when a Purge stopped at its limit.
+	sweepCh chan struct{}
 	// restores counts Restore calls; Apply, Restore and reveal all run on
 	// raftlog's writer goroutine (Restore at open before the group starts),
 	// so it needs no lock.
@@ -85,6 +90,7 @@ func New(cfg Config) (*Processor, error) {
 		started:   make(chan struct{}),
 		stop:      make(chan struct{}),
 		appliedCh: make(chan struct{}, 1),
+		sweepCh:   make(chan struct{}, 1),
 	}
 	if p.now == nil {
 		p.now = time.Now
@@ -311,6 +317,7 @@ func (p *Processor) Apply(b *bolt.Bucket, entries []raftlog.Entry) (raftlog.Appl
 	}
 	if len(entries) > 0 {
 		p.appliedIndex.Store(entries[len(entries)-1].Index)
+		p.appliedTerm.Store(entries[len(entries)-1].Term)
 		select {
 		case p.appliedCh <- struct{}{}:
 		default:
@@ -358,6 +365,12 @@ func (p *Processor) reveal(fx *effects, gen uint64) {
 	}
 	p.invoker.applied(fx.outboxDone, fx.outboxAdded, fx.firstQueued)
 	p.metrics.applied(fx)
+	if fx.purgeFull {
+		select {
+		case p.sweepCh <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (p *Processor) isStarted() bool {
@@ -454,6 +467,8 @@ func validateInvoke(inv *rpc.Invoke) error {
 		return fmt.Errorf("partition: request id has %d bytes: %w", len(inv.RequestId), rpc.ErrInvalid)
 	case inv.Service == "" || inv.Handler == "":
 		return fmt.Errorf("partition: service and handler are required: %w", rpc.ErrInvalid)
+	case inv.GetDelayMs() < 0:
+		return fmt.Errorf("partition: negative delay: %w", rpc.ErrInvalid)
 	case inv.Exclusive && inv.Key == "":
 		return fmt.Errorf("partition: an exclusive invocation needs a key: %w", rpc.ErrInvalid)
 	case inv.Key != "" && binary.BigEndian.Uint64(inv.InvocationId) != invocation.KeyedPartitionKey(inv.Service, inv.Key):

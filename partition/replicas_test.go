@@ -43,7 +43,7 @@ func TestPurgeRemovesExactlyExpiredOnEveryReplica(t *testing.T) {
 	}
 	// 45 minutes later the first three are 75 minutes old, the others 45.
 	clock.Advance(45 * time.Minute)
-	if proposed, err := p.sweepOnce(ctxT(t)); err != nil || !proposed {
+	if proposed, err := p.sweepOnce(ctxT(t), p.retentionClock(1)); err != nil || !proposed {
 		t.Fatal("sweep proposed nothing", err)
 	}
 	testutil.WaitFor(t, 5*time.Second, "purge applied", func() bool {
@@ -78,7 +78,7 @@ func TestPurgeRemovesExactlyExpiredOnEveryReplica(t *testing.T) {
 	}
 	// Nothing expired: the sweep proposes nothing.
 	awaitOutput(t, p, old[0].InvocationId)
-	if proposed, err := p.sweepOnce(ctxT(t)); err != nil || proposed {
+	if proposed, err := p.sweepOnce(ctxT(t), p.retentionClock(1)); err != nil || proposed {
 		t.Fatalf("sweep with nothing expired proposed %v, %v", proposed, err)
 	}
 }

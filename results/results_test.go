@@ -38,7 +38,7 @@ func TestPutGetPurge(t *testing.T) {
 			t.Fatalf("oldest = %d %v", at, ok)
 		}
 		var purged [][]byte
-		n, err := Purge(b, 200, func(id []byte) error { purged = append(purged, append([]byte(nil), id...)); return nil })
+		n, err := Purge(b, 200, 0, func(id []byte) error { purged = append(purged, append([]byte(nil), id...)); return nil })
 		if err != nil {
 			return err
 		}
@@ -52,6 +52,55 @@ func TestPutGetPurge(t *testing.T) {
 		}
 		if at, ok := Oldest(b); !ok || at != 200 {
 			t.Fatalf("oldest after purge = %d %v", at, ok)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A limited Purge deletes at most limit results, oldest first, and the
+// next one carries on where it stopped.
+func TestPurgeLimit(t *testing.T) {
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "r.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucket([]byte("p"))
+		if err != nil {
+			return err
+		}
+		if err := Init(b); err != nil {
+			return err
+		}
+		if _, ok := Newest(b); ok {
+			t.Fatal("newest of nothing found")
+		}
+		for i := range 10 {
+			r := &rpc.InvocationResult{InvocationId: id(byte(i)), CompletedAtUnixMs: int64(100 + 10*i), Result: &rpc.Result{Status: 200}}
+			if err := Put(b, r); err != nil {
+				return err
+			}
+		}
+		if at, ok := Newest(b); !ok || at != 190 {
+			t.Fatalf("newest = %d %v", at, ok)
+		}
+		// Seven have expired (100..160); three per purge.
+		for _, want := range []int{3, 3, 1, 0} {
+			var purged []byte
+			n, err := Purge(b, 170, 3, func(id []byte) error { purged = append(purged, id[0]); return nil })
+			if err != nil {
+				return err
+			}
+			if n != want || len(purged) != want {
+				t.Fatalf("purged %d (%v), want %d", n, purged, want)
+			}
+		}
+		if at, ok := Oldest(b); !ok || at != 170 {
+			t.Fatalf("oldest after purges = %d %v", at, ok)
 		}
 		return nil
 	})

@@ -86,10 +86,12 @@ func Get(parent *bolt.Bucket, completedAt int64, id []byte) (*rpc.InvocationResu
 	return r, true, nil
 }
 
-// Purge deletes every result completed before beforeUnixMs, oldest first,
-// and calls purged with each deleted id (so the caller can drop what it
-// keeps beside the result). It returns how many were deleted.
-func Purge(parent *bolt.Bucket, beforeUnixMs int64, purged func(id []byte) error) (int, error) {
+// Purge deletes the results completed before beforeUnixMs, oldest first,
+// at most limit of them (0: every one), and calls purged with each deleted
+// id (so the caller can drop what it keeps beside the result). It returns
+// how many were deleted. A limit keeps one apply's work bounded however
+// much has expired; the caller proposes again while more has.
+func Purge(parent *bolt.Bucket, beforeUnixMs int64, limit int, purged func(id []byte) error) (int, error) {
 	rb := parent.Bucket(resultBucket)
 	if rb == nil {
 		return 0, nil
@@ -97,7 +99,7 @@ func Purge(parent *bolt.Bucket, beforeUnixMs int64, purged func(id []byte) error
 	// Collect first: deleting under a live cursor may skip keys.
 	var keys [][]byte
 	c := rb.Cursor()
-	for k, _ := c.First(); k != nil && completedAt(k) < beforeUnixMs; k, _ = c.Next() {
+	for k, _ := c.First(); k != nil && completedAt(k) < beforeUnixMs && (limit == 0 || len(keys) < limit); k, _ = c.Next() {
 		keys = append(keys, append([]byte(nil), k...))
 	}
 	for _, k := range keys {
@@ -121,6 +123,20 @@ func Oldest(parent *bolt.Bucket) (int64, bool) {
 		return 0, false
 	}
 	k, _ := rb.Cursor().First()
+	if k == nil {
+		return 0, false
+	}
+	return completedAt(k), true
+}
+
+// Newest returns the completion time of the newest stored result: a time
+// some proposer stamped, which the sweeper uses to bound its own clock.
+func Newest(parent *bolt.Bucket) (int64, bool) {
+	rb := parent.Bucket(resultBucket)
+	if rb == nil {
+		return 0, false
+	}
+	k, _ := rb.Cursor().Last()
 	if k == nil {
 		return 0, false
 	}

@@ -1019,7 +1019,9 @@ type Invoke struct {
 	// Deprecated: Marked as deprecated in raftgate.proto.
 	ProposerTerm     uint64 `protobuf:"varint,9,opt,name=proposer_term,json=proposerTerm,proto3" json:"proposer_term,omitempty"`
 	ProposedAtUnixMs int64  `protobuf:"varint,10,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
-	// Delayed sends: do not run before this time (0 = at once).
+	// Delayed sends: do not run before this time (0 = at once). The leader
+	// stamps it, proposed_at + delay_ms, when delay_ms is set; an ingress
+	// sets it too only for leaders that predate delay_ms.
 	NotBeforeUnixMs int64 `protobuf:"varint,11,opt,name=not_before_unix_ms,json=notBeforeUnixMs,proto3" json:"not_before_unix_ms,omitempty"`
 	// The object key or workflow id of a keyed service's handler; empty for
 	// plain services. Sent to the service in x-raftgate-key.
@@ -1032,8 +1034,13 @@ type Invoke struct {
 	// existed). A partition that applied a FenceService of the service past
 	// it refuses the invocation with STALE_REGISTRY.
 	ServiceRegisteredIndex uint64 `protobuf:"varint,14,opt,name=service_registered_index,json=serviceRegisteredIndex,proto3" json:"service_registered_index,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// A delayed send's delay as the ingress was asked for it (?delay=, 0
+	// included), so that the leader's clock alone places not_before against
+	// proposed_at: mixing the ingress's clock with the leader's made clock
+	// skew decide whether a delay=0 exclusive send waited for an Admit.
+	DelayMs       *int64 `protobuf:"varint,15,opt,name=delay_ms,json=delayMs,proto3,oneof" json:"delay_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Invoke) Reset() {
@@ -1161,6 +1168,13 @@ func (x *Invoke) GetExclusive() bool {
 func (x *Invoke) GetServiceRegisteredIndex() uint64 {
 	if x != nil {
 		return x.ServiceRegisteredIndex
+	}
+	return 0
+}
+
+func (x *Invoke) GetDelayMs() int64 {
+	if x != nil && x.DelayMs != nil {
+		return *x.DelayMs
 	}
 	return 0
 }
@@ -1410,7 +1424,10 @@ func (x *Cancel) GetAttemptUnderWay() bool {
 	return false
 }
 
-// Purge drops every result completed before before_unix_ms.
+// Purge drops results completed before before_unix_ms, oldest first: at
+// most limit of them (the sweeper proposes again while more are expired),
+// or every one when limit is 0 (entries written before limit existed, which
+// must replay as they first applied).
 type Purge struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	BeforeUnixMs int64                  `protobuf:"varint,1,opt,name=before_unix_ms,json=beforeUnixMs,proto3" json:"before_unix_ms,omitempty"`
@@ -1420,6 +1437,7 @@ type Purge struct {
 	// Deprecated: Marked as deprecated in raftgate.proto.
 	ProposerTerm     uint64 `protobuf:"varint,2,opt,name=proposer_term,json=proposerTerm,proto3" json:"proposer_term,omitempty"`
 	ProposedAtUnixMs int64  `protobuf:"varint,3,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	Limit            uint32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -1472,6 +1490,13 @@ func (x *Purge) GetProposerTerm() uint64 {
 func (x *Purge) GetProposedAtUnixMs() int64 {
 	if x != nil {
 		return x.ProposedAtUnixMs
+	}
+	return 0
+}
+
+func (x *Purge) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
 	}
 	return 0
 }
@@ -3393,7 +3418,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\fR\trequestId\"2\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xfe\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xab\x04\n" +
 	"\x06Invoke\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x1d\n" +
 	"\n" +
@@ -3410,7 +3435,9 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x12not_before_unix_ms\x18\v \x01(\x03R\x0fnotBeforeUnixMs\x12\x10\n" +
 	"\x03key\x18\f \x01(\tR\x03key\x12\x1c\n" +
 	"\texclusive\x18\r \x01(\bR\texclusive\x128\n" +
-	"\x18service_registered_index\x18\x0e \x01(\x04R\x16serviceRegisteredIndex\"\xa1\x01\n" +
+	"\x18service_registered_index\x18\x0e \x01(\x04R\x16serviceRegisteredIndex\x12\x1e\n" +
+	"\bdelay_ms\x18\x0f \x01(\x03H\x00R\adelayMs\x88\x01\x01B\v\n" +
+	"\t_delay_ms\"\xa1\x01\n" +
 	"\x06Result\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\rR\x06status\x12\x12\n" +
 	"\x04body\x18\x02 \x01(\fR\x04body\x12!\n" +
@@ -3429,11 +3456,12 @@ const file_raftgate_proto_rawDesc = "" +
 	"request_id\x18\x02 \x01(\fR\trequestId\x12'\n" +
 	"\rproposer_term\x18\x03 \x01(\x04B\x02\x18\x01R\fproposerTerm\x12-\n" +
 	"\x13proposed_at_unix_ms\x18\x04 \x01(\x03R\x10proposedAtUnixMs\x12*\n" +
-	"\x11attempt_under_way\x18\x05 \x01(\bR\x0fattemptUnderWay\"\x85\x01\n" +
+	"\x11attempt_under_way\x18\x05 \x01(\bR\x0fattemptUnderWay\"\x9b\x01\n" +
 	"\x05Purge\x12$\n" +
 	"\x0ebefore_unix_ms\x18\x01 \x01(\x03R\fbeforeUnixMs\x12'\n" +
 	"\rproposer_term\x18\x02 \x01(\x04B\x02\x18\x01R\fproposerTerm\x12-\n" +
-	"\x13proposed_at_unix_ms\x18\x03 \x01(\x03R\x10proposedAtUnixMs\"[\n" +
+	"\x13proposed_at_unix_ms\x18\x03 \x01(\x03R\x10proposedAtUnixMs\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\"[\n" +
 	"\x05Admit\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12-\n" +
 	"\x13proposed_at_unix_ms\x18\x02 \x01(\x03R\x10proposedAtUnixMs\"\xbc\x01\n" +
@@ -3757,6 +3785,7 @@ func file_raftgate_proto_init() {
 		(*Command_SetNodeState)(nil),
 		(*Command_UpdateNodeAddrs)(nil),
 	}
+	file_raftgate_proto_msgTypes[9].OneofWrappers = []any{}
 	file_raftgate_proto_msgTypes[24].OneofWrappers = []any{
 		(*DispatchRequest_Append)(nil),
 		(*DispatchRequest_Output)(nil),

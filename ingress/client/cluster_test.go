@@ -57,8 +57,9 @@ func (m *memCluster) finish(id invocation.ID, res *rpc.Result) {
 	if mi == nil || mi.result != nil {
 		return
 	}
+	// A partition leader stamps the completion with its clock.
 	mi.result = &rpc.InvocationResult{InvocationId: id[:], Result: res,
-		IdempotencyKey: mi.invoke.IdempotencyKey, CompletedAtUnixMs: mi.invoke.ProposedAtUnixMs}
+		IdempotencyKey: mi.invoke.IdempotencyKey, CompletedAtUnixMs: time.Now().UnixMilli()}
 	close(mi.done)
 }
 
