@@ -12,8 +12,10 @@ import (
 // Shares of the ports below the ephemeral range, one per test package that
 // starts servers (bench scripts use 21000-21999).
 var (
-	E2E = Share{22000, 27000} // package test: real raftgate processes
-	Cmd = Share{27000, 32000} // package cmd/raftgate: in-process nodes
+	E2E    = Share{22000, 27000} // package test: real raftgate processes
+	Cmd    = Share{27000, 28500} // package cmd/raftgate: in-process nodes
+	Server = Share{28500, 30500} // package server: in-process nodes
+	Client = Share{30500, 32000} // package ingress/client: in-process nodes
 )
 
 // Share is a port range [Lo, Hi).

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -244,7 +244,7 @@ func (s invokerServices) Lookup(name string) (*rpc.Service, error) {
 }
 
 // clusterView is the admin API's view of the cluster from this node.
-type clusterView struct{ n *node }
+type clusterView struct{ n *Server }
 
 func (c clusterView) Nodes() []admin.NodeStatus {
 	members := c.n.members.Members()
