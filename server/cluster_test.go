@@ -169,7 +169,7 @@ func TestIngressAPIOnThreeNodeCluster(t *testing.T) {
 		t.Fatalf("register Strict: %d %s", r.status, r.body)
 	}
 	// A client that registers a service and calls it at once through
-	// other nodes is not told it does not exist (currentServices).
+	// other nodes is not told it does not exist (registry.IngressLookup).
 	r = call(t, http.MethodPut, adminURL+"/services/Fresh", `{"url":"`+svc.srv.URL+`"}`)
 	if r.status/100 != 2 {
 		t.Fatalf("register Fresh: %d %s", r.status, r.body)

@@ -274,7 +274,7 @@ func (n *Server) Start() (err error) {
 		pc.Partition = p
 		pc.Retention = cfg.Retention
 		pc.Invoker.Retry = retry
-		pc.Services = invokerServices{n.registry}
+		pc.Services = registry.InvokerLookup{Registry: n.registry}
 		pc.Logger = n.log
 		pc.Registerer = reg
 		if n.processors[p], err = partition.New(pc); err != nil {
@@ -302,7 +302,7 @@ func (n *Server) Start() (err error) {
 	// The backend serves this node's dispatch server and its own client's
 	// attempts on partitions it leads; it fences partitions through the
 	// client when the registry changes.
-	local := &backend{registry: n.registry, processors: n.processors}
+	local := &backend{processors: n.processors}
 	ccfg := dispatch.DefaultClientConfig()
 	ccfg.Self = cfg.NodeID
 	ccfg.Peers = cfg.InitialCluster
@@ -315,7 +315,7 @@ func (n *Server) Start() (err error) {
 	if n.dispatchClient, err = dispatch.NewClient(ccfg); err != nil {
 		return err
 	}
-	local.fences = n.dispatchClient
+	local.writes = registry.Writer{Registry: n.registry, Fences: n.dispatchClient, Partitions: cfg.Partitions}
 
 	scfg := dispatch.DefaultServerConfig()
 	scfg.Logger = n.log
@@ -340,7 +340,7 @@ func (n *Server) Start() (err error) {
 	icfg := ingress.DefaultConfig()
 	icfg.Partitions = cfg.Partitions
 	icfg.Dispatcher = n.dispatchClient
-	icfg.Services = currentServices{n.registry}
+	icfg.Services = registry.IngressLookup{Registry: n.registry}
 	icfg.Retention = cfg.Retention
 	icfg.MaxBodyBytes = cfg.MaxBodyBytes
 	icfg.MaxConcurrent = cfg.MaxConcurrent
