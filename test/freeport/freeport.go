@@ -1,6 +1,7 @@
 package freeport
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -34,6 +35,15 @@ var handedOut = struct {
 // When the kernel's ephemeral range overlaps s, it probes with :0 instead.
 func Port(tb testing.TB, s Share) int {
 	tb.Helper()
+	port, err := Pick(s)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return port
+}
+
+// Pick is Port for code without a testing.TB (a TestMain).
+func Pick(s Share) (int, error) {
 	lo, hi := s.Lo, s.Hi
 	if ephemeralLow() < hi {
 		lo, hi = 0, 0
@@ -59,11 +69,10 @@ func Port(tb testing.TB, s Share) int {
 		handedOut.ports[port] = true
 		handedOut.Unlock()
 		if fresh {
-			return port
+			return port, nil
 		}
 	}
-	tb.Fatal("freeport: no free TCP+UDP port found")
-	return 0
+	return 0, errors.New("freeport: no free TCP+UDP port found")
 }
 
 // Addr is Port as a "127.0.0.1:port" address.
