@@ -10,10 +10,15 @@
 // registration carries the index it was applied at (RegisteredIndex), so
 // that a partition told of a later change (rpc.FenceService, sent by the
 // node that took the change before it answers) can refuse an invocation
-// checked against it. Lookup and List read this replica's applied copy
-// from memory. CatchUp brings the replica up to what the leader committed;
-// LookupCurrent catches up before it answers, so a service registered a
-// moment ago through another node is found.
+// checked against it. Writer is how a node takes a change: it answers Put
+// or Delete only once every partition was fenced at it (fence.go).
+//
+// Lookup and List read this replica's applied copy from memory. CatchUp
+// brings the replica up to what the leader committed; LookupCurrent
+// catches up before it answers, so a service registered a moment ago
+// through another node is found. IngressLookup and InvokerLookup are the
+// readers' lookups, each with the consistency its reader needs
+// (lookup.go).
 //
 // A service has a kind: a plain service (the default, and what every
 // registration from before kinds existed reads as), a virtual object or a

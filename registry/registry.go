@@ -10,13 +10,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/proposals"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/rpc"
-	"github.com/rs/zerolog"
-	bolt "go.etcd.io/bbolt"
-	"google.golang.org/protobuf/proto"
 )
 
 // servicesBucket: service name → marshalled rpc.Service.

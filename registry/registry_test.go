@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/rpc"
-	"github.com/rs/zerolog"
-	bolt "go.etcd.io/bbolt"
 )
 
 // stateBucket stands for the group's state bucket raftlog hands to Apply.

@@ -12,12 +12,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/raftgate/raftgate/server"
 )
 
 // Default URLs of the operator tools: the API.md default addresses.
 const (
-	defaultAdminURL   = "http://" + DefaultAdminAddr
-	defaultIngressURL = "http://" + DefaultIngressAddr
+	defaultAdminURL   = "http://" + server.DefaultAdminAddr
+	defaultIngressURL = "http://" + server.DefaultIngressAddr
 )
 
 // apiError is a non-2xx answer of the admin or ingress API.

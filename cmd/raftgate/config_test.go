@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/raftgate/raftgate/server"
 )
 
 // runCapture runs the command line with env vars from vars and returns the
@@ -137,14 +139,14 @@ log-level: debug
 // from RAFTGATE_PLACEMENT, and refuses other values by name.
 func TestPlacementFlag(t *testing.T) {
 	dir := t.TempDir()
-	if cfg, stderr, code := runCapture(t, []string{"server", "--data-dir", dir}, nil); code != 0 || cfg.Placement != PlacementLocal {
+	if cfg, stderr, code := runCapture(t, []string{"server", "--data-dir", dir}, nil); code != 0 || cfg.Placement != server.PlacementLocal {
 		t.Fatalf("default: placement %q, exit %d: %s", cfg.Placement, code, stderr)
 	}
-	if cfg, stderr, code := runCapture(t, []string{"server", "--data-dir", dir, "--placement", "spread"}, nil); code != 0 || cfg.Placement != PlacementSpread {
+	if cfg, stderr, code := runCapture(t, []string{"server", "--data-dir", dir, "--placement", "spread"}, nil); code != 0 || cfg.Placement != server.PlacementSpread {
 		t.Fatalf("--placement spread: placement %q, exit %d: %s", cfg.Placement, code, stderr)
 	}
 	env := map[string]string{"RAFTGATE_PLACEMENT": "spread"}
-	if cfg, stderr, code := runCapture(t, []string{"server", "--data-dir", dir}, env); code != 0 || cfg.Placement != PlacementSpread {
+	if cfg, stderr, code := runCapture(t, []string{"server", "--data-dir", dir}, env); code != 0 || cfg.Placement != server.PlacementSpread {
 		t.Fatalf("RAFTGATE_PLACEMENT=spread: placement %q, exit %d: %s", cfg.Placement, code, stderr)
 	}
 	_, stderr, code := runCapture(t, []string{"server", "--data-dir", dir, "--placement", "nearest"}, nil)
@@ -223,8 +225,8 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		cfg.InitialCluster = maps.Clone(valid.InitialCluster)
 		c.mutate(&cfg)
 		err := cfg.Validate()
-		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("got %v, want an ErrInvalidConfig containing %q", err, c.want)
+		if !errors.Is(err, server.ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("got %v, want an server.ErrInvalidConfig containing %q", err, c.want)
 		}
 	}
 }
@@ -238,7 +240,7 @@ func TestParseInitialCluster(t *testing.T) {
 	if !maps.Equal(got, want) {
 		t.Fatalf("got %v", got)
 	}
-	if s := formatInitialCluster(got); s != "1=127.0.0.1:5122,2=127.0.0.1:5222,3=127.0.0.1:5322" {
+	if s := server.FormatInitialCluster(got); s != "1=127.0.0.1:5122,2=127.0.0.1:5222,3=127.0.0.1:5322" {
 		t.Fatalf("format %q", s)
 	}
 	for _, bad := range []string{"1", "0=a:1", "x=a:1", "1=a:1,1=b:1"} {

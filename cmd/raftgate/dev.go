@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/raftgate/raftgate/ingress/admin"
+	"github.com/raftgate/raftgate/server"
 )
 
 // devPortStep separates the ports of dev nodes: node 2 listens on the
@@ -35,7 +36,7 @@ type devAddrs struct {
 }
 
 func defaultDevAddrs() devAddrs {
-	return devAddrs{ingress: DefaultIngressAddr, admin: DefaultAdminAddr, node: DefaultNodeAddr, gossip: DefaultGossipAddr}
+	return devAddrs{ingress: server.DefaultIngressAddr, admin: server.DefaultAdminAddr, node: server.DefaultNodeAddr, gossip: server.DefaultGossipAddr}
 }
 
 // devConfigs returns the configs of a local n-node cluster with data under

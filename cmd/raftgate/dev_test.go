@@ -16,11 +16,12 @@ import (
 
 	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/rpc"
+	"github.com/raftgate/raftgate/server"
 )
 
 func TestDevConfigs(t *testing.T) {
 	one := devConfigs(1, "/data", defaultDevAddrs())
-	if len(one) != 1 || one[0].IngressAddr != DefaultIngressAddr || one[0].AdminAddr != DefaultAdminAddr ||
+	if len(one) != 1 || one[0].IngressAddr != server.DefaultIngressAddr || one[0].AdminAddr != server.DefaultAdminAddr ||
 		one[0].DataDir != "/data/node-1" || len(one[0].Join) != 0 || one[0].LogFormat != "console" || !one[0].OpenIngressExpected {
 		t.Fatalf("1 node: %+v", one)
 	}
@@ -34,7 +35,7 @@ func TestDevConfigs(t *testing.T) {
 		if err := c.Validate(); err != nil {
 			t.Fatalf("node %d: %v", c.NodeID, err)
 		}
-		if formatInitialCluster(c.InitialCluster) != "1=127.0.0.1:5122,2=127.0.0.1:5222,3=127.0.0.1:5322" {
+		if server.FormatInitialCluster(c.InitialCluster) != "1=127.0.0.1:5122,2=127.0.0.1:5222,3=127.0.0.1:5322" {
 			t.Fatalf("initial cluster %v", c.InitialCluster)
 		}
 	}

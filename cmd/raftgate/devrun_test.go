@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/raftgate/raftgate/internal/testutil"
+	"github.com/raftgate/raftgate/server/servertest"
 )
 
 // TestDevHelpCommandsWorkAsPrinted runs `dev` with a real node and pastes
@@ -116,12 +117,9 @@ func TestDevLogsNoRaftChatterAtInfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nd, err := startNode(cfg, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testutil.WaitFor(t, 20*time.Second, "the node ready", clusterView{n: nd}.Ready)
-	if err := nd.shutdown(); err != nil {
+	cfg.Logger = logger
+	nd := servertest.Start(t, cfg.Config)
+	if err := nd.Close(); err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(logs.String(), "\n") {
@@ -133,22 +131,5 @@ func TestDevLogsNoRaftChatterAtInfo(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "raftgate node started") {
 		t.Fatalf("no start line in the log:\n%s", logs.String())
-	}
-}
-
-func TestRaftChatterHook(t *testing.T) {
-	var buf bytes.Buffer
-	log := zerolog.New(&buf).Hook(newRaftChatterHook(26))
-	log.Info().Msg("1a became leader at term 2")
-	log.Info().Msg("newRaft 1a [peers: [1a]]")
-	log.Info().Msg("raft.node: 1a elected leader 1a at term 2")
-	log.Info().Msg("raft leadership")
-	log.Warn().Msg("1a stepped down to follower since quorum is not active")
-	got := buf.String()
-	if strings.Contains(got, "became leader") || strings.Contains(got, "newRaft") || strings.Contains(got, "elected") {
-		t.Errorf("raft's info chatter passed:\n%s", got)
-	}
-	if !strings.Contains(got, "raft leadership") || !strings.Contains(got, "stepped down") {
-		t.Errorf("raftlog's message or raft's warning was dropped:\n%s", got)
 	}
 }

@@ -6,9 +6,7 @@
 // (version.go).
 //
 // This package maps flags, RAFTGATE_* environment variables and a config
-// file to configs (precedence: flag > env > file > default), and holds the
-// operator tools; the components themselves live in library packages and
-// are composed in node.go, with the glue that exports node-level metrics
-// (groupmetrics.go, diskmetrics.go) and reloads the ingress tokens on
-// SIGHUP (tokens.go).
+// file to a server.Config (precedence: flag > env > file > default), and
+// holds the operator tools; the node itself is package server, which
+// `server` and `dev` run (runServer in server.go).
 package main

@@ -3,12 +3,16 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/raftgate/raftgate/internal/testutil"
+	"github.com/raftgate/raftgate/server"
+	"github.com/raftgate/raftgate/server/servertest"
+	"github.com/raftgate/raftgate/test/freeport"
 )
 
 // TestLogDurations (issue 15, item 10): durations carry their unit in JSON
@@ -64,28 +68,29 @@ func TestNodeLogNamesEachComponentOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := DefaultServerConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.IngressAddr, cfg.AdminAddr, cfg.NodeAddr, cfg.GossipAddr = freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
-	cfg.InitialCluster = map[uint64]string{1: cfg.NodeAddr}
-	cfg.ShutdownGrace = 2 * time.Second
-	nd, err := startNode(cfg, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nd.shutdown() })
-	testutil.WaitFor(t, 20*time.Second, "node ready", clusterView{n: nd}.Ready)
-	testutil.WaitFor(t, 20*time.Second, "node serving its ingress", nd.serving)
-	admin, ingress := "http://"+cfg.AdminAddr, "http://"+cfg.IngressAddr
-	if r := call(t, "GET", admin+"/services/Nope", ""); r.status != 404 { // logged by the admin API at debug
-		t.Fatalf("GET /services/Nope: %d %s", r.status, r.body)
-	}
-	if r := call(t, "PUT", admin+"/services/Echo", `{"url":"http://127.0.0.1:1"}`); r.status/100 != 2 {
-		t.Fatalf("register: %d %s", r.status, r.body)
-	}
-	// No time to append: a 503 the ingress handler logs at warn.
-	if r := call(t, "POST", ingress+"/Echo/echo?timeout=1ns", ""); r.status != 503 {
-		t.Fatalf("call with 1ns to append: %d %s", r.status, r.body)
+	_, cfgs := servertest.StartCluster(t, 1, freeport.Cmd, func(c *server.Config) { c.Logger = logger })
+	admin, ingress := "http://"+cfgs[0].AdminAddr, "http://"+cfgs[0].IngressAddr
+	for _, c := range []struct {
+		method, url, body string
+		want              int
+	}{
+		{"GET", admin + "/services/Nope", "", 404}, // logged by the admin API at debug
+		{"PUT", admin + "/services/Echo", `{"url":"http://127.0.0.1:1"}`, 201},
+		// No time to append: a 503 the ingress handler logs at warn.
+		{"POST", ingress + "/Echo/echo?timeout=1ns", "", 503},
+	} {
+		req, err := http.NewRequest(c.method, c.url, strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Fatalf("%s %s: %d, want %d", c.method, c.url, resp.StatusCode, c.want)
+		}
 	}
 	components := map[string]int{}
 	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+
+	"github.com/raftgate/raftgate/internal/buildinfo"
 )
 
 // cliEnv is the process environment the commands use, injected so that
@@ -58,8 +60,8 @@ dashes as underscores); flags win over the environment.`,
 		},
 	}
 	// --version prints what `raftgate version` prints.
-	root.Version = readBuildInfo().Version
-	root.SetVersionTemplate(versionText(readBuildInfo()))
+	root.Version = buildinfo.Read().Version
+	root.SetVersionTemplate(versionText(buildinfo.Read()))
 	root.SetIn(env.stdin)
 	root.SetOut(env.stdout)
 	root.SetErr(env.stderr)

@@ -1,13 +1,70 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/raftgate/raftgate/internal/buildinfo"
+	"github.com/raftgate/raftgate/server"
 )
+
+// ServerConfig is what `raftgate server` runs: the node's config, and the
+// format and level of the log the command builds for it.
+type ServerConfig struct {
+	server.Config
+	// LogFormat is json or console (--log-format).
+	LogFormat string
+	// LogLevel is trace, debug, info, warn or error (--log-level).
+	LogLevel string
+}
+
+// DefaultServerConfig is server.DefaultConfig with a JSON log at info.
+func DefaultServerConfig() ServerConfig {
+	return ServerConfig{Config: server.DefaultConfig(), LogFormat: "json", LogLevel: "info"}
+}
+
+// Validate checks the node's config and the log's format and level.
+func (c ServerConfig) Validate() error {
+	if err := c.Config.Validate(); err != nil {
+		return err
+	}
+	if c.LogFormat != "json" && c.LogFormat != "console" {
+		return fmt.Errorf("%w: --log-format: %q is not json or console", server.ErrInvalidConfig, c.LogFormat)
+	}
+	if _, err := zerolog.ParseLevel(c.LogLevel); err != nil || c.LogLevel == "" {
+		return fmt.Errorf("%w: --log-level: %q is not one of trace, debug, info, warn, error", server.ErrInvalidConfig, c.LogLevel)
+	}
+	return nil
+}
+
+// runServer runs one raftgate node with cfg until ctx is done, then shuts
+// it down within cfg.ShutdownGrace and returns nil; it returns an error if
+// the node cannot start or stops by itself. cfg has passed Validate.
+func runServer(ctx context.Context, cfg ServerConfig, logger zerolog.Logger) error {
+	tuneGC()
+	cfg.Logger = logger
+	n, err := server.New(cfg.Config)
+	if err != nil {
+		return err
+	}
+	if err := n.Start(); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return n.Close()
+	case err := <-n.Err():
+		return errors.Join(err, n.Close())
+	}
+}
 
 // serverFlags binds the server's flags; the two fields that need parsing
 // are kept as text until toConfig.
@@ -29,7 +86,7 @@ func newServerFlags(fs *pflag.FlagSet) *serverFlags {
 	fs.StringVar(&c.NodeAddr, "node-addr", d.NodeAddr, "listen address of node-to-node gRPC (Raft and dispatch)")
 	fs.StringVar(&c.GossipAddr, "gossip-addr", d.GossipAddr, "listen address of gossip (TCP and UDP)")
 	fs.StringVar(&c.AdvertiseGossipAddr, "advertise-gossip-addr", "", "gossip address other nodes use, when not --gossip-addr (NAT, proxy)")
-	fs.StringVar(&sf.initialCluster, "initial-cluster", formatInitialCluster(d.InitialCluster),
+	fs.StringVar(&sf.initialCluster, "initial-cluster", server.FormatInitialCluster(d.InitialCluster),
 		"every voter as id=host:port, the address the others dial; the same on every node")
 	fs.StringSliceVar(&c.Join, "join", nil, "gossip addresses to join, comma-separated")
 	fs.Uint32Var(&c.Partitions, "partitions", d.Partitions, "number of partitions, fixed when the cluster is first started")
@@ -68,13 +125,13 @@ func (sf *serverFlags) toConfig() (ServerConfig, error) {
 	cfg.Join = append([]string(nil), sf.cfg.Join...)
 	ic, err := parseInitialCluster(sf.initialCluster)
 	if err != nil {
-		return cfg, fmt.Errorf("%w: --initial-cluster: %v", ErrInvalidConfig, err)
+		return cfg, fmt.Errorf("%w: --initial-cluster: %v", server.ErrInvalidConfig, err)
 	}
 	cfg.InitialCluster = ic
 	if k := strings.TrimSpace(sf.gossipKey); k != "" {
 		key, err := base64.StdEncoding.DecodeString(k)
 		if err != nil {
-			return cfg, fmt.Errorf("%w: --gossip-key: not base64: %v", ErrInvalidConfig, err)
+			return cfg, fmt.Errorf("%w: --gossip-key: not base64: %v", server.ErrInvalidConfig, err)
 		}
 		cfg.GossipKey = key
 	}
@@ -103,9 +160,9 @@ func newServerCmd(env cliEnv, runNode serverRunner) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		if spec, ok := env.lookupEnv(failpointEnv); ok && spec != "" {
-			seed, _ := env.lookupEnv(failpointSeedEnv)
-			if cfg.failpoint, err = parseFailpoint(spec, seed); err != nil {
+		if spec, ok := env.lookupEnv(server.FailpointEnv); ok && spec != "" {
+			seed, _ := env.lookupEnv(server.FailpointSeedEnv)
+			if cfg.Failpoint, err = server.ParseFailpoint(spec, seed); err != nil {
 				return err
 			}
 		}
@@ -117,10 +174,7 @@ func newServerCmd(env cliEnv, runNode serverRunner) *cobra.Command {
 		// do not add it themselves).
 		logger = logger.With().Uint64("node", cfg.NodeID).Logger()
 		warnUnknownEnv(cmd, env, logger)
-		if cfg.failpoint != nil {
-			cfg.failpoint.warn(logger)
-		}
-		logger.Info().Str("version", readBuildInfo().Version).Str("data_dir", cfg.DataDir).
+		logger.Info().Str("version", buildinfo.Read().Version).Str("data_dir", cfg.DataDir).
 			Str("ingress", cfg.IngressAddr).Str("admin", cfg.AdminAddr).Str("node_addr", cfg.NodeAddr).
 			Str("gossip", cfg.GossipAddr).Uint32("partitions", cfg.Partitions).
 			Bool("node_tls", cfg.TLSCert != "").Bool("node_tls_verifies_peers", cfg.TLSCA != "").
@@ -129,4 +183,28 @@ func newServerCmd(env cliEnv, runNode serverRunner) *cobra.Command {
 		return runNode(cmd.Context(), cfg, logger)
 	}
 	return cmd
+}
+
+// parseInitialCluster reads "1=host:port,2=host:port".
+func parseInitialCluster(s string) (map[uint64]string, error) {
+	out := make(map[uint64]string)
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		idText, addr, ok := strings.Cut(part, "=")
+		if !ok {
+			return nil, fmt.Errorf("%q is not id=host:port", part)
+		}
+		id, err := strconv.ParseUint(strings.TrimSpace(idText), 10, 64)
+		if err != nil || id == 0 {
+			return nil, fmt.Errorf("%q: node id must be a positive integer", part)
+		}
+		if _, dup := out[id]; dup {
+			return nil, fmt.Errorf("node %d is listed twice", id)
+		}
+		out[id] = strings.TrimSpace(addr)
+	}
+	return out, nil
 }

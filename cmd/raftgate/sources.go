@@ -14,6 +14,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"gopkg.in/yaml.v3"
+
+	"github.com/raftgate/raftgate/server"
 )
 
 // envName is the environment variable of a flag: RAFTGATE_NODE_ID for
@@ -71,7 +73,7 @@ func unknownEnv(root *cobra.Command, environ []string) []string {
 	}
 	walk(root)
 	// Read by the server, not flags: the crash tests' failpoints.
-	known[failpointEnv], known[failpointSeedEnv] = true, true
+	known[server.FailpointEnv], known[server.FailpointSeedEnv] = true, true
 	var unknown []string
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")

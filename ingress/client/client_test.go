@@ -3,29 +3,34 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/raftgate/raftgate/ingress"
 	"github.com/raftgate/raftgate/ingress/client"
+	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/invocation"
-	"github.com/raftgate/raftgate/rpc"
+	"github.com/raftgate/raftgate/server"
+	"github.com/raftgate/raftgate/server/servertest"
+	"github.com/raftgate/raftgate/test/freeport"
 )
 
-func echo(inv *rpc.Invoke) *rpc.Result {
-	return &rpc.Result{Status: 200, Body: inv.Body, ContentType: inv.ContentType}
-}
-
-func newClient(t *testing.T, cluster ingress.Dispatcher, mutate func(*ingress.Config), opts ...client.Option) *client.Client {
+// newClient is a client of the package's node (TestMain).
+func newClient(t *testing.T, opts ...client.Option) *client.Client {
 	t.Helper()
-	srv := startIngress(t, cluster, mutate)
-	c, err := client.New(srv.URL+"/", opts...)
+	c, err := client.New(ingressURL+"/", opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// uniqueKey is an idempotency key no other run of the test used on the
+// package's node.
+func uniqueKey(t *testing.T) string {
+	return fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
 }
 
 func TestNewRejectsBadURL(t *testing.T) {
@@ -38,12 +43,12 @@ func TestNewRejectsBadURL(t *testing.T) {
 
 func TestCall(t *testing.T) {
 	ctx := context.Background()
-	c := newClient(t, newMemCluster(echo), nil)
+	c := newClient(t)
 	resp, err := c.Call(ctx, "Greeter", "greet", []byte(`{"name":"ann"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.Status != 200 || string(resp.Body) != `{"name":"ann"}` || resp.ContentType != "application/json" {
+	if resp.Status != 200 || string(resp.Body) != `hello, {"name":"ann"}` || resp.ContentType != "application/json" {
 		t.Fatalf("response = %+v", resp)
 	}
 	if _, err := invocation.ParseID(resp.InvocationID); err != nil {
@@ -52,11 +57,12 @@ func TestCall(t *testing.T) {
 	if !resp.IdempotencyExpires.IsZero() {
 		t.Fatal("idempotency-expires without a key")
 	}
-	keyed, err := c.Call(ctx, "Greeter", "greet", []byte("x"), client.WithContentType("text/plain"), client.WithIdempotencyKey("k"))
+	key := uniqueKey(t)
+	keyed, err := c.Call(ctx, "Greeter", "greet", []byte("x"), client.WithContentType("text/plain"), client.WithIdempotencyKey(key))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if keyed.InvocationID != invocation.Idempotent("Greeter", "greet", "k").String() || keyed.IdempotencyExpires.IsZero() ||
+	if keyed.InvocationID != invocation.Idempotent("Greeter", "greet", key).String() || keyed.IdempotencyExpires.IsZero() ||
 		keyed.ContentType != "text/plain" {
 		t.Fatalf("keyed call = %+v", keyed)
 	}
@@ -70,13 +76,7 @@ func TestCall(t *testing.T) {
 
 func TestCallErrors(t *testing.T) {
 	ctx := context.Background()
-	cluster := newMemCluster(func(inv *rpc.Invoke) *rpc.Result {
-		if string(inv.Body) == `"fail"` {
-			return &rpc.Result{Status: 422, Body: []byte("cannot greet"), ContentType: "text/plain", Failed: true}
-		}
-		return &rpc.Result{Status: 500, Failed: true, Error: "retries exhausted"}
-	})
-	c := newClient(t, cluster, nil)
+	c := newClient(t)
 	var e *client.Error
 	_, err := c.Call(ctx, "Greeter", "greet", []byte(`"fail"`))
 	if !errors.As(err, &e) || e.Code != 422 || e.Source != "invocation" || e.Message != "cannot greet" || e.InvocationID == "" {
@@ -85,8 +85,8 @@ func TestCallErrors(t *testing.T) {
 	if errors.Is(err, client.ErrNotFound) || errors.Is(err, client.ErrNotReady) {
 		t.Fatal("service failure matches a sentinel")
 	}
-	_, err = c.Call(ctx, "Greeter", "greet", []byte(`"x"`))
-	if !errors.As(err, &e) || e.Code != 500 || e.Source != "invocation" || e.Message != "retries exhausted" {
+	_, err = c.Call(ctx, "Greeter", "greet", []byte(`"exhaust"`))
+	if !errors.As(err, &e) || e.Code != 500 || e.Source != "invocation" || !strings.Contains(e.Message, "gave up after 2 attempts") {
 		t.Fatalf("exhausted: %#v", err)
 	}
 	_, err = c.Call(ctx, "Nope", "greet", nil)
@@ -101,24 +101,24 @@ func TestCallErrors(t *testing.T) {
 
 func TestSendAttachOutput(t *testing.T) {
 	ctx := context.Background()
-	cluster := newMemCluster(nil) // invocations stay pending until finished
-	c := newClient(t, cluster, nil)
-	sent, err := c.Send(ctx, "Greeter", "greet", []byte(`1`), client.WithIdempotencyKey("s1"), client.WithDelay(90*time.Second))
+	c := newClient(t)
+	delayedKey := uniqueKey(t) + "-delayed"
+	sent, err := c.Send(ctx, "Greeter", "greet", []byte(`1`), client.WithIdempotencyKey(delayedKey), client.WithDelay(90*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sent.Status != "Accepted" || sent.ExecutionTime.IsZero() || time.Until(sent.ExecutionTime) < 80*time.Second {
 		t.Fatalf("send = %+v", sent)
 	}
-	again, err := c.Send(ctx, "Greeter", "greet", []byte(`1`), client.WithIdempotencyKey("s1"))
+	again, err := c.Send(ctx, "Greeter", "greet", []byte(`1`), client.WithIdempotencyKey(delayedKey))
 	if err != nil || again.Status != "PreviouslyAccepted" || again.InvocationID != sent.InvocationID {
 		t.Fatalf("second send = %+v, %v", again, err)
 	}
-	// Not ready yet.
+	// Not ready yet: it runs in 90 seconds.
 	if _, err := c.Output(ctx, sent.InvocationID); !errors.Is(err, client.ErrNotReady) {
 		t.Fatalf("output before completion: %v", err)
 	}
-	if _, err := c.OutputByKey(ctx, "Greeter", "greet", "s1"); !errors.Is(err, client.ErrNotReady) {
+	if _, err := c.OutputByKey(ctx, "Greeter", "greet", delayedKey); !errors.Is(err, client.ErrNotReady) {
 		t.Fatalf("output by key before completion: %v", err)
 	}
 	_, err = c.Attach(ctx, sent.InvocationID, client.WithTimeout(20*time.Millisecond))
@@ -126,16 +126,25 @@ func TestSendAttachOutput(t *testing.T) {
 	if !errors.Is(err, client.ErrNotReady) || !errors.As(err, &e) || e.InvocationID != sent.InvocationID {
 		t.Fatalf("attach timeout: %v", err)
 	}
-	id, _ := invocation.ParseID(sent.InvocationID)
-	cluster.finish(id, &rpc.Result{Status: 200, Body: []byte("ok"), ContentType: "text/plain"})
+
+	// One that runs at once, held in the service until released.
+	key := uniqueKey(t)
+	held, err := c.Send(ctx, "Greeter", "greet", []byte("hold:"+key), client.WithContentType("text/plain"), client.WithIdempotencyKey(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Output(ctx, held.InvocationID); !errors.Is(err, client.ErrNotReady) {
+		t.Fatalf("output while the service holds it: %v", err)
+	}
+	greeter.release(key)
 	for _, get := range []func() (*client.Response, error){
-		func() (*client.Response, error) { return c.Attach(ctx, sent.InvocationID) },
-		func() (*client.Response, error) { return c.Output(ctx, sent.InvocationID) },
-		func() (*client.Response, error) { return c.AttachByKey(ctx, "Greeter", "greet", "s1") },
-		func() (*client.Response, error) { return c.OutputByKey(ctx, "Greeter", "greet", "s1") },
+		func() (*client.Response, error) { return c.Attach(ctx, held.InvocationID) },
+		func() (*client.Response, error) { return c.Output(ctx, held.InvocationID) },
+		func() (*client.Response, error) { return c.AttachByKey(ctx, "Greeter", "greet", key) },
+		func() (*client.Response, error) { return c.OutputByKey(ctx, "Greeter", "greet", key) },
 	} {
 		resp, err := get()
-		if err != nil || string(resp.Body) != "ok" || resp.InvocationID != sent.InvocationID || resp.IdempotencyExpires.IsZero() {
+		if err != nil || string(resp.Body) != "hello, hold:"+key || resp.InvocationID != held.InvocationID || resp.IdempotencyExpires.IsZero() {
 			t.Fatalf("result = %+v, %v", resp, err)
 		}
 	}
@@ -148,41 +157,36 @@ func TestSendAttachOutput(t *testing.T) {
 	}
 }
 
-// blockingCluster holds every append until release is closed.
-type blockingCluster struct {
-	*memCluster
-	entered chan struct{}
-	release chan struct{}
-}
-
-func (b *blockingCluster) Append(ctx context.Context, p uint32, inv *rpc.Invoke) (*rpc.Appended, error) {
-	b.entered <- struct{}{}
-	select {
-	case <-b.release:
-	case <-ctx.Done():
-		return nil, rpc.ErrUnavailable
-	}
-	return b.memCluster.Append(ctx, p, inv)
-}
-
+// TestRetryAfter: a node at its concurrency limit answers 429 with a
+// Retry-After, which the client reports.
 func TestRetryAfter(t *testing.T) {
 	ctx := context.Background()
-	bc := &blockingCluster{memCluster: newMemCluster(echo), entered: make(chan struct{}, 1), release: make(chan struct{})}
-	c := newClient(t, bc, func(cfg *ingress.Config) { cfg.MaxConcurrent = 1; cfg.RetryAfter = 2 * time.Second },
-		client.WithHeader("X-Test", "1"), client.WithHTTPClient(&http.Client{Timeout: 10 * time.Second}))
+	_, cfgs := servertest.StartCluster(t, 1, freeport.Client, func(c *server.Config) { c.MaxConcurrent = 1 })
+	if err := register(cfgs[0].AdminAddr, "Greeter", `{"url":"`+greeterURL+`","handlers":["greet"]}`); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New("http://"+cfgs[0].IngressAddr, client.WithHeader("X-Test", "1"),
+		client.WithHTTPClient(&http.Client{Timeout: 10 * time.Second}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := uniqueKey(t)
 	first := make(chan error, 1)
 	go func() {
-		_, err := c.Send(ctx, "Greeter", "greet", nil)
+		_, err := c.Call(ctx, "Greeter", "greet", []byte("hold:"+key), client.WithContentType("text/plain"))
 		first <- err
 	}()
-	<-bc.entered
-	_, err := c.Send(ctx, "Greeter", "greet", nil)
+	testutil.WaitFor(t, 10*time.Second, "the held call to reach the service", func() bool { return greeter.arrived(key) })
+	_, err = c.Send(ctx, "Greeter", "greet", nil)
 	var e *client.Error
-	if !errors.As(err, &e) || e.Code != 429 || e.RetryAfter != 2*time.Second || e.Source != "ingress" {
-		t.Fatalf("at the limit: %v", err)
+	if !errors.As(err, &e) || e.Code != 429 {
+		t.Fatalf("send while the held call takes the one slot: %v, want 429", err)
 	}
-	close(bc.release)
+	if e.RetryAfter != time.Second || e.Source != "ingress" {
+		t.Fatalf("at the limit: %v (Retry-After %v), want the ingress's default 1s", e, e.RetryAfter)
+	}
+	greeter.release(key)
 	if err := <-first; err != nil {
-		t.Fatalf("admitted send: %v", err)
+		t.Fatalf("admitted call: %v", err)
 	}
 }

@@ -1,135 +1,145 @@
 package client_test
 
 import (
-	"context"
+	"bytes"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/raftgate/raftgate/ingress"
-	"github.com/raftgate/raftgate/invocation"
-	"github.com/raftgate/raftgate/rpc"
+	"github.com/raftgate/raftgate/server"
+	"github.com/raftgate/raftgate/server/servertest"
+	"github.com/raftgate/raftgate/test/freeport"
 )
 
-// memCluster is an in-memory stand-in for the cluster behind the ingress's
-// Dispatcher interface: it de-duplicates by invocation id and runs each
-// invocation with run (nil: invocations stay pending until finish).
-type memCluster struct {
-	mu          sync.Mutex
-	invocations map[invocation.ID]*memInvocation
-	run         func(*rpc.Invoke) *rpc.Result
-}
+// The client's tests and examples run against a real one-node raftgate
+// cluster in this process (package server), started once for the package,
+// which delivers to the Greeter service below on 127.0.0.1.
 
-type memInvocation struct {
-	invoke *rpc.Invoke
-	result *rpc.InvocationResult
-	done   chan struct{}
-}
+// ingressURL is the shared node's ingress, for every test of the package;
+// greeterURL is the Greeter service's.
+var ingressURL, greeterURL string
 
-func newMemCluster(run func(*rpc.Invoke) *rpc.Result) *memCluster {
-	return &memCluster{invocations: map[invocation.ID]*memInvocation{}, run: run}
-}
+// greeter is the service every test calls.
+var greeter = newGreeterService()
 
-func (m *memCluster) Append(_ context.Context, _ uint32, inv *rpc.Invoke) (*rpc.Appended, error) {
-	id, err := invocation.IDFromBytes(inv.InvocationId)
+func TestMain(m *testing.M) { os.Exit(runTests(m)) }
+
+func runTests(m *testing.M) int {
+	svc := httptest.NewServer(greeter)
+	defer svc.Close()
+	cluster, err := servertest.NewCluster(1, freeport.Client, tuneNode)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", rpc.ErrInvalid, err)
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
-	m.mu.Lock()
-	if old, ok := m.invocations[id]; ok {
-		m.mu.Unlock()
-		return &rpc.Appended{InvocationId: id[:], PreviouslyAccepted: true, NotBeforeUnixMs: old.invoke.NotBeforeUnixMs}, nil
+	defer cluster.Close()
+	cfg := cluster.Configs[0]
+	greeterURL = svc.URL
+	if err := register(cfg.AdminAddr, "Greeter", `{"url":"`+greeterURL+`","handlers":["greet"]}`); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
-	m.invocations[id] = &memInvocation{invoke: inv, done: make(chan struct{})}
-	m.mu.Unlock()
-	if m.run != nil {
-		m.finish(id, m.run(inv))
-	}
-	return &rpc.Appended{InvocationId: id[:], NotBeforeUnixMs: inv.NotBeforeUnixMs}, nil
+	ingressURL = "http://" + cfg.IngressAddr
+	return m.Run()
 }
 
-func (m *memCluster) finish(id invocation.ID, res *rpc.Result) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	mi := m.invocations[id]
-	if mi == nil || mi.result != nil {
+// tuneNode gives up on a failing delivery after two quick attempts.
+func tuneNode(c *server.Config) {
+	c.RetryMaxAttempts = 2
+	c.RetryInitialBackoff = 10 * time.Millisecond
+	c.RetryMaxBackoff = 10 * time.Millisecond
+}
+
+// register puts a service through the admin API at adminAddr.
+func register(adminAddr, name, body string) error {
+	req, err := http.NewRequest(http.MethodPut, "http://"+adminAddr+"/services/"+name, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("register %s: %d %s", name, resp.StatusCode, b)
+	}
+	return nil
+}
+
+// greeterService serves POST /Greeter/greet: it answers "hello, " and the
+// body, in the request's content type. The bodies `"fail"` (422, a
+// terminal failure) and `"exhaust"` (500, retried until the node gives
+// up) fail; a body "hold:K" waits until release(K).
+type greeterService struct {
+	mu    sync.Mutex
+	holds map[string]chan struct{} // guarded by mu
+	// came holds the keys of the held deliveries that arrived; guarded by mu.
+	came map[string]bool
+}
+
+func newGreeterService() *greeterService {
+	return &greeterService{holds: map[string]chan struct{}{}, came: map[string]bool{}}
+}
+
+func (g *greeterService) hold(key string) chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ch, ok := g.holds[key]
+	if !ok {
+		ch = make(chan struct{})
+		g.holds[key] = ch
+	}
+	return ch
+}
+
+// arrived reports whether a delivery held on key reached the service.
+func (g *greeterService) arrived(key string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.came[key]
+}
+
+// release lets the deliveries held on key answer.
+func (g *greeterService) release(key string) { close(g.hold(key)) }
+
+func (g *greeterService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || r.URL.Path != "/Greeter/greet" {
+		http.NotFound(w, r)
 		return
 	}
-	// A partition leader stamps the completion with its clock.
-	mi.result = &rpc.InvocationResult{InvocationId: id[:], Result: res,
-		IdempotencyKey: mi.invoke.IdempotencyKey, CompletedAtUnixMs: time.Now().UnixMilli()}
-	close(mi.done)
-}
-
-func (m *memCluster) get(idb []byte) (*memInvocation, error) {
-	id, err := invocation.IDFromBytes(idb)
+	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", rpc.ErrInvalid, err)
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	mi := m.invocations[id]
-	if mi == nil {
-		return nil, rpc.ErrNotFound
+	switch {
+	case string(body) == `"fail"`:
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		io.WriteString(w, "cannot greet")
+		return
+	case string(body) == `"exhaust"`:
+		w.WriteHeader(http.StatusInternalServerError)
+		return
+	case bytes.HasPrefix(body, []byte("hold:")):
+		key := string(body[len("hold:"):])
+		g.mu.Lock()
+		g.came[key] = true
+		g.mu.Unlock()
+		select {
+		case <-g.hold(key):
+		case <-r.Context().Done():
+			return
+		}
 	}
-	return mi, nil
-}
-
-func (m *memCluster) Output(_ context.Context, _ uint32, idb []byte) (*rpc.InvocationResult, error) {
-	mi, err := m.get(idb)
-	if err != nil {
-		return nil, err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if mi.result == nil {
-		return nil, rpc.ErrNotReady
-	}
-	return mi.result, nil
-}
-
-func (m *memCluster) Attach(ctx context.Context, _ uint32, idb []byte) (*rpc.InvocationResult, error) {
-	mi, err := m.get(idb)
-	if err != nil {
-		return nil, err
-	}
-	select {
-	case <-mi.done:
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		return mi.result, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("attach: %w", rpc.ErrUnavailable)
-	}
-}
-
-// registry is a static service registry.
-type registry map[string]*rpc.Service
-
-func (r registry) Lookup(_ context.Context, name string) (*rpc.Service, error) {
-	if s, ok := r[name]; ok {
-		return s, nil
-	}
-	return nil, rpc.ErrNotFound
-}
-
-// startIngress serves a real ingress.Handler over cluster on 127.0.0.1.
-func startIngress(tb testing.TB, cluster ingress.Dispatcher, mutate func(*ingress.Config)) *httptest.Server {
-	cfg := ingress.DefaultConfig()
-	cfg.Partitions = 3
-	cfg.Dispatcher = cluster
-	cfg.Services = registry{"Greeter": {Name: "Greeter", Url: "http://127.0.0.1:1", Handlers: []string{"greet"}}}
-	cfg.Retention = time.Hour
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	h, err := ingress.New(cfg)
-	if err != nil {
-		tb.Fatalf("ingress.New: %v", err)
-	}
-	srv := httptest.NewServer(h)
-	tb.Cleanup(srv.Close)
-	return srv
+	w.Header().Set("Content-Type", r.Header.Get("Content-Type"))
+	w.Write(append([]byte("hello, "), body...))
 }

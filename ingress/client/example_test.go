@@ -4,36 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http/httptest"
 	"time"
 
-	"github.com/raftgate/raftgate/ingress"
 	"github.com/raftgate/raftgate/ingress/client"
-	"github.com/raftgate/raftgate/rpc"
 )
 
-// An ingress over an in-memory cluster whose Greeter/greet answers
-// "hello, " + body; a real deployment points the client at a raftgate node.
-func exampleIngress() *httptest.Server {
-	cluster := newMemCluster(func(inv *rpc.Invoke) *rpc.Result {
-		return &rpc.Result{Status: 200, Body: append([]byte("hello, "), inv.Body...), ContentType: "text/plain"}
-	})
-	cfg := ingress.DefaultConfig()
-	cfg.Dispatcher = cluster
-	cfg.Services = registry{"Greeter": {Name: "Greeter", Url: "http://127.0.0.1:1"}}
-	h, err := ingress.New(cfg)
-	if err != nil {
-		panic(err)
-	}
-	return httptest.NewServer(h)
-}
-
+// A client of a node whose Greeter/greet answers "hello, " and the body:
+// here the test's in-process node (TestMain), in a deployment any node's
+// ingress.
 func Example() {
-	srv := exampleIngress()
-	defer srv.Close()
 	ctx := context.Background()
 
-	c, err := client.New(srv.URL)
+	c, err := client.New(ingressURL)
 	if err != nil {
 		panic(err)
 	}

@@ -3,14 +3,18 @@ package client_test
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/raftgate/raftgate/ingress"
-	"github.com/raftgate/raftgate/rpc"
+	"github.com/raftgate/raftgate/server"
+	"github.com/raftgate/raftgate/server/servertest"
+	"github.com/raftgate/raftgate/test/freeport"
 )
 
 // tsScript drives the ingress with Restate's TypeScript client
@@ -81,18 +85,27 @@ func TestTypeScriptClient(t *testing.T) {
 		t.Skip("node not installed")
 	}
 	const token = "ts-client-token-0123456789"
-	tokens, err := ingress.ParseTokens([]byte("[[token]]\nname = \"ts\"\ntoken = \"" + token + "\"\nservices = [\"*\"]\nattach = true\noutput = true\n"))
-	if err != nil {
+	tokens := filepath.Join(t.TempDir(), "tokens.toml")
+	if err := os.WriteFile(tokens, []byte("[[token]]\nname = \"ts\"\ntoken = \""+token+"\"\nservices = [\"*\"]\nattach = true\noutput = true\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv := startIngress(t, newMemCluster(echo), func(c *ingress.Config) {
-		c.Services = registry{
-			"Greeter": {Name: "Greeter", Url: "http://127.0.0.1:1", Handlers: []string{"greet"}},
-			"Counter": {Name: "Counter", Url: "http://127.0.0.1:1", Kind: rpc.Service_OBJECT},
-			"Signup":  {Name: "Signup", Url: "http://127.0.0.1:1", Kind: rpc.Service_WORKFLOW},
+	_, cfgs := servertest.StartCluster(t, 1, freeport.Client, func(c *server.Config) { c.IngressTokens = tokens })
+	// Every handler answers its request's body.
+	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", r.Header.Get("Content-Type"))
+		io.Copy(w, r.Body)
+	}))
+	t.Cleanup(echo.Close)
+	for name, reg := range map[string]string{
+		"Greeter": `{"url":"` + echo.URL + `","handlers":["greet"]}`,
+		"Counter": `{"url":"` + echo.URL + `","kind":"object"}`,
+		"Signup":  `{"url":"` + echo.URL + `","kind":"workflow"}`,
+	} {
+		if err := register(cfgs[0].AdminAddr, name, reg); err != nil {
+			t.Fatal(err)
 		}
-		c.Tokens = tokens
-	})
+	}
+	ingressURL := "http://" + cfgs[0].IngressAddr
 	script := filepath.Join(t.TempDir(), "drive.cjs")
 	if err := os.WriteFile(script, []byte(tsScript), 0o600); err != nil {
 		t.Fatal(err)
@@ -100,7 +113,7 @@ func TestTypeScriptClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, script)
-	cmd.Env = append(os.Environ(), "INGRESS_URL="+srv.URL, "TOKEN="+token, "NODE_PATH="+filepath.Join(dir, "node_modules"))
+	cmd.Env = append(os.Environ(), "INGRESS_URL="+ingressURL, "TOKEN="+token, "NODE_PATH="+filepath.Join(dir, "node_modules"))
 	outb, err := cmd.Output()
 	if err != nil {
 		var stderr []byte

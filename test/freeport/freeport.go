@@ -1,6 +1,7 @@
 package freeport
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -12,8 +13,10 @@ import (
 // Shares of the ports below the ephemeral range, one per test package that
 // starts servers (bench scripts use 21000-21999).
 var (
-	E2E = Share{22000, 27000} // package test: real raftgate processes
-	Cmd = Share{27000, 32000} // package cmd/raftgate: in-process nodes
+	E2E    = Share{22000, 27000} // package test: real raftgate processes
+	Cmd    = Share{27000, 28500} // package cmd/raftgate: in-process nodes
+	Server = Share{28500, 30500} // package server: in-process nodes
+	Client = Share{30500, 32000} // package ingress/client: in-process nodes
 )
 
 // Share is a port range [Lo, Hi).
@@ -32,6 +35,15 @@ var handedOut = struct {
 // When the kernel's ephemeral range overlaps s, it probes with :0 instead.
 func Port(tb testing.TB, s Share) int {
 	tb.Helper()
+	port, err := Pick(s)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return port
+}
+
+// Pick is Port for code without a testing.TB (a TestMain).
+func Pick(s Share) (int, error) {
 	lo, hi := s.Lo, s.Hi
 	if ephemeralLow() < hi {
 		lo, hi = 0, 0
@@ -57,11 +69,10 @@ func Port(tb testing.TB, s Share) int {
 		handedOut.ports[port] = true
 		handedOut.Unlock()
 		if fresh {
-			return port
+			return port, nil
 		}
 	}
-	tb.Fatal("freeport: no free TCP+UDP port found")
-	return 0
+	return 0, errors.New("freeport: no free TCP+UDP port found")
 }
 
 // Addr is Port as a "127.0.0.1:port" address.

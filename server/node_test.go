@@ -1,8 +1,6 @@
-package main
+package server
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"io/fs"
 	"net"
@@ -16,9 +14,9 @@ import (
 	"github.com/raftgate/raftgate/internal/testutil"
 )
 
-// TestServerPortInUseLeavesDataDirAlone: `raftgate server` whose ingress,
-// admin or node port is taken fails naming the flag and the address, before
-// it creates or initialises its data dir.
+// TestServerPortInUseLeavesDataDirAlone: a node whose ingress, admin, node
+// or gossip port is taken fails naming the flag and the address, before it
+// creates or initialises its data dir.
 func TestServerPortInUseLeavesDataDirAlone(t *testing.T) {
 	for _, flag := range []string{"--ingress-addr", "--admin-addr", "--node-addr", "--gossip-addr"} {
 		t.Run(flag, func(t *testing.T) {
@@ -33,24 +31,19 @@ func TestServerPortInUseLeavesDataDirAlone(t *testing.T) {
 			}
 			addrs[flag] = held.Addr().String()
 			dataDir := filepath.Join(t.TempDir(), "data")
-			args := []string{"server", "--node-id", "1", "--data-dir", dataDir,
-				"--initial-cluster", "1=" + addrs["--node-addr"]}
-			for f, a := range addrs {
-				args = append(args, f, a)
+			cfg := DefaultConfig()
+			cfg.DataDir = dataDir
+			cfg.IngressAddr, cfg.AdminAddr = addrs["--ingress-addr"], addrs["--admin-addr"]
+			cfg.NodeAddr, cfg.GossipAddr = addrs["--node-addr"], addrs["--gossip-addr"]
+			cfg.InitialCluster = map[uint64]string{1: cfg.NodeAddr}
+
+			n, err := New(cfg)
+			if err == nil {
+				n.Close()
 			}
-
-			var stdout, stderr bytes.Buffer
-			env := cliEnv{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr,
-				lookupEnv: func(string) (string, bool) { return "", false }}
-			// Bounds the test should the node start after all.
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			code := run(ctx, args, env, runServer)
-
-			msg := stderr.String()
-			if code == 0 || !strings.Contains(msg, "raftgate: "+flag+": ") || !strings.Contains(msg, held.Addr().String()) ||
-				!strings.Contains(msg, "address already in use") {
-				t.Errorf("exit %d, stderr:\n%s\nwant a non-zero exit naming %s, %s and the address in use", code, msg, flag, held.Addr())
+			if err == nil || !strings.HasPrefix(err.Error(), flag+": ") || !strings.Contains(err.Error(), held.Addr().String()) ||
+				!strings.Contains(err.Error(), "address already in use") {
+				t.Errorf("New: %v; want an error naming %s, %s and the address in use", err, flag, held.Addr())
 			}
 			if _, err := os.Stat(dataDir); !errors.Is(err, fs.ErrNotExist) {
 				entries, _ := os.ReadDir(dataDir)
@@ -99,7 +92,7 @@ func TestShutdownKeepsAnsweringWhileDraining(t *testing.T) {
 
 	start := time.Now()
 	done := make(chan error, 1)
-	go func() { done <- nd.shutdown() }()
+	go func() { done <- nd.Close() }()
 
 	var (
 		status     int

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"strings"
@@ -25,9 +25,9 @@ func TestParseFailpoint(t *testing.T) {
 		{spec: "before-log-sync", err: "unknown failpoint"},
 		{spec: "after-log-sync@0", err: "at least 1"},
 		{spec: "after-log-sync@x", err: "at least 1"},
-		{spec: "after-log-sync", seed: "-1", err: failpointSeedEnv},
+		{spec: "after-log-sync", seed: "-1", err: FailpointSeedEnv},
 	} {
-		fp, err := parseFailpoint(tc.spec, tc.seed)
+		fp, err := ParseFailpoint(tc.spec, tc.seed)
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("%q: error %v, want one saying %q", tc.spec, err, tc.err)
@@ -46,7 +46,7 @@ func TestParseFailpoint(t *testing.T) {
 		} else if tc.killAt != 0 && fp.killAt != tc.killAt {
 			t.Errorf("%q: kill at hit %d, want %d", tc.spec, fp.killAt, tc.killAt)
 		}
-		if again, _ := parseFailpoint(tc.spec, tc.seed); tc.seed != "" && again.killAt != fp.killAt {
+		if again, _ := ParseFailpoint(tc.spec, tc.seed); tc.seed != "" && again.killAt != fp.killAt {
 			t.Errorf("%q with seed %s: kill at hit %d, then %d", tc.spec, tc.seed, fp.killAt, again.killAt)
 		}
 	}
@@ -56,7 +56,7 @@ func TestParseFailpoint(t *testing.T) {
 // raftlog knob, and only the N-th hit kills.
 func TestFailpointKillsAtTheNthHit(t *testing.T) {
 	for name := range failpointHits {
-		fp, err := parseFailpoint(name+"@3", "1")
+		fp, err := ParseFailpoint(name+"@3", "1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,7 +80,7 @@ func TestFailpointKillsAtTheNthHit(t *testing.T) {
 			t.Errorf("%s: %d kills after 5 hits, want 1", name, n)
 		}
 	}
-	var none *failpoint
+	var none *Failpoint
 	if none.knobs(zerolog.Nop()) != nil {
 		t.Error("no failpoint: knobs not nil")
 	}

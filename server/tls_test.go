@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"crypto/ecdsa"
@@ -105,17 +105,17 @@ func TestNodeTLS(t *testing.T) {
 	_, _, expiredCert, expiredKey := writeCertValid(t, dir, "expired", false, ca, caKey, now.Add(-2*time.Hour), now.Add(-time.Hour))
 	_, _, futureCert, futureKey := writeCertValid(t, dir, "future", false, ca, caKey, now.Add(time.Hour), now.Add(2*time.Hour))
 
-	if s, c, err := nodeTLS(ServerConfig{}); s != nil || c != nil || err != nil {
+	if s, c, err := nodeTLS(Config{}); s != nil || c != nil || err != nil {
 		t.Fatalf("TLS off: %v %v %v", s, c, err)
 	}
-	server, client, err := nodeTLS(ServerConfig{TLSCert: certPath, TLSKey: keyPath, TLSCA: caPath})
+	server, client, err := nodeTLS(Config{TLSCert: certPath, TLSKey: keyPath, TLSCA: caPath})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := handshake(t, server, client); err != nil {
 		t.Fatalf("mutual TLS between nodes of one CA: %v", err)
 	}
-	_, stranger, err := nodeTLS(ServerConfig{TLSCert: strangerCert, TLSKey: strangerKey, TLSCA: caPath})
+	_, stranger, err := nodeTLS(Config{TLSCert: strangerCert, TLSKey: strangerKey, TLSCA: caPath})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,14 +129,14 @@ func TestNodeTLS(t *testing.T) {
 	}
 
 	for _, c := range []struct {
-		cfg  ServerConfig
+		cfg  Config
 		want string
 	}{
-		{ServerConfig{TLSCert: "/nonexistent", TLSKey: keyPath}, "--tls-cert/--tls-key"},
-		{ServerConfig{TLSCert: certPath, TLSKey: keyPath, TLSCA: "/nonexistent"}, "--tls-ca"},
-		{ServerConfig{TLSCert: certPath, TLSKey: keyPath, TLSCA: keyPath}, "--tls-ca: no PEM certificate"},
-		{ServerConfig{TLSCert: expiredCert, TLSKey: expiredKey, TLSCA: caPath}, "--tls-cert: the certificate expired at"},
-		{ServerConfig{TLSCert: futureCert, TLSKey: futureKey, TLSCA: caPath}, "--tls-cert: the certificate is not valid before"},
+		{Config{TLSCert: "/nonexistent", TLSKey: keyPath}, "--tls-cert/--tls-key"},
+		{Config{TLSCert: certPath, TLSKey: keyPath, TLSCA: "/nonexistent"}, "--tls-ca"},
+		{Config{TLSCert: certPath, TLSKey: keyPath, TLSCA: keyPath}, "--tls-ca: no PEM certificate"},
+		{Config{TLSCert: expiredCert, TLSKey: expiredKey, TLSCA: caPath}, "--tls-cert: the certificate expired at"},
+		{Config{TLSCert: futureCert, TLSKey: futureKey, TLSCA: caPath}, "--tls-cert: the certificate is not valid before"},
 	} {
 		if _, _, err := nodeTLS(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("got %v, want %q", err, c.want)

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"os"
@@ -13,7 +13,7 @@ import (
 
 // loadIngressTokens reads --ingress-tokens; nil when it is not set
 // (authentication off).
-func loadIngressTokens(cfg ServerConfig, logger zerolog.Logger) (*ingress.Tokens, error) {
+func loadIngressTokens(cfg Config, logger zerolog.Logger) (*ingress.Tokens, error) {
 	if cfg.IngressTokens == "" {
 		return nil, nil
 	}
@@ -28,7 +28,7 @@ func loadIngressTokens(cfg ServerConfig, logger zerolog.Logger) (*ingress.Tokens
 
 // warnIfIngressOpen warns, as the ingress starts serving, when it takes
 // every request without authentication (not in `dev`).
-func (n *node) warnIfIngressOpen() {
+func (n *Server) warnIfIngressOpen() {
 	if n.cfg.IngressTokens == "" && !n.cfg.OpenIngressExpected {
 		n.log.Warn().Str("ingress", n.cfg.IngressAddr).
 			Msg("the ingress accepts every request without authentication: give --ingress-tokens in production (docs/operations.md, Ingress authentication)")
@@ -39,7 +39,7 @@ func (n *node) warnIfIngressOpen() {
 // the new set to the ingress. A file that does not load keeps the tokens in
 // force and logs why. It returns a function that stops the watch and waits
 // for its goroutine.
-func (n *node) reloadTokensOnHangup() (stop func()) {
+func (n *Server) reloadTokensOnHangup() (stop func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	done := make(chan struct{})

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 	"github.com/raftgate/raftgate/ingress"
 	"github.com/raftgate/raftgate/ingress/admin"
 	"github.com/raftgate/raftgate/ingress/dispatch"
+	"github.com/raftgate/raftgate/internal/buildinfo"
 	"github.com/raftgate/raftgate/leadership"
 	"github.com/raftgate/raftgate/outbox"
 	"github.com/raftgate/raftgate/partition"
@@ -32,7 +33,7 @@ import (
 // maxGRPCMessage bounds one gRPC message between nodes: an ingress body of
 // up to --max-body-bytes travels inside one dispatch request and one Raft
 // entry, plus framing.
-func maxGRPCMessage(cfg ServerConfig) int {
+func maxGRPCMessage(cfg Config) int {
 	return int(cfg.MaxBodyBytes) + 4<<20
 }
 
@@ -47,39 +48,13 @@ const (
 	grpcConnWindow   = 4 << 20
 )
 
-// runServer runs one raftgate node with cfg until ctx is done, then shuts
-// it down within cfg.ShutdownGrace and returns nil; it returns an error if
-// the node cannot start. cfg has passed Validate.
-func runServer(ctx context.Context, cfg ServerConfig, logger zerolog.Logger) error {
-	tuneGC()
-	n, err := startNode(cfg, logger)
-	if err != nil {
-		return err
-	}
-	select {
-	case <-ctx.Done():
-		return n.shutdown()
-	case err := <-n.serveFailed:
-		return errors.Join(err, n.shutdown())
-	case err := <-n.raft.Failed():
-		// A group stopped (corrupt or stale log, failing Apply): this node
-		// can no longer serve it, so it stops rather than limp.
-		if errors.Is(err, raftlog.ErrStaleLog) {
-			restore := n.restoreCommand()
-			n.log.Error().Err(err).Str("restore", restore).
-				Msg("stopping: this node's log is older than what the cluster has from it (an emptied or old data dir); restore it from a peer")
-			err = fmt.Errorf("%w; restore this node's data dir from a peer (docs/operations.md, \"Backup and restore\"): %s", err, restore)
-		} else {
-			n.log.Error().Err(err).Msg("stopping: a Raft group failed")
-		}
-		return errors.Join(err, n.shutdown())
-	}
-}
-
-// node is one running server: every component, in start order.
-type node struct {
-	cfg     ServerConfig
-	log     zerolog.Logger
+// Server is one raftgate node: every component, in start order. New binds
+// its listeners, Start starts the rest, Close stops it.
+type Server struct {
+	cfg Config
+	log zerolog.Logger
+	// lns are bound by New; Start hands them to the servers.
+	lns     nodeListeners
 	raft    *raftlog.Node
 	members *leadership.Membership
 	grpc    *grpc.Server
@@ -108,6 +83,11 @@ type node struct {
 	// stopTokenReload ends the SIGHUP watch of --ingress-tokens.
 	stopTokenReload func()
 
+	// failed carries the first failure that stops the node (Err);
+	// stopWatch ends the goroutine that watches for it.
+	failed        chan error
+	stopFailWatch func()
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -127,7 +107,7 @@ type nodeListeners struct {
 
 // listenNode binds the node-to-node, ingress, admin and gossip addresses;
 // on error it closes what it bound and names the flag and the address.
-func listenNode(cfg ServerConfig, logger zerolog.Logger) (l nodeListeners, err error) {
+func listenNode(cfg Config, logger zerolog.Logger) (l nodeListeners, err error) {
 	var ingress net.Listener
 	for _, b := range []struct {
 		flag, addr string
@@ -166,13 +146,32 @@ func (l nodeListeners) close() {
 	}
 }
 
-// startNode binds the node's listeners, then starts the components
-// bottom-up: storage and Raft groups, gossip, the node's gRPC server (Raft
-// transport + dispatch), the admin HTTP API, and the check of its log
-// against the leaders, which starts the ingress HTTP API once it passes
-// (logcheck.go). On error it closes what it started.
-func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
-	n := &node{cfg: cfg, log: logger}
+// New checks cfg and binds the node's listeners, so that a port in use
+// fails before the data dir is created or opened; it starts nothing else.
+// Close lets the listeners go when Start is never called.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	n := &Server{cfg: cfg, log: cfg.Logger, failed: make(chan error, 1)}
+	if cfg.Failpoint != nil {
+		cfg.Failpoint.warn(n.log)
+	}
+	lns, err := listenNode(cfg, n.log)
+	if err != nil {
+		return nil, err
+	}
+	n.lns = lns
+	return n, nil
+}
+
+// Start starts the components bottom-up: storage and Raft groups, gossip,
+// the node's gRPC server (Raft transport + dispatch), the admin HTTP API,
+// and the check of its log against the leaders, which starts the ingress
+// HTTP API once it passes (logcheck.go; Serving). On error it closes what
+// it started, listeners included. Call it once.
+func (n *Server) Start() (err error) {
+	cfg := n.cfg
 	defer func() {
 		if err != nil {
 			n.closeAll()
@@ -180,21 +179,21 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	}()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	build := readBuildInfo()
+	build := buildinfo.Read()
 	if err := registerBuildInfo(reg, build); err != nil {
-		return nil, err
+		return err
 	}
 	if err := registerDiskMetrics(reg, cfg.DataDir); err != nil {
-		return nil, err
+		return err
 	}
 
 	serverTLS, clientTLS, err := nodeTLS(cfg)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	ingressTLS, err := loadIngressTLS(cfg)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	serverCreds, clientCreds := insecure.NewCredentials(), insecure.NewCredentials()
 	if serverTLS != nil {
@@ -217,16 +216,6 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 		grpc.InitialWindowSize(grpcStreamWindow),
 		grpc.InitialConnWindowSize(grpcConnWindow),
 	)
-	lns, err := listenNode(cfg, n.log)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			lns.close()
-		}
-	}()
-
 	if isEmptyDir(cfg.DataDir) && len(cfg.InitialCluster) > 1 {
 		// Said first: if the cluster ran before, the leaders refuse this
 		// node in a few seconds, after warning about their heartbeats.
@@ -247,13 +236,13 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 		rcfg.LeaderBalanceTicks = raftlog.DefaultLeaderBalanceTicks
 	}
 	rcfg.CheckpointInterval = cfg.CheckpointInterval
-	rcfg.Knobs = cfg.failpoint.knobs(n.log)
+	rcfg.Knobs = cfg.Failpoint.knobs(n.log)
 	if n.raft, err = raftlog.Open(rcfg); err != nil {
-		return nil, fmt.Errorf("--data-dir: %w", err)
+		return fmt.Errorf("--data-dir: %w", err)
 	}
 	if err = pinPartitionCount(cfg.DataDir, n.raft, cfg.Partitions); err != nil {
 		_ = n.raft.Close()
-		return nil, err
+		return err
 	}
 	n.raft.RegisterGRPC(n.grpc)
 
@@ -270,9 +259,9 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	lcfg.SecretKey = cfg.GossipKey
 	lcfg.Voters = voters
 	lcfg.Logger = n.log
-	lcfg.Listener, lns.gossip = lns.gossip, nil // Start owns it now
+	lcfg.Listener, n.lns.gossip = n.lns.gossip, nil // Start owns it now
 	if n.members, err = leadership.Start(lcfg); err != nil {
-		return nil, fmt.Errorf("gossip: %w", err)
+		return fmt.Errorf("gossip: %w", err)
 	}
 
 	// State machines first, then the leadership watch, then the groups: no
@@ -285,27 +274,27 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 		pc.Partition = p
 		pc.Retention = cfg.Retention
 		pc.Invoker.Retry = retry
-		pc.Services = invokerServices{n.registry}
+		pc.Services = registry.InvokerLookup{Registry: n.registry}
 		pc.Logger = n.log
 		pc.Registerer = reg
 		if n.processors[p], err = partition.New(pc); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	n.groups = newGroupMetrics(n)
 	if err := reg.Register(n.groups); err != nil {
-		return nil, err
+		return err
 	}
 	n.stopWatch = n.raft.Watch(n.onLeadership)
 	meta, err := n.raft.AddGroup(raftlog.MetaGroup, voters, n.registry)
 	if err != nil {
-		return nil, fmt.Errorf("metadata group: %w", err)
+		return fmt.Errorf("metadata group: %w", err)
 	}
 	n.registry.Start(meta)
 	for p := uint32(1); p <= cfg.Partitions; p++ {
 		g, err := n.raft.AddGroup(raftlog.GroupID(p), voters, n.processors[p])
 		if err != nil {
-			return nil, fmt.Errorf("partition %d: %w", p, err)
+			return fmt.Errorf("partition %d: %w", p, err)
 		}
 		n.processors[p].Start(g)
 	}
@@ -313,7 +302,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	// The backend serves this node's dispatch server and its own client's
 	// attempts on partitions it leads; it fences partitions through the
 	// client when the registry changes.
-	local := &backend{registry: n.registry, processors: n.processors}
+	local := &backend{processors: n.processors}
 	ccfg := dispatch.DefaultClientConfig()
 	ccfg.Self = cfg.NodeID
 	ccfg.Peers = cfg.InitialCluster
@@ -324,9 +313,9 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	ccfg.Logger = n.log
 	ccfg.Registerer = reg
 	if n.dispatchClient, err = dispatch.NewClient(ccfg); err != nil {
-		return nil, err
+		return err
 	}
-	local.fences = n.dispatchClient
+	local.writes = registry.Writer{Registry: n.registry, Fences: n.dispatchClient, Partitions: cfg.Partitions}
 
 	scfg := dispatch.DefaultServerConfig()
 	scfg.Logger = n.log
@@ -338,7 +327,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 		// Serve returns nil once stopped by close (ErrServerStopped if
 		// close came first); anything else means the node no longer takes
 		// Raft or dispatch traffic.
-		err := n.grpc.Serve(lns.node)
+		err := n.grpc.Serve(n.lns.node)
 		if errors.Is(err, grpc.ErrServerStopped) {
 			err = nil
 		}
@@ -351,7 +340,7 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 	icfg := ingress.DefaultConfig()
 	icfg.Partitions = cfg.Partitions
 	icfg.Dispatcher = n.dispatchClient
-	icfg.Services = currentServices{n.registry}
+	icfg.Services = registry.IngressLookup{Registry: n.registry}
 	icfg.Retention = cfg.Retention
 	icfg.MaxBodyBytes = cfg.MaxBodyBytes
 	icfg.MaxConcurrent = cfg.MaxConcurrent
@@ -363,10 +352,10 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 		icfg.LocalPartitions = n.led.partitions
 	}
 	if icfg.Tokens, err = loadIngressTokens(cfg, n.log); err != nil {
-		return nil, fmt.Errorf("--ingress-tokens: %w", err)
+		return fmt.Errorf("--ingress-tokens: %w", err)
 	}
 	if n.ingress, err = ingress.New(icfg); err != nil {
-		return nil, err
+		return err
 	}
 	if cfg.IngressTokens != "" {
 		n.stopTokenReload = n.reloadTokensOnHangup()
@@ -380,26 +369,64 @@ func startNode(cfg ServerConfig, logger zerolog.Logger) (_ *node, err error) {
 		Token:          cfg.AdminToken,
 		Metrics:        promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		EnablePprof:    cfg.Pprof,
-		Build:          build,
+		Build:          admin.BuildInfo(build),
 		RetryInForce:   func(p *rpc.RetryPolicy) *rpc.RetryPolicy { return retry.For(p).Proto() },
 		Backup:         n.raft.Backup,
 		RequestTimeout: cfg.RequestTimeout,
 		Logger:         n.log,
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	n.startLogCheck(lns.ingressAddr, ingressTLS)
-	n.adminHTTP = serveHTTP("admin", lns.admin, n.gateUntilChecked(adminHandler, adminReadsPass), nil, n.log)
+	n.startLogCheck(n.lns.ingressAddr, ingressTLS)
+	n.adminHTTP = serveHTTP("admin", n.lns.admin, n.gateUntilChecked(adminHandler, adminReadsPass), nil, n.log)
 	n.log.Info().Uint32("partitions", cfg.Partitions).Str("ingress", cfg.IngressAddr).Str("admin", cfg.AdminAddr).
 		Str("node_addr", cfg.NodeAddr).Str("version", build.Version).Str("commit", build.Commit).
 		Str("build_date", build.BuildDate).Str("go_version", build.GoVersion).Msg("raftgate node started")
-	return n, nil
+	n.watchFailures()
+	return nil
 }
+
+// watchFailures starts the goroutine that tells Err the first failure
+// that stops the node: the ingress could not listen once the log check
+// passed, or a Raft group stopped (corrupt or stale log, failing Apply),
+// after which this node can no longer serve it and should stop rather
+// than limp.
+func (n *Server) watchFailures() {
+	done, ended := make(chan struct{}), make(chan struct{})
+	n.stopFailWatch = func() { close(done); <-ended }
+	go func() {
+		defer close(ended)
+		var err error
+		select {
+		case <-done:
+			return
+		case err = <-n.serveFailed:
+		case err = <-n.raft.Failed():
+			if errors.Is(err, raftlog.ErrStaleLog) {
+				restore := n.restoreCommand()
+				n.log.Error().Err(err).Str("restore", restore).
+					Msg("stopping: this node's log is older than what the cluster has from it (an emptied or old data dir); restore it from a peer")
+				err = fmt.Errorf("%w; restore this node's data dir from a peer (docs/operations.md, \"Backup and restore\"): %s", err, restore)
+			} else {
+				n.log.Error().Err(err).Msg("stopping: a Raft group failed")
+			}
+		}
+		n.failed <- err
+	}()
+}
+
+// Err delivers the failure that stops the node, once: the caller should
+// Close it then.
+func (n *Server) Err() <-chan error { return n.failed }
+
+// Serving is closed once the node checked its log against the leaders and
+// its ingress serves clients.
+func (n *Server) Serving() <-chan struct{} { return n.logChecked }
 
 // defaultRetry is the cluster's default delivery retry policy from the
 // --retry-* flags.
-func defaultRetry(cfg ServerConfig) outbox.Policy {
+func defaultRetry(cfg Config) outbox.Policy {
 	p := outbox.DefaultPolicy()
 	p.MaxAttempts = cfg.RetryMaxAttempts
 	p.BackoffBase = cfg.RetryInitialBackoff
@@ -411,7 +438,7 @@ func defaultRetry(cfg ServerConfig) outbox.Policy {
 // onLeadership fans a Raft leadership event out to gossip, to the set of
 // partitions led here (placement) and to the group's state machine. It runs
 // on raftlog goroutines and must not block.
-func (n *node) onLeadership(ev raftlog.LeaderEvent) {
+func (n *Server) onLeadership(ev raftlog.LeaderEvent) {
 	n.groups.onLeadership(ev)
 	n.members.SetLocal(uint32(ev.Group), ev.Leader, ev.Term)
 	if ev.Group == raftlog.MetaGroup {
@@ -424,19 +451,22 @@ func (n *node) onLeadership(ev raftlog.LeaderEvent) {
 	}
 }
 
-// shutdown stops the node gracefully within cfg.ShutdownGrace: it stops
+// Close stops the node gracefully within cfg.ShutdownGrace: it stops
 // taking new HTTP requests (health and new requests get 503, the listener
 // stays open for cfg.DrainDelay so load balancers see it),
 // hands leadership of every group it leads to a peer (which fails this
 // node's pending requests with the retry-safe LOST_LEADERSHIP, so ingresses
 // resend them to the new leader), lets in-flight HTTP requests finish, then
 // closes everything and flushes storage.
-func (n *node) shutdown() error {
+func (n *Server) Close() error {
 	n.closeOnce.Do(func() { n.closeErr = n.gracefulClose() })
 	return n.closeErr
 }
 
-func (n *node) gracefulClose() error {
+func (n *Server) gracefulClose() error {
+	if n.ingress == nil {
+		return n.close() // never started: only the listeners to let go
+	}
 	start := time.Now()
 	grace := n.cfg.ShutdownGrace
 	n.log.Info().Dur("grace", grace).Msg("shutting down")
@@ -477,7 +507,7 @@ func (n *node) gracefulClose() error {
 
 // logTransferFailures logs each group's failed hand-off on a line of its
 // own (TransferAll joins them).
-func (n *node) logTransferFailures(err error) {
+func (n *Server) logTransferFailures(err error) {
 	if err == nil {
 		return
 	}
@@ -493,16 +523,19 @@ func (n *node) logTransferFailures(err error) {
 // closeAll closes whatever was started, at once and without handing
 // leadership over (as a crash would, but flushing storage). Safe on a node
 // that started only partly, and with shutdown: whichever runs first acts.
-func (n *node) closeAll() error {
+func (n *Server) closeAll() error {
 	n.closeOnce.Do(func() { n.closeErr = n.close() })
 	return n.closeErr
 }
 
 // close closes every component that was started, top-down.
-func (n *node) close() error {
+func (n *Server) close() error {
 	var errs []error
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	if n.stopFailWatch != nil {
+		n.stopFailWatch()
+	}
 	if n.stopTokenReload != nil {
 		n.stopTokenReload()
 	}
@@ -549,5 +582,6 @@ func (n *node) close() error {
 	if n.raft != nil {
 		errs = append(errs, n.raft.Close())
 	}
+	n.lns.close() // those no server took over
 	return errors.Join(errs...)
 }

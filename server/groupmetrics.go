@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"strconv"
@@ -15,7 +15,7 @@ import (
 // entries committed but not yet applied here, and on the leader each
 // replica's lag. Gauges are read from raftlog at scrape time.
 type groupMetrics struct {
-	n *node
+	n *Server
 
 	hasLeader, isLeader, applyLag, replicaLag *prometheus.Desc
 	changes                                   *prometheus.CounterVec
@@ -25,7 +25,7 @@ type groupMetrics struct {
 	last map[raftlog.GroupID][2]uint64
 }
 
-func newGroupMetrics(n *node) *groupMetrics {
+func newGroupMetrics(n *Server) *groupMetrics {
 	group := []string{"group"}
 	return &groupMetrics{
 		n: n,

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -36,7 +36,7 @@ const logCheckRetry = 100 * time.Millisecond
 // with ingressTLS, when not nil) and closes
 // n.logChecked; a failure to listen is sent on n.serveFailed.
 // n.stopLogCheck ends it and waits for it.
-func (n *node) startLogCheck(ingressAddr string, ingressTLS *tls.Config) {
+func (n *Server) startLogCheck(ingressAddr string, ingressTLS *tls.Config) {
 	ctx, cancel := context.WithCancel(context.Background())
 	n.logChecked = make(chan struct{})
 	n.serveFailed = make(chan error, 1)
@@ -64,7 +64,7 @@ func (n *node) startLogCheck(ingressAddr string, ingressTLS *tls.Config) {
 }
 
 // serving reports whether the log check passed and the ingress serves.
-func (n *node) serving() bool {
+func (n *Server) serving() bool {
 	select {
 	case <-n.logChecked:
 		return true
@@ -75,7 +75,7 @@ func (n *node) serving() bool {
 
 // catchUp retries g.CatchUp until it succeeds (true), or the group or the
 // check stops (false).
-func (n *node) catchUp(ctx context.Context, g *raftlog.Group) bool {
+func (n *Server) catchUp(ctx context.Context, g *raftlog.Group) bool {
 	for {
 		attempt, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err := g.CatchUp(attempt)
@@ -96,7 +96,7 @@ func (n *node) catchUp(ctx context.Context, g *raftlog.Group) bool {
 
 // gateUntilChecked answers requests with 503 until the log check passed,
 // except those pass lets through.
-func (n *node) gateUntilChecked(next http.Handler, pass func(*http.Request) bool) http.Handler {
+func (n *Server) gateUntilChecked(next http.Handler, pass func(*http.Request) bool) http.Handler {
 	body, _ := json.Marshal(map[string]any{
 		"code":    http.StatusServiceUnavailable,
 		"message": "this node is still checking its log against the cluster's leaders and serves nothing yet; nothing was done, retry (at another node) is safe",
@@ -132,7 +132,7 @@ func isEmptyDir(dir string) bool {
 // restoreCommand is the way back for a node whose log the cluster refuses:
 // a copy of a running peer's data file (docs/operations.md, "Backup and
 // restore"). It names a peer gossip shows alive, when there is one.
-func (n *node) restoreCommand() string {
+func (n *Server) restoreCommand() string {
 	peer := "http://PEER_ADMIN_ADDR"
 	if n.members != nil {
 		for _, m := range n.members.Members() {

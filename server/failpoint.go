@@ -1,10 +1,12 @@
-package main
+package server
 
 // Crash-test failpoints: RAFTGATE_FAILPOINT=name[@N] makes a server kill
 // itself with SIGKILL at a durability boundary of its storage, so that
 // the process tests (test/crash_failpoints_test.go) can check what a
-// restart recovers after a real kill -9 right there. Test-only: a node
-// started with it says so loudly (docs/robustness.md, "Crash failpoints").
+// restart recovers after a real kill -9 right there. For the end-to-end
+// tests only: a node started with one says so loudly (docs/robustness.md,
+// "Crash failpoints"), and a program embedding a node leaves
+// Config.Failpoint nil.
 
 import (
 	"fmt"
@@ -21,10 +23,11 @@ import (
 	"github.com/raftgate/raftgate/raftlog"
 )
 
-// Environment variables of the failpoints; neither is a flag.
+// Environment variables of the failpoints, read by `raftgate server`;
+// neither is a flag.
 const (
-	failpointEnv     = "RAFTGATE_FAILPOINT"
-	failpointSeedEnv = "RAFTGATE_FAILPOINT_SEED"
+	FailpointEnv     = "RAFTGATE_FAILPOINT"
+	FailpointSeedEnv = "RAFTGATE_FAILPOINT_SEED"
 )
 
 // failpointHits is, per failpoint name, the range the hit that kills is
@@ -42,8 +45,8 @@ var failpointHits = map[string][2]int64{
 // writes and two fdatasyncs), sometimes before it, sometimes after.
 const maxCheckpointKillDelay = 3 * time.Millisecond
 
-// failpoint is a parsed RAFTGATE_FAILPOINT.
-type failpoint struct {
+// Failpoint is a parsed RAFTGATE_FAILPOINT.
+type Failpoint struct {
 	name string
 	// killAt is the hit of the boundary that kills the process (1 = the
 	// first).
@@ -55,28 +58,28 @@ type failpoint struct {
 	kill func()
 }
 
-// parseFailpoint reads spec ("name" or "name@N") and seedText (empty: a
+// ParseFailpoint reads spec ("name" or "name@N") and seedText (empty: a
 // seed from the clock, which the start-up warning prints).
-func parseFailpoint(spec, seedText string) (*failpoint, error) {
+func ParseFailpoint(spec, seedText string) (*Failpoint, error) {
 	name, at, hasAt := strings.Cut(strings.TrimSpace(spec), "@")
 	hits, ok := failpointHits[name]
 	if !ok {
 		return nil, fmt.Errorf("%s=%q: unknown failpoint %q; want before-log-write, after-log-write, after-log-sync or during-checkpoint, optionally with @N (the N-th hit kills)",
-			failpointEnv, spec, name)
+			FailpointEnv, spec, name)
 	}
 	seed := uint64(time.Now().UnixNano())
 	if seedText != "" {
 		s, err := strconv.ParseUint(seedText, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("%s=%q: not an unsigned integer", failpointSeedEnv, seedText)
+			return nil, fmt.Errorf("%s=%q: not an unsigned integer", FailpointSeedEnv, seedText)
 		}
 		seed = s
 	}
-	fp := &failpoint{name: name, seed: seed, rng: rand.New(rand.NewPCG(seed, 0)), kill: killSelf}
+	fp := &Failpoint{name: name, seed: seed, rng: rand.New(rand.NewPCG(seed, 0)), kill: killSelf}
 	if hasAt {
 		n, err := strconv.ParseInt(at, 10, 64)
 		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%s=%q: @%s is not a hit count of at least 1", failpointEnv, spec, at)
+			return nil, fmt.Errorf("%s=%q: @%s is not a hit count of at least 1", FailpointEnv, spec, at)
 		}
 		fp.killAt = n
 	} else {
@@ -86,14 +89,14 @@ func parseFailpoint(spec, seedText string) (*failpoint, error) {
 }
 
 // warn says, at start, that this process will kill itself.
-func (fp *failpoint) warn(log zerolog.Logger) {
+func (fp *Failpoint) warn(log zerolog.Logger) {
 	log.Warn().Str("failpoint", fp.name).Int64("kill_at_hit", fp.killAt).Uint64("seed", fp.seed).
-		Msg(failpointEnv + " is set: this process KILLS ITSELF with SIGKILL at a storage durability boundary; for crash tests only, never in production")
+		Msg(FailpointEnv + " is set: this process KILLS ITSELF with SIGKILL at a storage durability boundary; for crash tests only, never in production")
 }
 
 // knobs returns the raftlog hooks that count hits of fp's boundary; nil
 // when fp is nil (no failpoint).
-func (fp *failpoint) knobs(log zerolog.Logger) *raftlog.Knobs {
+func (fp *Failpoint) knobs(log zerolog.Logger) *raftlog.Knobs {
 	if fp == nil {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"crypto/tls"
@@ -16,7 +16,7 @@ import (
 // signed by it cannot inject Raft messages. Peers are dialled by the
 // addresses in --initial-cluster, so certificates must name those hosts or
 // IPs (SANs).
-func nodeTLS(cfg ServerConfig) (server, client *tls.Config, err error) {
+func nodeTLS(cfg Config) (server, client *tls.Config, err error) {
 	if cfg.TLSCert == "" {
 		return nil, nil, nil
 	}
@@ -55,7 +55,7 @@ func nodeTLS(cfg ServerConfig) (server, client *tls.Config, err error) {
 // loadIngressTLS builds the ingress's TLS config from --ingress-tls-cert and
 // --ingress-tls-key; nil when they are not set. The certificate is read
 // once: a new one needs a restart.
-func loadIngressTLS(cfg ServerConfig) (*tls.Config, error) {
+func loadIngressTLS(cfg Config) (*tls.Config, error) {
 	if cfg.IngressTLSCert == "" {
 		return nil, nil
 	}

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"testing"
@@ -11,7 +11,7 @@ import (
 // A leader change is counted once per group, however often the same
 // leader and term are announced.
 func TestGroupLeaderChanges(t *testing.T) {
-	m := newGroupMetrics(&node{})
+	m := newGroupMetrics(&Server{})
 	for _, ev := range []raftlog.LeaderEvent{
 		{Group: 1, Leader: 2, Term: 3},
 		{Group: 1, Leader: 2, Term: 3}, // repeated: not a change

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"bytes"
@@ -31,24 +31,34 @@ import (
 // it).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	return freeport.Addr(t, freeport.Cmd)
+	return freeport.Addr(t, freeport.Server)
+}
+
+// startNode starts a node with cfg, logging to logger.
+func startNode(cfg Config, logger zerolog.Logger) (*Server, error) {
+	cfg.Logger = logger
+	n, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return n, n.Start()
 }
 
 // startTestCluster starts n nodes in this process and waits until each is
 // ready.
-func startTestCluster(t *testing.T, n int) []*node {
+func startTestCluster(t *testing.T, n int) []*Server {
 	t.Helper()
 	return startTestClusterLogging(t, n, func(uint64) zerolog.Logger { return zerolog.Nop() })
 }
 
 // startTestClusterLogging is startTestCluster with each node's logger.
-func startTestClusterLogging(t *testing.T, n int, logger func(id uint64) zerolog.Logger) []*node {
+func startTestClusterLogging(t *testing.T, n int, logger func(id uint64) zerolog.Logger) []*Server {
 	t.Helper()
 	initial := map[uint64]string{}
-	cfgs := make([]ServerConfig, n)
+	cfgs := make([]Config, n)
 	var gossip []string
 	for i := range n {
-		c := DefaultServerConfig()
+		c := DefaultConfig()
 		c.NodeID = uint64(i + 1)
 		c.DataDir = t.TempDir()
 		c.IngressAddr, c.AdminAddr, c.NodeAddr, c.GossipAddr = freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
@@ -61,7 +71,7 @@ func startTestClusterLogging(t *testing.T, n int, logger func(id uint64) zerolog
 		gossip = append(gossip, c.GossipAddr)
 		cfgs[i] = c
 	}
-	nodes := make([]*node, n)
+	nodes := make([]*Server, n)
 	for i := range cfgs {
 		cfgs[i].InitialCluster = initial
 		cfgs[i].Join = gossip
@@ -73,7 +83,7 @@ func startTestClusterLogging(t *testing.T, n int, logger func(id uint64) zerolog
 			t.Fatalf("node %d: %v", i+1, err)
 		}
 		nodes[i] = nd
-		t.Cleanup(func() { nd.shutdown() })
+		t.Cleanup(func() { nd.Close() })
 	}
 	for _, nd := range nodes {
 		testutil.WaitFor(t, 20*time.Second, fmt.Sprintf("node %d ready", nd.cfg.NodeID), clusterView{n: nd}.Ready)
@@ -159,7 +169,7 @@ func TestIngressAPIOnThreeNodeCluster(t *testing.T) {
 		t.Fatalf("register Strict: %d %s", r.status, r.body)
 	}
 	// A client that registers a service and calls it at once through
-	// other nodes is not told it does not exist (currentServices).
+	// other nodes is not told it does not exist (registry.IngressLookup).
 	r = call(t, http.MethodPut, adminURL+"/services/Fresh", `{"url":"`+svc.srv.URL+`"}`)
 	if r.status/100 != 2 {
 		t.Fatalf("register Fresh: %d %s", r.status, r.body)
@@ -572,7 +582,7 @@ func TestShutdownAnswersWaitingCallers(t *testing.T) {
 	}()
 	testutil.WaitFor(t, 10*time.Second, "the attach waiting at its partition", func() bool { return attachWaiters(t, nd) > 0 })
 	start := time.Now()
-	if err := nd.shutdown(); err != nil {
+	if err := nd.Close(); err != nil {
 		t.Errorf("shutdown: %v", err)
 	}
 	a := <-attached
@@ -585,7 +595,7 @@ func TestShutdownAnswersWaitingCallers(t *testing.T) {
 }
 
 // attachWaiters sums raftgate_partition_attach_waiters from nd's /metrics.
-func attachWaiters(t *testing.T, nd *node) int {
+func attachWaiters(t *testing.T, nd *Server) int {
 	r := call(t, http.MethodGet, "http://"+nd.cfg.AdminAddr+"/metrics", "")
 	n := 0
 	for _, line := range strings.Split(r.body, "\n") {
@@ -596,48 +606,4 @@ func attachWaiters(t *testing.T, nd *node) int {
 		}
 	}
 	return n
-}
-
-// TestStatusShowsEveryLeadersReplicas: `raftgate status` asked of a node
-// that does not lead every partition still shows each partition's replica
-// progress, read from its leader's admin API.
-func TestStatusShowsEveryLeadersReplicas(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts three nodes")
-	}
-	nodes := startTestCluster(t, 3)
-	var asked *node
-	testutil.WaitFor(t, 10*time.Second, "a node that leads some partitions but not all", func() bool {
-		for _, nd := range nodes {
-			led := 0
-			for _, p := range (clusterView{n: nd}).Partitions(false) {
-				if p.Leader == nd.cfg.NodeID {
-					led++
-				}
-			}
-			if led < int(nd.cfg.Partitions)+1 {
-				asked = nd
-				return true
-			}
-		}
-		return false
-	})
-	res := runCLI(t, "", "status", "--admin", asked.cfg.AdminAddr)
-	if res.code != 0 {
-		t.Fatalf("status: exit %d, %s", res.code, res.stderr)
-	}
-	rows := 0
-	for _, line := range strings.Split(res.stdout, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 7 || (f[1] != "metadata" && !strings.Contains(f[1], "-")) {
-			continue // not a partition row
-		}
-		rows++
-		if f[len(f)-1] == "-" {
-			t.Errorf("partition %s shows no replicas:\n%s", f[0], res.stdout)
-		}
-	}
-	if rows != int(asked.cfg.Partitions)+1 {
-		t.Fatalf("%d partition rows, want %d:\n%s", rows, asked.cfg.Partitions+1, res.stdout)
-	}
 }

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"errors"
@@ -15,9 +15,9 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// ServerConfig is everything `raftgate server` needs to run one node. Each
+// Config is everything `raftgate server` needs to run one node. Each
 // field maps to the flag named in its comment.
-type ServerConfig struct {
+type Config struct {
 	// NodeID is this node's Raft id (--node-id); must be a key of
 	// InitialCluster.
 	NodeID uint64
@@ -117,19 +117,18 @@ type ServerConfig struct {
 	// Pprof serves /debug/pprof on the admin port (--pprof).
 	Pprof bool
 
-	// LogFormat is json or console (--log-format).
-	LogFormat string
-	// LogLevel is trace, debug, info, warn or error (--log-level).
-	LogLevel string
+	// Logger receives the node's log; the zero value discards it.
+	// `raftgate server` builds it from --log-format and --log-level.
+	Logger zerolog.Logger
 	// QuietRaft drops the raft library's info-level messages (elections,
 	// votes, configuration); `dev` sets it below --log-level debug. No flag.
 	QuietRaft bool
 	// OpenIngressExpected silences the warning a node logs when its ingress
 	// starts serving without IngressTokens; `dev` sets it. No flag.
 	OpenIngressExpected bool
-	// failpoint, from RAFTGATE_FAILPOINT (crash tests only, failpoint.go),
+	// Failpoint, from RAFTGATE_FAILPOINT (crash tests only, failpoint.go),
 	// kills the process at a storage durability boundary. No flag.
-	failpoint *failpoint
+	Failpoint *Failpoint
 }
 
 // Defaults of `raftgate server`, also used by `dev` for node 1.
@@ -158,10 +157,10 @@ const (
 	PlacementSpread = "spread"
 )
 
-// DefaultServerConfig is a single-node cluster (node 1) on the default
+// DefaultConfig is a single-node cluster (node 1) on the default
 // addresses; DataDir is left empty because it must be chosen.
-func DefaultServerConfig() ServerConfig {
-	return ServerConfig{
+func DefaultConfig() Config {
+	return Config{
 		NodeID:         1,
 		IngressAddr:    DefaultIngressAddr,
 		AdminAddr:      DefaultAdminAddr,
@@ -183,8 +182,6 @@ func DefaultServerConfig() ServerConfig {
 		MaxBodyBytes:        10 << 20,
 		BodyReadTimeout:     10 * time.Second,
 		CheckpointInterval:  raftlog.DefaultConfig().CheckpointInterval,
-		LogFormat:           "json",
-		LogLevel:            "info",
 	}
 }
 
@@ -196,7 +193,7 @@ func invalid(flag, format string, args ...any) error {
 }
 
 // Validate checks the config; each error names the flag to fix.
-func (c ServerConfig) Validate() error {
+func (c Config) Validate() error {
 	if c.NodeID == 0 {
 		return invalid("node-id", "must be at least 1")
 	}
@@ -234,7 +231,7 @@ func (c ServerConfig) Validate() error {
 		seen[addr] = id
 	}
 	if _, ok := c.InitialCluster[c.NodeID]; !ok {
-		return invalid("node-id", "%d must be in --initial-cluster (%s)", c.NodeID, formatInitialCluster(c.InitialCluster))
+		return invalid("node-id", "%d must be in --initial-cluster (%s)", c.NodeID, FormatInitialCluster(c.InitialCluster))
 	}
 	for _, j := range c.Join {
 		if err := checkHostPort(j); err != nil {
@@ -297,12 +294,6 @@ func (c ServerConfig) Validate() error {
 	default:
 		return invalid("gossip-key", "decodes to %d bytes; memberlist needs 16, 24 or 32", len(c.GossipKey))
 	}
-	if c.LogFormat != "json" && c.LogFormat != "console" {
-		return invalid("log-format", "%q is not json or console", c.LogFormat)
-	}
-	if _, err := zerolog.ParseLevel(c.LogLevel); err != nil || c.LogLevel == "" {
-		return invalid("log-level", "%q is not one of trace, debug, info, warn, error", c.LogLevel)
-	}
 	return nil
 }
 
@@ -320,32 +311,8 @@ func checkHostPort(addr string) error {
 	return nil
 }
 
-// parseInitialCluster reads "1=host:port,2=host:port".
-func parseInitialCluster(s string) (map[uint64]string, error) {
-	out := make(map[uint64]string)
-	for part := range strings.SplitSeq(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		idText, addr, ok := strings.Cut(part, "=")
-		if !ok {
-			return nil, fmt.Errorf("%q is not id=host:port", part)
-		}
-		id, err := strconv.ParseUint(strings.TrimSpace(idText), 10, 64)
-		if err != nil || id == 0 {
-			return nil, fmt.Errorf("%q: node id must be a positive integer", part)
-		}
-		if _, dup := out[id]; dup {
-			return nil, fmt.Errorf("node %d is listed twice", id)
-		}
-		out[id] = strings.TrimSpace(addr)
-	}
-	return out, nil
-}
-
-// formatInitialCluster prints the map in --initial-cluster form, by id.
-func formatInitialCluster(m map[uint64]string) string {
+// FormatInitialCluster prints the map in --initial-cluster form, by id.
+func FormatInitialCluster(m map[uint64]string) string {
 	parts := make([]string, 0, len(m))
 	for _, id := range slices.Sorted(maps.Keys(m)) {
 		parts = append(parts, fmt.Sprintf("%d=%s", id, m[id]))

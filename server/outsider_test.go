@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"fmt"
@@ -27,7 +27,7 @@ func TestNodeOutsideInitialClusterIsNotAMember(t *testing.T) {
 		return zerolog.New(logs[id]).Level(zerolog.DebugLevel)
 	})
 
-	out := DefaultServerConfig()
+	out := DefaultConfig()
 	out.NodeID = 4
 	out.DataDir = t.TempDir()
 	out.IngressAddr, out.AdminAddr, out.NodeAddr, out.GossipAddr = freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
@@ -44,7 +44,7 @@ func TestNodeOutsideInitialClusterIsNotAMember(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { outsider.shutdown() })
+	t.Cleanup(func() { outsider.Close() })
 
 	const refused = "raft message refused"
 	fromOutsider := func(level string) func(string) bool {

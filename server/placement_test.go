@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"encoding/json"
@@ -27,7 +27,7 @@ func TestPlacementFollowsLocalLeaders(t *testing.T) {
 		t.Fatalf("register Echo: %d %s", r.status, r.body)
 	}
 	parts := nodes[0].cfg.Partitions
-	dataLed := func(nd *node) []uint32 { return nd.led.partitions() }
+	dataLed := func(nd *Server) []uint32 { return nd.led.partitions() }
 	testutil.WaitFor(t, 20*time.Second, "every partition led by a node that knows it", func() bool {
 		var all []uint32
 		for _, nd := range nodes {
