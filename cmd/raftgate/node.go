@@ -67,7 +67,7 @@ func runServer(ctx context.Context, cfg ServerConfig, logger zerolog.Logger) err
 		if errors.Is(err, raftlog.ErrStaleLog) {
 			restore := n.restoreCommand()
 			n.log.Error().Err(err).Str("restore", restore).
-				Msg("stopping: this node's log is older than what the cluster has from it (an emptied or old data dir); restore it from a peer")
+				Msg("stopping: this node's log is older than what the cluster has from it (an emptied data dir, an old copy, or a peer's copy taken too soon); restore it from a new copy of a peer")
 			err = fmt.Errorf("%w; restore this node's data dir from a peer (docs/operations.md, \"Backup and restore\"): %s", err, restore)
 		} else {
 			n.log.Error().Err(err).Msg("stopping: a Raft group failed")
