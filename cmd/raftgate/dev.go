@@ -38,17 +38,21 @@ func defaultDevAddrs() devAddrs {
 	return devAddrs{ingress: DefaultIngressAddr, admin: DefaultAdminAddr, node: DefaultNodeAddr, gossip: DefaultGossipAddr}
 }
 
+// shiftPort adds by to addr's port; an address it cannot parse is left for
+// Validate to name.
+func shiftPort(addr string, by int) string {
+	host, port, err := net.SplitHostPort(addr)
+	p, perr := strconv.Atoi(port)
+	if err != nil || perr != nil || by == 0 {
+		return addr
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p+by))
+}
+
 // devConfigs returns the configs of a local n-node cluster with data under
 // dataDir/node-<id>.
 func devConfigs(n int, dataDir string, base devAddrs) []ServerConfig {
-	shift := func(addr string, i int) string {
-		host, port, err := net.SplitHostPort(addr)
-		p, perr := strconv.Atoi(port)
-		if err != nil || perr != nil {
-			return addr // left for Validate to name
-		}
-		return net.JoinHostPort(host, strconv.Itoa(p+devPortStep*i))
-	}
+	shift := func(addr string, i int) string { return shiftPort(addr, devPortStep*i) }
 	cluster := make(map[uint64]string, n)
 	for i := range n {
 		cluster[uint64(i+1)] = shift(base.node, i)

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -150,6 +151,15 @@ func TestReadmeCommandsParse(t *testing.T) {
 		case "add":
 			if a := cmd.Flags().Args(); len(a) == 2 {
 				registered[a[0]] = a[1]
+			}
+		case "server":
+			// Each node listens where --initial-cluster and --join say.
+			cfg, stderr, code := runCapture(t, args, nil)
+			if code != 0 {
+				t.Errorf("README: raftgate %s: exit %d: %s", strings.Join(args, " "), code, stderr)
+			} else if cfg.InitialCluster[cfg.NodeID] != cfg.NodeAddr || !slices.Contains(cfg.Join, cfg.GossipAddr) {
+				t.Errorf("README: node %d listens at %s and %s, not where --initial-cluster %v and --join %v say",
+					cfg.NodeID, cfg.NodeAddr, cfg.GossipAddr, cfg.InitialCluster, cfg.Join)
 			}
 		}
 	}
