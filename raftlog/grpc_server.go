@@ -38,20 +38,27 @@ func (s *raftServer) register(r grpc.ServiceRegistrar) { rpc.RegisterRaftServer(
 
 var errRefused = errors.New("raftlog: message refused")
 
+// Why inbound messages are refused. The sender gets the reason in the
+// PermissionDenied status (see refusedReason).
+const (
+	refusedNotAddressee = "addressed to another node id than this node's"
+	refusedNotAPeer     = "the sender is not one of this node's peers in its voters (--initial-cluster)"
+)
+
 // accept checks the sender and addressee of an inbound message: a batch or
 // message addressed to another node, or from a node that is not a voter,
-// is dropped and logged, at warn level once per cause.
-func (s *raftServer) accept(from, to uint64) bool {
-	var reason string
+// is dropped and logged, at warn level once per cause. It returns why it
+// refused, or "".
+func (s *raftServer) accept(from, to uint64) (refused string) {
 	switch {
 	case to != s.n.cfg.NodeID:
-		reason = "addressed to another node id than this node's"
+		refused = refusedNotAddressee
 	case !s.n.isPeer(from):
-		reason = "the sender is not one of this node's peers in its voters (--initial-cluster)"
+		refused = refusedNotAPeer
 	default:
-		return true
+		return ""
 	}
-	r := refusal{from: from, to: to, reason: reason}
+	r := refusal{from: from, to: to, reason: refused}
 	s.refusalsMu.Lock()
 	ev := s.n.log.Debug()
 	if !s.refusalsLogged[r] && len(s.refusalsLogged) < maxRefusalsLogged {
@@ -62,9 +69,9 @@ func (s *raftServer) accept(from, to uint64) bool {
 		ev = s.n.log.Warn()
 	}
 	s.refusalsMu.Unlock()
-	ev.Uint64("from", from).Uint64("to", to).Uint64("self", s.n.cfg.NodeID).Str("reason", reason).
+	ev.Uint64("from", from).Uint64("to", to).Uint64("self", s.n.cfg.NodeID).Str("reason", refused).
 		Msg("raft message refused (logged once per sender and reason)")
-	return false
+	return refused
 }
 
 // Send receives batches of raft messages from one peer.
@@ -80,9 +87,10 @@ func (s *raftServer) Send(stream rpc.Raft_SendServer) error {
 		if s.n.isClosed() {
 			return status.Error(codes.Unavailable, ErrStopped.Error())
 		}
-		if !s.accept(batch.GetFrom(), batch.GetTo()) {
-			return status.Error(codes.PermissionDenied, errRefused.Error())
+		if refused := s.accept(batch.GetFrom(), batch.GetTo()); refused != "" {
+			return status.Error(codes.PermissionDenied, errRefused.Error()+": "+refused)
 		}
+		s.n.peerAccepts(batch.GetFrom())
 		for _, env := range batch.GetMessages() {
 			// The entries alias env's bytes: they are this batch's own copy
 			// (gRPC's proto codec decodes with proto.Unmarshal, which copies
@@ -92,7 +100,7 @@ func (s *raftServer) Send(stream rpc.Raft_SendServer) error {
 				s.n.log.Warn().Err(err).Msg("raft message undecodable")
 				continue
 			}
-			if m.GetFrom() != batch.GetFrom() || !s.accept(m.GetFrom(), m.GetTo()) {
+			if m.GetFrom() != batch.GetFrom() || s.accept(m.GetFrom(), m.GetTo()) != "" {
 				continue
 			}
 			s.n.deliver(GroupID(env.GetGroup()), m)
@@ -109,8 +117,8 @@ func (s *raftServer) Snapshot(stream rpc.Raft_SnapshotServer) error {
 	if s.n.isClosed() {
 		return status.Error(codes.Unavailable, ErrStopped.Error())
 	}
-	if !s.accept(first.GetFrom(), first.GetTo()) {
-		return stream.SendAndClose(&rpc.SnapshotAck{Error: errRefused.Error()})
+	if refused := s.accept(first.GetFrom(), first.GetTo()); refused != "" {
+		return stream.SendAndClose(&rpc.SnapshotAck{Error: errRefused.Error() + ": " + refused})
 	}
 	m := &pb.Message{}
 	if err := proto.Unmarshal(first.GetMessage(), m); err != nil || m.GetFrom() != first.GetFrom() || m.GetTo() != s.n.cfg.NodeID {

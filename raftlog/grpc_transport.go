@@ -2,7 +2,9 @@ package raftlog
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"regexp"
 	"slices"
@@ -205,7 +207,14 @@ func (p *peerSender) run() {
 		lastSize = min(len(buf), 8<<20)
 		err := stream.Send(frame)
 		if err != nil {
-			_ = stream.CloseSend()
+			if errors.Is(err, io.EOF) {
+				// The peer ended the stream; its status says why.
+				if _, recvErr := stream.CloseAndRecv(); recvErr != nil {
+					err = recvErr
+				}
+			} else {
+				_ = stream.CloseSend()
+			}
 			stream = nil
 			p.fail(batch, err)
 			if !p.sleep(&backoff) {
@@ -262,7 +271,12 @@ func (p *peerSender) fail(batch []outbound, err error) {
 	if p.outage.first(err) {
 		ev = p.log.Warn()
 	}
-	ev.Err(err).Int("messages", len(batch)).Msg("raft peer unreachable; retrying with backoff")
+	if reason, ok := refusedReason(err); ok {
+		ev.Str("reason", reason).Msg(refusalAdvice(reason))
+		p.t.n.peerRefused(p.id, reason)
+	} else {
+		ev.Err(err).Int("messages", len(batch)).Msg("raft peer unreachable; retrying with backoff")
+	}
 	p.drop(batch)
 }
 

@@ -537,11 +537,15 @@ func staleLogHeartbeats(c Config) int {
 // checkHeartbeatCommit guards raft against a heartbeat whose commit index
 // is past this node's log, on which raft would panic and take the whole
 // process down. A correct leader never sends more than the follower
-// acknowledged, so it means one of two things. From the current leader at
-// the current term, heartbeat after heartbeat: this node's log is older than
-// what it acknowledged, and the group stops with ErrStaleLog. Otherwise a
-// forged or corrupt message: its commit is lowered to the last index (raft
-// ignores a commit that does not advance) and a warning is logged once.
+// acknowledged, so it means one of two things. From the leader, heartbeat
+// after heartbeat: this node's log is older than what it acknowledged, and
+// the group stops with ErrStaleLog. Otherwise a forged or corrupt message:
+// its commit is lowered to the last index (raft ignores a commit that does
+// not advance) and a warning is logged once. A heartbeat is the leader's
+// when raft takes its sender as the leader: the known leader at this term,
+// or any sender at this term while no leader is known or at a higher term
+// (as on a node that just started, restored from a copy older than its
+// log: its first heartbeats come before it knows its leader).
 func (g *Group) checkHeartbeatCommit(m *pb.Message) error {
 	if m.GetType() != pb.MsgHeartbeat {
 		return nil
@@ -553,14 +557,15 @@ func (g *Group) checkHeartbeatCommit(m *pb.Message) error {
 		return nil
 	}
 	st := g.rn.BasicStatus()
-	if m.GetFrom() == st.Lead && m.GetTerm() == st.GetTerm() {
+	fromLeader := m.GetTerm() > st.GetTerm() ||
+		(m.GetTerm() == st.GetTerm() && (st.Lead == m.GetFrom() || st.Lead == raft.None))
+	if fromLeader {
 		// One such message may be forged; a stale log makes every
 		// heartbeat of the leader fail, for as long as it lasts.
 		if g.pastLogBeats++; g.pastLogBeats > staleLogHeartbeats(g.n.cfg) {
 			return fmt.Errorf("%w: group %d: leader %d commits index %d, this log ends at %d", ErrStaleLog, g.id, m.GetFrom(), m.GetCommit(), last)
 		}
-	}
-	if !g.warnedCommit {
+	} else if !g.warnedCommit {
 		g.warnedCommit = true
 		g.log.Warn().Uint64("from", m.GetFrom()).Uint64("commit", m.GetCommit()).Uint64("last_index", last).
 			Msg("heartbeat commits past this node's log from a node that is not its leader: forged or corrupt; ignoring its commit")

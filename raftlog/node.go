@@ -50,8 +50,11 @@ type Node struct {
 	watchers map[uint64]*watcher
 	watchSeq uint64
 
-	// failed receives the first error that stopped a group (buffered).
+	// failed receives the first error that stopped a group, or
+	// ErrNotAMember (buffered).
 	failed chan error
+	// refusals are the peers that refuse this node's messages.
+	refusals peerRefusals
 
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -503,8 +506,9 @@ func (n *Node) isPeer(id uint64) bool {
 }
 
 // Failed delivers the first error that stopped one of the node's groups (a
-// failing Apply, a corrupt entry, ErrStaleLog). A node with a stopped group
-// no longer serves it; the process should exit and be looked at.
+// failing Apply, a corrupt entry, ErrStaleLog), or ErrNotAMember. A node
+// with a stopped group no longer serves it; the process should exit and be
+// looked at.
 func (n *Node) Failed() <-chan error { return n.failed }
 
 // reportFailure records err as the node's failure unless one already was.

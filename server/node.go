@@ -406,8 +406,11 @@ func (n *Server) watchFailures() {
 			if errors.Is(err, raftlog.ErrStaleLog) {
 				restore := n.restoreCommand()
 				n.log.Error().Err(err).Str("restore", restore).
-					Msg("stopping: this node's log is older than what the cluster has from it (an emptied or old data dir); restore it from a peer")
+					Msg("stopping: this node's log is older than what the cluster has from it (an emptied data dir, an old copy, or a peer's copy taken too soon); restore it from a new copy of a peer")
 				err = fmt.Errorf("%w; restore this node's data dir from a peer (docs/operations.md, \"Backup and restore\"): %s", err, restore)
+			} else if errors.Is(err, raftlog.ErrNotAMember) {
+				n.log.Error().Err(err).Msg("stopping: this node is not a member of the cluster its peers run, and a cluster's voters are fixed when it first starts " +
+					"(membership changes are not supported): a node cannot be added by naming it in --initial-cluster; start only the cluster's own nodes")
 			} else {
 				n.log.Error().Err(err).Msg("stopping: a Raft group failed")
 			}

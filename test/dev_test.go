@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -65,5 +66,56 @@ func TestDevAnswersGreeter(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "curl") {
 		t.Errorf("dev printed no curl commands to try:\n%s", out.String())
+	}
+}
+
+// TestEchoHelpCommandsWorkAsPrinted runs `raftgate echo` next to a node and
+// pastes the commands it prints, in order, into one shell: each must
+// succeed, and the services must
+// answer as registered, Counter as an object and Signup as a workflow.
+func TestEchoHelpCommandsWorkAsPrinted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-level test skipped in -short mode")
+	}
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("no curl")
+	}
+	c := startCluster(t, clusterOpts{nodes: 1})
+	n := c.nodes[0]
+	echoAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, binary, "echo", "--addr", echoAddr, "--ingress", n.ingressURL(), "--admin", n.adminURL())
+	var out testutil.LockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); cmd.Wait() })
+	testutil.WaitFor(t, 10*time.Second, "echo's help text", func() bool { return strings.Contains(out.String(), "Ctrl-C stops it") })
+
+	var script []string
+	for _, line := range strings.Split(out.String(), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(line, "curl -s "):
+			script = append(script, strings.Replace(line, "curl -s ", "curl -sS --fail-with-body ", 1)+" || exit 1")
+		case strings.HasPrefix(line, binary+" "): // how echo was started
+			script = append(script, line+" || exit 1")
+		}
+	}
+	if len(script) < 8 {
+		t.Fatalf("found %d commands in echo's help text:\n%s", len(script), out.String())
+	}
+	sh := "set -u\n" + strings.Join(script, "\necho\n") + "\necho\n"
+	run := exec.Command("sh", "-c", sh)
+	var stdout, stderr strings.Builder
+	run.Stdout, run.Stderr = &stdout, &stderr
+	if err := run.Run(); err != nil {
+		t.Fatalf("pasted echo commands failed: %v\nstdout:\n%s\nstderr:\n%s\nscript:\n%s", err, stdout.String(), stderr.String(), sh)
+	}
+	for _, want := range []string{`"hi"`, "\n5\n5\n", `"Welcome, ada! A confirmation went to ada@example.com."`} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("pasted echo commands did not answer %q:\n%s", want, stdout.String())
+		}
 	}
 }

@@ -411,3 +411,19 @@ func TestPromqlNames(t *testing.T) {
 		t.Fatalf("promqlNames = %s, want %s", got, want)
 	}
 }
+
+// TestDashboardShowsInvocationRate: the dashboard charts the cluster's
+// invocation rate, and its titles name the data dir's files as they are
+// (state.db; raft.db is the first release's).
+func TestDashboardShowsInvocationRate(t *testing.T) {
+	rate := false
+	for _, e := range dashboardExprs(t) {
+		if strings.Contains(e.where, "raft.db") {
+			t.Errorf("%s: the data dir has no raft.db (docs/operations.md, \"The data directory\")", e.where)
+		}
+		rate = rate || strings.Contains(e.expr, "rate(raftgate_partition_invocations_accepted_total")
+	}
+	if !rate {
+		t.Error("no dashboard panel charts the rate of invocations accepted")
+	}
+}

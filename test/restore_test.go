@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -81,6 +82,11 @@ func TestRestoreLostNodeFromPeerBackup(t *testing.T) {
 		if err != nil || r.status != http.StatusOK || string(r.body) != strconv.Quote(key) {
 			t.Fatalf("attach to acknowledged %s through the restored node: %v %+v", key, err, r)
 		}
+	}
+	if b, err := os.ReadFile(n3.logPath); err != nil {
+		t.Fatal(err)
+	} else if strings.Contains(string(b), "forged or corrupt") {
+		t.Errorf("the restored node calls its leader's heartbeat forged or corrupt:\n%s", tail(n3.logPath, 60))
 	}
 	t.Logf("%d acknowledged sends, all answered through the restored node", len(acked))
 }
@@ -160,4 +166,92 @@ func startEchoCluster(t *testing.T) *cluster {
 	rec := newRecorder(t)
 	c.registerService(c.nodes[0], "Echo", rec.srv.URL)
 	return c
+}
+
+// TestRestoreFromTooOldPeerBackupSaysSo: a node restored from a peer's copy
+// taken before the node acknowledged more (a copy taken too soon, or kept
+// from earlier) starts with a log that ends before what its leaders know it
+// has. Their heartbeats commit past its log before it knows who leads: that
+// is not a forged or corrupt message, and it must not say so. Then either
+// a leader replaces the node's log with a snapshot (it compacted past what
+// the node had) and the node serves, or the leaders refuse it and it exits
+// with the line that says what is wrong and what to do.
+func TestRestoreFromTooOldPeerBackupSaysSo(t *testing.T) {
+	c := startEchoCluster(t)
+	n2, n3 := c.nodes[1], c.nodes[2]
+	old := filepath.Join(t.TempDir(), "state.db")
+	if out, err := exec.Command(binary, "backup", "--admin", n2.adminURL(), "-o", old).CombinedOutput(); err != nil {
+		t.Fatalf("raftgate backup: %v\n%s", err, out)
+	}
+	// Node 3 acknowledges entries past the copy in every partition.
+	for i := range 60 {
+		key := fmt.Sprintf("after-copy-%d", i)
+		r, err := do(context.Background(), http.MethodPost, c.nodes[i%3].ingressURL()+"/Echo/echo/send",
+			[]byte(strconv.Quote(key)), map[string]string{"idempotency-key": key})
+		if err != nil || r.status != http.StatusAccepted {
+			t.Fatalf("send %s: %v %+v", key, err, r)
+		}
+	}
+	if _, err := c.waitConverged(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	c.kill(n3)
+	copyBytes, err := os.ReadFile(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(n3.dataDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(n3.dataDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(n3.dataDir, "state.db"), copyBytes, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(n3.logPath, 0); err != nil {
+		t.Fatal(err)
+	}
+	c.start(n3)
+	exited := false
+	testutil.WaitFor(t, 60*time.Second, "node 3 to serve or to exit", func() bool {
+		if !n3.alive() {
+			exited = true
+			return true
+		}
+		r, err := do(context.Background(), http.MethodGet, n3.adminURL()+"/readyz", nil, nil)
+		return err == nil && r.status == http.StatusOK
+	})
+	b, err := os.ReadFile(n3.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := string(b)
+	if strings.Contains(log, "forged or corrupt") {
+		t.Errorf("the restored node calls its leader's heartbeats forged or corrupt:\n%s", tail(n3.logPath, 40))
+	}
+	if !exited {
+		t.Logf("node 3 caught up (its leaders sent snapshots)")
+		return
+	}
+	// raftlog's error line for the stopped group comes first, then the
+	// node's, which says what to do.
+	var first, stopping string
+	for line := range strings.SplitSeq(log, "\n") {
+		if first == "" && (strings.Contains(line, `"level":"warn"`) || strings.Contains(line, `"level":"error"`)) {
+			first = line
+		}
+		if strings.Contains(line, `"message":"stopping: `) {
+			stopping = line
+		}
+	}
+	if !strings.Contains(first, "log is older than") {
+		t.Errorf("the restored node's first warning or error does not say its log is older than the cluster's:\n%s\nlog:\n%s", first, tail(n3.logPath, 40))
+	}
+	for _, want := range []string{"this node's log is older than what the cluster has from it", "a new copy of a peer", "raftgate backup --admin"} {
+		if !strings.Contains(stopping, want) {
+			t.Errorf("the restored node's stopping line does not say %q:\n%s", want, stopping)
+		}
+	}
+	t.Logf("node 3 exited: %s", stopping)
 }

@@ -180,18 +180,20 @@ func printReport(w io.Writer, r *BenchReport) {
 	}
 }
 
-// progressLine is the one-line live display.
+// progressLine is the one-line live display. During the warmup nothing is
+// counted yet, so it shows the operations done so far instead of ok and
+// errors, which would read 0 beside a non-zero rate.
 func progressLine(elapsed, total time.Duration, warmingUp bool, t tally, rate float64) string {
-	phase := ""
 	if warmingUp {
-		phase = " warmup"
+		return fmt.Sprintf("[%4.0fs/%.0fs] warming up: %d operations, not measured  %.0f ops/s",
+			elapsed.Seconds(), total.Seconds(), t.warmup, rate)
 	}
 	p99 := "-"
 	if t.latency.TotalCount() > 0 {
 		p99 = fmt.Sprintf("%.2fms", micros2ms(t.latency.ValueAtPercentile(99)))
 	}
-	return fmt.Sprintf("[%4.0fs/%.0fs%s] ok %d  errors %d  %.0f ops/s  p99 %s",
-		elapsed.Seconds(), total.Seconds(), phase, t.ok, t.failed, rate, p99)
+	return fmt.Sprintf("[%4.0fs/%.0fs] ok %d  errors %d  %.0f ops/s  p99 %s",
+		elapsed.Seconds(), total.Seconds(), t.ok, t.failed, rate, p99)
 }
 
 func oneLine(s string, limit int) string {

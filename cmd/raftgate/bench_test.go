@@ -235,3 +235,22 @@ func TestBenchCommandJSONAndProgress(t *testing.T) {
 		t.Fatalf("exit %d, text report %q", code, stdout.String())
 	}
 }
+
+// TestBenchProgressDuringWarmup: while warming up nothing is measured, so
+// the live line says so and counts the warmup's operations, rather than
+// "ok 0" beside a rate of hundreds of operations a second.
+func TestBenchProgressDuringWarmup(t *testing.T) {
+	w := newWorkerStats()
+	for range 835 {
+		w.record(false, time.Millisecond, "", "")
+	}
+	line := progressLine(time.Second, 11*time.Second, true, mergeStats([]*workerStats{w}), 835)
+	if strings.Contains(line, "ok 0") || !strings.Contains(line, "warming up: 835 operations, not measured") {
+		t.Errorf("progress during warmup: %q", line)
+	}
+	w.record(true, time.Millisecond, "", "")
+	line = progressLine(2*time.Second, 11*time.Second, false, mergeStats([]*workerStats{w}), 900)
+	if !strings.Contains(line, "ok 1  errors 0  900 ops/s") {
+		t.Errorf("progress after warmup: %q", line)
+	}
+}

@@ -295,3 +295,22 @@ func TestUnknownEnvWarned(t *testing.T) {
 		t.Fatalf("warning without unknown variables: %s", stderr)
 	}
 }
+
+// TestPortOffset: --port-offset shifts the listen addresses left at their
+// defaults, and leaves one given by flag, env or file as given.
+func TestPortOffset(t *testing.T) {
+	cfg, stderr, code := runCapture(t, []string{"server", "--data-dir", "/d", "--node-id", "2", "--port-offset", "100",
+		"--initial-cluster", "1=127.0.0.1:5122,2=127.0.0.1:5222", "--gossip-addr", "127.0.0.1:9999"},
+		map[string]string{"RAFTGATE_ADMIN_ADDR": "127.0.0.1:9071"})
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	got := []string{cfg.IngressAddr, cfg.AdminAddr, cfg.NodeAddr, cfg.GossipAddr}
+	want := []string{"127.0.0.1:8180", "127.0.0.1:9071", "127.0.0.1:5222", "127.0.0.1:9999"}
+	if !slices.Equal(got, want) {
+		t.Errorf("addresses %v, want %v", got, want)
+	}
+	if _, stderr, code := runCapture(t, []string{"server", "--data-dir", "/d", "--port-offset", "-1"}, nil); code == 0 || !strings.Contains(stderr, "--port-offset") {
+		t.Errorf("--port-offset -1: exit %d, %s", code, stderr)
+	}
+}

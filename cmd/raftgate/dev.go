@@ -39,17 +39,21 @@ func defaultDevAddrs() devAddrs {
 	return devAddrs{ingress: server.DefaultIngressAddr, admin: server.DefaultAdminAddr, node: server.DefaultNodeAddr, gossip: server.DefaultGossipAddr}
 }
 
+// shiftPort adds by to addr's port; an address it cannot parse is left for
+// Validate to name.
+func shiftPort(addr string, by int) string {
+	host, port, err := net.SplitHostPort(addr)
+	p, perr := strconv.Atoi(port)
+	if err != nil || perr != nil || by == 0 {
+		return addr
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p+by))
+}
+
 // devConfigs returns the configs of a local n-node cluster with data under
 // dataDir/node-<id>.
 func devConfigs(n int, dataDir string, base devAddrs) []ServerConfig {
-	shift := func(addr string, i int) string {
-		host, port, err := net.SplitHostPort(addr)
-		p, perr := strconv.Atoi(port)
-		if err != nil || perr != nil {
-			return addr // left for Validate to name
-		}
-		return net.JoinHostPort(host, strconv.Itoa(p+devPortStep*i))
-	}
+	shift := func(addr string, i int) string { return shiftPort(addr, devPortStep*i) }
 	cluster := make(map[uint64]string, n)
 	for i := range n {
 		cluster[uint64(i+1)] = shift(base.node, i)
@@ -86,11 +90,12 @@ func newDevCmd(env cliEnv, runNode serverRunner) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
-		Short: "run a local cluster with an example Greeter service and print commands to try",
+		Short: "run a local cluster with example services and print commands to try",
 		Long: `dev starts a 1- or 3-node cluster on the default ports (node 2 and 3 at +100
 and +200; move them with --ingress-addr, --admin-addr, --node-addr and
---gossip-addr, node 1's addresses), an example Greeter service, registers
-it, and prints commands to try. Data lives under --data-dir, or a
+--gossip-addr, node 1's addresses), example services (the service Greeter,
+the virtual object Counter, the workflow Signup), registers them, and
+prints commands to try. Data lives under --data-dir, or a
 temporary directory that is removed on exit. The raft library's own
 messages (elections, votes) show at --log-level debug.`,
 		Args: cobra.NoArgs,
@@ -156,14 +161,17 @@ func runDev(ctx context.Context, out io.Writer, logger zerolog.Logger, cfgs []Se
 	if err != nil {
 		return fmt.Errorf("dev: example service: %w", err)
 	}
-	greeter := &http.Server{Handler: newGreeter(logger.With().Str("component", "greeter").Logger()), ReadHeaderTimeout: 10 * time.Second}
+	examples := http.NewServeMux()
+	examples.Handle("/"+greeterName+"/", newGreeter(logger.With().Str("component", "greeter").Logger()))
+	newKeyedExamples(examples)
+	greeter := &http.Server{Handler: examples, ReadHeaderTimeout: 10 * time.Second}
 	wg.Go(func() { _ = greeter.Serve(ln) }) // returns on Shutdown
 	defer func() {
 		shutdownCtx, stop := context.WithTimeout(context.Background(), 5*time.Second)
 		defer stop()
 		_ = greeter.Shutdown(shutdownCtx)
 	}()
-	greeterURL := "http://" + ln.Addr().String()
+	examplesURL := "http://" + ln.Addr().String()
 
 	nodeDone := make(chan error, len(cfgs))
 	for _, cfg := range cfgs {
@@ -183,7 +191,7 @@ func runDev(ctx context.Context, out io.Writer, logger zerolog.Logger, cfgs []Se
 	registered := make(chan error, 1)
 	wg.Go(func() {
 		c := &adminClient{base: "http://" + cfgs[0].AdminAddr, http: &http.Client{Timeout: 5 * time.Second}}
-		registered <- registerWhenReady(ctx, c, greeterURL, devReadyTimeout, 100*time.Millisecond)
+		registered <- registerWhenReady(ctx, c, examplesURL, devReadyTimeout, 100*time.Millisecond)
 	})
 
 	for {
@@ -199,23 +207,32 @@ func runDev(ctx context.Context, out io.Writer, logger zerolog.Logger, cfgs []Se
 			if err != nil {
 				return fmt.Errorf("dev: registering the example service: %w", err)
 			}
-			printDevHelp(out, help.cli, cfgs, greeterURL, help.tempDir)
+			printDevHelp(out, help.cli, cfgs, examplesURL, help.tempDir)
 		}
 	}
 }
 
+// devServices are the example services dev registers.
+var devServices = append([]exampleService{{name: greeterName, kind: "service", handlers: []string{"greet"}}}, keyedExamples...)
+
 // registerWhenReady waits until the admin API reports ready, then registers
-// the Greeter service, retrying what is retryable, within timeout.
-func registerWhenReady(ctx context.Context, c *adminClient, greeterURL string, timeout, poll time.Duration) error {
+// the example services, retrying what is retryable, within timeout.
+func registerWhenReady(ctx context.Context, c *adminClient, url string, timeout, poll time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
-	req := admin.ServiceRequest{URL: greeterURL, Handlers: []string{"greet"}}
+	registered := 0
 	var lastErr error
 	for {
 		if lastErr = c.do(ctx, "GET", "/readyz", nil, nil); lastErr == nil {
-			lastErr = c.do(ctx, "PUT", "/services/"+greeterName, req, nil)
+			for ; registered < len(devServices); registered++ {
+				svc := devServices[registered]
+				req := admin.ServiceRequest{URL: url, Kind: svc.kind, Handlers: svc.handlers, Shared: svc.shared}
+				if lastErr = c.do(ctx, "PUT", "/services/"+svc.name, req, nil); lastErr != nil {
+					break
+				}
+			}
 			if lastErr == nil {
 				return nil
 			}
@@ -246,7 +263,7 @@ func devCLI(arg0, executable string) string {
 	return arg0
 }
 
-func printDevHelp(out io.Writer, cli string, cfgs []ServerConfig, greeterURL string, tempDir bool) {
+func printDevHelp(out io.Writer, cli string, cfgs []ServerConfig, examplesURL string, tempDir bool) {
 	ingress := "http://" + cfgs[0].IngressAddr
 	data := filepath.Dir(cfgs[0].DataDir)
 	if tempDir {
@@ -254,7 +271,7 @@ func printDevHelp(out io.Writer, cli string, cfgs []ServerConfig, greeterURL str
 	}
 	fmt.Fprintf(out, `
 raftgate dev: %d node(s) up, data in %s
-Example service %s at %s, registered.
+Example services %s at %s, registered.
 
 Try:
   # call and wait for the result
@@ -269,10 +286,18 @@ Try:
   curl -s %[5]s/restate/invocation/Greeter/greet/order-42/output
   # run no earlier than in 10 seconds
   curl -s '%[5]s/Greeter/greet/send?delay=10s' -H 'content-type: application/json' -d '"Ada"'
+  # a virtual object: the calls of one key (alice) run one at a time, in order
+  curl -s %[5]s/Counter/alice/add -H 'content-type: application/json' -d '5'
+  curl -s %[5]s/Counter/alice/add -H 'content-type: application/json' -d '2'
+  curl -s %[5]s/Counter/alice/get -d ''
+  # a workflow: run executes once per id (ada); status runs alongside
+  curl -s %[5]s/Signup/ada/run/send -H 'content-type: application/json' -d '{"email":"ada@example.com"}'
+  curl -s %[5]s/restate/workflow/Signup/ada/attach
+  curl -s %[5]s/Signup/ada/status -d ''
   # the cluster and the registry
   %[7]s status --admin http://%[6]s
   %[7]s services list --admin http://%[6]s
-`, len(cfgs), data, greeterName, greeterURL, ingress, cfgs[0].AdminAddr, cli)
+`, len(cfgs), data, exampleNames(devServices), examplesURL, ingress, cfgs[0].AdminAddr, cli)
 	if len(cfgs) > 1 {
 		fmt.Fprintf(out, "  # every node's ingress serves every invocation: also")
 		for _, c := range cfgs[1:] {

@@ -17,8 +17,9 @@ import (
 
 // TestDevHelpCommandsWorkAsPrinted runs `dev` with a real node and pastes
 // every curl command of its help text, in order, into one shell: each must
-// succeed, and the attach (which uses the id the send printed) must answer
-// the greeting. The raftgate commands name a program that exists after `go
+// succeed, the attach (which uses the id the send printed) must answer the
+// greeting, and the Counter object and Signup workflow must answer as the
+// comments say. The raftgate commands name a program that exists after `go
 // run` has ended.
 func TestDevHelpCommandsWorkAsPrinted(t *testing.T) {
 	if testing.Short() {
@@ -61,7 +62,7 @@ func TestDevHelpCommandsWorkAsPrinted(t *testing.T) {
 			}
 		}
 	}
-	if len(script) < 7 {
+	if len(script) < 13 {
 		t.Fatalf("found %d curl commands in the help text:\n%s", len(script), out.String())
 	}
 	sh := "set -u\n" + strings.Join(script, "\necho\n") + "\necho\n"
@@ -73,6 +74,13 @@ func TestDevHelpCommandsWorkAsPrinted(t *testing.T) {
 	}
 	if n := strings.Count(stdout.String(), `"Hello, Ada!"`); n < 3 {
 		t.Fatalf("want the greeting from the call, the attach and the keyed call, got %d:\n%s", n, stdout.String())
+	}
+	// The object's calls add up per key; the workflow's run answers its
+	// attach, and its shared handler sees the run.
+	for _, want := range []string{"5\n7\n7\n", `"Welcome, ada! A confirmation went to ada@example.com."`, `"signed up with ada@example.com"`} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("pasted help commands did not answer %q:\n%s", want, stdout.String())
+		}
 	}
 }
 

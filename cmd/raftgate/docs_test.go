@@ -2,6 +2,9 @@ package main
 
 import (
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -149,9 +152,45 @@ func TestReadmeCommandsParse(t *testing.T) {
 			if a := cmd.Flags().Args(); len(a) == 2 {
 				registered[a[0]] = a[1]
 			}
+		case "server":
+			// Each node listens where --initial-cluster and --join say.
+			cfg, stderr, code := runCapture(t, args, nil)
+			if code != 0 {
+				t.Errorf("README: raftgate %s: exit %d: %s", strings.Join(args, " "), code, stderr)
+			} else if cfg.InitialCluster[cfg.NodeID] != cfg.NodeAddr || !slices.Contains(cfg.Join, cfg.GossipAddr) {
+				t.Errorf("README: node %d listens at %s and %s, not where --initial-cluster %v and --join %v say",
+					cfg.NodeID, cfg.NodeAddr, cfg.GossipAddr, cfg.InitialCluster, cfg.Join)
+			}
 		}
 	}
 	if echoAddr == "" || registered[echoServiceName] != "http://"+echoAddr {
 		t.Fatalf("README registers Echo at %q, and runs raftgate echo at %q", registered[echoServiceName], echoAddr)
+	}
+}
+
+// TestDocsNumberedListsCountUp: a numbered list in the docs counts 1, 2,
+// 3, … (its items are cited by number), each list starting again at 1.
+func TestDocsNumberedListsCountUp(t *testing.T) {
+	paths, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range append(paths, "../../README.md") {
+		doc, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev := 0
+		for i, line := range strings.Split(string(doc), "\n") {
+			num, _, ok := strings.Cut(line, ". ")
+			n, err := strconv.Atoi(num)
+			if !ok || err != nil {
+				continue
+			}
+			if n != 1 && n != prev+1 {
+				t.Errorf("%s:%d: item %d follows item %d", filepath.Base(path), i+1, n, prev)
+			}
+			prev = n
+		}
 	}
 }

@@ -73,11 +73,14 @@ type serverFlags struct {
 	initialCluster string
 	gossipKey      string
 	configFile     string
+	// portOffset shifts the listen addresses left at their defaults.
+	portOffset int
+	fs         *pflag.FlagSet
 }
 
 func newServerFlags(fs *pflag.FlagSet) *serverFlags {
 	d := DefaultServerConfig()
-	sf := &serverFlags{}
+	sf := &serverFlags{fs: fs}
 	c := &sf.cfg
 	fs.Uint64Var(&c.NodeID, "node-id", d.NodeID, "this node's Raft id; must be in --initial-cluster")
 	fs.StringVar(&c.DataDir, "data-dir", "", "directory for this node's Raft logs and state (required)")
@@ -85,6 +88,7 @@ func newServerFlags(fs *pflag.FlagSet) *serverFlags {
 	fs.StringVar(&c.AdminAddr, "admin-addr", d.AdminAddr, "listen address of the admin HTTP API")
 	fs.StringVar(&c.NodeAddr, "node-addr", d.NodeAddr, "listen address of node-to-node gRPC (Raft and dispatch)")
 	fs.StringVar(&c.GossipAddr, "gossip-addr", d.GossipAddr, "listen address of gossip (TCP and UDP)")
+	fs.IntVar(&sf.portOffset, "port-offset", 0, "add this to the port of each of --ingress-addr, --admin-addr, --node-addr and --gossip-addr left at its default (several nodes on one machine: 100, 200)")
 	fs.StringVar(&c.AdvertiseGossipAddr, "advertise-gossip-addr", "", "gossip address other nodes use, when not --gossip-addr (NAT, proxy)")
 	fs.StringVar(&sf.initialCluster, "initial-cluster", server.FormatInitialCluster(d.InitialCluster),
 		"every voter as id=host:port, the address the others dial; the same on every node")
@@ -128,6 +132,17 @@ func (sf *serverFlags) toConfig() (ServerConfig, error) {
 		return cfg, fmt.Errorf("%w: --initial-cluster: %v", server.ErrInvalidConfig, err)
 	}
 	cfg.InitialCluster = ic
+	if sf.portOffset < 0 || sf.portOffset > 60000 {
+		return cfg, fmt.Errorf("%w: --port-offset: %d: want 0 to 60000", server.ErrInvalidConfig, sf.portOffset)
+	}
+	for _, a := range []struct {
+		flag string
+		addr *string
+	}{{"ingress-addr", &cfg.IngressAddr}, {"admin-addr", &cfg.AdminAddr}, {"node-addr", &cfg.NodeAddr}, {"gossip-addr", &cfg.GossipAddr}} {
+		if !sf.fs.Changed(a.flag) {
+			*a.addr = shiftPort(*a.addr, sf.portOffset)
+		}
+	}
 	if k := strings.TrimSpace(sf.gossipKey); k != "" {
 		key, err := base64.StdEncoding.DecodeString(k)
 		if err != nil {
