@@ -351,7 +351,7 @@ func (iv *invoker) deliver(ctx context.Context, rec *rpc.InvocationRecord) {
 	// The retry policy in force is the one replicated with the service's
 	// registration as this delivery starts: a changed policy applies from
 	// the next delivery on, on whichever node leads.
-	svc, lookupErr := iv.p.cfg.Services.Lookup(inv.Service)
+	svc, lookupErr := iv.p.cfg.Services.Lookup(ctx, inv.Service)
 	policy := iv.cfg.Retry.For(svc.GetRetry())
 	out := iv.call(ctx, inv, attempt, svc, lookupErr, policy.AttemptTimeout)
 

@@ -84,7 +84,7 @@ type Server struct {
 	stopTokenReload func()
 
 	// failed carries the first failure that stops the node (Err);
-	// stopWatch ends the goroutine that watches for it.
+	// stopFailWatch ends the goroutine that watches for it.
 	failed        chan error
 	stopFailWatch func()
 
@@ -424,7 +424,7 @@ func (n *Server) watchFailures() {
 func (n *Server) Err() <-chan error { return n.failed }
 
 // Serving is closed once the node checked its log against the leaders and
-// its ingress serves clients.
+// its ingress serves clients. Call it after Start.
 func (n *Server) Serving() <-chan struct{} { return n.logChecked }
 
 // defaultRetry is the cluster's default delivery retry policy from the
