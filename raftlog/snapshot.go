@@ -311,7 +311,12 @@ func (s *snapshotSink) finish() error {
 		return err
 	}
 	s.msg.Snapshot.Data = []byte(s.f.Name())
-	if !s.n.deliver(s.group, s.msg) {
+	switch s.n.deliver(s.group, s.msg) {
+	case delivered:
+	case fromRemoved:
+		_ = os.Remove(s.f.Name())
+		return fmt.Errorf("raftlog: group %d: snapshot from replica %#x: %w", s.group, s.msg.GetFrom(), ErrRemoved)
+	default:
 		_ = os.Remove(s.f.Name())
 		return fmt.Errorf("raftlog: group %d: not accepting snapshot", s.group)
 	}
