@@ -21,9 +21,12 @@ import (
 // again (on the leader of the moment).
 func retryableConf(err error) bool {
 	var nl *NotLeaderError
-	return errors.As(err, &nl) || errors.Is(err, ErrProposalDropped) || errors.Is(err, ErrNotCaughtUp) ||
+	return errors.As(err, &nl) || errors.Is(err, ErrProposalDropped) || errors.Is(err, ErrNotCaughtUp) || errors.Is(err, errFailpoint) ||
 		errors.Is(err, ErrConfigChanged) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrStopped)
 }
+
+// errFailpoint is what the tests' failpoints return.
+var errFailpoint = errors.New("failpoint")
 
 // confStep runs step on whichever of groups() leads, with the
 // configuration it applied, until it succeeds.
@@ -313,10 +316,10 @@ func testCrashAtConfStep(t *testing.T, point string) {
 		cfg.CheckpointInterval = time.Hour // only forced checkpoints
 		cfg.Knobs = &Knobs{AtConfChange: func(_ GroupID, p string) error {
 			if p == "before-remove" && refusedBefore.Add(1) == 1 {
-				return errors.New("failpoint before-remove")
+				return fmt.Errorf("%w before-remove", errFailpoint)
 			}
 			if p == point && id == victim.Load() && hit.CompareAndSwap(false, true) {
-				return fmt.Errorf("failpoint %s", p)
+				return fmt.Errorf("%w %s", errFailpoint, p)
 			}
 			return nil
 		}}
@@ -344,15 +347,21 @@ func testCrashAtConfStep(t *testing.T, point string) {
 
 	// crashed restarts the victim if its failpoint stopped it, and checks
 	// what its state.db holds.
-	restartIfCrashed := func() {
+	restarted := false
+	restartIfCrashed := func(m Membership) {
 		t.Helper()
-		if !hit.Load() || c.nodes[v] == nil {
+		if restarted {
 			return
 		}
-		g := c.nodes[v].Group(1)
-		testutil.WaitFor(t, 10*time.Second, "the victim to stop at its failpoint", func() bool {
-			return g.stopped() || c.nodes[v].ap.broken != nil && g.writeFailed.Load()
+		testutil.WaitFor(t, 10*time.Second, "the victim to apply the step or hit its failpoint", func() bool {
+			return hit.Load() || c.nodes[v].Group(1).Membership().Equal(m)
 		})
+		if !hit.Load() {
+			return
+		}
+		restarted = true
+		g := c.nodes[v].Group(1)
+		testutil.WaitFor(t, 10*time.Second, "the victim to stop at its failpoint", g.stopped)
 		c.stop(v)
 		n, err := open(c.config(v), c.nw.transportFor)
 		if err != nil {
@@ -377,30 +386,30 @@ func testCrashAtConfStep(t *testing.T, point string) {
 		c.start(v)
 	}
 	groups := c.groupsOf(1)
-	confStep(t, "add learner", groups, func(g *Group, m Membership) (Membership, error) {
+	m := confStep(t, "add learner", groups, func(g *Group, m Membership) (Membership, error) {
 		ctx, cancel := stepCtx()
 		defer cancel()
 		return g.AddLearner(ctx, m, r4)
 	})
-	restartIfCrashed()
-	confStep(t, "promote", groups, func(g *Group, m Membership) (Membership, error) {
+	restartIfCrashed(m)
+	m = confStep(t, "promote", groups, func(g *Group, m Membership) (Membership, error) {
 		ctx, cancel := stepCtx()
 		defer cancel()
 		return g.Promote(ctx, m, r4, ro)
 	})
-	restartIfCrashed()
-	confStep(t, "leave joint", groups, func(g *Group, m Membership) (Membership, error) {
+	restartIfCrashed(m)
+	m = confStep(t, "leave joint", groups, func(g *Group, m Membership) (Membership, error) {
 		ctx, cancel := stepCtx()
 		defer cancel()
 		return g.LeaveJoint(ctx, m)
 	})
-	restartIfCrashed()
+	restartIfCrashed(m)
 	final := confStep(t, "remove", groups, func(g *Group, m Membership) (Membership, error) {
 		ctx, cancel := stepCtx()
 		defer cancel()
 		return g.RemoveReplica(ctx, m, ro)
 	})
-	restartIfCrashed()
+	restartIfCrashed(final)
 	if !hit.Load() {
 		t.Fatalf("failpoint %s was never hit", point)
 	}
@@ -511,6 +520,7 @@ func TestRemovedReplicaIsToldAndDoesNotDisrupt(t *testing.T) {
 	if ev := c.nodes[lead].Group(1).leaderEvent(); !ev.IsSelf || ev.Term != term {
 		t.Fatalf("the group was disrupted: leader %d term %d, was %d term %d", ev.Leader, ev.Term, lead, term)
 	}
+	c.stop(zombie)
 	if err := c.proposeAnywhere(1, "after-zombie"); err != nil {
 		t.Fatal(err)
 	}
