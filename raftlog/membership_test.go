@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -573,4 +574,105 @@ func TestNextConfIsRaftsAndCompareAndSwap(t *testing.T) {
 	if NodeOf(ReplicaID(7, 3)) != 7 || GenerationOf(ReplicaID(7, 3)) != 3 || ReplicaID(7, 0) != 7 {
 		t.Fatal("replica id round trip")
 	}
+}
+
+// TestGRPCReplaceNodeAndRefuseRemovedNode: over real gRPC, a node that
+// was never in the startup peers joins (the others learn its address with
+// SetPeer), is added as a learner, caught up by snapshot, and replaces
+// node 3, which is down. Node 3 is then removed from the address books;
+// restarted on its old data, it gets the "removed" answer on the wire and
+// stops its group, and the group keeps its leader and term.
+func TestGRPCReplaceNodeAndRefuseRemovedNode(t *testing.T) {
+	c := newGRPCCluster(t, 3, []GroupID{1}, func(cfg *Config) {
+		cfg.SnapshotEntries, cfg.SnapshotCatchUpEntries = 20, 5
+		cfg.CheckpointInterval = 10 * time.Millisecond
+	})
+	groups := func() []*Group {
+		var out []*Group
+		for _, n := range c.nodes {
+			out = append(out, n.Group(1))
+		}
+		return out
+	}
+	propose := func(data string) {
+		t.Helper()
+		confStep(t, "propose "+data, groups, func(g *Group, m Membership) (Membership, error) {
+			ctx, cancel := stepCtx()
+			defer cancel()
+			_, err := g.Propose(ctx, []byte(data))
+			return m, err
+		})
+	}
+	for i := range 50 {
+		propose(fmt.Sprintf("e%d", i))
+	}
+	lead := c.leader(t, 1, 10*time.Second)
+	gone := uint64(3)
+	if lead == gone {
+		gone = 2
+	}
+	c.stop(gone)
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r4 := ReplicaID(4, 0)
+	c.ids = append(c.ids, 4)
+	c.peers[4], c.dirs[4], c.replicas[4] = l.Addr().String(), t.TempDir(), r4
+	for _, n := range c.nodes {
+		if err := n.SetPeer(4, c.peers[4]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.start(4, l)
+	rg := ReplicaID(gone, 0)
+	confStep(t, "add learner 4", groups, func(g *Group, m Membership) (Membership, error) {
+		ctx, cancel := stepCtx()
+		defer cancel()
+		return g.AddLearner(ctx, m, r4)
+	})
+	confStep(t, "promote 4, demote the down node", groups, func(g *Group, m Membership) (Membership, error) {
+		ctx, cancel := stepCtx()
+		defer cancel()
+		return g.Promote(ctx, m, r4, rg)
+	})
+	confStep(t, "leave joint", groups, func(g *Group, m Membership) (Membership, error) {
+		ctx, cancel := stepCtx()
+		defer cancel()
+		return g.LeaveJoint(ctx, m)
+	})
+	final := confStep(t, "remove the down node", groups, func(g *Group, m Membership) (Membership, error) {
+		ctx, cancel := stepCtx()
+		defer cancel()
+		return g.RemoveReplica(ctx, m, rg)
+	})
+	if final.Contains(rg) || !slices.Contains(final.Voters, r4) {
+		t.Fatalf("final %v", final)
+	}
+	if first := c.nodes[4].wal.FirstIndex(1); first <= 2 {
+		t.Fatalf("node 4's log starts at %d: it did not catch up by snapshot", first)
+	}
+	for _, n := range c.nodes {
+		n.RemovePeer(gone)
+	}
+	propose("before-zombie")
+	lead = c.leader(t, 1, 10*time.Second)
+	term := c.nodes[lead].Group(1).leaderEvent().Term
+
+	c.start(gone, nil)
+	zg := c.nodes[gone].Group(1)
+	testutil.WaitFor(t, 20*time.Second, "the removed node to hear it was removed", func() bool {
+		select {
+		case <-zg.Removed():
+			return true
+		default:
+			return false
+		}
+	})
+	if ev := c.nodes[lead].Group(1).leaderEvent(); !ev.IsSelf || ev.Term != term {
+		t.Fatalf("the group was disrupted: leader %d term %d, was %d term %d", ev.Leader, ev.Term, lead, term)
+	}
+	c.stop(gone)
+	propose("after-zombie")
 }
