@@ -26,9 +26,12 @@ import (
 // top-level bucket
 // "g<id as 4 bytes big-endian>" holding:
 //
-//	meta   "conf"    -> marshalled raftpb.ConfState
+//	meta   "conf"    -> marshalled raftpb.ConfState; a configuration change
+//	                    rewrites it in the same transaction as "applied"
 //	       "applied" -> index, term of the last applied entry; written in
 //	                    the same transaction as the state it produced
+//	       "replica" -> this node's replica id in the group (8 bytes BE);
+//	                    absent for generation 0 (the node id)
 //	state  the StateMachine's bucket
 //
 // Format 1 (the first release) kept the Raft log in raft.db beside the
@@ -42,6 +45,7 @@ var (
 	keyFormat  = []byte("format")
 	keyConf    = []byte("conf")
 	keyApplied = []byte("applied")
+	keyReplica = []byte("replica")
 )
 
 // StateFile is the name of the state file in a node's data dir: what a
@@ -106,11 +110,15 @@ const (
 type groupState struct {
 	conf                  *pb.ConfState
 	appliedIdx, appliedTm uint64
+	// replica is this node's replica id in the group (0: its node id).
+	replica uint64
 }
 
-// createGroupState creates the group's buckets at the bootstrap point if
-// absent (in the applier's transaction).
-func createGroupState(tx *bolt.Tx, id GroupID, voters []uint64) error {
+// createGroupState creates the group's buckets if absent (in the
+// applier's transaction): at the bootstrap point with voters, or, with
+// no voters, blank (nothing applied, no configuration: a replica that
+// joins a running group and gets everything in a snapshot) under replica.
+func createGroupState(tx *bolt.Tx, id GroupID, voters []uint64, replica uint64) error {
 	if tx.Bucket(groupBucketName(id)) != nil {
 		return nil
 	}
@@ -124,6 +132,15 @@ func createGroupState(tx *bolt.Tx, id GroupID, voters []uint64) error {
 	}
 	if _, err := root.CreateBucket(bucketState); err != nil {
 		return err
+	}
+	if len(voters) == 0 {
+		if err := meta.Put(keyReplica, binary.BigEndian.AppendUint64(nil, replica)); err != nil {
+			return err
+		}
+		if err := putConf(meta, &pb.ConfState{}); err != nil {
+			return err
+		}
+		return meta.Put(keyApplied, encodePair(0, 0))
 	}
 	if err := putConf(meta, &pb.ConfState{Voters: voters}); err != nil {
 		return err
@@ -140,6 +157,12 @@ func readGroupState(gb groupBuckets) (groupState, error) {
 	var err error
 	if gs.appliedIdx, gs.appliedTm, err = decodePair(gb.meta.Get(keyApplied)); err != nil {
 		return gs, fmt.Errorf("applied: %w", err)
+	}
+	if v := gb.meta.Get(keyReplica); v != nil {
+		if len(v) != 8 {
+			return gs, fmt.Errorf("replica: %w", errCorrupt)
+		}
+		gs.replica = binary.BigEndian.Uint64(v)
 	}
 	return gs, nil
 }

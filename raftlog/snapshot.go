@@ -312,7 +312,12 @@ func (s *snapshotSink) finish() error {
 		_ = os.Remove(s.f.Name())
 		return err
 	}
-	if !s.n.deliverSnapshot(s.group, s.msg, s.f.Name()) {
+	switch s.n.deliverSnapshot(s.group, s.msg, s.f.Name()) {
+	case delivered:
+	case fromRemoved:
+		_ = os.Remove(s.f.Name())
+		return fmt.Errorf("raftlog: group %d: snapshot from replica %#x: %w", s.group, s.msg.GetFrom(), ErrRemoved)
+	default:
 		_ = os.Remove(s.f.Name())
 		return fmt.Errorf("raftlog: group %d: not accepting snapshot", s.group)
 	}
