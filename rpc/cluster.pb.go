@@ -455,6 +455,270 @@ func (x *UpdateNodeAddrs) GetNode() *ClusterNode {
 	return nil
 }
 
+type DescribeReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  *ClusterNode           `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// The release the node runs (raftgate version).
+	Version       string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeReply) Reset() {
+	*x = DescribeReply{}
+	mi := &file_cluster_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeReply) ProtoMessage() {}
+
+func (x *DescribeReply) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeReply.ProtoReflect.Descriptor instead.
+func (*DescribeReply) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *DescribeReply) GetNode() *ClusterNode {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *DescribeReply) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+type RemoveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Force         bool                   `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveRequest) Reset() {
+	*x = RemoveRequest{}
+	mi := &file_cluster_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveRequest) ProtoMessage() {}
+
+func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
+func (*RemoveRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RemoveRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *RemoveRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type DescribeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeRequest) Reset() {
+	*x = DescribeRequest{}
+	mi := &file_cluster_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeRequest) ProtoMessage() {}
+
+func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
+func (*DescribeRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{7}
+}
+
+type JoinRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The joiner's addresses, zone, join nonce and --replace.
+	Node *ClusterNode `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// The cluster the joiner's data dir belongs to, when it has one.
+	ClusterId     []byte `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinRequest) Reset() {
+	*x = JoinRequest{}
+	mi := &file_cluster_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinRequest) ProtoMessage() {}
+
+func (x *JoinRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
+func (*JoinRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *JoinRequest) GetNode() *ClusterNode {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *JoinRequest) GetClusterId() []byte {
+	if x != nil {
+		return x.ClusterId
+	}
+	return nil
+}
+
+type JoinReply struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Node       *ClusterNode           `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	ClusterId  []byte                 `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Partitions uint32                 `protobuf:"varint,3,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	// Every member, to dial.
+	Members       []*ClusterNode `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinReply) Reset() {
+	*x = JoinReply{}
+	mi := &file_cluster_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinReply) ProtoMessage() {}
+
+func (x *JoinReply) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinReply.ProtoReflect.Descriptor instead.
+func (*JoinReply) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *JoinReply) GetNode() *ClusterNode {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *JoinReply) GetClusterId() []byte {
+	if x != nil {
+		return x.ClusterId
+	}
+	return nil
+}
+
+func (x *JoinReply) GetPartitions() uint32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
+func (x *JoinReply) GetMembers() []*ClusterNode {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
 var File_cluster_proto protoreflect.FileDescriptor
 
 const file_cluster_proto_rawDesc = "" +
@@ -496,13 +760,37 @@ const file_cluster_proto_rawDesc = "" +
 	"\x0fUpdateNodeAddrs\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x12,\n" +
-	"\x04node\x18\x02 \x01(\v2\x18.raftgate.v1.ClusterNodeR\x04node*\x87\x01\n" +
+	"\x04node\x18\x02 \x01(\v2\x18.raftgate.v1.ClusterNodeR\x04node\"W\n" +
+	"\rDescribeReply\x12,\n" +
+	"\x04node\x18\x01 \x01(\v2\x18.raftgate.v1.ClusterNodeR\x04node\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"5\n" +
+	"\rRemoveRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"\x11\n" +
+	"\x0fDescribeRequest\"Z\n" +
+	"\vJoinRequest\x12,\n" +
+	"\x04node\x18\x01 \x01(\v2\x18.raftgate.v1.ClusterNodeR\x04node\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x02 \x01(\fR\tclusterId\"\xac\x01\n" +
+	"\tJoinReply\x12,\n" +
+	"\x04node\x18\x01 \x01(\v2\x18.raftgate.v1.ClusterNodeR\x04node\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x02 \x01(\fR\tclusterId\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x03 \x01(\rR\n" +
+	"partitions\x122\n" +
+	"\amembers\x18\x04 \x03(\v2\x18.raftgate.v1.ClusterNodeR\amembers*\x87\x01\n" +
 	"\tNodeState\x12\x1a\n" +
 	"\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12NODE_STATE_JOINING\x10\x01\x12\x15\n" +
 	"\x11NODE_STATE_ACTIVE\x10\x02\x12\x17\n" +
 	"\x13NODE_STATE_DRAINING\x10\x03\x12\x16\n" +
-	"\x12NODE_STATE_REMOVED\x10\x04B\"Z github.com/raftgate/raftgate/rpcb\x06proto3"
+	"\x12NODE_STATE_REMOVED\x10\x042\xcc\x01\n" +
+	"\n" +
+	"Membership\x12D\n" +
+	"\bDescribe\x12\x1c.raftgate.v1.DescribeRequest\x1a\x1a.raftgate.v1.DescribeReply\x128\n" +
+	"\x04Join\x12\x18.raftgate.v1.JoinRequest\x1a\x16.raftgate.v1.JoinReply\x12>\n" +
+	"\x06Remove\x12\x1a.raftgate.v1.RemoveRequest\x1a\x18.raftgate.v1.ClusterNodeB\"Z github.com/raftgate/raftgate/rpcb\x06proto3"
 
 var (
 	file_cluster_proto_rawDescOnce sync.Once
@@ -517,7 +805,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_cluster_proto_goTypes = []any{
 	(NodeState)(0),          // 0: raftgate.v1.NodeState
 	(*ClusterNode)(nil),     // 1: raftgate.v1.ClusterNode
@@ -525,19 +813,34 @@ var file_cluster_proto_goTypes = []any{
 	(*JoinNode)(nil),        // 3: raftgate.v1.JoinNode
 	(*SetNodeState)(nil),    // 4: raftgate.v1.SetNodeState
 	(*UpdateNodeAddrs)(nil), // 5: raftgate.v1.UpdateNodeAddrs
+	(*DescribeReply)(nil),   // 6: raftgate.v1.DescribeReply
+	(*RemoveRequest)(nil),   // 7: raftgate.v1.RemoveRequest
+	(*DescribeRequest)(nil), // 8: raftgate.v1.DescribeRequest
+	(*JoinRequest)(nil),     // 9: raftgate.v1.JoinRequest
+	(*JoinReply)(nil),       // 10: raftgate.v1.JoinReply
 }
 var file_cluster_proto_depIdxs = []int32{
-	0, // 0: raftgate.v1.ClusterNode.state:type_name -> raftgate.v1.NodeState
-	1, // 1: raftgate.v1.InitCluster.nodes:type_name -> raftgate.v1.ClusterNode
-	1, // 2: raftgate.v1.JoinNode.node:type_name -> raftgate.v1.ClusterNode
-	0, // 3: raftgate.v1.SetNodeState.from:type_name -> raftgate.v1.NodeState
-	0, // 4: raftgate.v1.SetNodeState.to:type_name -> raftgate.v1.NodeState
-	1, // 5: raftgate.v1.UpdateNodeAddrs.node:type_name -> raftgate.v1.ClusterNode
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	0,  // 0: raftgate.v1.ClusterNode.state:type_name -> raftgate.v1.NodeState
+	1,  // 1: raftgate.v1.InitCluster.nodes:type_name -> raftgate.v1.ClusterNode
+	1,  // 2: raftgate.v1.JoinNode.node:type_name -> raftgate.v1.ClusterNode
+	0,  // 3: raftgate.v1.SetNodeState.from:type_name -> raftgate.v1.NodeState
+	0,  // 4: raftgate.v1.SetNodeState.to:type_name -> raftgate.v1.NodeState
+	1,  // 5: raftgate.v1.UpdateNodeAddrs.node:type_name -> raftgate.v1.ClusterNode
+	1,  // 6: raftgate.v1.DescribeReply.node:type_name -> raftgate.v1.ClusterNode
+	1,  // 7: raftgate.v1.JoinRequest.node:type_name -> raftgate.v1.ClusterNode
+	1,  // 8: raftgate.v1.JoinReply.node:type_name -> raftgate.v1.ClusterNode
+	1,  // 9: raftgate.v1.JoinReply.members:type_name -> raftgate.v1.ClusterNode
+	8,  // 10: raftgate.v1.Membership.Describe:input_type -> raftgate.v1.DescribeRequest
+	9,  // 11: raftgate.v1.Membership.Join:input_type -> raftgate.v1.JoinRequest
+	7,  // 12: raftgate.v1.Membership.Remove:input_type -> raftgate.v1.RemoveRequest
+	6,  // 13: raftgate.v1.Membership.Describe:output_type -> raftgate.v1.DescribeReply
+	10, // 14: raftgate.v1.Membership.Join:output_type -> raftgate.v1.JoinReply
+	1,  // 15: raftgate.v1.Membership.Remove:output_type -> raftgate.v1.ClusterNode
+	13, // [13:16] is the sub-list for method output_type
+	10, // [10:13] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -551,9 +854,9 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   5,
+			NumMessages:   10,
 			NumExtensions: 0,
-			NumServices:   0,
+			NumServices:   1,
 		},
 		GoTypes:           file_cluster_proto_goTypes,
 		DependencyIndexes: file_cluster_proto_depIdxs,
