@@ -140,6 +140,9 @@ type Config struct {
 	// DataDir holds the node's write-ahead log (wal/) and state file
 	// (state.db).
 	DataDir string
+	// DataDirLock is DataDir's lock when the caller took it (LockDataDir);
+	// nil: Open takes it. Either way the Node releases it on Close.
+	DataDirLock *DirLock
 	// Peers maps node ids (this node's too) to the address the others
 	// dial to reach it: the transport's address book at start, which
 	// Node.SetPeer and Node.RemovePeer change while the node runs.

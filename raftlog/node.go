@@ -38,7 +38,7 @@ type Node struct {
 	tr      transport
 	server  *raftServer
 	metrics *metrics
-	lock    *os.File // holds the data dir's flock (dirlock.go)
+	lock    *DirLock // holds the data dir's flock (dirlock.go)
 
 	// peersMu guards peers: every node's address, this one's too (the
 	// transport's address book; SetPeer, RemovePeer).
@@ -88,9 +88,12 @@ func open(cfg Config, newTransport func(*Node) transport) (*Node, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	lock, err := lockDataDir(cfg.DataDir)
-	if err != nil {
-		return nil, err
+	lock := cfg.DataDirLock
+	if lock == nil {
+		var err error
+		if lock, err = LockDataDir(cfg.DataDir); err != nil {
+			return nil, err
+		}
 	}
 	n, err := openLocked(cfg, newTransport)
 	if err != nil {
@@ -741,4 +744,19 @@ func (n *Node) Pin(name string, value []byte) error {
 		}
 		return pins.Put([]byte(name), value)
 	})
+}
+
+// Pinned returns the value Pin stored under name, if any.
+func (n *Node) Pinned(name string) (value []byte, ok bool, err error) {
+	err = n.db.View(func(tx *bolt.Tx) error {
+		if node := tx.Bucket(bucketNode); node != nil {
+			if pins := node.Bucket(bucketPins); pins != nil {
+				if v := pins.Get([]byte(name)); v != nil {
+					value, ok = bytes.Clone(v), true
+				}
+			}
+		}
+		return nil
+	})
+	return value, ok, err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/raftgate/raftgate/cluster"
 	"github.com/raftgate/raftgate/ingress"
 	"github.com/raftgate/raftgate/ingress/admin"
 	"github.com/raftgate/raftgate/ingress/dispatch"
@@ -61,6 +63,8 @@ type Server struct {
 	served  chan error // grpc.Serve's result, read by close
 
 	registry   *registry.Registry
+	cluster    *cluster.Cluster
+	meta       *raftlog.Group
 	processors []*partition.Processor // index = partition id; [0] unused
 	groups     *groupMetrics
 
@@ -82,6 +86,15 @@ type Server struct {
 	stopLogCheck func()
 	// stopTokenReload ends the SIGHUP watch of --ingress-tokens.
 	stopTokenReload func()
+
+	// joinMembers are the members a join answered with (membership.go);
+	// appliedRecord is the index of the cluster record applyRecord last
+	// followed; stopMembership ends the reconciler, which sends a reason
+	// to stop the node on membershipFailed.
+	joinMembers      []*rpc.ClusterNode
+	appliedRecord    uint64
+	stopMembership   func()
+	membershipFailed chan error
 
 	// failed carries the first failure that stops the node (Err);
 	// stopFailWatch ends the goroutine that watches for it.
@@ -216,7 +229,19 @@ func (n *Server) Start() (err error) {
 		grpc.InitialWindowSize(grpcStreamWindow),
 		grpc.InitialConnWindowSize(grpcConnWindow),
 	)
-	if isEmptyDir(cfg.DataDir) && len(cfg.InitialCluster) > 1 {
+	// The data dir's lock comes first: a join writes the identity file
+	// before raftlog opens the dir.
+	lock, err := raftlog.LockDataDir(cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	fresh := isEmptyDataDir(cfg.DataDir)
+	if err := n.prepareIdentity(dialOpts); err != nil {
+		_ = lock.Close()
+		return err
+	}
+	cfg = n.cfg // a joining node has its id now
+	if fresh && len(cfg.InitialCluster) > 1 {
 		// Said first: if the cluster ran before, the leaders refuse this
 		// node in a few seconds, after warning about their heartbeats.
 		n.log.Info().Str("data_dir", cfg.DataDir).Str("if_refused", n.restoreCommand()).
@@ -225,7 +250,8 @@ func (n *Server) Start() (err error) {
 	rcfg := raftlog.DefaultConfig()
 	rcfg.NodeID = cfg.NodeID
 	rcfg.DataDir = cfg.DataDir
-	rcfg.Peers = cfg.InitialCluster
+	rcfg.DataDirLock = lock
+	rcfg.Peers = n.initialPeers()
 	rcfg.DialOptions = dialOpts
 	rcfg.Logger = n.log
 	if cfg.QuietRaft {
@@ -240,19 +266,20 @@ func (n *Server) Start() (err error) {
 	if n.raft, err = raftlog.Open(rcfg); err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
 	}
+	if n.cfg.Partitions, err = n.partitionCount(); err != nil {
+		_ = n.raft.Close()
+		return err
+	}
+	cfg = n.cfg
 	if err = pinPartitionCount(cfg.DataDir, n.raft, cfg.Partitions); err != nil {
 		_ = n.raft.Close()
 		return err
 	}
 	n.raft.RegisterGRPC(n.grpc)
 
-	voters := make([]uint64, 0, len(cfg.InitialCluster))
-	for id := range cfg.InitialCluster {
-		voters = append(voters, id)
-	}
-	slices.Sort(voters)
+	voters := slices.Sorted(maps.Keys(n.initialPeers()))
 	lcfg := leadership.DefaultConfig()
-	lcfg.Self = leadership.NodeInfo{ID: cfg.NodeID, IngressAddr: cfg.IngressAddr, AdminAddr: cfg.AdminAddr, NodeAddr: cfg.InitialCluster[cfg.NodeID]}
+	lcfg.Self = leadership.NodeInfo{ID: cfg.NodeID, IngressAddr: cfg.IngressAddr, AdminAddr: cfg.AdminAddr, NodeAddr: n.advertisedNodeAddr()}
 	lcfg.BindAddr = cfg.GossipAddr
 	lcfg.AdvertiseAddr = cfg.AdvertiseGossipAddr
 	lcfg.Join = cfg.Join
@@ -286,13 +313,15 @@ func (n *Server) Start() (err error) {
 		return err
 	}
 	n.stopWatch = n.raft.Watch(n.onLeadership)
-	meta, err := n.raft.AddGroup(raftlog.MetaGroup, voters, n.registry)
+	n.cluster = cluster.New(n.log)
+	n.meta, err = n.addGroup(raftlog.MetaGroup, &cluster.Machine{Registry: n.registry, Cluster: n.cluster})
 	if err != nil {
 		return fmt.Errorf("metadata group: %w", err)
 	}
-	n.registry.Start(meta)
+	n.registry.Start(n.meta)
+	n.cluster.Start(n.meta)
 	for p := uint32(1); p <= cfg.Partitions; p++ {
-		g, err := n.raft.AddGroup(raftlog.GroupID(p), voters, n.processors[p])
+		g, err := n.addGroup(raftlog.GroupID(p), n.processors[p])
 		if err != nil {
 			return fmt.Errorf("partition %d: %w", p, err)
 		}
@@ -305,7 +334,7 @@ func (n *Server) Start() (err error) {
 	local := &backend{processors: n.processors}
 	ccfg := dispatch.DefaultClientConfig()
 	ccfg.Self = cfg.NodeID
-	ccfg.Peers = cfg.InitialCluster
+	ccfg.Peers = n.initialPeers()
 	ccfg.DialOptions = dialOpts
 	ccfg.Resolver = n.members
 	ccfg.Local = local
@@ -322,6 +351,7 @@ func (n *Server) Start() (err error) {
 	scfg.Registerer = reg
 	n.dispatchServer = dispatch.NewServer(local, scfg)
 	n.dispatchServer.Register(n.grpc)
+	rpc.RegisterMembershipServer(n.grpc, membershipService{n: n, dialOpts: dialOpts})
 	n.served = make(chan error, 1)
 	go func() {
 		// Serve returns nil once stopped by close (ErrServerStopped if
@@ -383,6 +413,8 @@ func (n *Server) Start() (err error) {
 	n.log.Info().Uint32("partitions", cfg.Partitions).Str("ingress", cfg.IngressAddr).Str("admin", cfg.AdminAddr).
 		Str("node_addr", cfg.NodeAddr).Str("version", build.Version).Str("commit", build.Commit).
 		Str("build_date", build.BuildDate).Str("go_version", build.GoVersion).Msg("raftgate node started")
+	n.membershipFailed = make(chan error, 1)
+	n.startMembership(dialOpts)
 	n.watchFailures()
 	return nil
 }
@@ -402,6 +434,7 @@ func (n *Server) watchFailures() {
 		case <-done:
 			return
 		case err = <-n.serveFailed:
+		case err = <-n.membershipFailed:
 		case err = <-n.raft.Failed():
 			if errors.Is(err, raftlog.ErrStaleLog) {
 				restore := n.restoreCommand()
@@ -446,6 +479,7 @@ func (n *Server) onLeadership(ev raftlog.LeaderEvent) {
 	n.members.SetLocal(uint32(ev.Group), ev.Leader, ev.Term)
 	if ev.Group == raftlog.MetaGroup {
 		n.registry.OnLeadership(ev)
+		n.cluster.OnLeadership(ev)
 		return
 	}
 	n.led.set(uint32(ev.Group), ev.IsSelf)
@@ -538,6 +572,9 @@ func (n *Server) close() error {
 	defer cancel()
 	if n.stopFailWatch != nil {
 		n.stopFailWatch()
+	}
+	if n.stopMembership != nil {
+		n.stopMembership()
 	}
 	if n.stopTokenReload != nil {
 		n.stopTokenReload()
