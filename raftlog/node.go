@@ -745,18 +745,3 @@ func (n *Node) Pin(name string, value []byte) error {
 		return pins.Put([]byte(name), value)
 	})
 }
-
-// Pinned returns the value Pin stored under name, if any.
-func (n *Node) Pinned(name string) (value []byte, ok bool, err error) {
-	err = n.db.View(func(tx *bolt.Tx) error {
-		if node := tx.Bucket(bucketNode); node != nil {
-			if pins := node.Bucket(bucketPins); pins != nil {
-				if v := pins.Get([]byte(name)); v != nil {
-					value, ok = bytes.Clone(v), true
-				}
-			}
-		}
-		return nil
-	})
-	return value, ok, err
-}

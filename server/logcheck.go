@@ -69,7 +69,7 @@ func (n *Server) startLogCheck(ingressAddr string, ingressTLS *tls.Config) {
 // waitActive waits, on a joining node, until the record says it is active
 // (a voter of every group): it serves once it is a full member.
 func (n *Server) waitActive(ctx context.Context) bool {
-	if !n.cfg.joinMode() {
+	if !n.joined {
 		return true
 	}
 	for {

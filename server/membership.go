@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"slices"
-	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
@@ -104,8 +103,13 @@ func (n *Server) prepareIdentity(dialOpts []grpc.DialOption) error {
 		}
 		return nil
 	}
+	n.joined = true
 	if ok && id.Complete() {
-		n.cfg.NodeID = id.NodeID
+		// A restart: the peers come from the record in state.db, or, while
+		// this node's replica of the metadata group is still blank, from
+		// gossip.
+		n.cfg.NodeID, n.cfg.Partitions = id.NodeID, id.Partitions
+		n.joinMembers = n.discoverMembers()
 		return nil
 	}
 	if !ok && !isEmptyDataDir(n.cfg.DataDir) {
@@ -172,15 +176,38 @@ func (n *Server) join(id cluster.Identity, dialOpts []grpc.DialOption) error {
 	}
 	id.ClusterID = hex.EncodeToString(reply.ClusterId)
 	id.NodeID = reply.Node.GetId()
+	id.Partitions = reply.Partitions
 	if err := cluster.SaveIdentity(n.cfg.DataDir, id); err != nil {
 		return err
 	}
-	n.cfg.NodeID = id.NodeID
-	n.cfg.Partitions = reply.Partitions
+	n.cfg.NodeID, n.cfg.Partitions = id.NodeID, id.Partitions
 	n.joinMembers = reply.Members
 	n.log.Info().Uint64("node", id.NodeID).Str("cluster", id.ClusterID).Uint32("partitions", reply.Partitions).
 		Msg("joined the cluster: this node is a learner of every group until it caught up, then a voter")
 	return nil
+}
+
+// restartDiscovery bounds the gossip discovery of a joined node's
+// restart: its record usually names the peers already.
+const restartDiscovery = 5 * time.Second
+
+// discoverMembers finds the members through --join for a joined node's
+// restart; none when gossip does not answer in time.
+func (n *Server) discoverMembers() []*rpc.ClusterNode {
+	host, _, err := net.SplitHostPort(n.cfg.GossipAddr)
+	if err != nil || len(n.cfg.Join) == 0 {
+		return nil
+	}
+	infos, err := leadership.Discover(n.cfg.Join, host, n.cfg.GossipKey, restartDiscovery, n.log)
+	if err != nil {
+		n.log.Warn().Err(err).Msg("restart: no member found through --join; the peers come from this node's copy of the cluster record")
+		return nil
+	}
+	var out []*rpc.ClusterNode
+	for _, in := range infos {
+		out = append(out, &rpc.ClusterNode{Id: in.ID, NodeAddr: in.NodeAddr})
+	}
+	return out
 }
 
 func deadlineOf(ctx context.Context) time.Time {
@@ -217,29 +244,11 @@ func (n *Server) initialPeers() map[uint64]string {
 	return peers
 }
 
-// partitionCount is the cluster's partition count: --partitions for a
-// first node, what the join answered, or (a joined node's restart) what
-// its data dir pinned.
-func (n *Server) partitionCount() (uint32, error) {
-	if !n.cfg.joinMode() || n.joinMembers != nil {
-		return n.cfg.Partitions, nil
-	}
-	v, ok, err := n.raft.Pinned(partitionsPin)
-	if err != nil || !ok {
-		return 0, fmt.Errorf("--data-dir: the partition count is not pinned in %s: %v", n.cfg.DataDir, err)
-	}
-	p, err := strconv.ParseUint(string(v), 10, 32)
-	if err != nil {
-		return 0, fmt.Errorf("--data-dir: pinned partition count %q: %w", v, err)
-	}
-	return uint32(p), nil
-}
-
 // addGroup opens this node's replica of group id: a first node's groups
 // start with the --initial-cluster voters; a joined node's replicas are
 // blank until their leader sends a snapshot.
 func (n *Server) addGroup(id raftlog.GroupID, sm raftlog.StateMachine) (*raftlog.Group, error) {
-	if n.cfg.joinMode() {
+	if n.joined {
 		return n.raft.JoinGroup(id, raftlog.ReplicaID(n.cfg.NodeID, 0), sm)
 	}
 	return n.raft.AddGroup(id, slices.Sorted(maps.Keys(n.cfg.InitialCluster)), sm)

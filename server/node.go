@@ -91,6 +91,7 @@ type Server struct {
 	// appliedRecord is the index of the cluster record applyRecord last
 	// followed; stopMembership ends the reconciler, which sends a reason
 	// to stop the node on membershipFailed.
+	joined           bool // started without --node-id: joined a running cluster
 	joinMembers      []*rpc.ClusterNode
 	appliedRecord    uint64
 	stopMembership   func()
@@ -266,11 +267,6 @@ func (n *Server) Start() (err error) {
 	if n.raft, err = raftlog.Open(rcfg); err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
 	}
-	if n.cfg.Partitions, err = n.partitionCount(); err != nil {
-		_ = n.raft.Close()
-		return err
-	}
-	cfg = n.cfg
 	if err = pinPartitionCount(cfg.DataDir, n.raft, cfg.Partitions); err != nil {
 		_ = n.raft.Close()
 		return err
