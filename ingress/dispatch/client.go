@@ -163,8 +163,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	cfg = cfg.withDefaults()
 	c := &Client{
-		cfg:   cfg,
-		log:   cfg.Logger.With().Str("component", "dispatch-client").Logger(),
+		cfg: cfg,
+		log: cfg.Logger.With().Str("component", "dispatch-client").Logger(),
 	}
 	c.metrics = newClientMetrics(cfg.Registerer, c.log)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
