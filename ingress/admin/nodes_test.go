@@ -14,13 +14,13 @@ import (
 )
 
 // fakeNodes is a node table; RemoveNode marks a node draining unless
-// refuse names a reason.
+// refuse names a reason for it.
 type fakeNodes struct {
 	mu      sync.Mutex
 	nodes   []NodeView
-	refuse  string   // RemoveNode answers a *RefusedError with it when set and not forced
-	err     error    // returned by every call when set
-	removed []string // "id force=bool" of each removal started
+	refuse  map[uint64]string // an unforced RemoveNode of the node answers a *RefusedError with it
+	err     error             // returned by every call when set
+	removed []string          // "id force=bool" of each removal started
 }
 
 func (f *fakeNodes) Nodes(ctx context.Context) ([]NodeView, error) {
@@ -42,8 +42,8 @@ func (f *fakeNodes) RemoveNode(ctx context.Context, id uint64, force bool) (Node
 		if f.nodes[i].ID != id {
 			continue
 		}
-		if f.refuse != "" && !force {
-			return NodeView{}, &RefusedError{Reason: f.refuse}
+		if reason, ok := f.refuse[id]; ok && !force {
+			return NodeView{}, &RefusedError{Reason: reason}
 		}
 		f.nodes[i].State = "draining"
 		f.removed = append(f.removed, fmt.Sprintf("%d force=%t", id, force))
@@ -106,10 +106,11 @@ func TestNodesListAndRemove(t *testing.T) {
 }
 
 func TestRemoveNodeRefusedAndRetryable(t *testing.T) {
-	nodes := &fakeNodes{nodes: threeNodes(), refuse: "removing node 2 would leave 1 live voter of 3 in partition 1, fewer than a quorum"}
+	const reason = "removing node 2 would leave 1 live voter of 3 in partition 1, fewer than a quorum"
+	nodes := &fakeNodes{nodes: threeNodes(), refuse: map[uint64]string{2: reason}}
 	f := newFixture(t, func(c *Config) { c.Nodes = nodes })
 
-	wantError(t, f.do(t, "DELETE", "/nodes/2", ""), http.StatusConflict, nodes.refuse)
+	wantError(t, f.do(t, "DELETE", "/nodes/2", ""), http.StatusConflict, reason)
 	if a := f.do(t, "DELETE", "/nodes/2?force=true", ""); a.status != http.StatusAccepted {
 		t.Fatalf("forced removal: %d %s", a.status, a.body)
 	}
