@@ -85,6 +85,10 @@ replicas than the configured replication; --force skips those checks.`,
 			if err := c.do(cmd.Context(), "DELETE", path, nil, &v); err != nil {
 				return removeError(id, force, err)
 			}
+			if v.State == "removed" { // nothing to drain
+				fmt.Fprintf(env.stdout, "node %d is removed; its process stops by itself\n", id)
+				return nil
+			}
 			if !wait {
 				fmt.Fprintf(env.stdout, "node %d is %s: it drains, then is removed and its process stops (follow with: raftgate nodes list)\n", id, v.State)
 				return nil

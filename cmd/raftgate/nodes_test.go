@@ -23,7 +23,7 @@ type drainingNodes struct {
 	mu         sync.Mutex
 	nodes      []admin.NodeView
 	refuse     string         // reason to refuse an unforced removal, when set
-	drainLists int            // GET /nodes answers a node stays draining
+	drainLists int            // GET /nodes answers a node stays draining; -1: removed at once
 	left       map[uint64]int // node being removed -> answers left
 }
 
@@ -55,6 +55,9 @@ func (d *drainingNodes) RemoveNode(_ context.Context, id uint64, force bool) (ad
 			return admin.NodeView{}, &admin.RefusedError{Reason: d.refuse}
 		}
 		n.State = "draining"
+		if d.drainLists < 0 {
+			n.State, n.Alive, n.Groups = "removed", false, nil
+		}
 		d.left[id] = d.drainLists
 		return *n, nil
 	}
@@ -151,6 +154,12 @@ func TestNodesRemove(t *testing.T) {
 	res = runCLI(t, "", "nodes", "rm", "4", "--admin", url)
 	if res.code != 0 || !strings.HasPrefix(res.stdout, "node 4 is draining: it drains, then is removed") {
 		t.Fatalf("remove without --wait: %+v", res)
+	}
+	// A node that holds no replica is removed at once.
+	nodes.drainLists = -1
+	res = runCLI(t, "", "nodes", "rm", "1", "--wait", "--admin", url)
+	if res.code != 0 || res.stdout != "node 1 is removed; its process stops by itself\n" {
+		t.Fatalf("remove of a node without replicas: %+v", res)
 	}
 }
 
