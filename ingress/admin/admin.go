@@ -90,6 +90,9 @@ type Config struct {
 	Backup func(w io.Writer, size func(int64)) (int64, error)
 	// Keys, when set, serves GET /objects/{object}/{key}. Nil answers 404.
 	Keys Keys
+	// Nodes serves GET /nodes and DELETE /nodes/{id}. Nil answers 501
+	// (a node without cluster membership).
+	Nodes Nodes
 	// Build is this node's build, served by GET /version.
 	Build BuildInfo
 	// RetryInForce fills the unset fields of a service's registered retry
@@ -156,6 +159,8 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("/cluster", s.methods(route{get: s.getCluster}))
 	mux.HandleFunc("/invocations", s.methods(route{get: s.listInvocations}))
 	mux.HandleFunc("/invocations/{id}", s.methods(route{get: s.getInvocation, delete: s.cancelInvocation}))
+	mux.HandleFunc("/nodes", s.methods(route{get: s.listNodes}))
+	mux.HandleFunc("/nodes/{id}", s.methods(route{delete: s.removeNode}))
 	if cfg.Keys != nil {
 		mux.HandleFunc("/objects/{object}/{key}", s.methods(route{get: s.getObjectKey}))
 	}
