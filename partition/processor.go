@@ -371,10 +371,7 @@ func (p *Processor) reveal(fx *effects, gen uint64) {
 	p.invoker.applied(fx.outboxDone, fx.outboxAdded, fx.firstQueued)
 	p.metrics.applied(fx)
 	if fx.schedulesChanged {
-		select {
-		case p.scheduleCh <- struct{}{}:
-		default:
-		}
+		p.wakeScheduler()
 	}
 	if fx.purgeFull {
 		select {

@@ -474,6 +474,14 @@ func (s *scheduler) fire(ctx context.Context) time.Duration {
 	return max(wait, time.Millisecond)
 }
 
+// wakeScheduler makes the scheduler read the schedules again now.
+func (p *Processor) wakeScheduler() {
+	select {
+	case p.scheduleCh <- struct{}{}:
+	default:
+	}
+}
+
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
