@@ -90,6 +90,8 @@ type Config struct {
 	Backup func(w io.Writer, size func(int64)) (int64, error)
 	// Keys, when set, serves GET /objects/{object}/{key}. Nil answers 404.
 	Keys Keys
+	// Schedules, when set, serves /schedules. Nil answers 404.
+	Schedules Schedules
 	// Build is this node's build, served by GET /version.
 	Build BuildInfo
 	// RetryInForce fills the unset fields of a service's registered retry
@@ -158,6 +160,11 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("/invocations/{id}", s.methods(route{get: s.getInvocation, delete: s.cancelInvocation}))
 	if cfg.Keys != nil {
 		mux.HandleFunc("/objects/{object}/{key}", s.methods(route{get: s.getObjectKey}))
+	}
+	if cfg.Schedules != nil {
+		mux.HandleFunc("/schedules", s.methods(route{get: s.listSchedules}))
+		mux.HandleFunc("/schedules/{id}", s.methods(route{get: s.getSchedule, put: s.putSchedule, delete: s.deleteSchedule}))
+		mux.HandleFunc("/schedules/{id}/{action}", s.scheduleAction)
 	}
 	mux.HandleFunc("/metrics", s.methods(route{get: s.metrics}))
 	mux.HandleFunc("/version", s.methods(route{get: s.version}))
