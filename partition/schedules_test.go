@@ -247,4 +247,3 @@ func TestSchedulePauseResumeTriggerDelete(t *testing.T) {
 		t.Fatalf("get after delete: %v", err)
 	}
 }
-
