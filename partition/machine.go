@@ -90,12 +90,11 @@ const (
 	kindAdmit
 	kindFenceService
 	kindSchedule
-	kindCallbackAttempt
 	numCommandKinds
 )
 
 // commandKindNames are the metric's kind labels.
-var commandKindNames = [numCommandKinds]string{"invoke", "complete", "cancel", "purge", "attempt_failed", "admit", "fence_service", "schedule", "callback_attempt"}
+var commandKindNames = [numCommandKinds]string{"invoke", "complete", "cancel", "purge", "attempt_failed", "admit", "fence_service", "schedule"}
 
 // machine is the deterministic part of the processor: a function of (state
 // bucket, entries). It has no goroutine, clock, randomness or I/O besides
