@@ -48,6 +48,8 @@ func stampedInvokeCmd(inv *rpc.Invoke, proposedAtUnixMs int64) *rpc.Command {
 	c.Exclusive = inv.Exclusive
 	c.ServiceRegisteredIndex = inv.ServiceRegisteredIndex
 	c.ProposedAtUnixMs = proposedAtUnixMs
+	c.ScheduleId = inv.ScheduleId
+	c.ScheduledAtUnixMs = inv.ScheduledAtUnixMs
 	if inv.DelayMs != nil {
 		b.delay = *inv.DelayMs
 		c.DelayMs = &b.delay

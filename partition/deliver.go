@@ -86,6 +86,10 @@ func (iv *invoker) call(ctx context.Context, inv *rpc.Invoke, attempt uint32, sv
 	if inv.Key != "" {
 		req.Header.Set(headerKey, inv.Key)
 	}
+	if sid, at := scheduleHeaders(inv); sid != "" {
+		req.Header.Set(headerSchedule, sid)
+		req.Header.Set(headerScheduledTime, at)
+	}
 	resp, err := iv.p.client.Do(req)
 	if err != nil {
 		if errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {

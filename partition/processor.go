@@ -55,6 +55,9 @@ type Processor struct {
 	appliedTerm atomic.Uint64
 	// sweepCh (cap 1) wakes the sweeper when a Purge stopped at its limit.
 	sweepCh chan struct{}
+	// scheduleCh (cap 1) wakes the scheduler when a schedule command
+	// applies.
+	scheduleCh chan struct{}
 	// restores counts Restore calls; Apply, Restore and reveal all run on
 	// raftlog's writer goroutine (Restore at open before the group starts),
 	// so it needs no lock.
@@ -91,6 +94,8 @@ func New(cfg Config) (*Processor, error) {
 		stop:      make(chan struct{}),
 		appliedCh: make(chan struct{}, 1),
 		sweepCh:   make(chan struct{}, 1),
+
+		scheduleCh: make(chan struct{}, 1),
 	}
 	if p.now == nil {
 		p.now = time.Now
@@ -365,6 +370,9 @@ func (p *Processor) reveal(fx *effects, gen uint64) {
 	}
 	p.invoker.applied(fx.outboxDone, fx.outboxAdded, fx.firstQueued)
 	p.metrics.applied(fx)
+	if fx.schedulesChanged {
+		p.wakeScheduler()
+	}
 	if fx.purgeFull {
 		select {
 		case p.sweepCh <- struct{}{}:

@@ -25,6 +25,8 @@ type backend struct {
 var (
 	_ dispatch.Backend    = backend{}
 	_ dispatch.KeyBackend = backend{}
+
+	_ dispatch.ScheduleBackend = backend{}
 )
 
 // processor returns partition p's processor after checking that p owns the
@@ -98,6 +100,14 @@ func (b backend) List(ctx context.Context, p uint32, req *rpc.ListInvocations) (
 		return nil, fmt.Errorf("%w: no partition %d on this cluster (1..%d)", rpc.ErrInvalid, p, n)
 	}
 	return b.processors[p].List(ctx, req)
+}
+
+func (b backend) Schedule(ctx context.Context, p uint32, req *rpc.ScheduleRequest) (*rpc.ScheduleList, error) {
+	n := uint32(len(b.processors) - 1)
+	if p == 0 || p > n {
+		return nil, fmt.Errorf("%w: no partition %d on this cluster (1..%d)", rpc.ErrInvalid, p, n)
+	}
+	return b.processors[p].Schedule(ctx, req)
 }
 
 func (b backend) PutService(ctx context.Context, svc *rpc.Service) error {

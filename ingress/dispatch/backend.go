@@ -35,3 +35,11 @@ type KeyBackend interface {
 	// of a keyed service in partition.
 	KeyStatus(ctx context.Context, partition uint32, service, key string) (*rpc.KeyState, error)
 }
+
+// ScheduleBackend is a Backend that also serves schedule requests (admin
+// /schedules); a Backend without it answers them INVALID.
+type ScheduleBackend interface {
+	// Schedule changes or reads the schedules of partition (see
+	// rpc.ScheduleRequest); a change returns once applied.
+	Schedule(ctx context.Context, partition uint32, req *rpc.ScheduleRequest) (*rpc.ScheduleList, error)
+}

@@ -392,6 +392,23 @@ func (c *Client) FenceService(ctx context.Context, partitionID uint32, service s
 	})
 }
 
+// Schedule sends a schedule request to the partition's leader (the request
+// ids of changes are inside req, the same on every retry).
+func (c *Client) Schedule(ctx context.Context, partitionID uint32, req *rpc.ScheduleRequest) (*rpc.ScheduleList, error) {
+	resp, err := c.call(ctx, opSchedule, &rpc.DispatchRequest{
+		RequestId: invocation.NewRequestID(),
+		Partition: partitionID,
+		Body:      &rpc.DispatchRequest_Schedule{Schedule: req},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if l := resp.GetSchedules(); l != nil {
+		return l, nil
+	}
+	return nil, unexpected(opSchedule, resp)
+}
+
 func (c *Client) callDone(ctx context.Context, op string, req *rpc.DispatchRequest) error {
 	req.RequestId = invocation.NewRequestID()
 	resp, err := c.call(ctx, op, req)

@@ -20,6 +20,7 @@ const (
 	opDeleteService = "delete_service"
 	opKeyStatus     = "key_status"
 	opFenceService  = "fence_service"
+	opSchedule      = "schedule"
 	opUnknown       = "unknown"
 )
 
@@ -49,6 +50,8 @@ func opOf(req *rpc.DispatchRequest) string {
 		return opKeyStatus
 	case *rpc.DispatchRequest_FenceService:
 		return opFenceService
+	case *rpc.DispatchRequest_Schedule:
+		return opSchedule
 	default:
 		return opUnknown
 	}
@@ -113,6 +116,15 @@ func execute(ctx context.Context, b Backend, req *rpc.DispatchRequest) *rpc.Disp
 		var ks *rpc.KeyState
 		if ks, err = kb.KeyStatus(ctx, p, r.KeyStatus.GetService(), r.KeyStatus.GetKey()); ks != nil {
 			resp = &rpc.DispatchResponse{Body: &rpc.DispatchResponse_KeyState{KeyState: ks}}
+		}
+	case *rpc.DispatchRequest_Schedule:
+		sb, ok := b.(ScheduleBackend)
+		if !ok {
+			return errorResponse(fmt.Errorf("%w: this node does not serve schedules", rpc.ErrInvalid))
+		}
+		var list *rpc.ScheduleList
+		if list, err = sb.Schedule(ctx, p, r.Schedule); list != nil {
+			resp = &rpc.DispatchResponse{Body: &rpc.DispatchResponse_Schedules{Schedules: list}}
 		}
 	default:
 		return errorResponse(fmt.Errorf("%w: empty or unknown request body", rpc.ErrInvalid))

@@ -137,6 +137,8 @@ function route() {
     showInvocations(new URLSearchParams(query));
   } else if (name === "services") {
     showServices();
+  } else if (name === "schedules") {
+    showSchedules();
   } else {
     showOverview();
   }
@@ -473,6 +475,58 @@ function showServices() {
   $("#view-services").hidden = false;
   run("services", loadServices);
   timers.push(setInterval(() => run("services", loadServices), 2000));
+}
+
+// ---------------------------------------------------------------- schedules
+
+async function loadSchedules() {
+  const l = await api("GET", "/schedules");
+  const act = (s, action) => el("button", {
+    type: "button", "data-action": action,
+    onclick: () => run(action, async () => { await api("POST", `/schedules/${encodeURIComponent(s.id)}/${action}`); await loadSchedules(); }),
+  }, action);
+  fill($("#schedules tbody"), l.schedules.map(s => el("tr", { "data-schedule": s.id },
+    el("td", {}, s.id),
+    el("td", {}, s.target),
+    el("td", { class: "mono" }, s.every ? `every ${s.every}` : `${s.cron} ${s.timeZone || "UTC"}`),
+    el("td", {}, s.overlap),
+    el("td", { "data-field": "state" }, s.paused ? "paused" : "active"),
+    el("td", {}, localTime(s.nextRun)),
+    el("td", {}, s.lastInvocationId ? el("a", { href: "#/invocations/" + s.lastInvocationId }, localTime(s.lastRun)) : "–"),
+    el("td", { "data-field": "runs" }, String(s.runs)),
+    el("td", { "data-field": "skipped" }, String(s.skipped)),
+    el("td", {}, act(s, s.paused ? "resume" : "pause"), act(s, "trigger"), el("button", {
+      type: "button", class: "danger", "data-remove": s.id,
+      onclick: () => run("remove", async () => {
+        if (!confirm(`Delete schedule ${s.id}?`)) return;
+        await api("DELETE", "/schedules/" + encodeURIComponent(s.id));
+        await loadSchedules();
+      }),
+    }, "Remove")))));
+  if (l.schedules.length === 0) {
+    fill($("#schedules tbody"), [el("tr", {}, el("td", { colspan: 10, class: "muted" }, "no schedules"))]);
+  }
+}
+
+$("#sch-form").addEventListener("submit", ev => {
+  ev.preventDefault();
+  run("schedule", async () => {
+    const body = { target: $("#sch-target").value.trim(), overlap: $("#sch-overlap").value };
+    for (const [k, sel] of [["every", "#sch-every"], ["cron", "#sch-cron"], ["timeZone", "#sch-tz"], ["catchupWindow", "#sch-catchup"], ["jitter", "#sch-jitter"]]) {
+      if ($(sel).value.trim()) body[k] = $(sel).value.trim();
+    }
+    if ($("#sch-body").value.trim()) body.body = JSON.parse($("#sch-body").value);
+    await api("PUT", "/schedules/" + encodeURIComponent($("#sch-id").value.trim()), body);
+    $("#sch-form").reset();
+    await loadSchedules();
+  });
+});
+
+// Next and last runs move every tick: refreshed every 2 s.
+function showSchedules() {
+  $("#view-schedules").hidden = false;
+  run("schedules", loadSchedules);
+  timers.push(setInterval(() => run("schedules", loadSchedules), 2000));
 }
 
 // ---------------------------------------------------------------- invocations
