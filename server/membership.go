@@ -105,6 +105,7 @@ func (n *Server) prepareIdentity(dialOpts []grpc.DialOption) error {
 	}
 	n.joined = true
 	if ok && id.Complete() {
+		n.log = n.log.With().Uint64("node", id.NodeID).Logger()
 		// A restart: the peers come from the record in state.db, or, while
 		// this node's replica of the metadata group is still blank, from
 		// gossip.
@@ -182,6 +183,7 @@ func (n *Server) join(id cluster.Identity, dialOpts []grpc.DialOption) error {
 	}
 	n.cfg.NodeID, n.cfg.Partitions = id.NodeID, id.Partitions
 	n.joinMembers = reply.Members
+	n.log = n.log.With().Uint64("node", id.NodeID).Logger()
 	n.log.Info().Uint64("node", id.NodeID).Str("cluster", id.ClusterID).Uint32("partitions", reply.Partitions).
 		Msg("joined the cluster: this node is a learner of every group until it caught up, then a voter")
 	return nil
@@ -563,6 +565,12 @@ func (n *Server) saveIdentity(st *cluster.State) error {
 func (n *Server) checkRemoved(st *cluster.State) error {
 	self, ok := st.Node(n.cfg.NodeID)
 	removed := ok && self.State == rpc.NodeState_NODE_STATE_REMOVED
+	// A node that applied its own removal from the metadata group (a
+	// restart on a removed node's data dir) is in none of its
+	// configurations; a joiner's blank replica has none yet.
+	if m := n.meta.Membership(); len(m.Voters) > 0 && m.Replica(n.cfg.NodeID) == 0 {
+		removed = true
+	}
 	if !removed {
 		select {
 		case <-n.meta.Removed():
@@ -573,8 +581,7 @@ func (n *Server) checkRemoved(st *cluster.State) error {
 	if !removed {
 		return nil
 	}
-	n.log.Error().Uint64("node", n.cfg.NodeID).
-		Msg("stopping: this node was removed from the cluster (raftgate nodes remove); it cannot come back: delete its data dir, and add a machine with `raftgate server --join`")
+	n.log.Error().Msg("stopping: this node was removed from the cluster (raftgate nodes remove); it cannot come back: delete its data dir, and add a machine with `raftgate server --join`")
 	return ErrRemovedNode
 }
 

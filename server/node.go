@@ -347,7 +347,8 @@ func (n *Server) Start() (err error) {
 	scfg.Registerer = reg
 	n.dispatchServer = dispatch.NewServer(local, scfg)
 	n.dispatchServer.Register(n.grpc)
-	rpc.RegisterMembershipServer(n.grpc, membershipService{n: n, dialOpts: dialOpts})
+	membership := membershipService{n: n, dialOpts: dialOpts}
+	rpc.RegisterMembershipServer(n.grpc, membership)
 	n.served = make(chan error, 1)
 	go func() {
 		// Serve returns nil once stopped by close (ErrServerStopped if
@@ -388,6 +389,7 @@ func (n *Server) Start() (err error) {
 	}
 	adminHandler, err := admin.New(admin.Config{
 		Cluster:        clusterView{n: n},
+		Nodes:          nodesView{n: n, svc: membership},
 		Invocations:    n.dispatchClient,
 		Keys:           n.dispatchClient,
 		Schedules:      n.dispatchClient,

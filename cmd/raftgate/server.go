@@ -201,7 +201,9 @@ func newServerCmd(env cliEnv, runNode serverRunner) *cobra.Command {
 		}
 		// Every line of a node's log names the node (the libraries below
 		// do not add it themselves).
-		logger = logger.With().Uint64("node", cfg.NodeID).Logger()
+		if cfg.NodeID != 0 { // a joining node's is added once the cluster gave it
+			logger = logger.With().Uint64("node", cfg.NodeID).Logger()
+		}
 		warnUnknownEnv(cmd, env, logger)
 		logger.Info().Str("version", buildinfo.Read().Version).Str("data_dir", cfg.DataDir).
 			Str("ingress", cfg.IngressAddr).Str("admin", cfg.AdminAddr).Str("node_addr", cfg.NodeAddr).
