@@ -441,8 +441,8 @@ func (n *Server) watchFailures() {
 					Msg("stopping: this node's log is older than what the cluster has from it (an emptied data dir, an old copy, or a peer's copy taken too soon); restore it from a new copy of a peer")
 				err = fmt.Errorf("%w; restore this node's data dir from a peer (docs/operations.md, \"Backup and restore\"): %s", err, restore)
 			} else if errors.Is(err, raftlog.ErrNotAMember) {
-				n.log.Error().Err(err).Msg("stopping: this node is not a member of the cluster its peers run, and a cluster's voters are fixed when it first starts " +
-					"(membership changes are not supported): a node cannot be added by naming it in --initial-cluster; start only the cluster's own nodes")
+				n.log.Error().Err(err).Msg("stopping: this node is not a member of the cluster its peers run: a node is not added by naming it in --initial-cluster; " +
+					"start it with an empty data dir, --join and no --node-id (docs/operations.md, \"Adding, removing and replacing nodes\")")
 			} else {
 				n.log.Error().Err(err).Msg("stopping: a Raft group failed")
 			}
