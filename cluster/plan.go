@@ -46,18 +46,32 @@ type GroupStep struct {
 	Replica uint64
 }
 
-// wanted reports whether node n should hold a replica of every group.
+// wanted reports whether node is joining or active.
 func wanted(s *State, node uint64) bool {
 	n, ok := s.Node(node)
 	return ok && (n.State == rpc.NodeState_NODE_STATE_JOINING || n.State == rpc.NodeState_NODE_STATE_ACTIVE)
 }
 
-// PlanGroup returns the next change of a group whose applied configuration
+// wantedIn reports whether node should hold a replica of group: one of
+// the partition's target replicas, or for the metadata group (and a
+// partition placed nowhere yet) any joining or active node.
+func wantedIn(s *State, group uint32, node uint64) bool {
+	if !wanted(s, node) {
+		return false
+	}
+	if group == 0 {
+		return true
+	}
+	pl, ok := s.Placement(group)
+	return !ok || len(pl.Replicas) == 0 || slices.Contains(pl.Replicas, node)
+}
+
+// PlanGroup returns the next change of group whose applied configuration
 // is m. Learners that should not be there go first (they cost nothing to
 // remove), then new learners, then promotions, and voters last, one at a
-// time and never the last voter, so the group gains before it loses. A
+// time and never the last one, so the group gains before it loses. A
 // record not initialised yet plans nothing.
-func PlanGroup(s *State, m raftlog.Membership) GroupStep {
+func PlanGroup(s *State, group uint32, m raftlog.Membership) GroupStep {
 	if s.ID == nil {
 		return GroupStep{}
 	}
@@ -65,12 +79,12 @@ func PlanGroup(s *State, m raftlog.Membership) GroupStep {
 		return GroupStep{Kind: StepLeaveJoint}
 	}
 	for _, r := range m.Learners {
-		if !wanted(s, raftlog.NodeOf(r)) {
+		if !wantedIn(s, group, raftlog.NodeOf(r)) {
 			return GroupStep{Kind: StepRemove, Replica: r}
 		}
 	}
 	for _, n := range s.Nodes {
-		if wanted(s, n.Id) && m.Replica(n.Id) == 0 {
+		if wantedIn(s, group, n.Id) && m.Replica(n.Id) == 0 {
 			return GroupStep{Kind: StepAddLearner, Replica: raftlog.ReplicaID(n.Id, 0)}
 		}
 	}
@@ -79,7 +93,7 @@ func PlanGroup(s *State, m raftlog.Membership) GroupStep {
 	}
 	if len(m.Voters) > 1 {
 		for _, r := range m.Voters {
-			if !wanted(s, raftlog.NodeOf(r)) {
+			if !wantedIn(s, group, raftlog.NodeOf(r)) {
 				return GroupStep{Kind: StepRemove, Replica: r}
 			}
 		}
@@ -94,21 +108,22 @@ type NodeStep struct {
 	From, To rpc.NodeState
 }
 
-// PlanNodes returns the node state changes the groups' configurations
-// (every group of the cluster, as applied on the metadata leader) allow: a
-// joining node that is a voter of every group becomes active; the node an
-// active node replaces starts draining; a draining node that holds no
-// replica any more is removed.
-func PlanNodes(s *State, groups []raftlog.Membership) []NodeStep {
-	if s.ID == nil {
+// PlanNodes returns the node state changes the groups' configurations,
+// as their leaders recorded them (ObserveConfig), allow: a joining node
+// that is a voter of every group placed on it (the metadata group
+// included) becomes active; the node an active node replaces starts
+// draining; a draining node that no group counts any more is removed.
+// Until every group has recorded its configuration, nothing moves.
+func PlanNodes(s *State) []NodeStep {
+	if s.ID == nil || !allObserved(s) {
 		return nil
 	}
 	var steps []NodeStep
 	for _, n := range s.Nodes {
 		switch n.State {
 		case rpc.NodeState_NODE_STATE_JOINING:
-			if len(groups) > 0 && !slices.ContainsFunc(groups, func(m raftlog.Membership) bool {
-				return m.Joint() || !slices.Contains(m.Voters, m.Replica(n.Id))
+			if !slices.ContainsFunc(s.Placements, func(pl *rpc.PartitionPlacement) bool {
+				return wantedIn(s, pl.Partition, n.Id) && (pl.ObservedJoint || !slices.Contains(pl.ObservedVoters, n.Id))
 			}) {
 				steps = append(steps, NodeStep{n.Id, n.State, rpc.NodeState_NODE_STATE_ACTIVE})
 			}
@@ -120,10 +135,22 @@ func PlanNodes(s *State, groups []raftlog.Membership) []NodeStep {
 				steps = append(steps, NodeStep{old.Id, old.State, rpc.NodeState_NODE_STATE_DRAINING})
 			}
 		case rpc.NodeState_NODE_STATE_DRAINING:
-			if !slices.ContainsFunc(groups, func(m raftlog.Membership) bool { return m.Replica(n.Id) != 0 }) {
+			if !slices.ContainsFunc(s.Placements, func(pl *rpc.PartitionPlacement) bool {
+				return slices.Contains(pl.ObservedVoters, n.Id) || slices.Contains(pl.ObservedLearners, n.Id)
+			}) {
 				steps = append(steps, NodeStep{n.Id, n.State, rpc.NodeState_NODE_STATE_REMOVED})
 			}
 		}
 	}
 	return steps
+}
+
+// allObserved reports whether the metadata group and every placed
+// partition have recorded their configuration.
+func allObserved(s *State) bool {
+	meta, ok := s.Placement(0)
+	if !ok || len(meta.ObservedVoters) == 0 {
+		return false
+	}
+	return !slices.ContainsFunc(s.Placements, func(pl *rpc.PartitionPlacement) bool { return len(pl.ObservedVoters) == 0 })
 }

@@ -54,30 +54,59 @@ func TestPlanGroup(t *testing.T) {
 		{"the last voter stays", record(map[uint64]rpc.NodeState{1: draining}, nil), conf([]uint64{1}, nil), GroupStep{}},
 		{"a replaced node keeps its voter until it drains", record(map[uint64]rpc.NodeState{1: active, 2: active, 3: active, 4: active}, map[uint64]uint64{4: 3}), conf([]uint64{1, 2, 3, 4}, nil), GroupStep{}},
 	} {
-		if got := PlanGroup(tc.s, tc.m); got != tc.want {
+		if got := PlanGroup(tc.s, 1, tc.m); got != tc.want {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
 		}
 	}
 }
 
+// observe records conf as group's observed configuration in s.
+func observe(s *State, group uint32, conf raftlog.Membership) {
+	pl := &rpc.PartitionPlacement{Partition: group}
+	if cur, ok := s.Placement(group); ok {
+		pl = proto.Clone(cur).(*rpc.PartitionPlacement)
+	}
+	pl.ObservedVoters, pl.ObservedLearners, pl.ObservedJoint = nodesOf(conf.Voters), nodesOf(conf.Learners), conf.Joint()
+	pl.ObservedIndex++
+	s.setPlacement(pl)
+}
+
+func nodesOf(replicas []uint64) []uint64 {
+	var out []uint64
+	for _, r := range replicas {
+		out = append(out, raftlog.NodeOf(r))
+	}
+	return out
+}
+
 func TestPlanNodes(t *testing.T) {
 	s := record(map[uint64]rpc.NodeState{1: active, 2: active, 3: active, 4: joining}, nil)
-	if got := PlanNodes(s, []raftlog.Membership{conf([]uint64{1, 2, 3, 4}, nil), conf([]uint64{1, 2, 3}, []uint64{4})}); len(got) != 0 {
+	s.setPlacement(&rpc.PartitionPlacement{Partition: 1}) // placed on every node, not observed yet
+	observe(s, 0, conf([]uint64{1, 2, 3, 4}, nil))
+	if got := PlanNodes(s); len(got) != 0 {
+		t.Fatalf("a partition without a recorded configuration, yet: %+v", got)
+	}
+	observe(s, 1, conf([]uint64{1, 2, 3}, []uint64{4}))
+	if got := PlanNodes(s); len(got) != 0 {
 		t.Fatalf("a joiner still a learner somewhere made active: %+v", got)
 	}
-	got := PlanNodes(s, []raftlog.Membership{conf([]uint64{1, 2, 3, 4}, nil), conf([]uint64{1, 2, 3, 4}, nil)})
-	if !slices.Equal(got, []NodeStep{{4, joining, active}}) {
+	observe(s, 1, conf([]uint64{1, 2, 3, 4}, nil))
+	if got := PlanNodes(s); !slices.Equal(got, []NodeStep{{4, joining, active}}) {
 		t.Fatalf("a joiner voter everywhere: %+v", got)
 	}
 	s = record(map[uint64]rpc.NodeState{1: active, 2: active, 3: active, 4: active}, map[uint64]uint64{4: 3})
-	if got := PlanNodes(s, []raftlog.Membership{conf([]uint64{1, 2, 3, 4}, nil)}); !slices.Equal(got, []NodeStep{{3, active, draining}}) {
+	observe(s, 0, conf([]uint64{1, 2, 3, 4}, nil))
+	if got := PlanNodes(s); !slices.Equal(got, []NodeStep{{3, active, draining}}) {
 		t.Fatalf("the replaced node: %+v", got)
 	}
 	s = record(map[uint64]rpc.NodeState{1: active, 2: active, 3: draining}, nil)
-	if got := PlanNodes(s, []raftlog.Membership{conf([]uint64{1, 2}, nil), conf([]uint64{1, 2}, []uint64{3})}); len(got) != 0 {
+	observe(s, 0, conf([]uint64{1, 2}, nil))
+	observe(s, 1, conf([]uint64{1, 2}, []uint64{3}))
+	if got := PlanNodes(s); len(got) != 0 {
 		t.Fatalf("a draining node with a learner left removed: %+v", got)
 	}
-	if got := PlanNodes(s, []raftlog.Membership{conf([]uint64{1, 2}, nil)}); !slices.Equal(got, []NodeStep{{3, draining, removed}}) {
+	observe(s, 1, conf([]uint64{1, 2}, nil))
+	if got := PlanNodes(s); !slices.Equal(got, []NodeStep{{3, draining, removed}}) {
 		t.Fatalf("a drained node: %+v", got)
 	}
 }
@@ -126,15 +155,16 @@ func planConverges(t *testing.T, seed uint64) {
 	for round := 0; round < 200; round++ {
 		moved := false
 		for i, m := range groups {
-			st := PlanGroup(s, m)
+			st := PlanGroup(s, uint32(i), m)
 			if st.Kind != StepNone {
 				groups[i], moved = apply(m, st), true
 			}
 			if len(groups[i].Voters) == 0 {
 				t.Fatalf("seed %d: group %d lost its last voter", seed, i)
 			}
+			observe(s, uint32(i), groups[i])
 		}
-		for _, ns := range PlanNodes(s, groups) {
+		for _, ns := range PlanNodes(s) {
 			cur, _ := s.Node(ns.ID)
 			if cur.State != ns.From {
 				t.Fatalf("seed %d: planned %+v on %s", seed, ns, StateName(cur.State))

@@ -27,6 +27,7 @@ const (
 	Membership_Describe_FullMethodName = "/raftgate.v1.Membership/Describe"
 	Membership_Join_FullMethodName     = "/raftgate.v1.Membership/Join"
 	Membership_Remove_FullMethodName   = "/raftgate.v1.Membership/Remove"
+	Membership_Observe_FullMethodName  = "/raftgate.v1.Membership/Observe"
 )
 
 // MembershipClient is the client API for Membership service.
@@ -45,6 +46,9 @@ type MembershipClient interface {
 	// that the cluster can spare it unless force is set. Forwarded to the
 	// metadata leader like Join.
 	Remove(ctx context.Context, in *RemoveRequest, opts ...grpc.CallOption) (*ClusterNode, error)
+	// Observe records a partition's configuration (its leader reports it
+	// after each change); forwarded to the metadata leader like Join.
+	Observe(ctx context.Context, in *ObserveConfig, opts ...grpc.CallOption) (*ObserveReply, error)
 }
 
 type membershipClient struct {
@@ -85,6 +89,16 @@ func (c *membershipClient) Remove(ctx context.Context, in *RemoveRequest, opts .
 	return out, nil
 }
 
+func (c *membershipClient) Observe(ctx context.Context, in *ObserveConfig, opts ...grpc.CallOption) (*ObserveReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ObserveReply)
+	err := c.cc.Invoke(ctx, Membership_Observe_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MembershipServer is the server API for Membership service.
 // All implementations must embed UnimplementedMembershipServer
 // for forward compatibility.
@@ -101,6 +115,9 @@ type MembershipServer interface {
 	// that the cluster can spare it unless force is set. Forwarded to the
 	// metadata leader like Join.
 	Remove(context.Context, *RemoveRequest) (*ClusterNode, error)
+	// Observe records a partition's configuration (its leader reports it
+	// after each change); forwarded to the metadata leader like Join.
+	Observe(context.Context, *ObserveConfig) (*ObserveReply, error)
 	mustEmbedUnimplementedMembershipServer()
 }
 
@@ -119,6 +136,9 @@ func (UnimplementedMembershipServer) Join(context.Context, *JoinRequest) (*JoinR
 }
 func (UnimplementedMembershipServer) Remove(context.Context, *RemoveRequest) (*ClusterNode, error) {
 	return nil, status.Error(codes.Unimplemented, "method Remove not implemented")
+}
+func (UnimplementedMembershipServer) Observe(context.Context, *ObserveConfig) (*ObserveReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Observe not implemented")
 }
 func (UnimplementedMembershipServer) mustEmbedUnimplementedMembershipServer() {}
 func (UnimplementedMembershipServer) testEmbeddedByValue()                    {}
@@ -195,6 +215,24 @@ func _Membership_Remove_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Membership_Observe_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ObserveConfig)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MembershipServer).Observe(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Membership_Observe_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MembershipServer).Observe(ctx, req.(*ObserveConfig))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Membership_ServiceDesc is the grpc.ServiceDesc for Membership service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -213,6 +251,10 @@ var Membership_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Remove",
 			Handler:    _Membership_Remove_Handler,
+		},
+		{
+			MethodName: "Observe",
+			Handler:    _Membership_Observe_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -639,6 +639,9 @@ type Command struct {
 	//	*Command_JoinNode
 	//	*Command_SetNodeState
 	//	*Command_UpdateNodeAddrs
+	//	*Command_SetPlacement
+	//	*Command_ObserveConfig
+	//	*Command_SetPlacementPolicy
 	//	*Command_PutSchedule
 	//	*Command_DeleteSchedule
 	//	*Command_PauseSchedule
@@ -803,6 +806,33 @@ func (x *Command) GetUpdateNodeAddrs() *UpdateNodeAddrs {
 	return nil
 }
 
+func (x *Command) GetSetPlacement() *SetPlacement {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetPlacement); ok {
+			return x.SetPlacement
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetObserveConfig() *ObserveConfig {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_ObserveConfig); ok {
+			return x.ObserveConfig
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetPlacementPolicy() *SetPlacementPolicy {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetPlacementPolicy); ok {
+			return x.SetPlacementPolicy
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetPutSchedule() *PutSchedule {
 	if x != nil {
 		if x, ok := x.Cmd.(*Command_PutSchedule); ok {
@@ -906,6 +936,18 @@ type Command_UpdateNodeAddrs struct {
 	UpdateNodeAddrs *UpdateNodeAddrs `protobuf:"bytes,33,opt,name=update_node_addrs,json=updateNodeAddrs,proto3,oneof"`
 }
 
+type Command_SetPlacement struct {
+	SetPlacement *SetPlacement `protobuf:"bytes,34,opt,name=set_placement,json=setPlacement,proto3,oneof"`
+}
+
+type Command_ObserveConfig struct {
+	ObserveConfig *ObserveConfig `protobuf:"bytes,35,opt,name=observe_config,json=observeConfig,proto3,oneof"`
+}
+
+type Command_SetPlacementPolicy struct {
+	SetPlacementPolicy *SetPlacementPolicy `protobuf:"bytes,36,opt,name=set_placement_policy,json=setPlacementPolicy,proto3,oneof"`
+}
+
 type Command_PutSchedule struct {
 	// Schedules (partition/schedules.go): 60-79.
 	PutSchedule *PutSchedule `protobuf:"bytes,60,opt,name=put_schedule,json=putSchedule,proto3,oneof"`
@@ -952,6 +994,12 @@ func (*Command_JoinNode) isCommand_Cmd() {}
 func (*Command_SetNodeState) isCommand_Cmd() {}
 
 func (*Command_UpdateNodeAddrs) isCommand_Cmd() {}
+
+func (*Command_SetPlacement) isCommand_Cmd() {}
+
+func (*Command_ObserveConfig) isCommand_Cmd() {}
+
+func (*Command_SetPlacementPolicy) isCommand_Cmd() {}
 
 func (*Command_PutSchedule) isCommand_Cmd() {}
 
@@ -4336,7 +4384,8 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"Z\n" +
 	"\fCommandBatch\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
-	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\xe0\b\n" +
+	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\xbc\n" +
+	"\n" +
 	"\aCommand\x12-\n" +
 	"\x06invoke\x18\n" +
 	" \x01(\v2\x13.raftgate.v1.InvokeH\x00R\x06invoke\x123\n" +
@@ -4352,7 +4401,10 @@ const file_raftgate_proto_rawDesc = "" +
 	"\finit_cluster\x18\x1e \x01(\v2\x18.raftgate.v1.InitClusterH\x00R\vinitCluster\x124\n" +
 	"\tjoin_node\x18\x1f \x01(\v2\x15.raftgate.v1.JoinNodeH\x00R\bjoinNode\x12A\n" +
 	"\x0eset_node_state\x18  \x01(\v2\x19.raftgate.v1.SetNodeStateH\x00R\fsetNodeState\x12J\n" +
-	"\x11update_node_addrs\x18! \x01(\v2\x1c.raftgate.v1.UpdateNodeAddrsH\x00R\x0fupdateNodeAddrs\x12=\n" +
+	"\x11update_node_addrs\x18! \x01(\v2\x1c.raftgate.v1.UpdateNodeAddrsH\x00R\x0fupdateNodeAddrs\x12@\n" +
+	"\rset_placement\x18\" \x01(\v2\x19.raftgate.v1.SetPlacementH\x00R\fsetPlacement\x12C\n" +
+	"\x0eobserve_config\x18# \x01(\v2\x1a.raftgate.v1.ObserveConfigH\x00R\robserveConfig\x12S\n" +
+	"\x14set_placement_policy\x18$ \x01(\v2\x1f.raftgate.v1.SetPlacementPolicyH\x00R\x12setPlacementPolicy\x12=\n" +
 	"\fput_schedule\x18< \x01(\v2\x18.raftgate.v1.PutScheduleH\x00R\vputSchedule\x12F\n" +
 	"\x0fdelete_schedule\x18= \x01(\v2\x1b.raftgate.v1.DeleteScheduleH\x00R\x0edeleteSchedule\x12C\n" +
 	"\x0epause_schedule\x18> \x01(\v2\x1a.raftgate.v1.PauseScheduleH\x00R\rpauseSchedule\x12I\n" +
@@ -4729,6 +4781,9 @@ var file_raftgate_proto_goTypes = []any{
 	(*JoinNode)(nil),              // 53: raftgate.v1.JoinNode
 	(*SetNodeState)(nil),          // 54: raftgate.v1.SetNodeState
 	(*UpdateNodeAddrs)(nil),       // 55: raftgate.v1.UpdateNodeAddrs
+	(*SetPlacement)(nil),          // 56: raftgate.v1.SetPlacement
+	(*ObserveConfig)(nil),         // 57: raftgate.v1.ObserveConfig
+	(*SetPlacementPolicy)(nil),    // 58: raftgate.v1.SetPlacementPolicy
 }
 var file_raftgate_proto_depIdxs = []int32{
 	5,  // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
@@ -4746,66 +4801,69 @@ var file_raftgate_proto_depIdxs = []int32{
 	53, // 12: raftgate.v1.Command.join_node:type_name -> raftgate.v1.JoinNode
 	54, // 13: raftgate.v1.Command.set_node_state:type_name -> raftgate.v1.SetNodeState
 	55, // 14: raftgate.v1.Command.update_node_addrs:type_name -> raftgate.v1.UpdateNodeAddrs
-	45, // 15: raftgate.v1.Command.put_schedule:type_name -> raftgate.v1.PutSchedule
-	46, // 16: raftgate.v1.Command.delete_schedule:type_name -> raftgate.v1.DeleteSchedule
-	47, // 17: raftgate.v1.Command.pause_schedule:type_name -> raftgate.v1.PauseSchedule
-	48, // 18: raftgate.v1.Command.trigger_schedule:type_name -> raftgate.v1.TriggerSchedule
-	49, // 19: raftgate.v1.Command.schedule_tick:type_name -> raftgate.v1.ScheduleTick
-	12, // 20: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
-	14, // 21: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
-	0,  // 22: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
-	21, // 23: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
-	20, // 24: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
-	13, // 25: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
-	1,  // 26: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
-	14, // 27: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
-	28, // 28: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
-	29, // 29: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
-	30, // 30: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
-	32, // 31: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
-	33, // 32: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
-	35, // 33: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
-	39, // 34: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
-	22, // 35: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
-	23, // 36: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
-	41, // 37: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
-	37, // 38: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
-	11, // 39: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
-	50, // 40: raftgate.v1.DispatchRequest.schedule:type_name -> raftgate.v1.ScheduleRequest
-	31, // 41: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
-	34, // 42: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
-	36, // 43: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
-	40, // 44: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
-	25, // 45: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
-	38, // 46: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
-	42, // 47: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
-	51, // 48: raftgate.v1.DispatchResponse.schedules:type_name -> raftgate.v1.ScheduleList
-	13, // 49: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
-	14, // 50: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
-	24, // 51: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
-	2,  // 52: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
-	24, // 53: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
-	3,  // 54: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
-	43, // 55: raftgate.v1.ScheduleState.spec:type_name -> raftgate.v1.ScheduleSpec
-	43, // 56: raftgate.v1.PutSchedule.spec:type_name -> raftgate.v1.ScheduleSpec
-	45, // 57: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
-	46, // 58: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
-	47, // 59: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
-	48, // 60: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
-	44, // 61: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
-	4,  // 62: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
-	7,  // 63: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
-	28, // 64: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
-	26, // 65: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
-	6,  // 66: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
-	8,  // 67: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
-	29, // 68: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
-	27, // 69: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
-	66, // [66:70] is the sub-list for method output_type
-	62, // [62:66] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	56, // 15: raftgate.v1.Command.set_placement:type_name -> raftgate.v1.SetPlacement
+	57, // 16: raftgate.v1.Command.observe_config:type_name -> raftgate.v1.ObserveConfig
+	58, // 17: raftgate.v1.Command.set_placement_policy:type_name -> raftgate.v1.SetPlacementPolicy
+	45, // 18: raftgate.v1.Command.put_schedule:type_name -> raftgate.v1.PutSchedule
+	46, // 19: raftgate.v1.Command.delete_schedule:type_name -> raftgate.v1.DeleteSchedule
+	47, // 20: raftgate.v1.Command.pause_schedule:type_name -> raftgate.v1.PauseSchedule
+	48, // 21: raftgate.v1.Command.trigger_schedule:type_name -> raftgate.v1.TriggerSchedule
+	49, // 22: raftgate.v1.Command.schedule_tick:type_name -> raftgate.v1.ScheduleTick
+	12, // 23: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
+	14, // 24: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
+	0,  // 25: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
+	21, // 26: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
+	20, // 27: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
+	13, // 28: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
+	1,  // 29: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
+	14, // 30: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
+	28, // 31: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
+	29, // 32: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
+	30, // 33: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
+	32, // 34: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
+	33, // 35: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
+	35, // 36: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
+	39, // 37: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
+	22, // 38: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
+	23, // 39: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
+	41, // 40: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
+	37, // 41: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
+	11, // 42: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
+	50, // 43: raftgate.v1.DispatchRequest.schedule:type_name -> raftgate.v1.ScheduleRequest
+	31, // 44: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
+	34, // 45: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
+	36, // 46: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
+	40, // 47: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
+	25, // 48: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
+	38, // 49: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
+	42, // 50: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
+	51, // 51: raftgate.v1.DispatchResponse.schedules:type_name -> raftgate.v1.ScheduleList
+	13, // 52: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
+	14, // 53: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
+	24, // 54: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
+	2,  // 55: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
+	24, // 56: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
+	3,  // 57: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
+	43, // 58: raftgate.v1.ScheduleState.spec:type_name -> raftgate.v1.ScheduleSpec
+	43, // 59: raftgate.v1.PutSchedule.spec:type_name -> raftgate.v1.ScheduleSpec
+	45, // 60: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
+	46, // 61: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
+	47, // 62: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
+	48, // 63: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
+	44, // 64: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
+	4,  // 65: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
+	7,  // 66: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
+	28, // 67: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
+	26, // 68: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
+	6,  // 69: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
+	8,  // 70: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
+	29, // 71: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
+	27, // 72: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
+	69, // [69:73] is the sub-list for method output_type
+	65, // [65:69] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_raftgate_proto_init() }
@@ -4828,6 +4886,9 @@ func file_raftgate_proto_init() {
 		(*Command_JoinNode)(nil),
 		(*Command_SetNodeState)(nil),
 		(*Command_UpdateNodeAddrs)(nil),
+		(*Command_SetPlacement)(nil),
+		(*Command_ObserveConfig)(nil),
+		(*Command_SetPlacementPolicy)(nil),
 		(*Command_PutSchedule)(nil),
 		(*Command_DeleteSchedule)(nil),
 		(*Command_PauseSchedule)(nil),
