@@ -26,6 +26,7 @@ import (
 // ErrGroupExists: AddGroup was called twice for one id.
 var ErrGroupExists = errors.New("raftlog: group already added")
 
+
 // Node hosts this process's Raft groups, their shared write-ahead log and
 // state file with their two write paths, and the gRPC transport to peers.
 type Node struct {
@@ -744,4 +745,25 @@ func (n *Node) Pin(name string, value []byte) error {
 		}
 		return pins.Put([]byte(name), value)
 	})
+}
+
+// HasGroup reports whether this node's state holds a replica of group id
+// (opened now or not).
+func (n *Node) HasGroup(id GroupID) bool {
+	var ok bool
+	_ = n.db.View(func(tx *bolt.Tx) error {
+		ok = tx.Bucket(groupBucketName(id)) != nil
+		return nil
+	})
+	return ok
+}
+
+// OpenGroup reopens the replica of group id this node's state holds, as it
+// is (whatever its configuration and replica id); ErrNoGroup when it holds
+// none.
+func (n *Node) OpenGroup(id GroupID, sm StateMachine) (*Group, error) {
+	if !n.HasGroup(id) {
+		return nil, fmt.Errorf("%w: %d", ErrNoGroup, id)
+	}
+	return n.addGroup(id, nil, 0, sm)
 }

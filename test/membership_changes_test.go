@@ -48,12 +48,18 @@ func nodeTable(n *node) (map[uint64]nodeView, error) {
 }
 
 // waitNodes waits until GET /nodes through via says what want says of
-// each node: its state, and for an active node that it is a voter of
-// every group (the metadata group and the partitions).
+// each node's state, and the placement settled: every active node a voter
+// of the metadata group, every partition on min(3, active nodes) voters
+// and nothing else, and the replicas per active node within one of even.
 func (c *cluster) waitNodes(via *node, partitions int, want map[uint64]string) {
 	c.t.Helper()
 	var last string
-	testutil.WaitFor(c.t, 60*time.Second, fmt.Sprintf("the node table to be %v", want), func() bool {
+	c.t.Cleanup(func() {
+		if c.t.Failed() {
+			c.t.Logf("last node table: %s", last)
+		}
+	})
+	testutil.WaitFor(c.t, 90*time.Second, fmt.Sprintf("the node table to be %v, placement settled", want), func() bool {
 		table, err := nodeTable(via)
 		if err != nil {
 			last = err.Error()
@@ -61,23 +67,48 @@ func (c *cluster) waitNodes(via *node, partitions int, want map[uint64]string) {
 		}
 		last = fmt.Sprintf("%+v", table)
 		for id, state := range want {
-			v, ok := table[id]
-			if !ok || v.State != state {
+			if v, ok := table[id]; !ok || v.State != state {
 				return false
 			}
-			if state == "active" {
-				voter := 0
-				for _, g := range v.Groups {
-					if g.Role == "voter" {
-						voter++
-					}
-				}
-				if voter != partitions+1 {
+		}
+		activeCount := 0
+		voters := map[uint32]int{}
+		perNode := map[uint64]int{}
+		for _, v := range table {
+			if v.State != "active" {
+				if len(v.Groups) > 0 {
 					return false
 				}
+				continue
+			}
+			activeCount++
+			perNode[v.ID] = 0
+			meta := false
+			for _, g := range v.Groups {
+				if g.Role != "voter" {
+					return false
+				}
+				if g.Group == 0 {
+					meta = true
+					continue
+				}
+				voters[g.Group]++
+				perNode[v.ID]++
+			}
+			if !meta {
+				return false
 			}
 		}
-		return true
+		for p := 1; p <= partitions; p++ {
+			if voters[uint32(p)] != min(3, activeCount) {
+				return false
+			}
+		}
+		lo, hi := partitions, 0
+		for _, n := range perNode {
+			lo, hi = min(lo, n), max(hi, n)
+		}
+		return hi-lo <= 1
 	})
 	c.t.Logf("node table: %s", last)
 }
