@@ -26,7 +26,6 @@ import (
 // ErrGroupExists: AddGroup was called twice for one id.
 var ErrGroupExists = errors.New("raftlog: group already added")
 
-
 // Node hosts this process's Raft groups, their shared write-ahead log and
 // state file with their two write paths, and the gRPC transport to peers.
 type Node struct {
