@@ -229,6 +229,11 @@ type Knobs struct {
 	// checkpointed, before raft applies it (an error stops the group
 	// there). STEP is add-learner, enter-joint, leave-joint or remove.
 	AtConfChange func(group GroupID, point string) error
+	// DuringSnapshotInstall runs when an installed snapshot's state is
+	// written in the applier's open transaction, before the checkpoint
+	// that makes it durable (a blank replica, such as a learner's, gets
+	// its first state this way).
+	DuringSnapshotInstall func(group GroupID)
 	// AfterApply runs after a group applied entries up to index.
 	AfterApply func(group GroupID, index uint64)
 	// ManualTicks: the node starts no ticker; the test advances Raft time
