@@ -88,6 +88,18 @@ func (c *cluster) waitNodes(via *node, partitions int, want map[uint64]string) {
 // cluster gave it (its identity file).
 func (c *cluster) joinNode(replace int) *node {
 	c.t.Helper()
+	n := c.startJoiner(replace, nil)
+	c.waitReady(n, 90*time.Second)
+	if n.id = joinedID(n); n.id == 0 {
+		c.t.Fatalf("joined node has no identity")
+	}
+	return n
+}
+
+// startJoiner starts a joining node's process (see joinNode), with env
+// added to its environment at this first start only, and returns at once.
+func (c *cluster) startJoiner(replace int, env []string) *node {
+	c.t.Helper()
 	base := c.t.TempDir()
 	n := &node{
 		dataDir:     filepath.Join(base, "data"),
@@ -96,6 +108,7 @@ func (c *cluster) joinNode(replace int) *node {
 		adminAddr:   fmt.Sprintf("127.0.0.1:%d", freePort(c.t)),
 		nodeAddr:    fmt.Sprintf("127.0.0.1:%d", freePort(c.t)),
 		gossipAddr:  fmt.Sprintf("127.0.0.1:%d", freePort(c.t)),
+		env:         env,
 	}
 	var gossip []string
 	for _, m := range c.nodes {
@@ -111,22 +124,27 @@ func (c *cluster) joinNode(replace int) *node {
 		n.extraArgs = append(n.extraArgs, "--replace", fmt.Sprint(replace))
 	}
 	c.start(n)
+	n.env = nil
 	c.t.Cleanup(func() {
 		if n.alive() {
 			c.signal(n, 9)
 			<-n.exited
 		}
 	})
-	c.waitReady(n, 90*time.Second)
+	return n
+}
+
+// joinedID is the id in a joined node's identity file; 0 while it has
+// none.
+func joinedID(n *node) int {
 	var id struct {
 		NodeID int `json:"nodeId"`
 	}
 	b, err := os.ReadFile(filepath.Join(n.dataDir, "identity.json"))
-	if err != nil || json.Unmarshal(b, &id) != nil || id.NodeID == 0 {
-		c.t.Fatalf("joined node's identity: %v %s", err, b)
+	if err != nil || json.Unmarshal(b, &id) != nil {
+		return 0
 	}
-	n.id = id.NodeID
-	return n
+	return id.NodeID
 }
 
 // TestMembershipChangesUnderLoad: under client load with idempotency
