@@ -50,6 +50,9 @@ var failpointHits = map[string][2]int64{
 	// A blank replica (a joining node's) installing its first snapshot,
 	// before the install is durable.
 	"during-snapshot": {1, 1},
+	// A joining node that has its id from the cluster but has not written
+	// it to its identity file (reach, in join).
+	"after-join-reply": {1, 1},
 }
 
 // maxCheckpointKillDelay bounds the delay between the during-checkpoint
@@ -138,6 +141,8 @@ func (fp *Failpoint) knobs(log zerolog.Logger) *raftlog.Knobs {
 		}
 	case "during-snapshot":
 		k.DuringSnapshotInstall = func(raftlog.GroupID) { hit() }
+	case "after-join-reply":
+		// Not raftlog's: the server calls reach.
 	default: // a configuration change step, named as raftlog names it
 		k.AtConfChange = func(_ raftlog.GroupID, point string) error {
 			if point == fp.name {
@@ -147,6 +152,18 @@ func (fp *Failpoint) knobs(log zerolog.Logger) *raftlog.Knobs {
 		}
 	}
 	return k
+}
+
+// reach counts a hit of the failpoint name that the server itself passes
+// (not a raftlog knob); nil-safe.
+func (fp *Failpoint) reach(name string, log zerolog.Logger) {
+	if fp == nil || fp.name != name {
+		return
+	}
+	if fp.hits.Add(1) == fp.killAt {
+		log.Warn().Str("failpoint", fp.name).Int64("hit", fp.killAt).Msg("failpoint reached: kill -9")
+		fp.kill()
+	}
 }
 
 // killSelf is a real kill -9 of this process. The calling goroutine blocks

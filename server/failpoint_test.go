@@ -67,6 +67,7 @@ func TestFailpointKillsAtTheNthHit(t *testing.T) {
 			"before-log-write": k.BeforeLogWrite, "after-log-write": k.AfterLogWrite,
 			"after-log-sync": k.AfterLogSync, "during-checkpoint": k.DuringCheckpoint,
 		}
+		hooks["after-join-reply"] = func() { fp.reach("after-join-reply", zerolog.Nop()) }
 		if k.DuringSnapshotInstall != nil {
 			hooks["during-snapshot"] = func() { k.DuringSnapshotInstall(1) }
 		}

@@ -175,6 +175,7 @@ func (n *Server) join(id cluster.Identity, dialOpts []grpc.DialOption) error {
 			}
 		}
 	}
+	n.cfg.Failpoint.reach("after-join-reply", n.log)
 	id.ClusterID = hex.EncodeToString(reply.ClusterId)
 	id.NodeID = reply.Node.GetId()
 	id.Partitions = reply.Partitions

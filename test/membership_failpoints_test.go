@@ -205,3 +205,151 @@ func TestMembershipFailpoints(t *testing.T) {
 	c.nodes = slices.DeleteFunc(c.nodes, func(n *node) bool { return n == n3 })
 	check("removal under failpoints", rt)
 }
+
+// nodeByID is c's node with id.
+func (c *cluster) nodeByID(id uint64) *node {
+	for _, n := range c.nodes {
+		if uint64(n.id) == id {
+			return n
+		}
+	}
+	c.t.Fatalf("no node %d", id)
+	return nil
+}
+
+// metaLeader is the node leading the metadata group (group 0 of GET
+// /cluster).
+func (c *cluster) metaLeader() *node {
+	c.t.Helper()
+	var id uint64
+	testutil.WaitFor(c.t, 30*time.Second, "a metadata leader", func() bool {
+		id = c.leaders()[0]
+		return id != 0
+	})
+	return c.nodeByID(id)
+}
+
+// TestMembershipInterrupted: under client load, a join and then a removal
+// are interrupted by kill -9 of the node driving them (the metadata
+// leader) and of the node they are about, and finished by restarting each
+// with the same command and data dir. The joiner dies after the cluster
+// gave it an id and before it wrote it down (failpoint after-join-reply):
+// restarted, it gets the same id (its identity file's join nonce) and ends
+// active, and the cluster has no second new node. The removed node ends
+// removed and stops by itself.
+func TestMembershipInterrupted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-level test skipped in -short mode")
+	}
+	const partitions = robustnessPartitions
+	c := startCluster(t, clusterOpts{nodes: 3, partitions: partitions})
+	svc := newRecorderTagging(t, true)
+	c.registerService(c.nodes[0], "Echo", svc.srv.URL)
+	seed := robustnessSeed(t)
+	t.Logf("seed %d (replay with RAFTGATE_ROBUSTNESS_SEED=%d)", seed, seed)
+	check := func(name string, rt roundTraffic) {
+		rt.end()
+		if applied, err := c.waitConverged(30 * time.Second); err != nil {
+			t.Errorf("%s: %v", name, err)
+		} else {
+			t.Logf("%s: replicas converged at %v", name, applied)
+		}
+		out := row{failpoint: name, v: validate(c, rt.rec, svc, "Echo")}
+		report(t, name, out)
+		if out.v.linearizable != "Ok" {
+			t.Errorf("%s: linearizable: %s", name, out.v.linearizable)
+		}
+	}
+
+	rt := startRoundTraffic(t, c, seed, 60*time.Second)
+	rt.progress(30)
+	joiner := c.startJoiner(0, failpointEnv("after-join-reply"))
+	testutil.WaitFor(t, 60*time.Second, "the joiner to die after the cluster gave it an id", func() bool { return !joiner.alive() })
+	if !strings.Contains(tail(joiner.logPath, 20), "failpoint reached") {
+		t.Fatalf("the joiner exited without reaching its failpoint:\n%s", tail(joiner.logPath, 30))
+	}
+	if id := joinedID(joiner); id != 0 {
+		t.Fatalf("the joiner wrote id %d before its failpoint", id)
+	}
+	table, err := nodeTable(c.nodes[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	given := uint64(0)
+	for id, v := range table {
+		if id > 3 {
+			given = id
+			t.Logf("the cluster gave the joiner id %d (%s) before it died", id, v.State)
+		}
+	}
+	if given == 0 || len(table) != 4 {
+		t.Fatalf("node table after the joiner's death: %+v", table)
+	}
+	// The joiner comes back with the same command and data dir while the
+	// metadata leader, which drives the join, dies in its middle.
+	c.start(joiner)
+	leader := c.metaLeader()
+	testutil.WaitFor(t, 60*time.Second, "the joiner to get its id again", func() bool { return joinedID(joiner) != 0 })
+	t.Logf("kill -9 of the metadata leader, node %d, during the join", leader.id)
+	c.kill(leader)
+	c.restart(leader)
+	if joiner.id = joinedID(joiner); uint64(joiner.id) != given {
+		t.Fatalf("the joiner restarted with the same data dir got id %d, not %d", joiner.id, given)
+	}
+	testutil.WaitFor(t, 90*time.Second, "the join to finish", func() bool {
+		ok, _ := c.tableSays(partitions, map[uint64]string{1: "active", 2: "active", 3: "active", given: "active"})
+		return ok
+	})
+	if table, err = nodeTable(c.nodes[0]); err != nil || len(table) != 4 {
+		t.Fatalf("node table after the join: %+v %v", table, err)
+	}
+	c.waitReady(joiner, 30*time.Second)
+	rt.progress(30)
+	rt.end()
+	c.nodes = append(c.nodes, joiner)
+	check("join interrupted", rt)
+
+	rt = startRoundTraffic(t, c, seed+1, 60*time.Second)
+	rt.progress(30)
+	leader = c.metaLeader()
+	var removed *node
+	for _, n := range c.nodes {
+		if n != leader && n != joiner {
+			removed = n
+			break
+		}
+	}
+	var via *node
+	for _, n := range c.nodes {
+		if n != leader && n != removed {
+			via = n
+			break
+		}
+	}
+	if out, err := exec.Command(binary, "nodes", "remove", fmt.Sprint(removed.id), "--admin", via.adminURL()).CombinedOutput(); err != nil {
+		t.Fatalf("raftgate nodes remove %d: %v\n%s", removed.id, err, out)
+	}
+	table, _ = nodeTable(via)
+	t.Logf("kill -9 of the metadata leader, node %d, then of node %d, while node %d is %s", leader.id, removed.id, removed.id, table[uint64(removed.id)].State)
+	c.kill(leader)
+	c.restart(leader)
+	c.kill(removed)
+	c.start(removed) // it may stop by itself before it is ready
+	want := map[uint64]string{uint64(removed.id): "removed"}
+	for _, n := range c.nodes {
+		if n != removed {
+			want[uint64(n.id)] = "active"
+		}
+	}
+	testutil.WaitFor(t, 90*time.Second, "the removal to finish", func() bool {
+		ok, _ := c.tableSays(partitions, want)
+		return ok && !removed.alive()
+	})
+	if !strings.Contains(tail(removed.logPath, 30), "this node was removed from the cluster") {
+		t.Errorf("removed node %d's log does not say so:\n%s", removed.id, tail(removed.logPath, 20))
+	}
+	rt.progress(30)
+	rt.end()
+	c.nodes = slices.DeleteFunc(c.nodes, func(n *node) bool { return n == removed })
+	check("removal interrupted", rt)
+}
