@@ -163,6 +163,10 @@ type Config struct {
 	// the log is compacted, so a follower that lags a little catches up
 	// from the log instead of a snapshot.
 	SnapshotCatchUpEntries uint64
+	// SnapshotStreams bounds the snapshots a node streams at once, and
+	// those it receives at once (one to each peer at most); see
+	// snapshotlimit.go. Zero is DefaultSnapshotStreams.
+	SnapshotStreams int
 	// Raft flow control.
 	MaxSizePerMsg             uint64
 	MaxInflightMsgs           int

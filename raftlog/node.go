@@ -39,6 +39,7 @@ type Node struct {
 	server  *raftServer
 	metrics *metrics
 	lock    *DirLock // holds the data dir's flock (dirlock.go)
+	snaps   *snapshotSlots
 
 	// peersMu guards peers: every node's address, this one's too (the
 	// transport's address book; SetPeer, RemovePeer).
@@ -149,6 +150,7 @@ func openLocked(cfg Config, newTransport func(*Node) transport) (*Node, error) {
 		wal:      w,
 		db:       db,
 		metrics:  newMetrics(cfg.Registerer, fileSize(db.Path()), func() float64 { return float64(w.Stats().SegmentBytes) }),
+		snaps:    newSnapshotSlots(cfg.SnapshotStreams),
 		peers:    maps.Clone(cfg.Peers),
 		gone:     make(map[uint64]bool),
 		groups:   make(map[GroupID]*Group),
