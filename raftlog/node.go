@@ -40,6 +40,8 @@ type Node struct {
 	metrics *metrics
 	lock    *DirLock // holds the data dir's flock (dirlock.go)
 	snaps   *snapshotSlots
+	// formatRaised: RaiseFormat has made the data dir format 3.
+	formatRaised atomic.Bool
 
 	// peersMu guards peers: every node's address, this one's too (the
 	// transport's address book; SetPeer, RemovePeer).
