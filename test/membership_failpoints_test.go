@@ -236,7 +236,8 @@ func (c *cluster) metaLeader() *node {
 // gave it an id and before it wrote it down (failpoint after-join-reply):
 // restarted, it gets the same id (its identity file's join nonce) and ends
 // active, and the cluster has no second new node. The removed node ends
-// removed and stops by itself.
+// removed and stops by itself. Every node raised its data dir's format
+// once the cluster record existed.
 func TestMembershipInterrupted(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process-level test skipped in -short mode")
@@ -261,6 +262,13 @@ func TestMembershipInterrupted(t *testing.T) {
 		}
 	}
 
+	// Once the cluster record exists, a release without membership can
+	// no longer open the data dirs.
+	for _, n := range c.nodes {
+		testutil.WaitFor(t, 30*time.Second, fmt.Sprintf("node %d to raise its data dir format", n.id), func() bool {
+			return strings.Contains(tail(n.logPath, 1000), "data dir format raised")
+		})
+	}
 	rt := startRoundTraffic(t, c, seed, 60*time.Second)
 	rt.progress(30)
 	joiner := c.startJoiner(0, failpointEnv("after-join-reply"))
