@@ -39,6 +39,9 @@ type Node struct {
 	server  *raftServer
 	metrics *metrics
 	lock    *DirLock // holds the data dir's flock (dirlock.go)
+	snaps   *snapshotSlots
+	// formatRaised: RaiseFormat has made the data dir format 3.
+	formatRaised atomic.Bool
 
 	// peersMu guards peers: every node's address, this one's too (the
 	// transport's address book; SetPeer, RemovePeer).
@@ -149,6 +152,7 @@ func openLocked(cfg Config, newTransport func(*Node) transport) (*Node, error) {
 		wal:      w,
 		db:       db,
 		metrics:  newMetrics(cfg.Registerer, fileSize(db.Path()), func() float64 { return float64(w.Stats().SegmentBytes) }),
+		snaps:    newSnapshotSlots(cfg.SnapshotStreams),
 		peers:    maps.Clone(cfg.Peers),
 		gone:     make(map[uint64]bool),
 		groups:   make(map[GroupID]*Group),

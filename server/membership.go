@@ -175,6 +175,7 @@ func (n *Server) join(id cluster.Identity, dialOpts []grpc.DialOption) error {
 			}
 		}
 	}
+	n.cfg.Failpoint.reach("after-join-reply", n.log)
 	id.ClusterID = hex.EncodeToString(reply.ClusterId)
 	id.NodeID = reply.Node.GetId()
 	id.Partitions = reply.Partitions
@@ -606,6 +607,9 @@ func (n *Server) createRecord(ctx context.Context, dialOpts []grpc.DialOption) {
 		n.log.Debug().Err(err).Msg("membership: cluster record not created yet; trying again")
 		return
 	}
+	if err := n.raft.RaiseFormat(); err != nil { // applyRecord tries again
+		n.log.Warn().Err(err).Msg("membership: data dir format not raised")
+	}
 	n.log.Info().Str("cluster", hex.EncodeToString(res.ClusterID)).Uints64("nodes", st.Voters).
 		Msg("membership: created the cluster record from the nodes of --initial-cluster; from now on nodes join with `raftgate server --join` and leave with `raftgate nodes remove`")
 }
@@ -626,6 +630,9 @@ func describe(ctx context.Context, addr string, dialOpts []grpc.DialOption) (*rp
 func (n *Server) applyRecord(st *cluster.State) error {
 	if st.Index == n.appliedRecord {
 		return n.checkRemoved(st)
+	}
+	if err := n.raft.RaiseFormat(); err != nil { // an earlier release refuses this data dir from now on
+		return err
 	}
 	peers := map[uint64]string{}
 	var ids []uint64
