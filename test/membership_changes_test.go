@@ -66,51 +66,59 @@ func (c *cluster) waitNodes(via *node, partitions int, want map[uint64]string) {
 			return false
 		}
 		last = fmt.Sprintf("%+v", table)
-		for id, state := range want {
-			if v, ok := table[id]; !ok || v.State != state {
-				return false
-			}
-		}
-		activeCount := 0
-		voters := map[uint32]int{}
-		perNode := map[uint64]int{}
-		for _, v := range table {
-			if v.State != "active" {
-				if len(v.Groups) > 0 {
-					return false
-				}
-				continue
-			}
-			activeCount++
-			perNode[v.ID] = 0
-			meta := false
-			for _, g := range v.Groups {
-				if g.Role != "voter" {
-					return false
-				}
-				if g.Group == 0 {
-					meta = true
-					continue
-				}
-				voters[g.Group]++
-				perNode[v.ID]++
-			}
-			if !meta {
-				return false
-			}
-		}
-		for p := 1; p <= partitions; p++ {
-			if voters[uint32(p)] != min(3, activeCount) {
-				return false
-			}
-		}
-		lo, hi := partitions, 0
-		for _, n := range perNode {
-			lo, hi = min(lo, n), max(hi, n)
-		}
-		return hi-lo <= 1
+		return settledTable(table, partitions, want)
 	})
 	c.t.Logf("node table: %s", last)
+}
+
+// settledTable reports whether table gives each node of want its state,
+// and the placement settled: every active node a voter of the metadata
+// group, every partition on min(3, active nodes) voters and nothing else,
+// and the replicas per active node within one of even.
+func settledTable(table map[uint64]nodeView, partitions int, want map[uint64]string) bool {
+	for id, state := range want {
+		if v, ok := table[id]; !ok || v.State != state {
+			return false
+		}
+	}
+	activeCount := 0
+	voters := map[uint32]int{}
+	perNode := map[uint64]int{}
+	for _, v := range table {
+		if v.State != "active" {
+			if len(v.Groups) > 0 {
+				return false
+			}
+			continue
+		}
+		activeCount++
+		perNode[v.ID] = 0
+		meta := false
+		for _, g := range v.Groups {
+			if g.Role != "voter" {
+				return false
+			}
+			if g.Group == 0 {
+				meta = true
+				continue
+			}
+			voters[g.Group]++
+			perNode[v.ID]++
+		}
+		if !meta {
+			return false
+		}
+	}
+	for p := 1; p <= partitions; p++ {
+		if voters[uint32(p)] != min(3, activeCount) {
+			return false
+		}
+	}
+	lo, hi := partitions, 0
+	for _, n := range perNode {
+		lo, hi = min(lo, n), max(hi, n)
+	}
+	return hi-lo <= 1
 }
 
 // joinNode starts a new server process that joins the cluster (no

@@ -81,20 +81,8 @@ func (c *cluster) tableSays(partitions int, want map[uint64]string) (bool, strin
 		if err != nil {
 			continue
 		}
-		for id, state := range want {
-			v, ok := table[id]
-			if !ok || v.State != state {
-				return false, fmt.Sprintf("%+v", table)
-			}
-			voter := 0
-			for _, g := range v.Groups {
-				if g.Role == "voter" {
-					voter++
-				}
-			}
-			if state == "active" && voter != partitions+1 {
-				return false, fmt.Sprintf("%+v", table)
-			}
+		if !settledTable(table, partitions, want) {
+			return false, fmt.Sprintf("%+v", table)
 		}
 		return true, fmt.Sprintf("%+v", table)
 	}
