@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/raftgate/raftgate/callback"
 	"github.com/raftgate/raftgate/cluster"
 	"github.com/raftgate/raftgate/ingress"
 	"github.com/raftgate/raftgate/ingress/admin"
@@ -292,11 +293,17 @@ func (n *Server) Start() (err error) {
 	n.registry = registry.New(n.log)
 	n.processors = make([]*partition.Processor, cfg.Partitions+1)
 	retry := defaultRetry(cfg)
+	callbackAllow, err := callback.ParseAllow(cfg.CallbackAllow)
+	if err != nil {
+		return fmt.Errorf("--callback-allow: %w", err)
+	}
 	for p := uint32(1); p <= cfg.Partitions; p++ {
 		pc := partition.DefaultConfig()
 		pc.Partition = p
 		pc.Retention = cfg.Retention
 		pc.Invoker.Retry = retry
+		pc.Callbacks.Allow = callbackAllow
+		pc.Callbacks.Secret = []byte(cfg.CallbackSecret)
 		pc.Services = registry.InvokerLookup{Registry: n.registry}
 		pc.Logger = n.log
 		pc.Registerer = reg
@@ -373,6 +380,7 @@ func (n *Server) Start() (err error) {
 	icfg.MaxConcurrent = cfg.MaxConcurrent
 	icfg.BodyReadTimeout = cfg.BodyReadTimeout
 	icfg.RequestTimeout = cfg.RequestTimeout
+	icfg.CallbackAllow = callbackAllow
 	icfg.Logger = n.log
 	icfg.Registerer = reg
 	if cfg.Placement == PlacementLocal {
@@ -400,6 +408,7 @@ func (n *Server) Start() (err error) {
 		EnablePprof:    cfg.Pprof,
 		Build:          admin.BuildInfo(build),
 		RetryInForce:   func(p *rpc.RetryPolicy) *rpc.RetryPolicy { return retry.For(p).Proto() },
+		CallbackAllow:  callbackAllow,
 		Backup:         n.raft.Backup,
 		RequestTimeout: cfg.RequestTimeout,
 		Logger:         n.log,
