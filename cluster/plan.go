@@ -66,6 +66,13 @@ func wantedIn(s *State, group uint32, node uint64) bool {
 	return !ok || len(pl.Replicas) == 0 || slices.Contains(pl.Replicas, node)
 }
 
+// wantedReplica reports whether replica r should be in group: its node is
+// wanted there, in the generation the target gives it.
+func wantedReplica(s *State, group uint32, r uint64) bool {
+	node := raftlog.NodeOf(r)
+	return wantedIn(s, group, node) && raftlog.GenerationOf(r) == s.Generation(group, node)
+}
+
 // PlanGroup returns the next change of group whose applied configuration
 // is m. Learners that should not be there go first (they cost nothing to
 // remove), then new learners, then promotions, and voters last, one at a
@@ -79,13 +86,13 @@ func PlanGroup(s *State, group uint32, m raftlog.Membership) GroupStep {
 		return GroupStep{Kind: StepLeaveJoint}
 	}
 	for _, r := range m.Learners {
-		if !wantedIn(s, group, raftlog.NodeOf(r)) {
+		if !wantedReplica(s, group, r) {
 			return GroupStep{Kind: StepRemove, Replica: r}
 		}
 	}
 	for _, n := range s.Nodes {
 		if wantedIn(s, group, n.Id) && m.Replica(n.Id) == 0 {
-			return GroupStep{Kind: StepAddLearner, Replica: raftlog.ReplicaID(n.Id, 0)}
+			return GroupStep{Kind: StepAddLearner, Replica: raftlog.ReplicaID(n.Id, s.Generation(group, n.Id))}
 		}
 	}
 	for _, r := range m.Learners {
@@ -93,7 +100,7 @@ func PlanGroup(s *State, group uint32, m raftlog.Membership) GroupStep {
 	}
 	if len(m.Voters) > 1 {
 		for _, r := range m.Voters {
-			if !wantedIn(s, group, raftlog.NodeOf(r)) {
+			if !wantedReplica(s, group, r) {
 				return GroupStep{Kind: StepRemove, Replica: r}
 			}
 		}

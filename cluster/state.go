@@ -109,6 +109,15 @@ func (s *State) Placement(p uint32) (*rpc.PartitionPlacement, bool) {
 	return s.Placements[i], true
 }
 
+// Generation is the replica generation of node in partition p's target
+// (raftlog.ReplicaID).
+func (s *State) Generation(p uint32, node uint64) uint32 {
+	if pl, ok := s.Placement(p); ok {
+		return pl.Generations[node]
+	}
+	return 0
+}
+
 // setPlacement puts pl in s.Placements in partition order.
 func (s *State) setPlacement(pl *rpc.PartitionPlacement) {
 	i, found := slices.BinarySearchFunc(s.Placements, pl.Partition, func(x *rpc.PartitionPlacement, p uint32) int { return cmpU64(uint64(x.Partition), uint64(p)) })
@@ -351,6 +360,19 @@ func (t *tx) setPlacements(index uint64, cmd *rpc.SetPlacement) error {
 		pl := &rpc.PartitionPlacement{Partition: in.Partition}
 		if cur, ok := next.Placement(in.Partition); ok {
 			pl = proto.Clone(cur).(*rpc.PartitionPlacement)
+		}
+		for _, id := range in.Replicas {
+			if !slices.Contains(pl.Replicas, id) && pl.Version > 0 {
+				if pl.Generations == nil {
+					pl.Generations = map[uint64]uint32{}
+				}
+				pl.Generations[id] = uint32(in.Version + 1) // a new replica to raft
+			}
+		}
+		for id := range pl.Generations {
+			if !slices.Contains(in.Replicas, id) {
+				delete(pl.Generations, id)
+			}
 		}
 		pl.Replicas, pl.PreferredLeader, pl.Version = slices.Clone(in.Replicas), in.PreferredLeader, in.Version+1
 		next.setPlacement(pl)

@@ -163,6 +163,10 @@ type Config struct {
 	// the log is compacted, so a follower that lags a little catches up
 	// from the log instead of a snapshot.
 	SnapshotCatchUpEntries uint64
+	// SnapshotStreams bounds the snapshots a node streams at once, and
+	// those it receives at once (one to each peer at most); see
+	// snapshotlimit.go. Zero is DefaultSnapshotStreams.
+	SnapshotStreams int
 	// Raft flow control.
 	MaxSizePerMsg             uint64
 	MaxInflightMsgs           int
@@ -229,6 +233,11 @@ type Knobs struct {
 	// checkpointed, before raft applies it (an error stops the group
 	// there). STEP is add-learner, enter-joint, leave-joint or remove.
 	AtConfChange func(group GroupID, point string) error
+	// DuringSnapshotInstall runs when an installed snapshot's state is
+	// written in the applier's open transaction, before the checkpoint
+	// that makes it durable (a blank replica, such as a learner's, gets
+	// its first state this way).
+	DuringSnapshotInstall func(group GroupID)
 	// AfterApply runs after a group applied entries up to index.
 	AfterApply func(group GroupID, index uint64)
 	// ManualTicks: the node starts no ticker; the test advances Raft time

@@ -640,6 +640,9 @@ func (g *Group) installSnapshot(tx *bolt.Tx, gb groupBuckets, snap *pb.Snapshot)
 	if err := g.sm.Restore(state); err != nil {
 		return fmt.Errorf("raftlog: group %d: restore snapshot: %w", g.id, err)
 	}
+	if k := g.n.cfg.Knobs; k != nil && k.DuringSnapshotInstall != nil {
+		k.DuringSnapshotInstall(g.id)
+	}
 	return nil
 }
 

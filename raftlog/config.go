@@ -55,6 +55,9 @@ func (c Config) withDefaults() Config {
 	if c.SnapshotCatchUpEntries == 0 {
 		c.SnapshotCatchUpEntries = min(d.SnapshotCatchUpEntries, c.SnapshotEntries/2)
 	}
+	if c.SnapshotStreams == 0 {
+		c.SnapshotStreams = DefaultSnapshotStreams
+	}
 	if c.MaxSizePerMsg == 0 {
 		c.MaxSizePerMsg = d.MaxSizePerMsg
 	}
@@ -114,6 +117,8 @@ func (c Config) Validate() error {
 		return bad("Checkpoint", "interval and entries must not be negative")
 	case c.WALSegmentBytes < 64<<10:
 		return bad("WALSegmentBytes", "must be at least 64 KiB")
+	case c.SnapshotStreams < 0:
+		return bad("SnapshotStreams", "must not be negative (zero is the default)")
 	case c.PeerQueueMessages < 16:
 		return bad("PeerQueueMessages", "must be at least 16")
 	case c.LeaderBalanceTicks < 0:

@@ -170,7 +170,10 @@
 // index and term stored with the state and streams the state bucket
 // (nested buckets, keys, sequences; see snapshot.go) in chunks on the
 // Raft.Snapshot RPC. The receiver spools it to a file and the applier
-// installs it.
+// installs it. Streams are bounded (snapshotlimit.go): one to a peer at a
+// time, at most Config.SnapshotStreams sent and as many received at once
+// by a node; over a bound the send is not started, or the receiver
+// refuses it, and raft, told SnapshotFailure, sends it again later.
 //
 // # Leader balancing
 //

@@ -381,7 +381,7 @@ func (p *peerSender) sleep(backoff *time.Duration) bool {
 // sendSnapshot streams one snapshot on its own Raft.Snapshot call.
 func (t *grpcTransport) sendSnapshot(group GroupID, m *pb.Message) {
 	p := t.peer(NodeOf(m.GetTo()))
-	if p == nil || p.client == nil {
+	if p == nil || p.client == nil || !t.n.snaps.startSend(p.id) {
 		t.n.reportSnapshot(group, m.GetTo(), false)
 		return
 	}
@@ -389,7 +389,11 @@ func (t *grpcTransport) sendSnapshot(group GroupID, m *pb.Message) {
 	go func() {
 		defer t.wg.Done()
 		err := p.streamSnapshot(group, m)
-		if err != nil && p.ctx.Err() == nil {
+		t.n.snaps.doneSend(p.id)
+		switch {
+		case errors.Is(err, errSnapshotsBusy):
+			p.log.Debug().Uint32("group", uint32(group)).Msg("snapshot refused by a busy peer; raft sends it again later")
+		case err != nil && p.ctx.Err() == nil:
 			p.log.Warn().Err(err).Uint32("group", uint32(group)).Msg("snapshot send failed")
 		}
 		t.n.reportSnapshot(group, m.GetTo(), err == nil)
@@ -423,6 +427,9 @@ func (p *peerSender) streamSnapshot(group GroupID, m *pb.Message) error {
 		return err
 	}
 	if !ack.GetOk() {
+		if ack.GetError() == errSnapshotsBusy.Error() {
+			return errSnapshotsBusy
+		}
 		return fmt.Errorf("raftlog: peer refused snapshot: %s", ack.GetError())
 	}
 	return nil

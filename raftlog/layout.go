@@ -4,13 +4,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	bolt "go.etcd.io/bbolt"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
 
-// On-disk layout of a data dir (format 2):
+// On-disk layout of a data dir (formats 2 and 3):
 //
 //	DataDir/wal/      the write-ahead log of every group's Raft log and hard
 //	                  state (package raftlog/wal)
@@ -20,7 +21,8 @@ import (
 //
 // Directories are 0700 and files 0600.
 //
-// state.db holds a bucket "node" with "format" (formatVersion, 8 bytes BE),
+// state.db holds a bucket "node" with "format" (8 bytes BE: formatVersion
+// when created, formatMembership once RaiseFormat ran),
 // the pins (Pin) and "removed" (a tombstone per group whose RemoveGroup
 // has not finished, keyed by id as 4 bytes big-endian), and per group a
 // top-level bucket
@@ -35,7 +37,10 @@ import (
 //	state  the StateMachine's bucket
 //
 // Format 1 (the first release) kept the Raft log in raft.db beside the
-// state; migrate.go turns it into format 2.
+// state; migrate.go turns it into format 2. Format 3 is format 2 that has
+// seen a cluster membership change (RaiseFormat): the same layout, but
+// its groups' configurations and the cluster record need a release that
+// knows membership, so a release that reads only format 2 refuses it.
 var (
 	bucketNode  = []byte("node")
 	bucketPins  = []byte("pins")
@@ -56,7 +61,12 @@ const (
 	stateFile     = "state.db"
 	walDirName    = "wal"
 	formatVersion = 2
+	// formatMembership is the format RaiseFormat sets.
+	formatMembership = 3
 )
+
+// readableFormats are the formats this release opens.
+var readableFormats = []uint64{formatVersion, formatMembership}
 
 // errCorrupt reports bytes in state.db that cannot be decoded.
 var errCorrupt = errors.New("raftlog: corrupt storage")
@@ -168,8 +178,12 @@ func readGroupState(gb groupBuckets) (groupState, error) {
 }
 
 // checkFormat stamps a new state.db with formatVersion and refuses one of
-// another version.
-func checkFormat(db *bolt.DB) error {
+// a format this release does not read.
+func checkFormat(db *bolt.DB) error { return checkFormatOf(db, readableFormats) }
+
+// checkFormatOf is checkFormat for a release that reads the formats
+// readable (the first is the one it writes).
+func checkFormatOf(db *bolt.DB, readable []uint64) error {
 	return db.Update(func(tx *bolt.Tx) error {
 		b, err := tx.CreateBucketIfNotExists(bucketNode)
 		if err != nil {
@@ -177,16 +191,42 @@ func checkFormat(db *bolt.DB) error {
 		}
 		v := b.Get(keyFormat)
 		if v == nil {
-			return b.Put(keyFormat, binary.BigEndian.AppendUint64(nil, formatVersion))
+			return b.Put(keyFormat, binary.BigEndian.AppendUint64(nil, readable[0]))
 		}
 		if len(v) != 8 {
 			return fmt.Errorf("raftlog: %s: %w: format marker %x", db.Path(), errCorrupt, v)
 		}
-		if have := binary.BigEndian.Uint64(v); have != formatVersion {
-			return fmt.Errorf("raftlog: %s has format %d, this release reads format %d; use the release that wrote it, or restore this node from a peer (docs/operations.md, \"Backup and restore\")", db.Path(), have, formatVersion)
+		if have := binary.BigEndian.Uint64(v); !slices.Contains(readable, have) {
+			return fmt.Errorf("raftlog: %s has format %d, this release reads formats %v; use the release that wrote it or a later one (docs/operations.md, \"Rolling restarts\"), or restore this node from a peer (docs/operations.md, \"Backup and restore\")", db.Path(), have, readable)
 		}
 		return nil
 	})
+}
+
+// RaiseFormat durably marks the data dir as format 3 (formatMembership)
+// so that a release that reads only format 2, one without cluster
+// membership, refuses to open it: the caller raises it once the cluster
+// made its first membership change. Idempotent and cheap once done.
+func (n *Node) RaiseFormat() error {
+	if n.formatRaised.Load() {
+		return nil
+	}
+	err := n.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketNode)
+		if b == nil {
+			return fmt.Errorf("raftlog: %s: %w: no node bucket", n.db.Path(), errCorrupt)
+		}
+		if v := b.Get(keyFormat); len(v) == 8 && binary.BigEndian.Uint64(v) >= formatMembership {
+			return nil
+		}
+		n.log.Info().Int("format", formatMembership).Msg("data dir format raised: a release without cluster membership can no longer open it")
+		return b.Put(keyFormat, binary.BigEndian.AppendUint64(nil, formatMembership))
+	})
+	if err != nil {
+		return fmt.Errorf("raftlog: raise format: %w", err)
+	}
+	n.formatRaised.Store(true)
+	return nil
 }
 
 func putConf(meta *bolt.Bucket, conf *pb.ConfState) error {

@@ -165,10 +165,17 @@ func (t *memTransport) send(group GroupID, msgs []*pb.Message) {
 }
 
 func (t *memTransport) sendSnapshot(group GroupID, m *pb.Message) {
+	peer := NodeOf(m.GetTo())
+	if !t.n.snaps.startSend(peer) {
+		t.n.reportSnapshot(group, m.GetTo(), false)
+		return
+	}
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
-		t.n.reportSnapshot(group, m.GetTo(), t.streamSnapshot(group, m))
+		ok := t.streamSnapshot(group, m)
+		t.n.snaps.doneSend(peer)
+		t.n.reportSnapshot(group, m.GetTo(), ok)
 	}()
 }
 

@@ -39,6 +39,9 @@ type Node struct {
 	server  *raftServer
 	metrics *metrics
 	lock    *DirLock // holds the data dir's flock (dirlock.go)
+	snaps   *snapshotSlots
+	// formatRaised: RaiseFormat has made the data dir format 3.
+	formatRaised atomic.Bool
 
 	// peersMu guards peers: every node's address, this one's too (the
 	// transport's address book; SetPeer, RemovePeer).
@@ -149,6 +152,7 @@ func openLocked(cfg Config, newTransport func(*Node) transport) (*Node, error) {
 		wal:      w,
 		db:       db,
 		metrics:  newMetrics(cfg.Registerer, fileSize(db.Path()), func() float64 { return float64(w.Stats().SegmentBytes) }),
+		snaps:    newSnapshotSlots(cfg.SnapshotStreams),
 		peers:    maps.Clone(cfg.Peers),
 		gone:     make(map[uint64]bool),
 		groups:   make(map[GroupID]*Group),
@@ -744,4 +748,25 @@ func (n *Node) Pin(name string, value []byte) error {
 		}
 		return pins.Put([]byte(name), value)
 	})
+}
+
+// HasGroup reports whether this node's state holds a replica of group id
+// (opened now or not).
+func (n *Node) HasGroup(id GroupID) bool {
+	var ok bool
+	_ = n.db.View(func(tx *bolt.Tx) error {
+		ok = tx.Bucket(groupBucketName(id)) != nil
+		return nil
+	})
+	return ok
+}
+
+// OpenGroup reopens the replica of group id this node's state holds, as it
+// is (whatever its configuration and replica id); ErrNoGroup when it holds
+// none.
+func (n *Node) OpenGroup(id GroupID, sm StateMachine) (*Group, error) {
+	if !n.HasGroup(id) {
+		return nil, fmt.Errorf("%w: %d", ErrNoGroup, id)
+	}
+	return n.addGroup(id, nil, 0, sm)
 }

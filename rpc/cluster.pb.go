@@ -303,8 +303,12 @@ type PartitionPlacement struct {
 	ObservedLearners []uint64 `protobuf:"varint,6,rep,packed,name=observed_learners,json=observedLearners,proto3" json:"observed_learners,omitempty"`
 	ObservedJoint    bool     `protobuf:"varint,7,opt,name=observed_joint,json=observedJoint,proto3" json:"observed_joint,omitempty"`
 	ObservedIndex    uint64   `protobuf:"varint,8,opt,name=observed_index,json=observedIndex,proto3" json:"observed_index,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The replica generation of each target node (raftlog.ReplicaID): set
+	// when the node is added to the target, so a replica that leaves and
+	// comes back is a new replica to raft. Absent: generation 0.
+	Generations   map[uint64]uint32 `protobuf:"bytes,9,rep,name=generations,proto3" json:"generations,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PartitionPlacement) Reset() {
@@ -391,6 +395,13 @@ func (x *PartitionPlacement) GetObservedIndex() uint64 {
 		return x.ObservedIndex
 	}
 	return 0
+}
+
+func (x *PartitionPlacement) GetGenerations() map[uint64]uint32 {
+	if x != nil {
+		return x.Generations
+	}
+	return nil
 }
 
 // Sets partitions' target placements; each is applied only if its version
@@ -1076,7 +1087,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\vreplication\x18\x04 \x01(\rR\vreplication\x12?\n" +
 	"\n" +
 	"placements\x18\x05 \x03(\v2\x1f.raftgate.v1.PartitionPlacementR\n" +
-	"placements\"\xb7\x02\n" +
+	"placements\"\xcb\x03\n" +
 	"\x12PartitionPlacement\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\rR\tpartition\x12\x1a\n" +
 	"\breplicas\x18\x02 \x03(\x04R\breplicas\x12)\n" +
@@ -1085,7 +1096,11 @@ const file_cluster_proto_rawDesc = "" +
 	"\x0fobserved_voters\x18\x05 \x03(\x04R\x0eobservedVoters\x12+\n" +
 	"\x11observed_learners\x18\x06 \x03(\x04R\x10observedLearners\x12%\n" +
 	"\x0eobserved_joint\x18\a \x01(\bR\robservedJoint\x12%\n" +
-	"\x0eobserved_index\x18\b \x01(\x04R\robservedIndex\"n\n" +
+	"\x0eobserved_index\x18\b \x01(\x04R\robservedIndex\x12R\n" +
+	"\vgenerations\x18\t \x03(\v20.raftgate.v1.PartitionPlacement.GenerationsEntryR\vgenerations\x1a>\n" +
+	"\x10GenerationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"n\n" +
 	"\fSetPlacement\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x12?\n" +
@@ -1163,7 +1178,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_cluster_proto_goTypes = []any{
 	(NodeState)(0),             // 0: raftgate.v1.NodeState
 	(*ClusterNode)(nil),        // 1: raftgate.v1.ClusterNode
@@ -1181,34 +1196,36 @@ var file_cluster_proto_goTypes = []any{
 	(*DescribeRequest)(nil),    // 13: raftgate.v1.DescribeRequest
 	(*JoinRequest)(nil),        // 14: raftgate.v1.JoinRequest
 	(*JoinReply)(nil),          // 15: raftgate.v1.JoinReply
+	nil,                        // 16: raftgate.v1.PartitionPlacement.GenerationsEntry
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: raftgate.v1.ClusterNode.state:type_name -> raftgate.v1.NodeState
 	1,  // 1: raftgate.v1.InitCluster.nodes:type_name -> raftgate.v1.ClusterNode
 	3,  // 2: raftgate.v1.InitCluster.placements:type_name -> raftgate.v1.PartitionPlacement
-	3,  // 3: raftgate.v1.SetPlacement.placements:type_name -> raftgate.v1.PartitionPlacement
-	3,  // 4: raftgate.v1.ObserveConfig.observed:type_name -> raftgate.v1.PartitionPlacement
-	1,  // 5: raftgate.v1.JoinNode.node:type_name -> raftgate.v1.ClusterNode
-	0,  // 6: raftgate.v1.SetNodeState.from:type_name -> raftgate.v1.NodeState
-	0,  // 7: raftgate.v1.SetNodeState.to:type_name -> raftgate.v1.NodeState
-	1,  // 8: raftgate.v1.UpdateNodeAddrs.node:type_name -> raftgate.v1.ClusterNode
-	1,  // 9: raftgate.v1.DescribeReply.node:type_name -> raftgate.v1.ClusterNode
-	1,  // 10: raftgate.v1.JoinRequest.node:type_name -> raftgate.v1.ClusterNode
-	1,  // 11: raftgate.v1.JoinReply.node:type_name -> raftgate.v1.ClusterNode
-	1,  // 12: raftgate.v1.JoinReply.members:type_name -> raftgate.v1.ClusterNode
-	13, // 13: raftgate.v1.Membership.Describe:input_type -> raftgate.v1.DescribeRequest
-	14, // 14: raftgate.v1.Membership.Join:input_type -> raftgate.v1.JoinRequest
-	12, // 15: raftgate.v1.Membership.Remove:input_type -> raftgate.v1.RemoveRequest
-	5,  // 16: raftgate.v1.Membership.Observe:input_type -> raftgate.v1.ObserveConfig
-	11, // 17: raftgate.v1.Membership.Describe:output_type -> raftgate.v1.DescribeReply
-	15, // 18: raftgate.v1.Membership.Join:output_type -> raftgate.v1.JoinReply
-	1,  // 19: raftgate.v1.Membership.Remove:output_type -> raftgate.v1.ClusterNode
-	10, // 20: raftgate.v1.Membership.Observe:output_type -> raftgate.v1.ObserveReply
-	17, // [17:21] is the sub-list for method output_type
-	13, // [13:17] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	16, // 3: raftgate.v1.PartitionPlacement.generations:type_name -> raftgate.v1.PartitionPlacement.GenerationsEntry
+	3,  // 4: raftgate.v1.SetPlacement.placements:type_name -> raftgate.v1.PartitionPlacement
+	3,  // 5: raftgate.v1.ObserveConfig.observed:type_name -> raftgate.v1.PartitionPlacement
+	1,  // 6: raftgate.v1.JoinNode.node:type_name -> raftgate.v1.ClusterNode
+	0,  // 7: raftgate.v1.SetNodeState.from:type_name -> raftgate.v1.NodeState
+	0,  // 8: raftgate.v1.SetNodeState.to:type_name -> raftgate.v1.NodeState
+	1,  // 9: raftgate.v1.UpdateNodeAddrs.node:type_name -> raftgate.v1.ClusterNode
+	1,  // 10: raftgate.v1.DescribeReply.node:type_name -> raftgate.v1.ClusterNode
+	1,  // 11: raftgate.v1.JoinRequest.node:type_name -> raftgate.v1.ClusterNode
+	1,  // 12: raftgate.v1.JoinReply.node:type_name -> raftgate.v1.ClusterNode
+	1,  // 13: raftgate.v1.JoinReply.members:type_name -> raftgate.v1.ClusterNode
+	13, // 14: raftgate.v1.Membership.Describe:input_type -> raftgate.v1.DescribeRequest
+	14, // 15: raftgate.v1.Membership.Join:input_type -> raftgate.v1.JoinRequest
+	12, // 16: raftgate.v1.Membership.Remove:input_type -> raftgate.v1.RemoveRequest
+	5,  // 17: raftgate.v1.Membership.Observe:input_type -> raftgate.v1.ObserveConfig
+	11, // 18: raftgate.v1.Membership.Describe:output_type -> raftgate.v1.DescribeReply
+	15, // 19: raftgate.v1.Membership.Join:output_type -> raftgate.v1.JoinReply
+	1,  // 20: raftgate.v1.Membership.Remove:output_type -> raftgate.v1.ClusterNode
+	10, // 21: raftgate.v1.Membership.Observe:output_type -> raftgate.v1.ObserveReply
+	18, // [18:22] is the sub-list for method output_type
+	14, // [14:18] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -1222,7 +1239,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -58,6 +58,9 @@ type Config struct {
 	// Replication is the replication factor (--replication): a node is
 	// not removed (without force) when fewer active nodes would remain.
 	Replication int
+	// DeadNodeTimeout is how long a node may be gone from gossip before
+	// its replicas are placed on other nodes (--dead-node-timeout).
+	DeadNodeTimeout time.Duration
 	// Partitions is the number of partitions, fixed at bootstrap
 	// (--partitions).
 	Partitions uint32
@@ -187,18 +190,19 @@ const (
 // addresses; DataDir is left empty because it must be chosen.
 func DefaultConfig() Config {
 	return Config{
-		NodeID:         1,
-		IngressAddr:    DefaultIngressAddr,
-		AdminAddr:      DefaultAdminAddr,
-		NodeAddr:       DefaultNodeAddr,
-		GossipAddr:     DefaultGossipAddr,
-		InitialCluster: map[uint64]string{1: DefaultNodeAddr},
-		Partitions:     DefaultPartitions,
-		Replication:    DefaultReplication,
-		Retention:      24 * time.Hour,
-		BalanceLeaders: true,
-		Placement:      PlacementLocal,
-		ShutdownGrace:  10 * time.Second,
+		NodeID:          1,
+		IngressAddr:     DefaultIngressAddr,
+		AdminAddr:       DefaultAdminAddr,
+		NodeAddr:        DefaultNodeAddr,
+		GossipAddr:      DefaultGossipAddr,
+		InitialCluster:  map[uint64]string{1: DefaultNodeAddr},
+		Partitions:      DefaultPartitions,
+		Replication:     DefaultReplication,
+		DeadNodeTimeout: 5 * time.Minute,
+		Retention:       24 * time.Hour,
+		BalanceLeaders:  true,
+		Placement:       PlacementLocal,
+		ShutdownGrace:   10 * time.Second,
 		// The retry defaults are outbox.DefaultPolicy's.
 		RetryMaxAttempts:    10,
 		RetryInitialBackoff: 100 * time.Millisecond,
@@ -232,6 +236,9 @@ func (c Config) Validate() error {
 	}
 	if c.Replication < 1 {
 		return invalid("replication", "must be at least 1")
+	}
+	if c.DeadNodeTimeout < time.Second {
+		return invalid("dead-node-timeout", "must be at least 1s, like 5m")
 	}
 	if strings.TrimSpace(c.DataDir) == "" {
 		return invalid("data-dir", "required: the directory for this node's Raft logs and state")

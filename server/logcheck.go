@@ -48,8 +48,8 @@ func (n *Server) startLogCheck(ingressAddr string, ingressTLS *tls.Config) {
 		if !n.waitActive(ctx) {
 			return
 		}
-		for id := uint32(0); id <= n.cfg.Partitions; id++ {
-			if !n.catchUp(ctx, n.raft.Group(raftlog.GroupID(id))) {
+		for _, g := range n.localGroups() {
+			if !n.catchUp(ctx, g) {
 				return
 			}
 		}

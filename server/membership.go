@@ -175,6 +175,7 @@ func (n *Server) join(id cluster.Identity, dialOpts []grpc.DialOption) error {
 			}
 		}
 	}
+	n.cfg.Failpoint.reach("after-join-reply", n.log)
 	id.ClusterID = hex.EncodeToString(reply.ClusterId)
 	id.NodeID = reply.Node.GetId()
 	id.Partitions = reply.Partitions
@@ -279,6 +280,16 @@ func (s membershipService) Join(ctx context.Context, req *rpc.JoinRequest) (*rpc
 	n.log.Info().Uint64("node", res.Node.Id).Str("node_addr", res.Node.NodeAddr).Uint64("replaces", res.Node.Replaces).Msg("a node joined the cluster")
 	st := n.cluster.State()
 	return &rpc.JoinReply{Node: res.Node, ClusterId: st.ID, Partitions: n.cfg.Partitions, Members: st.Members()}, nil
+}
+
+func (s membershipService) Observe(ctx context.Context, req *rpc.ObserveConfig) (*rpc.ObserveReply, error) {
+	if leader, ok := s.leaderElsewhere(); ok {
+		return forward(ctx, leader, s.dialOpts, func(c rpc.MembershipClient) (*rpc.ObserveReply, error) { return c.Observe(ctx, req) })
+	}
+	if err := s.n.cluster.Observe(ctx, req.Observed); err != nil {
+		return nil, membershipStatus(err)
+	}
+	return &rpc.ObserveReply{}, nil
 }
 
 func (s membershipService) Remove(ctx context.Context, req *rpc.RemoveRequest) (*rpc.ClusterNode, error) {
@@ -419,26 +430,132 @@ func (n *Server) reconcile(ctx context.Context, dialOpts []grpc.DialOption) erro
 	if err := n.applyRecord(st); err != nil {
 		return err
 	}
-	groups := n.localGroups()
-	for _, g := range groups {
+	if err := n.followPlacement(st); err != nil {
+		return err
+	}
+	for _, g := range n.localGroups() {
 		if g.Status().IsLeader {
 			n.stepGroup(ctx, st, g)
+			n.report(ctx, st, g)
 		}
 	}
 	if n.meta.Status().IsLeader {
-		confs := make([]raftlog.Membership, 0, len(groups))
-		for _, g := range groups {
-			confs = append(confs, g.Membership())
-		}
-		for _, s := range cluster.PlanNodes(st, confs) {
+		for _, s := range cluster.PlanNodes(st) {
 			if _, err := n.cluster.SetState(ctx, s.ID, s.From, s.To); err != nil {
 				n.log.Debug().Err(err).Uint64("node", s.ID).Msg("membership: node state change not made; trying again")
 				continue
 			}
 			n.log.Info().Uint64("node", s.ID).Str("from", cluster.StateName(s.From)).Str("to", cluster.StateName(s.To)).Msg("membership: node state changed")
 		}
+		if plan := cluster.PlanPlacement(st, n.deadFor(st), cluster.DefaultMaxMoves); len(plan) > 0 {
+			if err := n.cluster.SetPlacements(ctx, plan); err != nil {
+				n.log.Debug().Err(err).Msg("placement: not changed; trying again")
+			} else {
+				for _, pl := range plan {
+					n.log.Info().Uint32("partition", pl.Partition).Uints64("replicas", pl.Replicas).Uint64("preferred_leader", pl.PreferredLeader).
+						Msg("placement: partition's target replicas changed")
+				}
+			}
+		}
 	}
 	return nil
+}
+
+// followPlacement opens this node's replicas of the partitions placed on
+// it, and closes those that left their group's configuration (the proof:
+// the group's own applied configuration no longer holds this replica, or
+// the group told it it was removed) and are not placed here any more.
+func (n *Server) followPlacement(st *cluster.State) error {
+	for p := uint32(1); p <= n.cfg.Partitions; p++ {
+		pl, ok := st.Placement(p)
+		if !ok {
+			continue
+		}
+		target := slices.Contains(pl.Replicas, n.cfg.NodeID)
+		g := n.raft.Group(raftlog.GroupID(p))
+		if g == nil {
+			if target && n.isActive(st) {
+				if err := n.openPartition(p, openBlank); err != nil {
+					n.log.Warn().Err(err).Uint32("partition", p).Msg("placement: cannot open this node's replica; trying again")
+					continue
+				}
+				n.log.Info().Uint32("partition", p).Msg("placement: opened a replica placed on this node; it catches up as a learner")
+			}
+			continue
+		}
+		m := g.Membership()
+		gen := st.Generation(p, n.cfg.NodeID)
+		removed := false
+		select {
+		case <-g.Removed():
+			removed = true
+		default:
+		}
+		stale := raftlog.GenerationOf(g.Status().Replica) != gen
+		left := len(m.Voters) > 0 && !m.Contains(g.Status().Replica)
+		if removed || left && (!target || stale) {
+			if err := n.closePartition(p); err != nil {
+				n.log.Warn().Err(err).Uint32("partition", p).Msg("placement: cannot delete this node's replica that left its group; trying again")
+				continue
+			}
+			n.log.Info().Uint32("partition", p).Msg("placement: deleted this node's replica, which left the partition's configuration")
+		}
+	}
+	return nil
+}
+
+// isActive reports whether the record says this node is active.
+func (n *Server) isActive(st *cluster.State) bool {
+	self, ok := st.Node(n.cfg.NodeID)
+	return ok && self.State == rpc.NodeState_NODE_STATE_ACTIVE
+}
+
+// report records a group's configuration in the record when it differs
+// from what the record says (the leader of each group does it).
+func (n *Server) report(ctx context.Context, st *cluster.State, g *raftlog.Group) {
+	gs := g.Status()
+	m := gs.Membership
+	obs := &rpc.PartitionPlacement{Partition: uint32(gs.Group), ObservedJoint: m.Joint(), ObservedIndex: gs.Applied}
+	for _, r := range m.Voters {
+		obs.ObservedVoters = append(obs.ObservedVoters, raftlog.NodeOf(r))
+	}
+	for _, r := range m.Learners {
+		obs.ObservedLearners = append(obs.ObservedLearners, raftlog.NodeOf(r))
+	}
+	if cur, ok := st.Placement(obs.Partition); ok && cur.ObservedJoint == obs.ObservedJoint &&
+		slices.Equal(cur.ObservedVoters, obs.ObservedVoters) && slices.Equal(cur.ObservedLearners, obs.ObservedLearners) {
+		return
+	}
+	var err error
+	if n.meta.Status().IsLeader {
+		err = n.cluster.Observe(ctx, obs)
+	} else if addr, ok := (membershipService{n: n}).leaderElsewhere(); ok {
+		_, err = forward(ctx, addr, n.dialOpts, func(c rpc.MembershipClient) (*rpc.ObserveReply, error) {
+			return c.Observe(ctx, &rpc.ObserveConfig{Observed: obs})
+		})
+	}
+	if err != nil {
+		n.log.Debug().Err(err).Uint32("group", obs.Partition).Msg("placement: configuration not recorded yet; trying again")
+	}
+}
+
+// deadFor returns whether a node has not been alive in gossip for longer
+// than DeadNodeTimeout: its replicas are then placed elsewhere.
+func (n *Server) deadFor(st *cluster.State) func(uint64) bool {
+	now := time.Now()
+	for _, m := range st.Members() {
+		mem, ok := n.members.Node(m.Id)
+		alive := ok && mem.Alive || m.Id == n.cfg.NodeID
+		if alive {
+			delete(n.downSince, m.Id)
+		} else if _, seen := n.downSince[m.Id]; !seen {
+			n.downSince[m.Id] = now
+		}
+	}
+	return func(id uint64) bool {
+		since, down := n.downSince[id]
+		return down && now.Sub(since) > n.cfg.DeadNodeTimeout
+	}
 }
 
 // localGroups are this node's replicas: the metadata group, then the
@@ -481,10 +598,17 @@ func (n *Server) createRecord(ctx context.Context, dialOpts []grpc.DialOption) {
 		d.Node.Id, d.Node.NodeAddr = id, addr // as the others dial it
 		nodes = append(nodes, d.Node)
 	}
-	res, err := n.cluster.Init(ctx, cluster.NewClusterID(), nodes)
+	var placements []*rpc.PartitionPlacement
+	for p := uint32(1); p <= n.cfg.Partitions; p++ {
+		placements = append(placements, &rpc.PartitionPlacement{Partition: p, Replicas: slices.Clone(st.Voters)})
+	}
+	res, err := n.cluster.InitWith(ctx, cluster.NewClusterID(), nodes, uint32(n.cfg.Replication), placements)
 	if err != nil {
 		n.log.Debug().Err(err).Msg("membership: cluster record not created yet; trying again")
 		return
+	}
+	if err := n.raft.RaiseFormat(); err != nil { // applyRecord tries again
+		n.log.Warn().Err(err).Msg("membership: data dir format not raised")
 	}
 	n.log.Info().Str("cluster", hex.EncodeToString(res.ClusterID)).Uints64("nodes", st.Voters).
 		Msg("membership: created the cluster record from the nodes of --initial-cluster; from now on nodes join with `raftgate server --join` and leave with `raftgate nodes remove`")
@@ -506,6 +630,9 @@ func describe(ctx context.Context, addr string, dialOpts []grpc.DialOption) (*rp
 func (n *Server) applyRecord(st *cluster.State) error {
 	if st.Index == n.appliedRecord {
 		return n.checkRemoved(st)
+	}
+	if err := n.raft.RaiseFormat(); err != nil { // an earlier release refuses this data dir from now on
+		return err
 	}
 	peers := map[uint64]string{}
 	var ids []uint64
@@ -588,7 +715,7 @@ func (n *Server) checkRemoved(st *cluster.State) error {
 // stepGroup takes the next configuration step of a group this node leads.
 func (n *Server) stepGroup(ctx context.Context, st *cluster.State, g *raftlog.Group) {
 	m := g.Membership()
-	step := cluster.PlanGroup(st, m)
+	step := cluster.PlanGroup(st, uint32(g.Status().Group), m)
 	if step.Kind == cluster.StepNone {
 		return
 	}

@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
-	"github.com/raftgate/raftgate/callback"
 	"github.com/raftgate/raftgate/cluster"
 	"github.com/raftgate/raftgate/ingress"
 	"github.com/raftgate/raftgate/ingress/admin"
@@ -27,7 +26,6 @@ import (
 	"github.com/raftgate/raftgate/internal/buildinfo"
 	"github.com/raftgate/raftgate/leadership"
 	"github.com/raftgate/raftgate/outbox"
-	"github.com/raftgate/raftgate/partition"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/registry"
 	"github.com/raftgate/raftgate/rpc"
@@ -66,7 +64,8 @@ type Server struct {
 	registry   *registry.Registry
 	cluster    *cluster.Cluster
 	meta       *raftlog.Group
-	processors []*partition.Processor // index = partition id; [0] unused
+	parts      localPartitions // the partitions with a replica here
+	registerer prometheus.Registerer
 	groups     *groupMetrics
 
 	dispatchServer *dispatch.Server
@@ -93,6 +92,8 @@ type Server struct {
 	// followed; stopMembership ends the reconciler, which sends a reason
 	// to stop the node on membershipFailed.
 	joined           bool // started without --node-id: joined a running cluster
+	dialOpts         []grpc.DialOption
+	downSince        map[uint64]time.Time // reconciler only: when gossip last lost a node
 	joinMembers      []*rpc.ClusterNode
 	appliedRecord    uint64
 	stopMembership   func()
@@ -238,6 +239,7 @@ func (n *Server) Start() (err error) {
 		return fmt.Errorf("--data-dir: %w", err)
 	}
 	fresh := isEmptyDataDir(cfg.DataDir)
+	n.dialOpts, n.downSince = dialOpts, map[uint64]time.Time{}
 	if err := n.prepareIdentity(dialOpts); err != nil {
 		_ = lock.Close()
 		return err
@@ -291,26 +293,8 @@ func (n *Server) Start() (err error) {
 	// State machines first, then the leadership watch, then the groups: no
 	// leadership event can reach a processor that does not exist yet.
 	n.registry = registry.New(n.log)
-	n.processors = make([]*partition.Processor, cfg.Partitions+1)
-	retry := defaultRetry(cfg)
-	callbackAllow, err := callback.ParseAllow(cfg.CallbackAllow)
-	if err != nil {
-		return fmt.Errorf("--callback-allow: %w", err)
-	}
-	for p := uint32(1); p <= cfg.Partitions; p++ {
-		pc := partition.DefaultConfig()
-		pc.Partition = p
-		pc.Retention = cfg.Retention
-		pc.Invoker.Retry = retry
-		pc.Callbacks.Allow = callbackAllow
-		pc.Callbacks.Secret = []byte(cfg.CallbackSecret)
-		pc.Services = registry.InvokerLookup{Registry: n.registry}
-		pc.Logger = n.log
-		pc.Registerer = reg
-		if n.processors[p], err = partition.New(pc); err != nil {
-			return err
-		}
-	}
+	n.registerer = reg
+	callbackAllow := callbackAllowList(cfg)
 	n.groups = newGroupMetrics(n)
 	if err := reg.Register(n.groups); err != nil {
 		return err
@@ -323,18 +307,29 @@ func (n *Server) Start() (err error) {
 	}
 	n.registry.Start(n.meta)
 	n.cluster.Start(n.meta)
+	// The partitions this node holds: those its state has, all of them at
+	// a first node's first start, and those placed here since.
+	record := n.cluster.State()
 	for p := uint32(1); p <= cfg.Partitions; p++ {
-		g, err := n.addGroup(raftlog.GroupID(p), n.processors[p])
-		if err != nil {
-			return fmt.Errorf("partition %d: %w", p, err)
+		how := openStored
+		switch {
+		case n.raft.HasGroup(raftlog.GroupID(p)):
+		case !n.joined && record.ID == nil:
+			how = openBootstrap
+		case placedOn(record, p, cfg.NodeID):
+			how = openBlank
+		default:
+			continue
 		}
-		n.processors[p].Start(g)
+		if err := n.openPartition(p, how); err != nil {
+			return err
+		}
 	}
 
 	// The backend serves this node's dispatch server and its own client's
 	// attempts on partitions it leads; it fences partitions through the
 	// client when the registry changes.
-	local := &backend{processors: n.processors}
+	local := &backend{parts: &n.parts, count: cfg.Partitions, hints: n.members}
 	ccfg := dispatch.DefaultClientConfig()
 	ccfg.Self = cfg.NodeID
 	ccfg.Peers = n.initialPeers()
@@ -407,7 +402,7 @@ func (n *Server) Start() (err error) {
 		Metrics:        promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		EnablePprof:    cfg.Pprof,
 		Build:          admin.BuildInfo(build),
-		RetryInForce:   func(p *rpc.RetryPolicy) *rpc.RetryPolicy { return retry.For(p).Proto() },
+		RetryInForce:   func(p *rpc.RetryPolicy) *rpc.RetryPolicy { return defaultRetry(cfg).For(p).Proto() },
 		CallbackAllow:  callbackAllow,
 		Backup:         n.raft.Backup,
 		RequestTimeout: cfg.RequestTimeout,
@@ -491,8 +486,8 @@ func (n *Server) onLeadership(ev raftlog.LeaderEvent) {
 		return
 	}
 	n.led.set(uint32(ev.Group), ev.IsSelf)
-	if int(ev.Group) < len(n.processors) && n.processors[ev.Group] != nil {
-		n.processors[ev.Group].OnLeadership(ev)
+	if proc := n.parts.get(uint32(ev.Group)); proc != nil {
+		proc.OnLeadership(ev)
 	}
 }
 
@@ -602,10 +597,8 @@ func (n *Server) close() error {
 	if n.dispatchClient != nil {
 		errs = append(errs, n.dispatchClient.Close())
 	}
-	for _, p := range n.processors {
-		if p != nil {
-			errs = append(errs, p.Close())
-		}
+	for _, p := range n.parts.all() {
+		errs = append(errs, p.Close())
 	}
 	if n.grpc != nil {
 		stopped := make(chan struct{})

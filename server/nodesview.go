@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,7 +14,6 @@ import (
 	"github.com/raftgate/raftgate/cluster"
 	"github.com/raftgate/raftgate/ingress/admin"
 	"github.com/raftgate/raftgate/internal/buildinfo"
-	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -33,11 +33,6 @@ func (v nodesView) Nodes(ctx context.Context) ([]admin.NodeView, error) {
 	if st.ID == nil {
 		return nil, fmt.Errorf("the cluster record is not created yet: %w", rpc.ErrUnavailable)
 	}
-	groups := n.localGroups()
-	confs := make([]raftlog.Membership, len(groups))
-	for i, g := range groups {
-		confs[i] = g.Membership()
-	}
 	out := make([]admin.NodeView, len(st.Nodes))
 	var wg sync.WaitGroup
 	for i, m := range st.Nodes {
@@ -46,9 +41,14 @@ func (v nodesView) Nodes(ctx context.Context) ([]admin.NodeView, error) {
 		if mem, ok := n.members.Node(m.Id); ok {
 			nv.Alive = mem.Alive
 		}
-		for gi, c := range confs {
-			if role := c.Role(c.Replica(m.Id)); role != "" {
-				nv.Groups = append(nv.Groups, admin.GroupRole{Group: uint32(groups[gi].Status().Group), Role: role})
+		// Roles as each group's leader last recorded them: this node may
+		// hold no replica of a group to look at.
+		for _, pl := range st.Placements {
+			switch {
+			case slices.Contains(pl.ObservedVoters, m.Id):
+				nv.Groups = append(nv.Groups, admin.GroupRole{Group: pl.Partition, Role: "voter"})
+			case slices.Contains(pl.ObservedLearners, m.Id):
+				nv.Groups = append(nv.Groups, admin.GroupRole{Group: pl.Partition, Role: "learner"})
 			}
 		}
 		out[i] = nv

@@ -48,12 +48,18 @@ func nodeTable(n *node) (map[uint64]nodeView, error) {
 }
 
 // waitNodes waits until GET /nodes through via says what want says of
-// each node: its state, and for an active node that it is a voter of
-// every group (the metadata group and the partitions).
+// each node's state, and the placement settled: every active node a voter
+// of the metadata group, every partition on min(3, active nodes) voters
+// and nothing else, and the replicas per active node within one of even.
 func (c *cluster) waitNodes(via *node, partitions int, want map[uint64]string) {
 	c.t.Helper()
 	var last string
-	testutil.WaitFor(c.t, 60*time.Second, fmt.Sprintf("the node table to be %v", want), func() bool {
+	c.t.Cleanup(func() {
+		if c.t.Failed() {
+			c.t.Logf("last node table: %s", last)
+		}
+	})
+	testutil.WaitFor(c.t, 90*time.Second, fmt.Sprintf("the node table to be %v, placement settled", want), func() bool {
 		table, err := nodeTable(via)
 		if err != nil {
 			last = err.Error()
@@ -61,23 +67,48 @@ func (c *cluster) waitNodes(via *node, partitions int, want map[uint64]string) {
 		}
 		last = fmt.Sprintf("%+v", table)
 		for id, state := range want {
-			v, ok := table[id]
-			if !ok || v.State != state {
+			if v, ok := table[id]; !ok || v.State != state {
 				return false
 			}
-			if state == "active" {
-				voter := 0
-				for _, g := range v.Groups {
-					if g.Role == "voter" {
-						voter++
-					}
-				}
-				if voter != partitions+1 {
+		}
+		activeCount := 0
+		voters := map[uint32]int{}
+		perNode := map[uint64]int{}
+		for _, v := range table {
+			if v.State != "active" {
+				if len(v.Groups) > 0 {
 					return false
 				}
+				continue
+			}
+			activeCount++
+			perNode[v.ID] = 0
+			meta := false
+			for _, g := range v.Groups {
+				if g.Role != "voter" {
+					return false
+				}
+				if g.Group == 0 {
+					meta = true
+					continue
+				}
+				voters[g.Group]++
+				perNode[v.ID]++
+			}
+			if !meta {
+				return false
 			}
 		}
-		return true
+		for p := 1; p <= partitions; p++ {
+			if voters[uint32(p)] != min(3, activeCount) {
+				return false
+			}
+		}
+		lo, hi := partitions, 0
+		for _, n := range perNode {
+			lo, hi = min(lo, n), max(hi, n)
+		}
+		return hi-lo <= 1
 	})
 	c.t.Logf("node table: %s", last)
 }
@@ -88,6 +119,18 @@ func (c *cluster) waitNodes(via *node, partitions int, want map[uint64]string) {
 // cluster gave it (its identity file).
 func (c *cluster) joinNode(replace int) *node {
 	c.t.Helper()
+	n := c.startJoiner(replace, nil)
+	c.waitReady(n, 90*time.Second)
+	if n.id = joinedID(n); n.id == 0 {
+		c.t.Fatalf("joined node has no identity")
+	}
+	return n
+}
+
+// startJoiner starts a joining node's process (see joinNode), with env
+// added to its environment at this first start only, and returns at once.
+func (c *cluster) startJoiner(replace int, env []string) *node {
+	c.t.Helper()
 	base := c.t.TempDir()
 	n := &node{
 		dataDir:     filepath.Join(base, "data"),
@@ -96,6 +139,7 @@ func (c *cluster) joinNode(replace int) *node {
 		adminAddr:   fmt.Sprintf("127.0.0.1:%d", freePort(c.t)),
 		nodeAddr:    fmt.Sprintf("127.0.0.1:%d", freePort(c.t)),
 		gossipAddr:  fmt.Sprintf("127.0.0.1:%d", freePort(c.t)),
+		env:         env,
 	}
 	var gossip []string
 	for _, m := range c.nodes {
@@ -111,22 +155,27 @@ func (c *cluster) joinNode(replace int) *node {
 		n.extraArgs = append(n.extraArgs, "--replace", fmt.Sprint(replace))
 	}
 	c.start(n)
+	n.env = nil
 	c.t.Cleanup(func() {
 		if n.alive() {
 			c.signal(n, 9)
 			<-n.exited
 		}
 	})
-	c.waitReady(n, 90*time.Second)
+	return n
+}
+
+// joinedID is the id in a joined node's identity file; 0 while it has
+// none.
+func joinedID(n *node) int {
 	var id struct {
 		NodeID int `json:"nodeId"`
 	}
 	b, err := os.ReadFile(filepath.Join(n.dataDir, "identity.json"))
-	if err != nil || json.Unmarshal(b, &id) != nil || id.NodeID == 0 {
-		c.t.Fatalf("joined node's identity: %v %s", err, b)
+	if err != nil || json.Unmarshal(b, &id) != nil {
+		return 0
 	}
-	n.id = id.NodeID
-	return n
+	return id.NodeID
 }
 
 // TestMembershipChangesUnderLoad: under client load with idempotency
@@ -150,13 +199,16 @@ func TestMembershipChangesUnderLoad(t *testing.T) {
 	seed := robustnessSeed(t)
 
 	// round runs client traffic over the cluster's nodes while change
-	// runs, then checks the history.
-	round := func(name string, change func()) {
+	// runs, then checks the history. The traffic reads c.nodes: change
+	// returns the nodes after it, which take c.nodes's place once the
+	// traffic stopped.
+	round := func(name string, change func() []*node) {
 		rt := startRoundTraffic(t, c, seed, 60*time.Second)
 		rt.progress(30)
-		change()
+		nodes := change()
 		rt.progress(30)
 		rt.end()
+		c.nodes = nodes
 		out := row{failpoint: name}
 		if applied, err := c.waitConverged(30 * time.Second); err != nil {
 			t.Errorf("%s: %v", name, err)
@@ -171,24 +223,24 @@ func TestMembershipChangesUnderLoad(t *testing.T) {
 	}
 
 	var n4 *node
-	round("grow 3 → 4", func() {
+	round("grow 3 → 4", func() []*node {
 		n4 = c.joinNode(0)
 		c.waitNodes(n1, partitions, map[uint64]string{1: "active", 2: "active", 3: "active", uint64(n4.id): "active"})
+		return append(slices.Clone(c.nodes), n4)
 	})
-	c.nodes = append(c.nodes, n4)
 
-	round("replace a lost node", func() {
+	round("replace a lost node", func() []*node {
 		c.kill(n3)
 		if err := os.RemoveAll(n3.dataDir); err != nil {
 			t.Fatal(err)
 		}
 		n5 := c.joinNode(n3.id)
 		c.waitNodes(n1, partitions, map[uint64]string{uint64(n3.id): "removed", uint64(n5.id): "active", 1: "active", 2: "active", uint64(n4.id): "active"})
-		c.nodes = slices.DeleteFunc(c.nodes, func(n *node) bool { return n == n3 })
-		c.nodes = append(c.nodes, n5) // the next round's traffic uses it
+		nodes := slices.DeleteFunc(slices.Clone(c.nodes), func(n *node) bool { return n == n3 })
+		return append(nodes, n5) // the next round's traffic uses it
 	})
 
-	round("remove a node", func() {
+	round("remove a node", func() []*node {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		out, err := exec.CommandContext(ctx, binary, "nodes", "remove", "1", "--wait", "--admin", n2.adminURL()).CombinedOutput()
@@ -204,7 +256,7 @@ func TestMembershipChangesUnderLoad(t *testing.T) {
 		if !strings.Contains(tail(n1.logPath, 30), says) {
 			t.Errorf("removed node 1's log does not say %q:\n%s", says, tail(n1.logPath, 20))
 		}
-		c.nodes = slices.DeleteFunc(c.nodes, func(n *node) bool { return n == n1 })
+		return slices.DeleteFunc(slices.Clone(c.nodes), func(n *node) bool { return n == n1 })
 	})
 
 	// The removed node, restarted on its old data dir, cannot come back.
