@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/raftgate/raftgate/callback"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -109,6 +110,10 @@ type Config struct {
 	// with none, or with LocalPartitions nil, its key is random over all
 	// partitions. It is called on every such invocation and must not block.
 	LocalPartitions func() []uint32
+	// CallbackAllow is the allow-list of completion callback origins: a
+	// request whose x-raftgate-callback is outside it gets 400. The zero
+	// Allow refuses every callback URL.
+	CallbackAllow callback.Allow
 	// Clock stamps a delayed send's not_before for partition leaders older
 	// than Invoke.delay_ms (a rolling upgrade); a newer leader stamps it
 	// with its own clock instead. nil means time.Now.

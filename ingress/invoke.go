@@ -98,6 +98,10 @@ func (h *Handler) invokeChecked(w http.ResponseWriter, r *http.Request, rt route
 	if e := checkJSON(contentType, body); e != nil {
 		return h.writeError(w, e)
 	}
+	cbURL, e := callbackURL(r.Header, h.cfg.CallbackAllow, svc)
+	if e != nil {
+		return h.writeError(w, e)
+	}
 
 	// The id and the request id are fixed before the first attempt, so that
 	// every retry inside the cluster is the same request.
@@ -130,6 +134,7 @@ func (h *Handler) invokeChecked(w http.ResponseWriter, r *http.Request, rt route
 		Exclusive:      rt.keyed && registry.Exclusive(svc, rt.handler),
 
 		ServiceRegisteredIndex: svc.RegisteredIndex,
+		CallbackUrl:            cbURL,
 	}
 	if hasDelay {
 		// Even ?delay=0s: the answer then carries executionTime (the

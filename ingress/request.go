@@ -10,6 +10,9 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/raftgate/raftgate/callback"
+	"github.com/raftgate/raftgate/rpc"
 )
 
 // maxIdempotencyKeyLen bounds the idempotency key: it is stored in the log
@@ -28,6 +31,23 @@ func idempotencyKey(h http.Header) (string, *apiError) {
 		return "", errBadRequest("bad header idempotency-key: empty; omit the header or give a key")
 	case len(vals[0]) > maxIdempotencyKeyLen:
 		return "", errBadRequest(fmt.Sprintf("bad header idempotency-key: longer than %d bytes", maxIdempotencyKeyLen))
+	}
+	return vals[0], nil
+}
+
+// callbackURL is the invocation's completion callback URL: the request's
+// x-raftgate-callback, checked against the cluster's allow-list, else the
+// service's default (checked when it was registered), else none.
+func callbackURL(h http.Header, allow callback.Allow, svc *rpc.Service) (string, *apiError) {
+	vals := h[callback.HeaderURL]
+	switch {
+	case len(vals) == 0:
+		return svc.GetCallbackUrl(), nil
+	case len(vals) > 1:
+		return "", errBadRequest("bad header x-raftgate-callback: given more than once")
+	}
+	if err := allow.Check(vals[0]); err != nil {
+		return "", errBadRequest("bad header x-raftgate-callback: " + err.Error())
 	}
 	return vals[0], nil
 }

@@ -16,6 +16,10 @@
 // invocation record) and passes it to Move and Remove, so every change
 // touches keys near the queue's ends rather than random pages.
 //
+// Completion callbacks have a queue of their own (callbacks.go), keyed and
+// changed the same way: the invocation's Complete (or Cancel) queues its
+// callback, a CallbackAttempt reschedules or removes it.
+//
 // Policy holds the retry rules (exponential backoff with jitter, Retry-After,
 // attempt limit, attempt timeout); Policy.For lays a service's registered
 // rpc.RetryPolicy over the cluster's defaults. Classify maps a service's

@@ -50,6 +50,7 @@ func stampedInvokeCmd(inv *rpc.Invoke, proposedAtUnixMs int64) *rpc.Command {
 	c.ProposedAtUnixMs = proposedAtUnixMs
 	c.ScheduleId = inv.ScheduleId
 	c.ScheduledAtUnixMs = inv.ScheduledAtUnixMs
+	c.CallbackUrl = inv.CallbackUrl
 	if inv.DelayMs != nil {
 		b.delay = *inv.DelayMs
 		c.DelayMs = &b.delay

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/raftgate/raftgate/callback"
 	"github.com/raftgate/raftgate/outbox"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/rpc"
@@ -66,6 +67,25 @@ type InvokerConfig struct {
 	IdleRecheck time.Duration
 }
 
+// CallbackConfig configures how the leader POSTs completion callbacks
+// (callbacks.go).
+type CallbackConfig struct {
+	// Allow is the operator's allow-list of callback origins. The ingress
+	// refuses other URLs; the leader checks again before each POST, so an
+	// origin removed from the list is not called any more (the callback
+	// fails).
+	Allow callback.Allow
+	// Secret signs each POST (x-raftgate-signature, HMAC-SHA256 of the
+	// body); empty: no signature header.
+	Secret []byte
+	// Retry is the retry rule of failed POSTs (a 4xx other than 408 and
+	// 429 is not retried); when MaxAttempts are spent the callback is
+	// FAILED, and the invocation's result is unaffected.
+	Retry outbox.Policy
+	// Concurrency bounds the POSTs in flight per partition.
+	Concurrency int
+}
+
 // Config configures a Processor. Zero fields are invalid; start from
 // DefaultConfig.
 type Config struct {
@@ -82,6 +102,8 @@ type Config struct {
 	PurgeLimit int
 	// Invoker configures delivery to services.
 	Invoker InvokerConfig
+	// Callbacks configures the delivery of completion callbacks.
+	Callbacks CallbackConfig
 
 	// MaxPending bounds requests waiting for their entry to apply;
 	// further requests fail with rpc.ErrOverloaded.
@@ -148,6 +170,11 @@ func DefaultConfig() Config {
 			ScanLimit:          8192,
 			IdleRecheck:        time.Second,
 		},
+		Callbacks: CallbackConfig{
+			Retry: outbox.Policy{MaxAttempts: 20, BackoffBase: 200 * time.Millisecond, BackoffMax: time.Minute,
+				MaxRetryAfter: 5 * time.Minute, AttemptTimeout: 10 * time.Second},
+			Concurrency: 32,
+		},
 		MaxPending:       16384,
 		MaxAttachWaiters: 16384,
 		MaxBatchCommands: 512,
@@ -180,6 +207,8 @@ func (c Config) Validate() error {
 		return errors.New("partition: Invoker.ScanLimit must be >= 1")
 	case c.Invoker.IdleRecheck <= 0:
 		return errors.New("partition: Invoker.IdleRecheck must be > 0")
+	case c.Callbacks.Concurrency < 1:
+		return errors.New("partition: Callbacks.Concurrency must be >= 1")
 	case c.MaxPending < 1:
 		return errors.New("partition: MaxPending must be >= 1")
 	case c.MaxAttachWaiters < 1:
@@ -199,6 +228,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Invoker.Retry.Validate(); err != nil {
 		return fmt.Errorf("partition: Invoker.Retry: %w", err)
+	}
+	if err := c.Callbacks.Retry.Validate(); err != nil {
+		return fmt.Errorf("partition: Callbacks.Retry: %w", err)
 	}
 	return nil
 }

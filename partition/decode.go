@@ -48,6 +48,7 @@ const (
 	invokeDelay          = 15
 	invokeScheduleID     = 60
 	invokeScheduledAt    = 61
+	invokeCallbackURL    = 80
 
 	completeInvocationID = 1
 	completeResult       = 2
@@ -301,7 +302,8 @@ func decodeInvoke(data []byte, box *invokeBox, buf []byte) ([]byte, bool) {
 			buf, inv.RequestId = appendField(buf, f.bytes)
 		case f.is(protowire.BytesType, invokeBody):
 			buf, inv.Body = appendField(buf, f.bytes)
-		case f.is(protowire.BytesType, invokeService, invokeHandler, invokeContentType, invokeIdempotencyKey, invokeKey, invokeScheduleID):
+		case f.is(protowire.BytesType, invokeService, invokeHandler, invokeContentType, invokeIdempotencyKey, invokeKey,
+			invokeScheduleID, invokeCallbackURL):
 			if !utf8.Valid(f.bytes) {
 				return buf, false // proto refuses it
 			}
@@ -341,6 +343,8 @@ func invokeString(inv *rpc.Invoke, num protowire.Number) *string {
 		return &inv.IdempotencyKey
 	case invokeScheduleID:
 		return &inv.ScheduleId
+	case invokeCallbackURL:
+		return &inv.CallbackUrl
 	default:
 		return &inv.Key
 	}

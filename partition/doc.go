@@ -23,6 +23,7 @@
 //	created          accepted_at ‖ id → service         (listing index, listing.go)
 //	fences           service → metadata log index        (fence.go; created by the first fence)
 //	schedules        schedule id → rpc.ScheduleState      (schedules.go; created by the first schedule)
+//	callbacks        due ‖ id → attempts                 (package outbox; created by the first callback)
 //
 // Apply is deterministic: timestamps come from the commands (the proposer
 // stamps them), nothing reads a clock, randomness or map order. Invoke of
@@ -49,6 +50,14 @@
 // still from, applies the overlap policy from stored state and records the
 // tick's run under invocation.ScheduledRun(schedule, tick), so a tick is one
 // invocation whichever leaders propose it.
+//
+// Completion callbacks (callbacks.go): the Apply that completes an
+// invocation with Invoke.callback_url (finish: Complete, Cancel) sets its
+// record's callback PENDING and queues it, due at the completion. The
+// leader's callback loop POSTs it signed and proposes CallbackAttempt;
+// only that Apply reschedules it (retry_at), or ends it (DELIVERED,
+// FAILED) and removes it, for an attempt above the recorded one. The
+// result is never changed by it.
 //
 // Exclusive invocations of a keyed service (Invoke.exclusive: an object's
 // exclusive handlers, a workflow's run) run one at a time per (service,

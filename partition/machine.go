@@ -66,6 +66,12 @@ type effects struct {
 	// the ticks schedules skipped (schedules.go).
 	schedulesChanged bool
 	ticksSkipped     uint64
+	// callbacksDone lists invocations whose callback attempt applied;
+	// callbacksQueued: a callback was queued or rescheduled
+	// (callbacks.go).
+	callbacksDone    [][]byte
+	callbacksQueued  bool
+	callbackOutcomes [numCallbackOutcomes]int
 	commands         int
 	applied          [numCommandKinds]int // commands by kind, for metrics
 }
@@ -90,11 +96,12 @@ const (
 	kindAdmit
 	kindFenceService
 	kindSchedule
+	kindCallbackAttempt
 	numCommandKinds
 )
 
 // commandKindNames are the metric's kind labels.
-var commandKindNames = [numCommandKinds]string{"invoke", "complete", "cancel", "purge", "attempt_failed", "admit", "fence_service", "schedule"}
+var commandKindNames = [numCommandKinds]string{"invoke", "complete", "cancel", "purge", "attempt_failed", "admit", "fence_service", "schedule", "callback_attempt"}
 
 // machine is the deterministic part of the processor: a function of (state
 // bucket, entries). It has no goroutine, clock, randomness or I/O besides
@@ -230,6 +237,9 @@ func (m *machine) applyCommand(b *bolt.Bucket, term uint64, c *rpc.Command, fx *
 		*rpc.Command_TriggerSchedule, *rpc.Command_ScheduleTick:
 		fx.applied[kindSchedule]++
 		return m.applySchedule(b, term, c, fx)
+	case *rpc.Command_CallbackAttempt:
+		fx.applied[kindCallbackAttempt]++
+		return m.callbackAttempt(b, cmd.CallbackAttempt, fx)
 	default:
 		return fmt.Errorf("partition: unexpected command %T", c.Cmd)
 	}
@@ -331,6 +341,9 @@ func (m *machine) finish(b *bolt.Bucket, rec *rpc.InvocationRecord, res *rpc.Res
 	rec.CompletedAtUnixMs = at
 	rec.RetryAtUnixMs = 0
 	keepRequestPreview(rec) // the rest is no longer needed; the result is what is kept
+	if err := queueCallback(b, rec, at, fx); err != nil {
+		return err
+	}
 	if err := m.storeRecord(b, rec); err != nil {
 		return err
 	}

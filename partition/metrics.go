@@ -24,6 +24,8 @@ type metrics struct {
 	accepted          prometheus.Counter
 	// ticksSkipped: schedule ticks not run (catch-up window, overlap).
 	ticksSkipped prometheus.Counter
+	// callbackAttempts' children by outcome (callbacks.go), looked up once.
+	callbackAttempts [numCallbackOutcomes]prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, partition uint32, p *Processor) (*metrics, error) {
@@ -52,6 +54,13 @@ func newMetrics(reg prometheus.Registerer, partition uint32, p *Processor) (*met
 			Help: "Results recorded by this replica, by outcome (failed: the service's failure, exhausted retries or a cancellation).",
 		}, []string{"outcome"}),
 	}
+	callbackAttempts := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "raftgate_callback_attempts_total", ConstLabels: labels,
+		Help: "Completion callback attempts this replica recorded, by outcome (delivered, retry, failed: given up).",
+	}, []string{"outcome"})
+	for o, name := range callbackOutcomeNames {
+		m.callbackAttempts[o] = callbackAttempts.WithLabelValues(name)
+	}
 	for kind, name := range commandKindNames {
 		m.byKind[kind] = m.commands.WithLabelValues(name)
 	}
@@ -64,7 +73,7 @@ func newMetrics(reg prometheus.Registerer, partition uint32, p *Processor) (*met
 		return m, nil
 	}
 	collectors := []prometheus.Collector{
-		m.commands, m.batchSize, m.deliveries, m.results, m.accepted, m.ticksSkipped,
+		m.commands, m.batchSize, m.deliveries, m.results, m.accepted, m.ticksSkipped, callbackAttempts,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "raftgate_partition_outbox_depth", Help: "Deliveries queued in the outbox.", ConstLabels: labels,
 		}, func() float64 { return float64(p.OutboxDepth()) }),
@@ -99,6 +108,11 @@ func (m *metrics) applied(fx *effects) {
 	}
 	m.accepted.Add(float64(fx.accepted))
 	m.ticksSkipped.Add(float64(fx.ticksSkipped))
+	for o, n := range fx.callbackOutcomes {
+		if n > 0 {
+			m.callbackAttempts[o].Add(float64(n))
+		}
+	}
 	failed := 0
 	for _, r := range fx.completed {
 		if r.GetResult().GetFailed() {

@@ -58,6 +58,8 @@ type Processor struct {
 	// scheduleCh (cap 1) wakes the scheduler when a schedule command
 	// applies.
 	scheduleCh chan struct{}
+	// callbacks delivers completion callbacks (callbacks.go).
+	callbacks *callbacks
 	// restores counts Restore calls; Apply, Restore and reveal all run on
 	// raftlog's writer goroutine (Restore at open before the group starts),
 	// so it needs no lock.
@@ -108,6 +110,7 @@ func New(cfg Config) (*Processor, error) {
 		}}
 	}
 	p.invoker = newInvoker(p)
+	p.callbacks = newCallbacks(p)
 	m, err := newMetrics(cfg.Registerer, cfg.Partition, p)
 	if err != nil {
 		return nil, err
@@ -369,6 +372,7 @@ func (p *Processor) reveal(fx *effects, gen uint64) {
 		p.depth.Add(int64(fx.outboxDelta))
 	}
 	p.invoker.applied(fx.outboxDone, fx.outboxAdded, fx.firstQueued)
+	p.callbacks.applied(fx.callbacksDone, fx.callbacksQueued)
 	p.metrics.applied(fx)
 	if fx.schedulesChanged {
 		p.wakeScheduler()

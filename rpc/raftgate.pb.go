@@ -282,6 +282,59 @@ func (DispatchError_Code) EnumDescriptor() ([]byte, []int) {
 	return file_raftgate_proto_rawDescGZIP(), []int{38, 0}
 }
 
+type CallbackState_State int32
+
+const (
+	CallbackState_NONE      CallbackState_State = 0
+	CallbackState_PENDING   CallbackState_State = 1
+	CallbackState_DELIVERED CallbackState_State = 2
+	// Given up after the retry limit; the result is unaffected.
+	CallbackState_FAILED CallbackState_State = 3
+)
+
+// Enum value maps for CallbackState_State.
+var (
+	CallbackState_State_name = map[int32]string{
+		0: "NONE",
+		1: "PENDING",
+		2: "DELIVERED",
+		3: "FAILED",
+	}
+	CallbackState_State_value = map[string]int32{
+		"NONE":      0,
+		"PENDING":   1,
+		"DELIVERED": 2,
+		"FAILED":    3,
+	}
+)
+
+func (x CallbackState_State) Enum() *CallbackState_State {
+	p := new(CallbackState_State)
+	*p = x
+	return p
+}
+
+func (x CallbackState_State) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CallbackState_State) Descriptor() protoreflect.EnumDescriptor {
+	return file_raftgate_proto_enumTypes[4].Descriptor()
+}
+
+func (CallbackState_State) Type() protoreflect.EnumType {
+	return &file_raftgate_proto_enumTypes[4]
+}
+
+func (x CallbackState_State) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CallbackState_State.Descriptor instead.
+func (CallbackState_State) EnumDescriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{48, 0}
+}
+
 type RaftBatch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	From          uint64                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -647,6 +700,7 @@ type Command struct {
 	//	*Command_PauseSchedule
 	//	*Command_TriggerSchedule
 	//	*Command_ScheduleTick
+	//	*Command_CallbackAttempt
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -878,6 +932,15 @@ func (x *Command) GetScheduleTick() *ScheduleTick {
 	return nil
 }
 
+func (x *Command) GetCallbackAttempt() *CallbackAttempt {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_CallbackAttempt); ok {
+			return x.CallbackAttempt
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -969,6 +1032,11 @@ type Command_ScheduleTick struct {
 	ScheduleTick *ScheduleTick `protobuf:"bytes,64,opt,name=schedule_tick,json=scheduleTick,proto3,oneof"`
 }
 
+type Command_CallbackAttempt struct {
+	// Completion callbacks (partition/callbacks.go): 80-89.
+	CallbackAttempt *CallbackAttempt `protobuf:"bytes,80,opt,name=callback_attempt,json=callbackAttempt,proto3,oneof"`
+}
+
 func (*Command_Invoke) isCommand_Cmd() {}
 
 func (*Command_Complete) isCommand_Cmd() {}
@@ -1010,6 +1078,8 @@ func (*Command_PauseSchedule) isCommand_Cmd() {}
 func (*Command_TriggerSchedule) isCommand_Cmd() {}
 
 func (*Command_ScheduleTick) isCommand_Cmd() {}
+
+func (*Command_CallbackAttempt) isCommand_Cmd() {}
 
 // A partition command, proposed to every partition once a service's
 // registration changed (put or delete) at metadata log index `index`, before
@@ -1172,8 +1242,11 @@ type Invoke struct {
 	// service in x-raftgate-schedule and x-raftgate-scheduled-time).
 	ScheduleId        string `protobuf:"bytes,60,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
 	ScheduledAtUnixMs int64  `protobuf:"varint,61,opt,name=scheduled_at_unix_ms,json=scheduledAtUnixMs,proto3" json:"scheduled_at_unix_ms,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Where the result is POSTed once the invocation completes: the send's
+	// x-raftgate-callback, else the service's default callback URL.
+	CallbackUrl   string `protobuf:"bytes,80,opt,name=callback_url,json=callbackUrl,proto3" json:"callback_url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Invoke) Reset() {
@@ -1324,6 +1397,13 @@ func (x *Invoke) GetScheduledAtUnixMs() int64 {
 		return x.ScheduledAtUnixMs
 	}
 	return 0
+}
+
+func (x *Invoke) GetCallbackUrl() string {
+	if x != nil {
+		return x.CallbackUrl
+	}
+	return ""
 }
 
 type Result struct {
@@ -1798,8 +1878,11 @@ type Service struct {
 	// The metadata log index at which this registration was applied, set by
 	// the registry's Apply (0 for registrations from before it existed).
 	RegisteredIndex uint64 `protobuf:"varint,8,opt,name=registered_index,json=registeredIndex,proto3" json:"registered_index,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Default completion callback URL of this service's invocations that
+	// name none (x-raftgate-callback).
+	CallbackUrl   string `protobuf:"bytes,80,opt,name=callback_url,json=callbackUrl,proto3" json:"callback_url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Service) Reset() {
@@ -1886,6 +1969,13 @@ func (x *Service) GetRegisteredIndex() uint64 {
 		return x.RegisteredIndex
 	}
 	return 0
+}
+
+func (x *Service) GetCallbackUrl() string {
+	if x != nil {
+		return x.CallbackUrl
+	}
+	return ""
 }
 
 // Retry rule of a service's deliveries. A zero field means "the cluster's
@@ -2087,8 +2177,11 @@ type InvocationRecord struct {
 	// Length of the request body; once completed, invoke.body keeps only its
 	// first partition.RequestPreviewBytes (the rest is not retained).
 	RequestBodyBytes uint32 `protobuf:"varint,11,opt,name=request_body_bytes,json=requestBodyBytes,proto3" json:"request_body_bytes,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The completion callback's delivery, once the invocation completed
+	// with invoke.callback_url set.
+	Callback      *CallbackState `protobuf:"bytes,80,opt,name=callback,proto3" json:"callback,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InvocationRecord) Reset() {
@@ -2196,6 +2289,13 @@ func (x *InvocationRecord) GetRequestBodyBytes() uint32 {
 		return x.RequestBodyBytes
 	}
 	return 0
+}
+
+func (x *InvocationRecord) GetCallback() *CallbackState {
+	if x != nil {
+		return x.Callback
+	}
+	return nil
 }
 
 // Stored state of one (service, key) of a keyed service that has a running
@@ -4359,6 +4459,183 @@ func (x *ScheduleList) GetTriggered() []byte {
 	return nil
 }
 
+// Delivery state of a completion callback (in the invocation's record).
+type CallbackState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	State CallbackState_State    `protobuf:"varint,1,opt,name=state,proto3,enum=raftgate.v1.CallbackState_State" json:"state,omitempty"`
+	// Attempts that ended (failed ones, and the one that delivered it).
+	Attempts  uint32 `protobuf:"varint,2,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	LastError string `protobuf:"bytes,3,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// PENDING after a failed attempt: not before this time.
+	RetryAtUnixMs int64 `protobuf:"varint,4,opt,name=retry_at_unix_ms,json=retryAtUnixMs,proto3" json:"retry_at_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallbackState) Reset() {
+	*x = CallbackState{}
+	mi := &file_raftgate_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallbackState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallbackState) ProtoMessage() {}
+
+func (x *CallbackState) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallbackState.ProtoReflect.Descriptor instead.
+func (*CallbackState) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *CallbackState) GetState() CallbackState_State {
+	if x != nil {
+		return x.State
+	}
+	return CallbackState_NONE
+}
+
+func (x *CallbackState) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *CallbackState) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *CallbackState) GetRetryAtUnixMs() int64 {
+	if x != nil {
+		return x.RetryAtUnixMs
+	}
+	return 0
+}
+
+// CallbackAttempt records one delivery attempt of an invocation's
+// callback: delivered, failed for good (gave_up), or to retry at
+// retry_at_unix_ms. Applied only to a PENDING callback and an attempt
+// above the recorded one (else it is an old leader's report). due_unix_ms
+// is where the proposer found the callback queued: when the record is gone
+// (purged), the queued entry there is dropped.
+type CallbackAttempt struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	InvocationId     []byte                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	Attempt          uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Delivered        bool                   `protobuf:"varint,3,opt,name=delivered,proto3" json:"delivered,omitempty"`
+	GaveUp           bool                   `protobuf:"varint,4,opt,name=gave_up,json=gaveUp,proto3" json:"gave_up,omitempty"`
+	Error            string                 `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	RetryAtUnixMs    int64                  `protobuf:"varint,6,opt,name=retry_at_unix_ms,json=retryAtUnixMs,proto3" json:"retry_at_unix_ms,omitempty"`
+	ProposedAtUnixMs int64                  `protobuf:"varint,7,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	DueUnixMs        int64                  `protobuf:"varint,8,opt,name=due_unix_ms,json=dueUnixMs,proto3" json:"due_unix_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *CallbackAttempt) Reset() {
+	*x = CallbackAttempt{}
+	mi := &file_raftgate_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallbackAttempt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallbackAttempt) ProtoMessage() {}
+
+func (x *CallbackAttempt) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallbackAttempt.ProtoReflect.Descriptor instead.
+func (*CallbackAttempt) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *CallbackAttempt) GetInvocationId() []byte {
+	if x != nil {
+		return x.InvocationId
+	}
+	return nil
+}
+
+func (x *CallbackAttempt) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *CallbackAttempt) GetDelivered() bool {
+	if x != nil {
+		return x.Delivered
+	}
+	return false
+}
+
+func (x *CallbackAttempt) GetGaveUp() bool {
+	if x != nil {
+		return x.GaveUp
+	}
+	return false
+}
+
+func (x *CallbackAttempt) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *CallbackAttempt) GetRetryAtUnixMs() int64 {
+	if x != nil {
+		return x.RetryAtUnixMs
+	}
+	return 0
+}
+
+func (x *CallbackAttempt) GetProposedAtUnixMs() int64 {
+	if x != nil {
+		return x.ProposedAtUnixMs
+	}
+	return 0
+}
+
+func (x *CallbackAttempt) GetDueUnixMs() int64 {
+	if x != nil {
+		return x.DueUnixMs
+	}
+	return 0
+}
+
 var File_raftgate_proto protoreflect.FileDescriptor
 
 const file_raftgate_proto_rawDesc = "" +
@@ -4384,8 +4661,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"Z\n" +
 	"\fCommandBatch\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
-	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\xbc\n" +
-	"\n" +
+	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\x87\v\n" +
 	"\aCommand\x12-\n" +
 	"\x06invoke\x18\n" +
 	" \x01(\v2\x13.raftgate.v1.InvokeH\x00R\x06invoke\x123\n" +
@@ -4409,7 +4685,8 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x0fdelete_schedule\x18= \x01(\v2\x1b.raftgate.v1.DeleteScheduleH\x00R\x0edeleteSchedule\x12C\n" +
 	"\x0epause_schedule\x18> \x01(\v2\x1a.raftgate.v1.PauseScheduleH\x00R\rpauseSchedule\x12I\n" +
 	"\x10trigger_schedule\x18? \x01(\v2\x1c.raftgate.v1.TriggerScheduleH\x00R\x0ftriggerSchedule\x12@\n" +
-	"\rschedule_tick\x18@ \x01(\v2\x19.raftgate.v1.ScheduleTickH\x00R\fscheduleTickB\x05\n" +
+	"\rschedule_tick\x18@ \x01(\v2\x19.raftgate.v1.ScheduleTickH\x00R\fscheduleTick\x12I\n" +
+	"\x10callback_attempt\x18P \x01(\v2\x1c.raftgate.v1.CallbackAttemptH\x00R\x0fcallbackAttemptB\x05\n" +
 	"\x03cmd\"W\n" +
 	"\fFenceService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -4418,7 +4695,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\fR\trequestId\"2\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xfd\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xa0\x05\n" +
 	"\x06Invoke\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x1d\n" +
 	"\n" +
@@ -4439,7 +4716,8 @@ const file_raftgate_proto_rawDesc = "" +
 	"\bdelay_ms\x18\x0f \x01(\x03H\x00R\adelayMs\x88\x01\x01\x12\x1f\n" +
 	"\vschedule_id\x18< \x01(\tR\n" +
 	"scheduleId\x12/\n" +
-	"\x14scheduled_at_unix_ms\x18= \x01(\x03R\x11scheduledAtUnixMsB\v\n" +
+	"\x14scheduled_at_unix_ms\x18= \x01(\x03R\x11scheduledAtUnixMs\x12!\n" +
+	"\fcallback_url\x18P \x01(\tR\vcallbackUrlB\v\n" +
 	"\t_delay_ms\"\xa1\x01\n" +
 	"\x06Result\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\rR\x06status\x12\x12\n" +
@@ -4473,7 +4751,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12'\n" +
 	"\x10retry_at_unix_ms\x18\x04 \x01(\x03R\rretryAtUnixMs\x12-\n" +
-	"\x13proposed_at_unix_ms\x18\x05 \x01(\x03R\x10proposedAtUnixMs\"\xc9\x02\n" +
+	"\x13proposed_at_unix_ms\x18\x05 \x01(\x03R\x10proposedAtUnixMs\"\xec\x02\n" +
 	"\aService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1a\n" +
@@ -4482,7 +4760,8 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x04kind\x18\x05 \x01(\x0e2\x19.raftgate.v1.Service.KindR\x04kind\x12\x16\n" +
 	"\x06shared\x18\x06 \x03(\tR\x06shared\x12.\n" +
 	"\x05retry\x18\a \x01(\v2\x18.raftgate.v1.RetryPolicyR\x05retry\x12)\n" +
-	"\x10registered_index\x18\b \x01(\x04R\x0fregisteredIndex\"-\n" +
+	"\x10registered_index\x18\b \x01(\x04R\x0fregisteredIndex\x12!\n" +
+	"\fcallback_url\x18P \x01(\tR\vcallbackUrl\"-\n" +
 	"\x04Kind\x12\v\n" +
 	"\aSERVICE\x10\x00\x12\n" +
 	"\n" +
@@ -4501,7 +4780,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\rDeleteService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\fR\trequestId\"\xc1\x04\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\"\xf9\x04\n" +
 	"\x10InvocationRecord\x12+\n" +
 	"\x06invoke\x18\x01 \x01(\v2\x13.raftgate.v1.InvokeR\x06invoke\x129\n" +
 	"\x05state\x18\x02 \x01(\x0e2#.raftgate.v1.InvocationRecord.StateR\x05state\x12\x1a\n" +
@@ -4515,7 +4794,8 @@ const file_raftgate_proto_rawDesc = "" +
 	"\tqueue_seq\x18\t \x01(\x04R\bqueueSeq\x12%\n" +
 	"\x0equeue_position\x18\n" +
 	" \x01(\x04R\rqueuePosition\x12,\n" +
-	"\x12request_body_bytes\x18\v \x01(\rR\x10requestBodyBytes\"b\n" +
+	"\x12request_body_bytes\x18\v \x01(\rR\x10requestBodyBytes\x126\n" +
+	"\bcallback\x18P \x01(\v2\x1a.raftgate.v1.CallbackStateR\bcallback\"b\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aPENDING\x10\x01\x12\v\n" +
@@ -4702,7 +4982,28 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x02op\"f\n" +
 	"\fScheduleList\x128\n" +
 	"\tschedules\x18\x01 \x03(\v2\x1a.raftgate.v1.ScheduleStateR\tschedules\x12\x1c\n" +
-	"\ttriggered\x18\x02 \x01(\fR\ttriggered2\x82\x01\n" +
+	"\ttriggered\x18\x02 \x01(\fR\ttriggered\"\xe6\x01\n" +
+	"\rCallbackState\x126\n" +
+	"\x05state\x18\x01 \x01(\x0e2 .raftgate.v1.CallbackState.StateR\x05state\x12\x1a\n" +
+	"\battempts\x18\x02 \x01(\rR\battempts\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x03 \x01(\tR\tlastError\x12'\n" +
+	"\x10retry_at_unix_ms\x18\x04 \x01(\x03R\rretryAtUnixMs\"9\n" +
+	"\x05State\x12\b\n" +
+	"\x04NONE\x10\x00\x12\v\n" +
+	"\aPENDING\x10\x01\x12\r\n" +
+	"\tDELIVERED\x10\x02\x12\n" +
+	"\n" +
+	"\x06FAILED\x10\x03\"\x95\x02\n" +
+	"\x0fCallbackAttempt\x12#\n" +
+	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x1c\n" +
+	"\tdelivered\x18\x03 \x01(\bR\tdelivered\x12\x17\n" +
+	"\agave_up\x18\x04 \x01(\bR\x06gaveUp\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12'\n" +
+	"\x10retry_at_unix_ms\x18\x06 \x01(\x03R\rretryAtUnixMs\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\a \x01(\x03R\x10proposedAtUnixMs\x12\x1e\n" +
+	"\vdue_unix_ms\x18\b \x01(\x03R\tdueUnixMs2\x82\x01\n" +
 	"\x04Raft\x126\n" +
 	"\x04Send\x12\x16.raftgate.v1.RaftBatch\x1a\x14.raftgate.v1.RaftAck(\x01\x12B\n" +
 	"\bSnapshot\x12\x1a.raftgate.v1.SnapshotChunk\x1a\x18.raftgate.v1.SnapshotAck(\x012\xab\x01\n" +
@@ -4722,148 +5023,154 @@ func file_raftgate_proto_rawDescGZIP() []byte {
 	return file_raftgate_proto_rawDescData
 }
 
-var file_raftgate_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_raftgate_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_raftgate_proto_goTypes = []any{
 	(Service_Kind)(0),             // 0: raftgate.v1.Service.Kind
 	(InvocationRecord_State)(0),   // 1: raftgate.v1.InvocationRecord.State
 	(ListInvocations_Status)(0),   // 2: raftgate.v1.ListInvocations.Status
 	(DispatchError_Code)(0),       // 3: raftgate.v1.DispatchError.Code
-	(*RaftBatch)(nil),             // 4: raftgate.v1.RaftBatch
-	(*RaftEnvelope)(nil),          // 5: raftgate.v1.RaftEnvelope
-	(*RaftAck)(nil),               // 6: raftgate.v1.RaftAck
-	(*SnapshotChunk)(nil),         // 7: raftgate.v1.SnapshotChunk
-	(*SnapshotAck)(nil),           // 8: raftgate.v1.SnapshotAck
-	(*CommandBatch)(nil),          // 9: raftgate.v1.CommandBatch
-	(*Command)(nil),               // 10: raftgate.v1.Command
-	(*FenceService)(nil),          // 11: raftgate.v1.FenceService
-	(*Header)(nil),                // 12: raftgate.v1.Header
-	(*Invoke)(nil),                // 13: raftgate.v1.Invoke
-	(*Result)(nil),                // 14: raftgate.v1.Result
-	(*Complete)(nil),              // 15: raftgate.v1.Complete
-	(*Cancel)(nil),                // 16: raftgate.v1.Cancel
-	(*Purge)(nil),                 // 17: raftgate.v1.Purge
-	(*Admit)(nil),                 // 18: raftgate.v1.Admit
-	(*AttemptFailed)(nil),         // 19: raftgate.v1.AttemptFailed
-	(*Service)(nil),               // 20: raftgate.v1.Service
-	(*RetryPolicy)(nil),           // 21: raftgate.v1.RetryPolicy
-	(*PutService)(nil),            // 22: raftgate.v1.PutService
-	(*DeleteService)(nil),         // 23: raftgate.v1.DeleteService
-	(*InvocationRecord)(nil),      // 24: raftgate.v1.InvocationRecord
-	(*KeyState)(nil),              // 25: raftgate.v1.KeyState
-	(*DispatchRequestBatch)(nil),  // 26: raftgate.v1.DispatchRequestBatch
-	(*DispatchResponseBatch)(nil), // 27: raftgate.v1.DispatchResponseBatch
-	(*DispatchRequest)(nil),       // 28: raftgate.v1.DispatchRequest
-	(*DispatchResponse)(nil),      // 29: raftgate.v1.DispatchResponse
-	(*AppendInvocation)(nil),      // 30: raftgate.v1.AppendInvocation
-	(*Appended)(nil),              // 31: raftgate.v1.Appended
-	(*GetOutput)(nil),             // 32: raftgate.v1.GetOutput
-	(*AttachInvocation)(nil),      // 33: raftgate.v1.AttachInvocation
-	(*InvocationResult)(nil),      // 34: raftgate.v1.InvocationResult
-	(*GetStatus)(nil),             // 35: raftgate.v1.GetStatus
-	(*InvocationStatus)(nil),      // 36: raftgate.v1.InvocationStatus
-	(*ListInvocations)(nil),       // 37: raftgate.v1.ListInvocations
-	(*InvocationList)(nil),        // 38: raftgate.v1.InvocationList
-	(*CancelInvocation)(nil),      // 39: raftgate.v1.CancelInvocation
-	(*Done)(nil),                  // 40: raftgate.v1.Done
-	(*GetKeyStatus)(nil),          // 41: raftgate.v1.GetKeyStatus
-	(*DispatchError)(nil),         // 42: raftgate.v1.DispatchError
-	(*ScheduleSpec)(nil),          // 43: raftgate.v1.ScheduleSpec
-	(*ScheduleState)(nil),         // 44: raftgate.v1.ScheduleState
-	(*PutSchedule)(nil),           // 45: raftgate.v1.PutSchedule
-	(*DeleteSchedule)(nil),        // 46: raftgate.v1.DeleteSchedule
-	(*PauseSchedule)(nil),         // 47: raftgate.v1.PauseSchedule
-	(*TriggerSchedule)(nil),       // 48: raftgate.v1.TriggerSchedule
-	(*ScheduleTick)(nil),          // 49: raftgate.v1.ScheduleTick
-	(*ScheduleRequest)(nil),       // 50: raftgate.v1.ScheduleRequest
-	(*ScheduleList)(nil),          // 51: raftgate.v1.ScheduleList
-	(*InitCluster)(nil),           // 52: raftgate.v1.InitCluster
-	(*JoinNode)(nil),              // 53: raftgate.v1.JoinNode
-	(*SetNodeState)(nil),          // 54: raftgate.v1.SetNodeState
-	(*UpdateNodeAddrs)(nil),       // 55: raftgate.v1.UpdateNodeAddrs
-	(*SetPlacement)(nil),          // 56: raftgate.v1.SetPlacement
-	(*ObserveConfig)(nil),         // 57: raftgate.v1.ObserveConfig
-	(*SetPlacementPolicy)(nil),    // 58: raftgate.v1.SetPlacementPolicy
+	(CallbackState_State)(0),      // 4: raftgate.v1.CallbackState.State
+	(*RaftBatch)(nil),             // 5: raftgate.v1.RaftBatch
+	(*RaftEnvelope)(nil),          // 6: raftgate.v1.RaftEnvelope
+	(*RaftAck)(nil),               // 7: raftgate.v1.RaftAck
+	(*SnapshotChunk)(nil),         // 8: raftgate.v1.SnapshotChunk
+	(*SnapshotAck)(nil),           // 9: raftgate.v1.SnapshotAck
+	(*CommandBatch)(nil),          // 10: raftgate.v1.CommandBatch
+	(*Command)(nil),               // 11: raftgate.v1.Command
+	(*FenceService)(nil),          // 12: raftgate.v1.FenceService
+	(*Header)(nil),                // 13: raftgate.v1.Header
+	(*Invoke)(nil),                // 14: raftgate.v1.Invoke
+	(*Result)(nil),                // 15: raftgate.v1.Result
+	(*Complete)(nil),              // 16: raftgate.v1.Complete
+	(*Cancel)(nil),                // 17: raftgate.v1.Cancel
+	(*Purge)(nil),                 // 18: raftgate.v1.Purge
+	(*Admit)(nil),                 // 19: raftgate.v1.Admit
+	(*AttemptFailed)(nil),         // 20: raftgate.v1.AttemptFailed
+	(*Service)(nil),               // 21: raftgate.v1.Service
+	(*RetryPolicy)(nil),           // 22: raftgate.v1.RetryPolicy
+	(*PutService)(nil),            // 23: raftgate.v1.PutService
+	(*DeleteService)(nil),         // 24: raftgate.v1.DeleteService
+	(*InvocationRecord)(nil),      // 25: raftgate.v1.InvocationRecord
+	(*KeyState)(nil),              // 26: raftgate.v1.KeyState
+	(*DispatchRequestBatch)(nil),  // 27: raftgate.v1.DispatchRequestBatch
+	(*DispatchResponseBatch)(nil), // 28: raftgate.v1.DispatchResponseBatch
+	(*DispatchRequest)(nil),       // 29: raftgate.v1.DispatchRequest
+	(*DispatchResponse)(nil),      // 30: raftgate.v1.DispatchResponse
+	(*AppendInvocation)(nil),      // 31: raftgate.v1.AppendInvocation
+	(*Appended)(nil),              // 32: raftgate.v1.Appended
+	(*GetOutput)(nil),             // 33: raftgate.v1.GetOutput
+	(*AttachInvocation)(nil),      // 34: raftgate.v1.AttachInvocation
+	(*InvocationResult)(nil),      // 35: raftgate.v1.InvocationResult
+	(*GetStatus)(nil),             // 36: raftgate.v1.GetStatus
+	(*InvocationStatus)(nil),      // 37: raftgate.v1.InvocationStatus
+	(*ListInvocations)(nil),       // 38: raftgate.v1.ListInvocations
+	(*InvocationList)(nil),        // 39: raftgate.v1.InvocationList
+	(*CancelInvocation)(nil),      // 40: raftgate.v1.CancelInvocation
+	(*Done)(nil),                  // 41: raftgate.v1.Done
+	(*GetKeyStatus)(nil),          // 42: raftgate.v1.GetKeyStatus
+	(*DispatchError)(nil),         // 43: raftgate.v1.DispatchError
+	(*ScheduleSpec)(nil),          // 44: raftgate.v1.ScheduleSpec
+	(*ScheduleState)(nil),         // 45: raftgate.v1.ScheduleState
+	(*PutSchedule)(nil),           // 46: raftgate.v1.PutSchedule
+	(*DeleteSchedule)(nil),        // 47: raftgate.v1.DeleteSchedule
+	(*PauseSchedule)(nil),         // 48: raftgate.v1.PauseSchedule
+	(*TriggerSchedule)(nil),       // 49: raftgate.v1.TriggerSchedule
+	(*ScheduleTick)(nil),          // 50: raftgate.v1.ScheduleTick
+	(*ScheduleRequest)(nil),       // 51: raftgate.v1.ScheduleRequest
+	(*ScheduleList)(nil),          // 52: raftgate.v1.ScheduleList
+	(*CallbackState)(nil),         // 53: raftgate.v1.CallbackState
+	(*CallbackAttempt)(nil),       // 54: raftgate.v1.CallbackAttempt
+	(*InitCluster)(nil),           // 55: raftgate.v1.InitCluster
+	(*JoinNode)(nil),              // 56: raftgate.v1.JoinNode
+	(*SetNodeState)(nil),          // 57: raftgate.v1.SetNodeState
+	(*UpdateNodeAddrs)(nil),       // 58: raftgate.v1.UpdateNodeAddrs
+	(*SetPlacement)(nil),          // 59: raftgate.v1.SetPlacement
+	(*ObserveConfig)(nil),         // 60: raftgate.v1.ObserveConfig
+	(*SetPlacementPolicy)(nil),    // 61: raftgate.v1.SetPlacementPolicy
 }
 var file_raftgate_proto_depIdxs = []int32{
-	5,  // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
-	10, // 1: raftgate.v1.CommandBatch.commands:type_name -> raftgate.v1.Command
-	13, // 2: raftgate.v1.Command.invoke:type_name -> raftgate.v1.Invoke
-	15, // 3: raftgate.v1.Command.complete:type_name -> raftgate.v1.Complete
-	16, // 4: raftgate.v1.Command.cancel:type_name -> raftgate.v1.Cancel
-	17, // 5: raftgate.v1.Command.purge:type_name -> raftgate.v1.Purge
-	19, // 6: raftgate.v1.Command.attempt_failed:type_name -> raftgate.v1.AttemptFailed
-	18, // 7: raftgate.v1.Command.admit:type_name -> raftgate.v1.Admit
-	11, // 8: raftgate.v1.Command.fence_service:type_name -> raftgate.v1.FenceService
-	22, // 9: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
-	23, // 10: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
-	52, // 11: raftgate.v1.Command.init_cluster:type_name -> raftgate.v1.InitCluster
-	53, // 12: raftgate.v1.Command.join_node:type_name -> raftgate.v1.JoinNode
-	54, // 13: raftgate.v1.Command.set_node_state:type_name -> raftgate.v1.SetNodeState
-	55, // 14: raftgate.v1.Command.update_node_addrs:type_name -> raftgate.v1.UpdateNodeAddrs
-	56, // 15: raftgate.v1.Command.set_placement:type_name -> raftgate.v1.SetPlacement
-	57, // 16: raftgate.v1.Command.observe_config:type_name -> raftgate.v1.ObserveConfig
-	58, // 17: raftgate.v1.Command.set_placement_policy:type_name -> raftgate.v1.SetPlacementPolicy
-	45, // 18: raftgate.v1.Command.put_schedule:type_name -> raftgate.v1.PutSchedule
-	46, // 19: raftgate.v1.Command.delete_schedule:type_name -> raftgate.v1.DeleteSchedule
-	47, // 20: raftgate.v1.Command.pause_schedule:type_name -> raftgate.v1.PauseSchedule
-	48, // 21: raftgate.v1.Command.trigger_schedule:type_name -> raftgate.v1.TriggerSchedule
-	49, // 22: raftgate.v1.Command.schedule_tick:type_name -> raftgate.v1.ScheduleTick
-	12, // 23: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
-	14, // 24: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
-	0,  // 25: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
-	21, // 26: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
-	20, // 27: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
-	13, // 28: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
-	1,  // 29: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
-	14, // 30: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
-	28, // 31: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
-	29, // 32: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
-	30, // 33: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
-	32, // 34: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
-	33, // 35: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
-	35, // 36: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
-	39, // 37: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
-	22, // 38: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
-	23, // 39: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
-	41, // 40: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
-	37, // 41: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
-	11, // 42: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
-	50, // 43: raftgate.v1.DispatchRequest.schedule:type_name -> raftgate.v1.ScheduleRequest
-	31, // 44: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
-	34, // 45: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
-	36, // 46: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
-	40, // 47: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
-	25, // 48: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
-	38, // 49: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
-	42, // 50: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
-	51, // 51: raftgate.v1.DispatchResponse.schedules:type_name -> raftgate.v1.ScheduleList
-	13, // 52: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
-	14, // 53: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
-	24, // 54: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
-	2,  // 55: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
-	24, // 56: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
-	3,  // 57: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
-	43, // 58: raftgate.v1.ScheduleState.spec:type_name -> raftgate.v1.ScheduleSpec
-	43, // 59: raftgate.v1.PutSchedule.spec:type_name -> raftgate.v1.ScheduleSpec
-	45, // 60: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
-	46, // 61: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
-	47, // 62: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
-	48, // 63: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
-	44, // 64: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
-	4,  // 65: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
-	7,  // 66: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
-	28, // 67: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
-	26, // 68: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
-	6,  // 69: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
-	8,  // 70: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
-	29, // 71: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
-	27, // 72: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
-	69, // [69:73] is the sub-list for method output_type
-	65, // [65:69] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	6,  // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
+	11, // 1: raftgate.v1.CommandBatch.commands:type_name -> raftgate.v1.Command
+	14, // 2: raftgate.v1.Command.invoke:type_name -> raftgate.v1.Invoke
+	16, // 3: raftgate.v1.Command.complete:type_name -> raftgate.v1.Complete
+	17, // 4: raftgate.v1.Command.cancel:type_name -> raftgate.v1.Cancel
+	18, // 5: raftgate.v1.Command.purge:type_name -> raftgate.v1.Purge
+	20, // 6: raftgate.v1.Command.attempt_failed:type_name -> raftgate.v1.AttemptFailed
+	19, // 7: raftgate.v1.Command.admit:type_name -> raftgate.v1.Admit
+	12, // 8: raftgate.v1.Command.fence_service:type_name -> raftgate.v1.FenceService
+	23, // 9: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
+	24, // 10: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
+	55, // 11: raftgate.v1.Command.init_cluster:type_name -> raftgate.v1.InitCluster
+	56, // 12: raftgate.v1.Command.join_node:type_name -> raftgate.v1.JoinNode
+	57, // 13: raftgate.v1.Command.set_node_state:type_name -> raftgate.v1.SetNodeState
+	58, // 14: raftgate.v1.Command.update_node_addrs:type_name -> raftgate.v1.UpdateNodeAddrs
+	59, // 15: raftgate.v1.Command.set_placement:type_name -> raftgate.v1.SetPlacement
+	60, // 16: raftgate.v1.Command.observe_config:type_name -> raftgate.v1.ObserveConfig
+	61, // 17: raftgate.v1.Command.set_placement_policy:type_name -> raftgate.v1.SetPlacementPolicy
+	46, // 18: raftgate.v1.Command.put_schedule:type_name -> raftgate.v1.PutSchedule
+	47, // 19: raftgate.v1.Command.delete_schedule:type_name -> raftgate.v1.DeleteSchedule
+	48, // 20: raftgate.v1.Command.pause_schedule:type_name -> raftgate.v1.PauseSchedule
+	49, // 21: raftgate.v1.Command.trigger_schedule:type_name -> raftgate.v1.TriggerSchedule
+	50, // 22: raftgate.v1.Command.schedule_tick:type_name -> raftgate.v1.ScheduleTick
+	54, // 23: raftgate.v1.Command.callback_attempt:type_name -> raftgate.v1.CallbackAttempt
+	13, // 24: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
+	15, // 25: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
+	0,  // 26: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
+	22, // 27: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
+	21, // 28: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
+	14, // 29: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
+	1,  // 30: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
+	15, // 31: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
+	53, // 32: raftgate.v1.InvocationRecord.callback:type_name -> raftgate.v1.CallbackState
+	29, // 33: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
+	30, // 34: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
+	31, // 35: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
+	33, // 36: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
+	34, // 37: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
+	36, // 38: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
+	40, // 39: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
+	23, // 40: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
+	24, // 41: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
+	42, // 42: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
+	38, // 43: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
+	12, // 44: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
+	51, // 45: raftgate.v1.DispatchRequest.schedule:type_name -> raftgate.v1.ScheduleRequest
+	32, // 46: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
+	35, // 47: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
+	37, // 48: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
+	41, // 49: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
+	26, // 50: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
+	39, // 51: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
+	43, // 52: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
+	52, // 53: raftgate.v1.DispatchResponse.schedules:type_name -> raftgate.v1.ScheduleList
+	14, // 54: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
+	15, // 55: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
+	25, // 56: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
+	2,  // 57: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
+	25, // 58: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
+	3,  // 59: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
+	44, // 60: raftgate.v1.ScheduleState.spec:type_name -> raftgate.v1.ScheduleSpec
+	44, // 61: raftgate.v1.PutSchedule.spec:type_name -> raftgate.v1.ScheduleSpec
+	46, // 62: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
+	47, // 63: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
+	48, // 64: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
+	49, // 65: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
+	45, // 66: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
+	4,  // 67: raftgate.v1.CallbackState.state:type_name -> raftgate.v1.CallbackState.State
+	5,  // 68: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
+	8,  // 69: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
+	29, // 70: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
+	27, // 71: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
+	7,  // 72: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
+	9,  // 73: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
+	30, // 74: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
+	28, // 75: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
+	72, // [72:76] is the sub-list for method output_type
+	68, // [68:72] is the sub-list for method input_type
+	68, // [68:68] is the sub-list for extension type_name
+	68, // [68:68] is the sub-list for extension extendee
+	0,  // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_raftgate_proto_init() }
@@ -4894,6 +5201,7 @@ func file_raftgate_proto_init() {
 		(*Command_PauseSchedule)(nil),
 		(*Command_TriggerSchedule)(nil),
 		(*Command_ScheduleTick)(nil),
+		(*Command_CallbackAttempt)(nil),
 	}
 	file_raftgate_proto_msgTypes[9].OneofWrappers = []any{}
 	file_raftgate_proto_msgTypes[24].OneofWrappers = []any{
@@ -4932,8 +5240,8 @@ func file_raftgate_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftgate_proto_rawDesc), len(file_raftgate_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   48,
+			NumEnums:      5,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

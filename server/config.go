@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/raftgate/raftgate/callback"
 	"github.com/raftgate/raftgate/raftlog"
 
 	"github.com/rs/zerolog"
@@ -86,6 +87,16 @@ type Config struct {
 	RetryInitialBackoff time.Duration
 	RetryMaxBackoff     time.Duration
 	RetryAttemptTimeout time.Duration
+
+	// CallbackAllow lists the origins (scheme://host[:port]) completion
+	// callbacks may be POSTed to (--callback-allow); a send naming another
+	// URL gets 400, and none is allowed when it is empty. Give every node
+	// the same list: each partition's leader checks it again before a
+	// POST. CallbackSecret signs every callback POST (HMAC-SHA256 in
+	// x-raftgate-signature; --callback-secret, better given through
+	// RAFTGATE_CALLBACK_SECRET or the config file); empty sends none.
+	CallbackAllow  []string
+	CallbackSecret string
 
 	// ShutdownGrace bounds the graceful part of shutdown (--shutdown-grace).
 	ShutdownGrace time.Duration
@@ -275,6 +286,9 @@ func (c Config) Validate() error {
 	}
 	if c.Retention <= 0 {
 		return invalid("retention", "must be positive, like 24h")
+	}
+	if _, err := callback.ParseAllow(c.CallbackAllow); err != nil {
+		return invalid("callback-allow", "%v", err)
 	}
 	if c.RetryMaxAttempts < 1 {
 		return invalid("retry-max-attempts", "must be at least 1")

@@ -294,6 +294,7 @@ func (n *Server) Start() (err error) {
 	// leadership event can reach a processor that does not exist yet.
 	n.registry = registry.New(n.log)
 	n.registerer = reg
+	callbackAllow := callbackAllowList(cfg)
 	n.groups = newGroupMetrics(n)
 	if err := reg.Register(n.groups); err != nil {
 		return err
@@ -374,6 +375,7 @@ func (n *Server) Start() (err error) {
 	icfg.MaxConcurrent = cfg.MaxConcurrent
 	icfg.BodyReadTimeout = cfg.BodyReadTimeout
 	icfg.RequestTimeout = cfg.RequestTimeout
+	icfg.CallbackAllow = callbackAllow
 	icfg.Logger = n.log
 	icfg.Registerer = reg
 	if cfg.Placement == PlacementLocal {
@@ -401,6 +403,7 @@ func (n *Server) Start() (err error) {
 		EnablePprof:    cfg.Pprof,
 		Build:          admin.BuildInfo(build),
 		RetryInForce:   func(p *rpc.RetryPolicy) *rpc.RetryPolicy { return defaultRetry(cfg).For(p).Proto() },
+		CallbackAllow:  callbackAllow,
 		Backup:         n.raft.Backup,
 		RequestTimeout: cfg.RequestTimeout,
 		Logger:         n.log,

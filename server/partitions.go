@@ -86,6 +86,8 @@ func (n *Server) openPartition(p uint32, how openHow) error {
 	pc.Partition = p
 	pc.Retention = n.cfg.Retention
 	pc.Invoker.Retry = defaultRetry(n.cfg)
+	pc.Callbacks.Allow = callbackAllowList(n.cfg)
+	pc.Callbacks.Secret = []byte(n.cfg.CallbackSecret)
 	pc.Services = registry.InvokerLookup{Registry: n.registry}
 	pc.Logger = n.log
 	pc.Registerer = reg

@@ -106,6 +106,8 @@ func newServerFlags(fs *pflag.FlagSet) *serverFlags {
 	fs.DurationVar(&c.RetryInitialBackoff, "retry-initial-backoff", d.RetryInitialBackoff, "default: delay after a first failed delivery, doubling up to --retry-max-backoff (with jitter)")
 	fs.DurationVar(&c.RetryMaxBackoff, "retry-max-backoff", d.RetryMaxBackoff, "default: longest delay between deliveries")
 	fs.DurationVar(&c.RetryAttemptTimeout, "retry-attempt-timeout", d.RetryAttemptTimeout, "default: bound of one delivery (the HTTP call to the service)")
+	fs.StringSliceVar(&c.CallbackAllow, "callback-allow", nil, "origins (scheme://host[:port]) completion callbacks may be POSTed to, comma-separated; other x-raftgate-callback URLs get 400 (none allowed when empty)")
+	fs.StringVar(&c.CallbackSecret, "callback-secret", "", "secret that signs completion callbacks (x-raftgate-signature: sha256=HMAC of the body); prefer RAFTGATE_CALLBACK_SECRET or the config file to the command line")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", d.ShutdownGrace, "bounds the graceful shutdown: in-flight requests may finish until its end")
 	fs.DurationVar(&c.DrainDelay, "drain-delay", d.DrainDelay, "on shutdown, keep answering 503 (health included) this long before refusing connections, so a load balancer takes the node out; at most half of --shutdown-grace")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", d.RequestTimeout, "how long the ingress tries to get a request accepted by a partition leader (retries included) before answering 503")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/raftgate/raftgate/callback"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -102,6 +103,9 @@ type Config struct {
 	// (outbox.Policy.For); GET /services shows the result. Nil shows the
 	// registered fields only.
 	RetryInForce func(*rpc.RetryPolicy) *rpc.RetryPolicy
+	// CallbackAllow is the allow-list a service's default callback URL is
+	// checked against; the zero Allow refuses every one.
+	CallbackAllow callback.Allow
 	// RequestTimeout bounds each call into the cluster. Default 10s.
 	RequestTimeout time.Duration
 	// Now stamps service registrations (UpdatedAtUnixMs). Default time.Now.

@@ -43,6 +43,40 @@ type InvocationView struct {
 	CompletedAt   string         `json:"completedAt,omitempty"`
 	Request       *BodyView      `json:"request,omitempty"`
 	Result        *ResultSummary `json:"result,omitempty"`
+	// Callback is the completion callback's delivery, when the invocation
+	// has a callback URL.
+	Callback *CallbackView `json:"callback,omitempty"`
+}
+
+// CallbackView is the delivery state of an invocation's completion
+// callback: waiting (until the invocation completes), pending (being
+// delivered, or retried at nextAttemptAt), delivered, or failed (given up
+// after its attempts; the invocation's result is not affected).
+type CallbackView struct {
+	URL           string `json:"url"`
+	State         string `json:"state"`
+	Attempts      uint32 `json:"attempts"`
+	LastError     string `json:"lastError,omitempty"`
+	NextAttemptAt string `json:"nextAttemptAt,omitempty"`
+}
+
+func callbackView(rec *rpc.InvocationRecord) *CallbackView {
+	url := rec.GetInvoke().GetCallbackUrl()
+	if url == "" {
+		return nil
+	}
+	cb := rec.GetCallback()
+	v := &CallbackView{URL: url, State: "waiting", Attempts: cb.GetAttempts(), LastError: cb.GetLastError(),
+		NextAttemptAt: optionalTime(cb.GetRetryAtUnixMs())}
+	switch cb.GetState() {
+	case rpc.CallbackState_PENDING:
+		v.State = "pending"
+	case rpc.CallbackState_DELIVERED:
+		v.State = "delivered"
+	case rpc.CallbackState_FAILED:
+		v.State = "failed"
+	}
+	return v
 }
 
 // BodyView is a request or result body, cut to maxBodyPreview unless the
@@ -117,6 +151,7 @@ func invocationView(id invocation.ID, p uint32, rec *rpc.InvocationRecord, full 
 		req.BodyBytes, req.BodyTruncated = n, true
 	}
 	v.Request = &req
+	v.Callback = callbackView(rec)
 	if res := rec.GetResult(); res != nil {
 		v.Result = resultSummary(res, full)
 		// The record counts failed deliveries; the result, every delivery

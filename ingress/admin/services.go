@@ -44,6 +44,9 @@ type ServiceView struct {
 	// Retry is the retry policy in force for the service's deliveries: its
 	// registration's fields, the cluster's defaults for the others.
 	Retry RetryView `json:"retry"`
+	// CallbackURL is the default completion callback of the service's
+	// invocations that name none (x-raftgate-callback).
+	CallbackURL string `json:"callbackUrl,omitempty"`
 }
 
 // RetryView is a retry policy in JSON; durations in Go syntax ("100ms").
@@ -87,6 +90,10 @@ type ServiceRequest struct {
 	Shared []string `json:"shared,omitempty"`
 	// Retry overrides the cluster's default retry policy; optional.
 	Retry *RetryRequest `json:"retry,omitempty"`
+	// CallbackURL is the default completion callback URL of the service's
+	// invocations; optional, checked against the cluster's
+	// --callback-allow.
+	CallbackURL string `json:"callbackUrl,omitempty"`
 }
 
 // Service kinds as the admin API spells them.
@@ -110,6 +117,7 @@ func parseKind(s string) (rpc.Service_Kind, error) {
 
 func (s *server) serviceView(svc *rpc.Service) ServiceView {
 	v := ServiceView{Name: svc.GetName(), URL: svc.GetUrl(), Handlers: svc.GetHandlers(), Kind: kindNames[svc.GetKind()], Shared: svc.GetShared()}
+	v.CallbackURL = svc.GetCallbackUrl()
 	r := s.retryInForce(svc.GetRetry())
 	v.Retry = RetryView{
 		MaxAttempts:    r.GetMaxAttempts(),
@@ -183,6 +191,10 @@ func (s *server) putService(w http.ResponseWriter, r *http.Request) {
 	svc, err := validateService(name, req)
 	if err == nil {
 		err = s.checkRetryInForce(svc.Retry)
+	}
+	if err == nil && req.CallbackURL != "" {
+		err = s.cfg.CallbackAllow.Check(req.CallbackURL)
+		svc.CallbackUrl = req.CallbackURL
 	}
 	if err != nil {
 		s.writeError(w, r, http.StatusBadRequest, err.Error())
