@@ -22,6 +22,9 @@ func newStatusCmd(env cliEnv) *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	client := addAdminFlags(cmd)
+	var stuckAfter time.Duration
+	cmd.Flags().DurationVar(&stuckAfter, "stuck-after", 0,
+		"also read GET /placement twice this long apart and fail when a move in flight made no progress between them (0: skip)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		var view admin.ClusterView
 		c := client()
@@ -33,11 +36,19 @@ func newStatusCmd(env cliEnv) *cobra.Command {
 		if err := printCluster(env.stdout, view); err != nil {
 			return err
 		}
+		if stuckAfter > 0 {
+			stuck, err := stuckMoves(cmd.Context(), c, stuckAfter)
+			if err != nil {
+				return err
+			}
+			unseen = append(unseen, stuck...)
+		}
 		if len(unseen) == 0 {
 			return nil
 		}
-		// The table is incomplete: say why, and fail, so that neither a
-		// person nor a script takes the "-" for "nothing to show".
+		// The table is incomplete or a move is stuck: say why, and fail,
+		// so that neither a person nor a script takes the "-" for
+		// "nothing to show".
 		for _, u := range unseen {
 			fmt.Fprintf(env.stderr, "raftgate: %s\n", u)
 		}

@@ -94,6 +94,9 @@ type Config struct {
 	// Nodes serves GET /nodes and DELETE /nodes/{id}. Nil answers 501
 	// (a node without cluster membership).
 	Nodes Nodes
+	// Placement serves /placement and its changes. Nil answers 501 (a
+	// node without cluster membership).
+	Placement Placement
 	// Schedules, when set, serves /schedules. Nil answers 404.
 	Schedules Schedules
 	// Build is this node's build, served by GET /version.
@@ -167,6 +170,11 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("/invocations/{id}", s.methods(route{get: s.getInvocation, delete: s.cancelInvocation}))
 	mux.HandleFunc("/nodes", s.methods(route{get: s.listNodes}))
 	mux.HandleFunc("/nodes/{id}", s.methods(route{delete: s.removeNode}))
+	mux.HandleFunc("/placement", s.methods(route{get: s.getPlacement}))
+	mux.HandleFunc("/placement/replication", s.methods(route{put: s.setReplication}))
+	mux.HandleFunc("/placement/pause", s.methods(route{post: s.pausePlacement}))
+	mux.HandleFunc("/placement/resume", s.methods(route{post: s.resumePlacement}))
+	mux.HandleFunc("/placement/partitions/{p}/move", s.methods(route{post: s.movePartition}))
 	if cfg.Keys != nil {
 		mux.HandleFunc("/objects/{object}/{key}", s.methods(route{get: s.getObjectKey}))
 	}
@@ -198,7 +206,7 @@ func New(cfg Config) (http.Handler, error) {
 
 // route names the handler of each method a path supports.
 type route struct {
-	get, put, delete http.HandlerFunc
+	get, put, post, delete http.HandlerFunc
 }
 
 // methods dispatches by method and answers 405 with an Allow header (and a
@@ -217,6 +225,7 @@ func (s *server) methods(rt route) http.HandlerFunc {
 	}
 	add(rt.get, "GET, HEAD")
 	add(rt.put, http.MethodPut)
+	add(rt.post, http.MethodPost)
 	add(rt.delete, http.MethodDelete)
 	return func(w http.ResponseWriter, r *http.Request) {
 		var h http.HandlerFunc
@@ -225,6 +234,8 @@ func (s *server) methods(rt route) http.HandlerFunc {
 			h = rt.get
 		case http.MethodPut:
 			h = rt.put
+		case http.MethodPost:
+			h = rt.post
 		case http.MethodDelete:
 			h = rt.delete
 		}

@@ -145,3 +145,50 @@ func TestConsoleNodesWithoutMembership(t *testing.T) {
 func jsQuote(s string) string {
 	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
 }
+
+// TestConsoleShowsPlacement: the partitions table shows each partition's
+// replicas with roles, preferred leader and move in flight from GET
+// /placement, and the replication and pause above it.
+func TestConsoleShowsPlacement(t *testing.T) {
+	ctx := browserTab(t)
+	pl := &fakePlacement{view: twoPartitions()}
+	pl.view.Paused = true
+	f := newFixture(t, func(c *Config) { c.Placement = pl })
+	f.cluster.partitions = []PartitionStatus{{ID: 0, Leader: 1}, {ID: 1, Leader: 1}, {ID: 2}}
+
+	browse(t, ctx, "open the overview", chromedp.Navigate(f.url+"/ui/#/overview"))
+	row := func(id string) string { return `document.querySelector('#partitions tr[data-partition="` + id + `"]')` }
+	field := func(id, f string) string { return row(id) + `.querySelector("[data-field=` + f + `]").textContent` }
+	waitConsole(t, ctx, "partition 2's move", row("2")+` !== null && `+field("2", "move")+` === "3 → 4"`)
+	for _, c := range [][2]string{
+		{field("1", "roles"), "1: voter  2: voter  3: voter"},
+		{field("1", "preferred"), "node 1"},
+		{field("1", "move"), "–"},
+		{field("2", "roles"), "2: voter  3: outgoing  1: voter  4: incoming"},
+		{field("0", "roles"), "–"},
+		{`document.querySelector("#placement-state").textContent`, "replication 3, rebalancing paused"},
+	} {
+		if got := evalJS[string](t, ctx, c[0]); got != c[1] {
+			t.Errorf("%s = %q, want %q", c[0], got, c[1])
+		}
+	}
+}
+
+// TestConsolePlacementWithoutMembership: a node that does not serve GET
+// /placement (501) shows the partitions without placement, and no error.
+func TestConsolePlacementWithoutMembership(t *testing.T) {
+	ctx := browserTab(t)
+	f := newFixture(t, nil)
+	f.cluster.partitions = []PartitionStatus{{ID: 1, Leader: 1}}
+	browse(t, ctx, "open the overview", chromedp.Navigate(f.url+"/ui/#/overview"))
+	waitConsole(t, ctx, "partition 1", `document.querySelector('#partitions tr[data-partition="1"]') !== null`)
+	if got := evalJS[string](t, ctx, `document.querySelector('#partitions tr[data-partition="1"] [data-field=move]').textContent`); got != "–" {
+		t.Fatalf("move %q, want –", got)
+	}
+	if hidden := evalJS[bool](t, ctx, `document.querySelector("#placement-state").hidden`); !hidden {
+		t.Fatal("placement badge shown without placement")
+	}
+	if banner := evalJS[string](t, ctx, `document.querySelector("#error").textContent`); strings.Contains(banner, "placement") {
+		t.Fatalf("error banner %q", banner)
+	}
+}

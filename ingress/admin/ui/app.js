@@ -326,10 +326,24 @@ async function nodeTable() {
   }
 }
 
+// placementRecord is GET /placement (each partition's replicas with roles,
+// preferred leader and move in flight), or null when this node does not
+// serve it (501, or 404 from an older release), as for the node table.
+async function placementRecord() {
+  try {
+    const p = await api("GET", "/placement");
+    errors.delete("placement");
+    return p;
+  } catch (e) {
+    if (e.status !== 501 && e.status !== 404) errors.set("placement", String(e.message || e));
+    return null;
+  }
+}
+
 const stateClass = { active: "ok", joining: "warn", draining: "warn", removed: "muted" };
 
 async function loadCluster() {
-  const [c, table] = await Promise.all([api("GET", "/cluster?leaders=1"), nodeTable()]);
+  const [c, table, placement] = await Promise.all([api("GET", "/cluster?leaders=1"), nodeTable(), placementRecord()]);
   clusterCache = c;
   const ready = $("#ready");
   ready.textContent = c.ready ? "ready" : "NOT READY: a partition has no known leader";
@@ -366,7 +380,16 @@ async function loadCluster() {
         },
       }, "Remove…") : ""));
   }));
+  const placementState = $("#placement-state");
+  placementState.hidden = !placement;
+  if (placement) {
+    placementState.textContent = `replication ${placement.replication}` + (placement.paused ? ", rebalancing paused" : "");
+    placementState.className = "badge" + (placement.paused ? " warn" : "");
+  }
+  const placed = new Map((placement?.partitions || []).map(p => [p.id, p]));
+  const nodes = ids => ids.length ? ids.join(", ") : "–";
   fill($("#partitions tbody"), c.partitions.map(p => {
+    const pl = placed.get(p.id);
     const known = p.replicas.length > 0;
     const down = p.replicas.filter(r => r.down || r.lag === null);
     const lag = known ? Math.max(...p.replicas.filter(r => !down.includes(r)).map(r => r.lag)) : null;
@@ -382,7 +405,10 @@ async function loadCluster() {
       el("td", {}, String(p.appliedIndex)),
       el("td", { class: down.length || lag > 100 ? "warn" : "", "data-field": "max-lag" }, lagText),
       el("td", { class: "mono", "data-field": "replicas" }, known ? p.replicas.map(replicaText).join("  ") : "unknown"),
-      el("td", {}, p.outboxDepth === undefined ? (p.id === 0 ? "–" : "unknown") : String(p.outboxDepth)));
+      el("td", {}, p.outboxDepth === undefined ? (p.id === 0 ? "–" : "unknown") : String(p.outboxDepth)),
+      el("td", { class: "mono", "data-field": "roles" }, pl ? pl.replicas.map(r => `${r.node}: ${r.role}`).join("  ") : "–"),
+      el("td", { "data-field": "preferred" }, pl?.preferredLeader ? `node ${pl.preferredLeader}` : "–"),
+      el("td", { class: pl?.move ? "warn" : "", "data-field": "move" }, pl?.move ? `${nodes(pl.move.from)} → ${nodes(pl.move.to)}` : "–"));
   }));
 }
 
