@@ -758,6 +758,120 @@ func (x *UpdateNodeAddrs) GetNode() *ClusterNode {
 	return nil
 }
 
+type PolicyChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 0: unchanged.
+	Replication uint32 `protobuf:"varint,1,opt,name=replication,proto3" json:"replication,omitempty"`
+	// 0: unchanged, 1: pause rebalancing, 2: resume it.
+	Pause         uint32 `protobuf:"varint,2,opt,name=pause,proto3" json:"pause,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyChange) Reset() {
+	*x = PolicyChange{}
+	mi := &file_cluster_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyChange) ProtoMessage() {}
+
+func (x *PolicyChange) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyChange.ProtoReflect.Descriptor instead.
+func (*PolicyChange) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *PolicyChange) GetReplication() uint32 {
+	if x != nil {
+		return x.Replication
+	}
+	return 0
+}
+
+func (x *PolicyChange) GetPause() uint32 {
+	if x != nil {
+		return x.Pause
+	}
+	return 0
+}
+
+type PartitionMove struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Partition     uint32                 `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	From          uint64                 `protobuf:"varint,2,opt,name=from,proto3" json:"from,omitempty"`
+	To            uint64                 `protobuf:"varint,3,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionMove) Reset() {
+	*x = PartitionMove{}
+	mi := &file_cluster_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionMove) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionMove) ProtoMessage() {}
+
+func (x *PartitionMove) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionMove.ProtoReflect.Descriptor instead.
+func (*PartitionMove) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *PartitionMove) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *PartitionMove) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *PartitionMove) GetTo() uint64 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
 type ObserveReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -766,7 +880,7 @@ type ObserveReply struct {
 
 func (x *ObserveReply) Reset() {
 	*x = ObserveReply{}
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -778,7 +892,7 @@ func (x *ObserveReply) String() string {
 func (*ObserveReply) ProtoMessage() {}
 
 func (x *ObserveReply) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -791,7 +905,7 @@ func (x *ObserveReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveReply.ProtoReflect.Descriptor instead.
 func (*ObserveReply) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{9}
+	return file_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 type DescribeReply struct {
@@ -805,7 +919,7 @@ type DescribeReply struct {
 
 func (x *DescribeReply) Reset() {
 	*x = DescribeReply{}
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +931,7 @@ func (x *DescribeReply) String() string {
 func (*DescribeReply) ProtoMessage() {}
 
 func (x *DescribeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -830,7 +944,7 @@ func (x *DescribeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeReply.ProtoReflect.Descriptor instead.
 func (*DescribeReply) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{10}
+	return file_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DescribeReply) GetNode() *ClusterNode {
@@ -857,7 +971,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -869,7 +983,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -882,7 +996,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{11}
+	return file_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RemoveRequest) GetId() uint64 {
@@ -907,7 +1021,7 @@ type DescribeRequest struct {
 
 func (x *DescribeRequest) Reset() {
 	*x = DescribeRequest{}
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -919,7 +1033,7 @@ func (x *DescribeRequest) String() string {
 func (*DescribeRequest) ProtoMessage() {}
 
 func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -932,7 +1046,7 @@ func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{12}
+	return file_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 type JoinRequest struct {
@@ -947,7 +1061,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1073,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1086,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{13}
+	return file_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *JoinRequest) GetNode() *ClusterNode {
@@ -1002,7 +1116,7 @@ type JoinReply struct {
 
 func (x *JoinReply) Reset() {
 	*x = JoinReply{}
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +1128,7 @@ func (x *JoinReply) String() string {
 func (*JoinReply) ProtoMessage() {}
 
 func (x *JoinReply) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +1141,7 @@ func (x *JoinReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinReply.ProtoReflect.Descriptor instead.
 func (*JoinReply) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{14}
+	return file_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *JoinReply) GetNode() *ClusterNode {
@@ -1131,7 +1245,14 @@ const file_cluster_proto_rawDesc = "" +
 	"\x0fUpdateNodeAddrs\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x12,\n" +
-	"\x04node\x18\x02 \x01(\v2\x18.raftgate.v1.ClusterNodeR\x04node\"\x0e\n" +
+	"\x04node\x18\x02 \x01(\v2\x18.raftgate.v1.ClusterNodeR\x04node\"F\n" +
+	"\fPolicyChange\x12 \n" +
+	"\vreplication\x18\x01 \x01(\rR\vreplication\x12\x14\n" +
+	"\x05pause\x18\x02 \x01(\rR\x05pause\"Q\n" +
+	"\rPartitionMove\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\rR\tpartition\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\x04R\x02to\"\x0e\n" +
 	"\fObserveReply\"W\n" +
 	"\rDescribeReply\x12,\n" +
 	"\x04node\x18\x01 \x01(\v2\x18.raftgate.v1.ClusterNodeR\x04node\x12\x18\n" +
@@ -1157,13 +1278,15 @@ const file_cluster_proto_rawDesc = "" +
 	"\x12NODE_STATE_JOINING\x10\x01\x12\x15\n" +
 	"\x11NODE_STATE_ACTIVE\x10\x02\x12\x17\n" +
 	"\x13NODE_STATE_DRAINING\x10\x03\x12\x16\n" +
-	"\x12NODE_STATE_REMOVED\x10\x042\x8e\x02\n" +
+	"\x12NODE_STATE_REMOVED\x10\x042\x9c\x03\n" +
 	"\n" +
 	"Membership\x12D\n" +
 	"\bDescribe\x12\x1c.raftgate.v1.DescribeRequest\x1a\x1a.raftgate.v1.DescribeReply\x128\n" +
 	"\x04Join\x12\x18.raftgate.v1.JoinRequest\x1a\x16.raftgate.v1.JoinReply\x12>\n" +
 	"\x06Remove\x12\x1a.raftgate.v1.RemoveRequest\x1a\x18.raftgate.v1.ClusterNode\x12@\n" +
-	"\aObserve\x12\x1a.raftgate.v1.ObserveConfig\x1a\x19.raftgate.v1.ObserveReplyB\"Z github.com/raftgate/raftgate/rpcb\x06proto3"
+	"\aObserve\x12\x1a.raftgate.v1.ObserveConfig\x1a\x19.raftgate.v1.ObserveReply\x12D\n" +
+	"\fChangePolicy\x12\x19.raftgate.v1.PolicyChange\x1a\x19.raftgate.v1.ObserveReply\x12F\n" +
+	"\rMovePartition\x12\x1a.raftgate.v1.PartitionMove\x1a\x19.raftgate.v1.ObserveReplyB\"Z github.com/raftgate/raftgate/rpcb\x06proto3"
 
 var (
 	file_cluster_proto_rawDescOnce sync.Once
@@ -1178,7 +1301,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_cluster_proto_goTypes = []any{
 	(NodeState)(0),             // 0: raftgate.v1.NodeState
 	(*ClusterNode)(nil),        // 1: raftgate.v1.ClusterNode
@@ -1190,19 +1313,21 @@ var file_cluster_proto_goTypes = []any{
 	(*JoinNode)(nil),           // 7: raftgate.v1.JoinNode
 	(*SetNodeState)(nil),       // 8: raftgate.v1.SetNodeState
 	(*UpdateNodeAddrs)(nil),    // 9: raftgate.v1.UpdateNodeAddrs
-	(*ObserveReply)(nil),       // 10: raftgate.v1.ObserveReply
-	(*DescribeReply)(nil),      // 11: raftgate.v1.DescribeReply
-	(*RemoveRequest)(nil),      // 12: raftgate.v1.RemoveRequest
-	(*DescribeRequest)(nil),    // 13: raftgate.v1.DescribeRequest
-	(*JoinRequest)(nil),        // 14: raftgate.v1.JoinRequest
-	(*JoinReply)(nil),          // 15: raftgate.v1.JoinReply
-	nil,                        // 16: raftgate.v1.PartitionPlacement.GenerationsEntry
+	(*PolicyChange)(nil),       // 10: raftgate.v1.PolicyChange
+	(*PartitionMove)(nil),      // 11: raftgate.v1.PartitionMove
+	(*ObserveReply)(nil),       // 12: raftgate.v1.ObserveReply
+	(*DescribeReply)(nil),      // 13: raftgate.v1.DescribeReply
+	(*RemoveRequest)(nil),      // 14: raftgate.v1.RemoveRequest
+	(*DescribeRequest)(nil),    // 15: raftgate.v1.DescribeRequest
+	(*JoinRequest)(nil),        // 16: raftgate.v1.JoinRequest
+	(*JoinReply)(nil),          // 17: raftgate.v1.JoinReply
+	nil,                        // 18: raftgate.v1.PartitionPlacement.GenerationsEntry
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: raftgate.v1.ClusterNode.state:type_name -> raftgate.v1.NodeState
 	1,  // 1: raftgate.v1.InitCluster.nodes:type_name -> raftgate.v1.ClusterNode
 	3,  // 2: raftgate.v1.InitCluster.placements:type_name -> raftgate.v1.PartitionPlacement
-	16, // 3: raftgate.v1.PartitionPlacement.generations:type_name -> raftgate.v1.PartitionPlacement.GenerationsEntry
+	18, // 3: raftgate.v1.PartitionPlacement.generations:type_name -> raftgate.v1.PartitionPlacement.GenerationsEntry
 	3,  // 4: raftgate.v1.SetPlacement.placements:type_name -> raftgate.v1.PartitionPlacement
 	3,  // 5: raftgate.v1.ObserveConfig.observed:type_name -> raftgate.v1.PartitionPlacement
 	1,  // 6: raftgate.v1.JoinNode.node:type_name -> raftgate.v1.ClusterNode
@@ -1213,16 +1338,20 @@ var file_cluster_proto_depIdxs = []int32{
 	1,  // 11: raftgate.v1.JoinRequest.node:type_name -> raftgate.v1.ClusterNode
 	1,  // 12: raftgate.v1.JoinReply.node:type_name -> raftgate.v1.ClusterNode
 	1,  // 13: raftgate.v1.JoinReply.members:type_name -> raftgate.v1.ClusterNode
-	13, // 14: raftgate.v1.Membership.Describe:input_type -> raftgate.v1.DescribeRequest
-	14, // 15: raftgate.v1.Membership.Join:input_type -> raftgate.v1.JoinRequest
-	12, // 16: raftgate.v1.Membership.Remove:input_type -> raftgate.v1.RemoveRequest
+	15, // 14: raftgate.v1.Membership.Describe:input_type -> raftgate.v1.DescribeRequest
+	16, // 15: raftgate.v1.Membership.Join:input_type -> raftgate.v1.JoinRequest
+	14, // 16: raftgate.v1.Membership.Remove:input_type -> raftgate.v1.RemoveRequest
 	5,  // 17: raftgate.v1.Membership.Observe:input_type -> raftgate.v1.ObserveConfig
-	11, // 18: raftgate.v1.Membership.Describe:output_type -> raftgate.v1.DescribeReply
-	15, // 19: raftgate.v1.Membership.Join:output_type -> raftgate.v1.JoinReply
-	1,  // 20: raftgate.v1.Membership.Remove:output_type -> raftgate.v1.ClusterNode
-	10, // 21: raftgate.v1.Membership.Observe:output_type -> raftgate.v1.ObserveReply
-	18, // [18:22] is the sub-list for method output_type
-	14, // [14:18] is the sub-list for method input_type
+	10, // 18: raftgate.v1.Membership.ChangePolicy:input_type -> raftgate.v1.PolicyChange
+	11, // 19: raftgate.v1.Membership.MovePartition:input_type -> raftgate.v1.PartitionMove
+	13, // 20: raftgate.v1.Membership.Describe:output_type -> raftgate.v1.DescribeReply
+	17, // 21: raftgate.v1.Membership.Join:output_type -> raftgate.v1.JoinReply
+	1,  // 22: raftgate.v1.Membership.Remove:output_type -> raftgate.v1.ClusterNode
+	12, // 23: raftgate.v1.Membership.Observe:output_type -> raftgate.v1.ObserveReply
+	12, // 24: raftgate.v1.Membership.ChangePolicy:output_type -> raftgate.v1.ObserveReply
+	12, // 25: raftgate.v1.Membership.MovePartition:output_type -> raftgate.v1.ObserveReply
+	20, // [20:26] is the sub-list for method output_type
+	14, // [14:20] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
 	14, // [14:14] is the sub-list for extension extendee
 	0,  // [0:14] is the sub-list for field type_name
@@ -1239,7 +1368,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,10 +24,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Membership_Describe_FullMethodName = "/raftgate.v1.Membership/Describe"
-	Membership_Join_FullMethodName     = "/raftgate.v1.Membership/Join"
-	Membership_Remove_FullMethodName   = "/raftgate.v1.Membership/Remove"
-	Membership_Observe_FullMethodName  = "/raftgate.v1.Membership/Observe"
+	Membership_Describe_FullMethodName      = "/raftgate.v1.Membership/Describe"
+	Membership_Join_FullMethodName          = "/raftgate.v1.Membership/Join"
+	Membership_Remove_FullMethodName        = "/raftgate.v1.Membership/Remove"
+	Membership_Observe_FullMethodName       = "/raftgate.v1.Membership/Observe"
+	Membership_ChangePolicy_FullMethodName  = "/raftgate.v1.Membership/ChangePolicy"
+	Membership_MovePartition_FullMethodName = "/raftgate.v1.Membership/MovePartition"
 )
 
 // MembershipClient is the client API for Membership service.
@@ -49,6 +51,11 @@ type MembershipClient interface {
 	// Observe records a partition's configuration (its leader reports it
 	// after each change); forwarded to the metadata leader like Join.
 	Observe(ctx context.Context, in *ObserveConfig, opts ...grpc.CallOption) (*ObserveReply, error)
+	// ChangePolicy and MovePartition change the placement (raftgate
+	// placement set-replication|pause|resume|move); forwarded to the metadata
+	// leader like Join.
+	ChangePolicy(ctx context.Context, in *PolicyChange, opts ...grpc.CallOption) (*ObserveReply, error)
+	MovePartition(ctx context.Context, in *PartitionMove, opts ...grpc.CallOption) (*ObserveReply, error)
 }
 
 type membershipClient struct {
@@ -99,6 +106,26 @@ func (c *membershipClient) Observe(ctx context.Context, in *ObserveConfig, opts 
 	return out, nil
 }
 
+func (c *membershipClient) ChangePolicy(ctx context.Context, in *PolicyChange, opts ...grpc.CallOption) (*ObserveReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ObserveReply)
+	err := c.cc.Invoke(ctx, Membership_ChangePolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *membershipClient) MovePartition(ctx context.Context, in *PartitionMove, opts ...grpc.CallOption) (*ObserveReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ObserveReply)
+	err := c.cc.Invoke(ctx, Membership_MovePartition_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MembershipServer is the server API for Membership service.
 // All implementations must embed UnimplementedMembershipServer
 // for forward compatibility.
@@ -118,6 +145,11 @@ type MembershipServer interface {
 	// Observe records a partition's configuration (its leader reports it
 	// after each change); forwarded to the metadata leader like Join.
 	Observe(context.Context, *ObserveConfig) (*ObserveReply, error)
+	// ChangePolicy and MovePartition change the placement (raftgate
+	// placement set-replication|pause|resume|move); forwarded to the metadata
+	// leader like Join.
+	ChangePolicy(context.Context, *PolicyChange) (*ObserveReply, error)
+	MovePartition(context.Context, *PartitionMove) (*ObserveReply, error)
 	mustEmbedUnimplementedMembershipServer()
 }
 
@@ -139,6 +171,12 @@ func (UnimplementedMembershipServer) Remove(context.Context, *RemoveRequest) (*C
 }
 func (UnimplementedMembershipServer) Observe(context.Context, *ObserveConfig) (*ObserveReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Observe not implemented")
+}
+func (UnimplementedMembershipServer) ChangePolicy(context.Context, *PolicyChange) (*ObserveReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method ChangePolicy not implemented")
+}
+func (UnimplementedMembershipServer) MovePartition(context.Context, *PartitionMove) (*ObserveReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method MovePartition not implemented")
 }
 func (UnimplementedMembershipServer) mustEmbedUnimplementedMembershipServer() {}
 func (UnimplementedMembershipServer) testEmbeddedByValue()                    {}
@@ -233,6 +271,42 @@ func _Membership_Observe_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Membership_ChangePolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PolicyChange)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MembershipServer).ChangePolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Membership_ChangePolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MembershipServer).ChangePolicy(ctx, req.(*PolicyChange))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Membership_MovePartition_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PartitionMove)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MembershipServer).MovePartition(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Membership_MovePartition_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MembershipServer).MovePartition(ctx, req.(*PartitionMove))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Membership_ServiceDesc is the grpc.ServiceDesc for Membership service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -255,6 +329,14 @@ var Membership_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Observe",
 			Handler:    _Membership_Observe_Handler,
+		},
+		{
+			MethodName: "ChangePolicy",
+			Handler:    _Membership_ChangePolicy_Handler,
+		},
+		{
+			MethodName: "MovePartition",
+			Handler:    _Membership_MovePartition_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -393,6 +393,7 @@ func (n *Server) Start() (err error) {
 	adminHandler, err := admin.New(admin.Config{
 		Cluster:        clusterView{n: n},
 		Nodes:          nodesView{n: n, svc: membership},
+		Placement:      placementView{n: n, svc: membership},
 		Invocations:    n.dispatchClient,
 		Keys:           n.dispatchClient,
 		Schedules:      n.dispatchClient,
