@@ -25,6 +25,64 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type BulkAction int32
+
+const (
+	BulkAction_BULK_UNSPECIFIED BulkAction = 0
+	BulkAction_BULK_CANCEL      BulkAction = 1
+	BulkAction_BULK_KILL        BulkAction = 2
+	BulkAction_BULK_PAUSE       BulkAction = 3
+	BulkAction_BULK_RESUME      BulkAction = 4
+	BulkAction_BULK_PURGE       BulkAction = 5
+)
+
+// Enum value maps for BulkAction.
+var (
+	BulkAction_name = map[int32]string{
+		0: "BULK_UNSPECIFIED",
+		1: "BULK_CANCEL",
+		2: "BULK_KILL",
+		3: "BULK_PAUSE",
+		4: "BULK_RESUME",
+		5: "BULK_PURGE",
+	}
+	BulkAction_value = map[string]int32{
+		"BULK_UNSPECIFIED": 0,
+		"BULK_CANCEL":      1,
+		"BULK_KILL":        2,
+		"BULK_PAUSE":       3,
+		"BULK_RESUME":      4,
+		"BULK_PURGE":       5,
+	}
+)
+
+func (x BulkAction) Enum() *BulkAction {
+	p := new(BulkAction)
+	*p = x
+	return p
+}
+
+func (x BulkAction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BulkAction) Descriptor() protoreflect.EnumDescriptor {
+	return file_raftgate_proto_enumTypes[0].Descriptor()
+}
+
+func (BulkAction) Type() protoreflect.EnumType {
+	return &file_raftgate_proto_enumTypes[0]
+}
+
+func (x BulkAction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BulkAction.Descriptor instead.
+func (BulkAction) EnumDescriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{0}
+}
+
 type Service_Kind int32
 
 const (
@@ -64,11 +122,11 @@ func (x Service_Kind) String() string {
 }
 
 func (Service_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_raftgate_proto_enumTypes[0].Descriptor()
+	return file_raftgate_proto_enumTypes[1].Descriptor()
 }
 
 func (Service_Kind) Type() protoreflect.EnumType {
-	return &file_raftgate_proto_enumTypes[0]
+	return &file_raftgate_proto_enumTypes[1]
 }
 
 func (x Service_Kind) Number() protoreflect.EnumNumber {
@@ -77,7 +135,59 @@ func (x Service_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Service_Kind.Descriptor instead.
 func (Service_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{16, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{24, 0}
+}
+
+// What exhausted attempts do (unset: the cluster's default, pause).
+type RetryPolicy_OnMaxAttempts int32
+
+const (
+	RetryPolicy_ON_MAX_ATTEMPTS_UNSET RetryPolicy_OnMaxAttempts = 0
+	// Keep the invocation, PAUSED, until an operator acts.
+	RetryPolicy_PAUSE RetryPolicy_OnMaxAttempts = 1
+	// Record a terminal failure as its result.
+	RetryPolicy_FAIL RetryPolicy_OnMaxAttempts = 2
+)
+
+// Enum value maps for RetryPolicy_OnMaxAttempts.
+var (
+	RetryPolicy_OnMaxAttempts_name = map[int32]string{
+		0: "ON_MAX_ATTEMPTS_UNSET",
+		1: "PAUSE",
+		2: "FAIL",
+	}
+	RetryPolicy_OnMaxAttempts_value = map[string]int32{
+		"ON_MAX_ATTEMPTS_UNSET": 0,
+		"PAUSE":                 1,
+		"FAIL":                  2,
+	}
+)
+
+func (x RetryPolicy_OnMaxAttempts) Enum() *RetryPolicy_OnMaxAttempts {
+	p := new(RetryPolicy_OnMaxAttempts)
+	*p = x
+	return p
+}
+
+func (x RetryPolicy_OnMaxAttempts) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RetryPolicy_OnMaxAttempts) Descriptor() protoreflect.EnumDescriptor {
+	return file_raftgate_proto_enumTypes[2].Descriptor()
+}
+
+func (RetryPolicy_OnMaxAttempts) Type() protoreflect.EnumType {
+	return &file_raftgate_proto_enumTypes[2]
+}
+
+func (x RetryPolicy_OnMaxAttempts) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RetryPolicy_OnMaxAttempts.Descriptor instead.
+func (RetryPolicy_OnMaxAttempts) EnumDescriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{26, 0}
 }
 
 type InvocationRecord_State int32
@@ -93,6 +203,9 @@ const (
 	// A delayed exclusive invocation not yet due: in the outbox, but not
 	// yet in its key's queue (Admit puts it there).
 	InvocationRecord_SCHEDULED InvocationRecord_State = 5
+	// Out of the outbox after its retries were exhausted (or an operator's
+	// pause) until an operator acts; an exclusive one keeps its key.
+	InvocationRecord_PAUSED InvocationRecord_State = 6
 )
 
 // Enum value maps for InvocationRecord_State.
@@ -104,6 +217,7 @@ var (
 		3: "COMPLETED",
 		4: "QUEUED",
 		5: "SCHEDULED",
+		6: "PAUSED",
 	}
 	InvocationRecord_State_value = map[string]int32{
 		"STATE_UNSPECIFIED": 0,
@@ -112,6 +226,7 @@ var (
 		"COMPLETED":         3,
 		"QUEUED":            4,
 		"SCHEDULED":         5,
+		"PAUSED":            6,
 	}
 )
 
@@ -126,11 +241,11 @@ func (x InvocationRecord_State) String() string {
 }
 
 func (InvocationRecord_State) Descriptor() protoreflect.EnumDescriptor {
-	return file_raftgate_proto_enumTypes[1].Descriptor()
+	return file_raftgate_proto_enumTypes[3].Descriptor()
 }
 
 func (InvocationRecord_State) Type() protoreflect.EnumType {
-	return &file_raftgate_proto_enumTypes[1]
+	return &file_raftgate_proto_enumTypes[3]
 }
 
 func (x InvocationRecord_State) Number() protoreflect.EnumNumber {
@@ -139,7 +254,7 @@ func (x InvocationRecord_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InvocationRecord_State.Descriptor instead.
 func (InvocationRecord_State) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{20, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{29, 0}
 }
 
 type ListInvocations_Status int32
@@ -154,6 +269,7 @@ const (
 	ListInvocations_FAILED    ListInvocations_Status = 4
 	ListInvocations_QUEUED    ListInvocations_Status = 5
 	ListInvocations_SCHEDULED ListInvocations_Status = 6
+	ListInvocations_PAUSED    ListInvocations_Status = 7
 )
 
 // Enum value maps for ListInvocations_Status.
@@ -166,6 +282,7 @@ var (
 		4: "FAILED",
 		5: "QUEUED",
 		6: "SCHEDULED",
+		7: "PAUSED",
 	}
 	ListInvocations_Status_value = map[string]int32{
 		"ANY":       0,
@@ -175,6 +292,7 @@ var (
 		"FAILED":    4,
 		"QUEUED":    5,
 		"SCHEDULED": 6,
+		"PAUSED":    7,
 	}
 )
 
@@ -189,11 +307,11 @@ func (x ListInvocations_Status) String() string {
 }
 
 func (ListInvocations_Status) Descriptor() protoreflect.EnumDescriptor {
-	return file_raftgate_proto_enumTypes[2].Descriptor()
+	return file_raftgate_proto_enumTypes[4].Descriptor()
 }
 
 func (ListInvocations_Status) Type() protoreflect.EnumType {
-	return &file_raftgate_proto_enumTypes[2]
+	return &file_raftgate_proto_enumTypes[4]
 }
 
 func (x ListInvocations_Status) Number() protoreflect.EnumNumber {
@@ -202,7 +320,62 @@ func (x ListInvocations_Status) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ListInvocations_Status.Descriptor instead.
 func (ListInvocations_Status) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{33, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{42, 0}
+}
+
+type InvocationAction_Kind int32
+
+const (
+	InvocationAction_UNSPECIFIED InvocationAction_Kind = 0
+	InvocationAction_RESUME      InvocationAction_Kind = 1
+	InvocationAction_RESTART     InvocationAction_Kind = 2
+	InvocationAction_KILL        InvocationAction_Kind = 3
+	InvocationAction_PURGE       InvocationAction_Kind = 4
+)
+
+// Enum value maps for InvocationAction_Kind.
+var (
+	InvocationAction_Kind_name = map[int32]string{
+		0: "UNSPECIFIED",
+		1: "RESUME",
+		2: "RESTART",
+		3: "KILL",
+		4: "PURGE",
+	}
+	InvocationAction_Kind_value = map[string]int32{
+		"UNSPECIFIED": 0,
+		"RESUME":      1,
+		"RESTART":     2,
+		"KILL":        3,
+		"PURGE":       4,
+	}
+)
+
+func (x InvocationAction_Kind) Enum() *InvocationAction_Kind {
+	p := new(InvocationAction_Kind)
+	*p = x
+	return p
+}
+
+func (x InvocationAction_Kind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (InvocationAction_Kind) Descriptor() protoreflect.EnumDescriptor {
+	return file_raftgate_proto_enumTypes[5].Descriptor()
+}
+
+func (InvocationAction_Kind) Type() protoreflect.EnumType {
+	return &file_raftgate_proto_enumTypes[5]
+}
+
+func (x InvocationAction_Kind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use InvocationAction_Kind.Descriptor instead.
+func (InvocationAction_Kind) EnumDescriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{44, 0}
 }
 
 type DispatchError_Code int32
@@ -227,20 +400,24 @@ const (
 	// (a registry change whose partitions were not all fenced); retrying
 	// it is safe.
 	DispatchError_UNAVAILABLE DispatchError_Code = 8
+	// Lifecycle: the action does not apply to the invocation's state
+	// (purge of a pending one, resume of a completed one...).
+	DispatchError_CONFLICT DispatchError_Code = 40
 )
 
 // Enum value maps for DispatchError_Code.
 var (
 	DispatchError_Code_name = map[int32]string{
-		0: "UNKNOWN",
-		1: "NOT_LEADER",
-		2: "LOST_LEADERSHIP",
-		3: "NOT_FOUND",
-		4: "NOT_READY",
-		5: "INVALID",
-		6: "OVERLOADED",
-		7: "STALE_REGISTRY",
-		8: "UNAVAILABLE",
+		0:  "UNKNOWN",
+		1:  "NOT_LEADER",
+		2:  "LOST_LEADERSHIP",
+		3:  "NOT_FOUND",
+		4:  "NOT_READY",
+		5:  "INVALID",
+		6:  "OVERLOADED",
+		7:  "STALE_REGISTRY",
+		8:  "UNAVAILABLE",
+		40: "CONFLICT",
 	}
 	DispatchError_Code_value = map[string]int32{
 		"UNKNOWN":         0,
@@ -252,6 +429,7 @@ var (
 		"OVERLOADED":      6,
 		"STALE_REGISTRY":  7,
 		"UNAVAILABLE":     8,
+		"CONFLICT":        40,
 	}
 )
 
@@ -266,11 +444,11 @@ func (x DispatchError_Code) String() string {
 }
 
 func (DispatchError_Code) Descriptor() protoreflect.EnumDescriptor {
-	return file_raftgate_proto_enumTypes[3].Descriptor()
+	return file_raftgate_proto_enumTypes[6].Descriptor()
 }
 
 func (DispatchError_Code) Type() protoreflect.EnumType {
-	return &file_raftgate_proto_enumTypes[3]
+	return &file_raftgate_proto_enumTypes[6]
 }
 
 func (x DispatchError_Code) Number() protoreflect.EnumNumber {
@@ -279,7 +457,7 @@ func (x DispatchError_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DispatchError_Code.Descriptor instead.
 func (DispatchError_Code) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{38, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{50, 0}
 }
 
 type RaftBatch struct {
@@ -639,6 +817,13 @@ type Command struct {
 	//	*Command_JoinNode
 	//	*Command_SetNodeState
 	//	*Command_UpdateNodeAddrs
+	//	*Command_Resume
+	//	*Command_Restart
+	//	*Command_Kill
+	//	*Command_PurgeInvocation
+	//	*Command_Pause
+	//	*Command_Bulk
+	//	*Command_BulkStep
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -798,6 +983,69 @@ func (x *Command) GetUpdateNodeAddrs() *UpdateNodeAddrs {
 	return nil
 }
 
+func (x *Command) GetResume() *Resume {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_Resume); ok {
+			return x.Resume
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRestart() *Restart {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_Restart); ok {
+			return x.Restart
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetKill() *Kill {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_Kill); ok {
+			return x.Kill
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetPurgeInvocation() *PurgeInvocation {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_PurgeInvocation); ok {
+			return x.PurgeInvocation
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetPause() *Pause {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_Pause); ok {
+			return x.Pause
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetBulk() *Bulk {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_Bulk); ok {
+			return x.Bulk
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetBulkStep() *BulkStep {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_BulkStep); ok {
+			return x.BulkStep
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -856,6 +1104,36 @@ type Command_UpdateNodeAddrs struct {
 	UpdateNodeAddrs *UpdateNodeAddrs `protobuf:"bytes,33,opt,name=update_node_addrs,json=updateNodeAddrs,proto3,oneof"`
 }
 
+type Command_Resume struct {
+	// Invocation lifecycle (operators' actions, pause on exhausted
+	// retries): 40-59.
+	Resume *Resume `protobuf:"bytes,40,opt,name=resume,proto3,oneof"`
+}
+
+type Command_Restart struct {
+	Restart *Restart `protobuf:"bytes,41,opt,name=restart,proto3,oneof"`
+}
+
+type Command_Kill struct {
+	Kill *Kill `protobuf:"bytes,42,opt,name=kill,proto3,oneof"`
+}
+
+type Command_PurgeInvocation struct {
+	PurgeInvocation *PurgeInvocation `protobuf:"bytes,43,opt,name=purge_invocation,json=purgeInvocation,proto3,oneof"`
+}
+
+type Command_Pause struct {
+	Pause *Pause `protobuf:"bytes,44,opt,name=pause,proto3,oneof"`
+}
+
+type Command_Bulk struct {
+	Bulk *Bulk `protobuf:"bytes,45,opt,name=bulk,proto3,oneof"`
+}
+
+type Command_BulkStep struct {
+	BulkStep *BulkStep `protobuf:"bytes,46,opt,name=bulk_step,json=bulkStep,proto3,oneof"`
+}
+
 func (*Command_Invoke) isCommand_Cmd() {}
 
 func (*Command_Complete) isCommand_Cmd() {}
@@ -881,6 +1159,20 @@ func (*Command_JoinNode) isCommand_Cmd() {}
 func (*Command_SetNodeState) isCommand_Cmd() {}
 
 func (*Command_UpdateNodeAddrs) isCommand_Cmd() {}
+
+func (*Command_Resume) isCommand_Cmd() {}
+
+func (*Command_Restart) isCommand_Cmd() {}
+
+func (*Command_Kill) isCommand_Cmd() {}
+
+func (*Command_PurgeInvocation) isCommand_Cmd() {}
+
+func (*Command_Pause) isCommand_Cmd() {}
+
+func (*Command_Bulk) isCommand_Cmd() {}
+
+func (*Command_BulkStep) isCommand_Cmd() {}
 
 // A partition command, proposed to every partition once a service's
 // registration changed (put or delete) at metadata log index `index`, before
@@ -1501,6 +1793,644 @@ func (x *Purge) GetLimit() uint32 {
 	return 0
 }
 
+// Resume delivers a PAUSED invocation, or a PENDING one backing off after a
+// failed attempt, now; its attempt budget starts again. url, when set,
+// replaces the service's registered URL for this invocation's deliveries.
+type Resume struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	InvocationId     []byte                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	RequestId        []byte                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	ProposedAtUnixMs int64                  `protobuf:"varint,3,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	Url              string                 `protobuf:"bytes,4,opt,name=url,proto3" json:"url,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Resume) Reset() {
+	*x = Resume{}
+	mi := &file_raftgate_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Resume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Resume) ProtoMessage() {}
+
+func (x *Resume) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Resume.ProtoReflect.Descriptor instead.
+func (*Resume) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Resume) GetInvocationId() []byte {
+	if x != nil {
+		return x.InvocationId
+	}
+	return nil
+}
+
+func (x *Resume) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+func (x *Resume) GetProposedAtUnixMs() int64 {
+	if x != nil {
+		return x.ProposedAtUnixMs
+	}
+	return 0
+}
+
+func (x *Resume) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+// Restart runs a COMPLETED or PAUSED invocation again as a new invocation,
+// new_invocation_id (chosen by the proposer, same partition key), with the
+// same input; a paused original completes as killed.
+type Restart struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	InvocationId     []byte                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	RequestId        []byte                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	ProposedAtUnixMs int64                  `protobuf:"varint,3,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	NewInvocationId  []byte                 `protobuf:"bytes,4,opt,name=new_invocation_id,json=newInvocationId,proto3" json:"new_invocation_id,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Restart) Reset() {
+	*x = Restart{}
+	mi := &file_raftgate_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Restart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Restart) ProtoMessage() {}
+
+func (x *Restart) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Restart.ProtoReflect.Descriptor instead.
+func (*Restart) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Restart) GetInvocationId() []byte {
+	if x != nil {
+		return x.InvocationId
+	}
+	return nil
+}
+
+func (x *Restart) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+func (x *Restart) GetProposedAtUnixMs() int64 {
+	if x != nil {
+		return x.ProposedAtUnixMs
+	}
+	return 0
+}
+
+func (x *Restart) GetNewInvocationId() []byte {
+	if x != nil {
+		return x.NewInvocationId
+	}
+	return nil
+}
+
+// Kill completes an invocation that has not completed with a killed result,
+// without calling its service again.
+type Kill struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	InvocationId     []byte                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	RequestId        []byte                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	ProposedAtUnixMs int64                  `protobuf:"varint,3,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Kill) Reset() {
+	*x = Kill{}
+	mi := &file_raftgate_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Kill) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Kill) ProtoMessage() {}
+
+func (x *Kill) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Kill.ProtoReflect.Descriptor instead.
+func (*Kill) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Kill) GetInvocationId() []byte {
+	if x != nil {
+		return x.InvocationId
+	}
+	return nil
+}
+
+func (x *Kill) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+func (x *Kill) GetProposedAtUnixMs() int64 {
+	if x != nil {
+		return x.ProposedAtUnixMs
+	}
+	return 0
+}
+
+// PurgeInvocation drops a COMPLETED invocation's record and result.
+type PurgeInvocation struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	InvocationId     []byte                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	RequestId        []byte                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	ProposedAtUnixMs int64                  `protobuf:"varint,3,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *PurgeInvocation) Reset() {
+	*x = PurgeInvocation{}
+	mi := &file_raftgate_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeInvocation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeInvocation) ProtoMessage() {}
+
+func (x *PurgeInvocation) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeInvocation.ProtoReflect.Descriptor instead.
+func (*PurgeInvocation) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *PurgeInvocation) GetInvocationId() []byte {
+	if x != nil {
+		return x.InvocationId
+	}
+	return nil
+}
+
+func (x *PurgeInvocation) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+func (x *PurgeInvocation) GetProposedAtUnixMs() int64 {
+	if x != nil {
+		return x.ProposedAtUnixMs
+	}
+	return 0
+}
+
+// Pause takes a PENDING invocation out of the outbox until an operator
+// resumes, restarts, kills or cancels it. The invoker proposes it when the
+// retry policy says pause on exhausted attempts (attempt > 0: the failed
+// attempt, ignored when not above the recorded attempts, as AttemptFailed);
+// an operator's bulk pause applies it with attempt 0.
+type Pause struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	InvocationId     []byte                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	Attempt          uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Error            string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	ProposedAtUnixMs int64                  `protobuf:"varint,4,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Pause) Reset() {
+	*x = Pause{}
+	mi := &file_raftgate_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Pause) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Pause) ProtoMessage() {}
+
+func (x *Pause) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Pause.ProtoReflect.Descriptor instead.
+func (*Pause) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *Pause) GetInvocationId() []byte {
+	if x != nil {
+		return x.InvocationId
+	}
+	return nil
+}
+
+func (x *Pause) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *Pause) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Pause) GetProposedAtUnixMs() int64 {
+	if x != nil {
+		return x.ProposedAtUnixMs
+	}
+	return 0
+}
+
+// Bulk starts operation operation_id on the partition: action applies to
+// exactly the invocations that match filter (status, service, handler,
+// key, idempotency key, created window; paging fields ignored) when this
+// command applies, in chunks of at most chunk listing entries, each applied
+// by a BulkStep. A Bulk of an operation id the partition knows is a no-op.
+type Bulk struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	OperationId      string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	RequestId        []byte                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Action           BulkAction             `protobuf:"varint,3,opt,name=action,proto3,enum=raftgate.v1.BulkAction" json:"action,omitempty"`
+	Filter           *ListInvocations       `protobuf:"bytes,4,opt,name=filter,proto3" json:"filter,omitempty"`
+	ProposedAtUnixMs int64                  `protobuf:"varint,5,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	Chunk            uint32                 `protobuf:"varint,6,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Bulk) Reset() {
+	*x = Bulk{}
+	mi := &file_raftgate_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Bulk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Bulk) ProtoMessage() {}
+
+func (x *Bulk) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Bulk.ProtoReflect.Descriptor instead.
+func (*Bulk) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *Bulk) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *Bulk) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+func (x *Bulk) GetAction() BulkAction {
+	if x != nil {
+		return x.Action
+	}
+	return BulkAction_BULK_UNSPECIFIED
+}
+
+func (x *Bulk) GetFilter() *ListInvocations {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *Bulk) GetProposedAtUnixMs() int64 {
+	if x != nil {
+		return x.ProposedAtUnixMs
+	}
+	return 0
+}
+
+func (x *Bulk) GetChunk() uint32 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+// BulkStep applies the next chunk of a running operation; a step of a
+// finished or unknown operation is a no-op, so any leader may propose one.
+type BulkStep struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	OperationId      string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	ProposedAtUnixMs int64                  `protobuf:"varint,2,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *BulkStep) Reset() {
+	*x = BulkStep{}
+	mi := &file_raftgate_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkStep) ProtoMessage() {}
+
+func (x *BulkStep) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkStep.ProtoReflect.Descriptor instead.
+func (*BulkStep) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *BulkStep) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *BulkStep) GetProposedAtUnixMs() int64 {
+	if x != nil {
+		return x.ProposedAtUnixMs
+	}
+	return 0
+}
+
+// Operation is a partition's state of one bulk operation (partition state
+// bucket "operations"), and the answer to bulk and operation requests.
+type Operation struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Action BulkAction             `protobuf:"varint,2,opt,name=action,proto3,enum=raftgate.v1.BulkAction" json:"action,omitempty"`
+	Filter *ListInvocations       `protobuf:"bytes,3,opt,name=filter,proto3" json:"filter,omitempty"`
+	// The log index of the Bulk command: invocations created after it are
+	// never touched.
+	LogIndex uint64 `protobuf:"varint,4,opt,name=log_index,json=logIndex,proto3" json:"log_index,omitempty"`
+	// The newest listing position when the Bulk applied: the walk ends there.
+	LastPosition []byte `protobuf:"bytes,5,opt,name=last_position,json=lastPosition,proto3" json:"last_position,omitempty"`
+	// The listing position the next chunk starts after (empty: the first).
+	Cursor []byte `protobuf:"bytes,6,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	Chunk  uint32 `protobuf:"varint,7,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	// Invocations the action applied to so far, and listing entries walked.
+	Applied          uint64 `protobuf:"varint,8,opt,name=applied,proto3" json:"applied,omitempty"`
+	Scanned          uint64 `protobuf:"varint,9,opt,name=scanned,proto3" json:"scanned,omitempty"`
+	Done             bool   `protobuf:"varint,10,opt,name=done,proto3" json:"done,omitempty"`
+	StartedAtUnixMs  int64  `protobuf:"varint,11,opt,name=started_at_unix_ms,json=startedAtUnixMs,proto3" json:"started_at_unix_ms,omitempty"`
+	FinishedAtUnixMs int64  `protobuf:"varint,12,opt,name=finished_at_unix_ms,json=finishedAtUnixMs,proto3" json:"finished_at_unix_ms,omitempty"`
+	// Answers only: the partition, and the invocations that matched at the
+	// Bulk's log position (applied + those still ahead of the cursor).
+	Partition     uint32 `protobuf:"varint,13,opt,name=partition,proto3" json:"partition,omitempty"`
+	Matched       uint64 `protobuf:"varint,14,opt,name=matched,proto3" json:"matched,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Operation) Reset() {
+	*x = Operation{}
+	mi := &file_raftgate_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Operation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Operation) ProtoMessage() {}
+
+func (x *Operation) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Operation.ProtoReflect.Descriptor instead.
+func (*Operation) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Operation) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Operation) GetAction() BulkAction {
+	if x != nil {
+		return x.Action
+	}
+	return BulkAction_BULK_UNSPECIFIED
+}
+
+func (x *Operation) GetFilter() *ListInvocations {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *Operation) GetLogIndex() uint64 {
+	if x != nil {
+		return x.LogIndex
+	}
+	return 0
+}
+
+func (x *Operation) GetLastPosition() []byte {
+	if x != nil {
+		return x.LastPosition
+	}
+	return nil
+}
+
+func (x *Operation) GetCursor() []byte {
+	if x != nil {
+		return x.Cursor
+	}
+	return nil
+}
+
+func (x *Operation) GetChunk() uint32 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+func (x *Operation) GetApplied() uint64 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
+}
+
+func (x *Operation) GetScanned() uint64 {
+	if x != nil {
+		return x.Scanned
+	}
+	return 0
+}
+
+func (x *Operation) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *Operation) GetStartedAtUnixMs() int64 {
+	if x != nil {
+		return x.StartedAtUnixMs
+	}
+	return 0
+}
+
+func (x *Operation) GetFinishedAtUnixMs() int64 {
+	if x != nil {
+		return x.FinishedAtUnixMs
+	}
+	return 0
+}
+
+func (x *Operation) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *Operation) GetMatched() uint64 {
+	if x != nil {
+		return x.Matched
+	}
+	return 0
+}
+
 // Admit moves a delayed exclusive invocation that became due into its
 // key's queue (or starts it when the key is free). The leader's invoker
 // proposes it; its log position is the invocation's place in the queue.
@@ -1514,7 +2444,7 @@ type Admit struct {
 
 func (x *Admit) Reset() {
 	*x = Admit{}
-	mi := &file_raftgate_proto_msgTypes[14]
+	mi := &file_raftgate_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +2456,7 @@ func (x *Admit) String() string {
 func (*Admit) ProtoMessage() {}
 
 func (x *Admit) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[14]
+	mi := &file_raftgate_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +2469,7 @@ func (x *Admit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Admit.ProtoReflect.Descriptor instead.
 func (*Admit) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{14}
+	return file_raftgate_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Admit) GetInvocationId() []byte {
@@ -1571,7 +2501,7 @@ type AttemptFailed struct {
 
 func (x *AttemptFailed) Reset() {
 	*x = AttemptFailed{}
-	mi := &file_raftgate_proto_msgTypes[15]
+	mi := &file_raftgate_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1583,7 +2513,7 @@ func (x *AttemptFailed) String() string {
 func (*AttemptFailed) ProtoMessage() {}
 
 func (x *AttemptFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[15]
+	mi := &file_raftgate_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1596,7 +2526,7 @@ func (x *AttemptFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptFailed.ProtoReflect.Descriptor instead.
 func (*AttemptFailed) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{15}
+	return file_raftgate_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AttemptFailed) GetInvocationId() []byte {
@@ -1651,13 +2581,16 @@ type Service struct {
 	// The metadata log index at which this registration was applied, set by
 	// the registry's Apply (0 for registrations from before it existed).
 	RegisteredIndex uint64 `protobuf:"varint,8,opt,name=registered_index,json=registeredIndex,proto3" json:"registered_index,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Per-handler settings over the service's (lifecycle: retry), one per
+	// handler, sorted by handler name.
+	HandlerConfig []*HandlerConfig `protobuf:"bytes,9,rep,name=handler_config,json=handlerConfig,proto3" json:"handler_config,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Service) Reset() {
 	*x = Service{}
-	mi := &file_raftgate_proto_msgTypes[16]
+	mi := &file_raftgate_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +2602,7 @@ func (x *Service) String() string {
 func (*Service) ProtoMessage() {}
 
 func (x *Service) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[16]
+	mi := &file_raftgate_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +2615,7 @@ func (x *Service) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Service.ProtoReflect.Descriptor instead.
 func (*Service) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{16}
+	return file_raftgate_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Service) GetName() string {
@@ -1741,6 +2674,66 @@ func (x *Service) GetRegisteredIndex() uint64 {
 	return 0
 }
 
+func (x *Service) GetHandlerConfig() []*HandlerConfig {
+	if x != nil {
+		return x.HandlerConfig
+	}
+	return nil
+}
+
+type HandlerConfig struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Handler string                 `protobuf:"bytes,1,opt,name=handler,proto3" json:"handler,omitempty"`
+	// Fields set here replace the service's retry policy's.
+	Retry         *RetryPolicy `protobuf:"bytes,2,opt,name=retry,proto3" json:"retry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HandlerConfig) Reset() {
+	*x = HandlerConfig{}
+	mi := &file_raftgate_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HandlerConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HandlerConfig) ProtoMessage() {}
+
+func (x *HandlerConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HandlerConfig.ProtoReflect.Descriptor instead.
+func (*HandlerConfig) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *HandlerConfig) GetHandler() string {
+	if x != nil {
+		return x.Handler
+	}
+	return ""
+}
+
+func (x *HandlerConfig) GetRetry() *RetryPolicy {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
 // Retry rule of a service's deliveries. A zero field means "the cluster's
 // default".
 type RetryPolicy struct {
@@ -1752,14 +2745,15 @@ type RetryPolicy struct {
 	InitialBackoffMs int64 `protobuf:"varint,2,opt,name=initial_backoff_ms,json=initialBackoffMs,proto3" json:"initial_backoff_ms,omitempty"`
 	MaxBackoffMs     int64 `protobuf:"varint,3,opt,name=max_backoff_ms,json=maxBackoffMs,proto3" json:"max_backoff_ms,omitempty"`
 	// Bound of one delivery attempt (the HTTP call to the service).
-	AttemptTimeoutMs int64 `protobuf:"varint,4,opt,name=attempt_timeout_ms,json=attemptTimeoutMs,proto3" json:"attempt_timeout_ms,omitempty"`
+	AttemptTimeoutMs int64                     `protobuf:"varint,4,opt,name=attempt_timeout_ms,json=attemptTimeoutMs,proto3" json:"attempt_timeout_ms,omitempty"`
+	OnMaxAttempts    RetryPolicy_OnMaxAttempts `protobuf:"varint,5,opt,name=on_max_attempts,json=onMaxAttempts,proto3,enum=raftgate.v1.RetryPolicy_OnMaxAttempts" json:"on_max_attempts,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_raftgate_proto_msgTypes[17]
+	mi := &file_raftgate_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +2765,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[17]
+	mi := &file_raftgate_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +2778,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{17}
+	return file_raftgate_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RetryPolicy) GetMaxAttempts() uint32 {
@@ -1815,6 +2809,13 @@ func (x *RetryPolicy) GetAttemptTimeoutMs() int64 {
 	return 0
 }
 
+func (x *RetryPolicy) GetOnMaxAttempts() RetryPolicy_OnMaxAttempts {
+	if x != nil {
+		return x.OnMaxAttempts
+	}
+	return RetryPolicy_ON_MAX_ATTEMPTS_UNSET
+}
+
 type PutService struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Service *Service               `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
@@ -1826,7 +2827,7 @@ type PutService struct {
 
 func (x *PutService) Reset() {
 	*x = PutService{}
-	mi := &file_raftgate_proto_msgTypes[18]
+	mi := &file_raftgate_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1838,7 +2839,7 @@ func (x *PutService) String() string {
 func (*PutService) ProtoMessage() {}
 
 func (x *PutService) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[18]
+	mi := &file_raftgate_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1851,7 +2852,7 @@ func (x *PutService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutService.ProtoReflect.Descriptor instead.
 func (*PutService) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{18}
+	return file_raftgate_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PutService) GetService() *Service {
@@ -1879,7 +2880,7 @@ type DeleteService struct {
 
 func (x *DeleteService) Reset() {
 	*x = DeleteService{}
-	mi := &file_raftgate_proto_msgTypes[19]
+	mi := &file_raftgate_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +2892,7 @@ func (x *DeleteService) String() string {
 func (*DeleteService) ProtoMessage() {}
 
 func (x *DeleteService) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[19]
+	mi := &file_raftgate_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +2905,7 @@ func (x *DeleteService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteService.ProtoReflect.Descriptor instead.
 func (*DeleteService) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{19}
+	return file_raftgate_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeleteService) GetName() string {
@@ -1940,13 +2941,25 @@ type InvocationRecord struct {
 	// Length of the request body; once completed, invoke.body keeps only its
 	// first partition.RequestPreviewBytes (the rest is not retained).
 	RequestBodyBytes uint32 `protobuf:"varint,11,opt,name=request_body_bytes,json=requestBodyBytes,proto3" json:"request_body_bytes,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Lifecycle fields (40-59).
+	// Deliveries go to this URL instead of the registered one (resume --url).
+	Url string `protobuf:"bytes,40,opt,name=url,proto3" json:"url,omitempty"`
+	// Attempts recorded when it was last resumed: the retry budget counts
+	// from there.
+	ResumedAfterAttempts uint32 `protobuf:"varint,41,opt,name=resumed_after_attempts,json=resumedAfterAttempts,proto3" json:"resumed_after_attempts,omitempty"`
+	// Restart links: the new invocation, and the one this restarts.
+	RestartedAs   []byte `protobuf:"bytes,42,opt,name=restarted_as,json=restartedAs,proto3" json:"restarted_as,omitempty"`
+	RestartedFrom []byte `protobuf:"bytes,43,opt,name=restarted_from,json=restartedFrom,proto3" json:"restarted_from,omitempty"`
+	// Log index of the entry that created it (0: before this field), so a
+	// bulk operation leaves invocations created after it alone.
+	CreatedIndex  uint64 `protobuf:"varint,44,opt,name=created_index,json=createdIndex,proto3" json:"created_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InvocationRecord) Reset() {
 	*x = InvocationRecord{}
-	mi := &file_raftgate_proto_msgTypes[20]
+	mi := &file_raftgate_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1958,7 +2971,7 @@ func (x *InvocationRecord) String() string {
 func (*InvocationRecord) ProtoMessage() {}
 
 func (x *InvocationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[20]
+	mi := &file_raftgate_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1971,7 +2984,7 @@ func (x *InvocationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationRecord.ProtoReflect.Descriptor instead.
 func (*InvocationRecord) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{20}
+	return file_raftgate_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *InvocationRecord) GetInvoke() *Invoke {
@@ -2051,6 +3064,41 @@ func (x *InvocationRecord) GetRequestBodyBytes() uint32 {
 	return 0
 }
 
+func (x *InvocationRecord) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *InvocationRecord) GetResumedAfterAttempts() uint32 {
+	if x != nil {
+		return x.ResumedAfterAttempts
+	}
+	return 0
+}
+
+func (x *InvocationRecord) GetRestartedAs() []byte {
+	if x != nil {
+		return x.RestartedAs
+	}
+	return nil
+}
+
+func (x *InvocationRecord) GetRestartedFrom() []byte {
+	if x != nil {
+		return x.RestartedFrom
+	}
+	return nil
+}
+
+func (x *InvocationRecord) GetCreatedIndex() uint64 {
+	if x != nil {
+		return x.CreatedIndex
+	}
+	return 0
+}
+
 // Stored state of one (service, key) of a keyed service that has a running
 // or queued exclusive invocation (partition state bucket "keys").
 type KeyState struct {
@@ -2067,7 +3115,7 @@ type KeyState struct {
 
 func (x *KeyState) Reset() {
 	*x = KeyState{}
-	mi := &file_raftgate_proto_msgTypes[21]
+	mi := &file_raftgate_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +3127,7 @@ func (x *KeyState) String() string {
 func (*KeyState) ProtoMessage() {}
 
 func (x *KeyState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[21]
+	mi := &file_raftgate_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +3140,7 @@ func (x *KeyState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyState.ProtoReflect.Descriptor instead.
 func (*KeyState) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{21}
+	return file_raftgate_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *KeyState) GetRunning() []byte {
@@ -2125,7 +3173,7 @@ type DispatchRequestBatch struct {
 
 func (x *DispatchRequestBatch) Reset() {
 	*x = DispatchRequestBatch{}
-	mi := &file_raftgate_proto_msgTypes[22]
+	mi := &file_raftgate_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2137,7 +3185,7 @@ func (x *DispatchRequestBatch) String() string {
 func (*DispatchRequestBatch) ProtoMessage() {}
 
 func (x *DispatchRequestBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[22]
+	mi := &file_raftgate_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2150,7 +3198,7 @@ func (x *DispatchRequestBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchRequestBatch.ProtoReflect.Descriptor instead.
 func (*DispatchRequestBatch) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{22}
+	return file_raftgate_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DispatchRequestBatch) GetRequests() []*DispatchRequest {
@@ -2169,7 +3217,7 @@ type DispatchResponseBatch struct {
 
 func (x *DispatchResponseBatch) Reset() {
 	*x = DispatchResponseBatch{}
-	mi := &file_raftgate_proto_msgTypes[23]
+	mi := &file_raftgate_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2181,7 +3229,7 @@ func (x *DispatchResponseBatch) String() string {
 func (*DispatchResponseBatch) ProtoMessage() {}
 
 func (x *DispatchResponseBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[23]
+	mi := &file_raftgate_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2194,7 +3242,7 @@ func (x *DispatchResponseBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchResponseBatch.ProtoReflect.Descriptor instead.
 func (*DispatchResponseBatch) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{23}
+	return file_raftgate_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DispatchResponseBatch) GetResponses() []*DispatchResponse {
@@ -2229,6 +3277,9 @@ type DispatchRequest struct {
 	//	*DispatchRequest_KeyStatus
 	//	*DispatchRequest_List
 	//	*DispatchRequest_FenceService
+	//	*DispatchRequest_Action
+	//	*DispatchRequest_Bulk
+	//	*DispatchRequest_Operation
 	Body          isDispatchRequest_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2236,7 +3287,7 @@ type DispatchRequest struct {
 
 func (x *DispatchRequest) Reset() {
 	*x = DispatchRequest{}
-	mi := &file_raftgate_proto_msgTypes[24]
+	mi := &file_raftgate_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2248,7 +3299,7 @@ func (x *DispatchRequest) String() string {
 func (*DispatchRequest) ProtoMessage() {}
 
 func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[24]
+	mi := &file_raftgate_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2261,7 +3312,7 @@ func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchRequest.ProtoReflect.Descriptor instead.
 func (*DispatchRequest) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{24}
+	return file_raftgate_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DispatchRequest) GetCorrelationId() uint64 {
@@ -2389,6 +3440,33 @@ func (x *DispatchRequest) GetFenceService() *FenceService {
 	return nil
 }
 
+func (x *DispatchRequest) GetAction() *InvocationAction {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchRequest_Action); ok {
+			return x.Action
+		}
+	}
+	return nil
+}
+
+func (x *DispatchRequest) GetBulk() *BulkRequest {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchRequest_Bulk); ok {
+			return x.Bulk
+		}
+	}
+	return nil
+}
+
+func (x *DispatchRequest) GetOperation() *GetOperation {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchRequest_Operation); ok {
+			return x.Operation
+		}
+	}
+	return nil
+}
+
 type isDispatchRequest_Body interface {
 	isDispatchRequest_Body()
 }
@@ -2433,6 +3511,19 @@ type DispatchRequest_FenceService struct {
 	FenceService *FenceService `protobuf:"bytes,19,opt,name=fence_service,json=fenceService,proto3,oneof"`
 }
 
+type DispatchRequest_Action struct {
+	// Invocation lifecycle: 40-59.
+	Action *InvocationAction `protobuf:"bytes,40,opt,name=action,proto3,oneof"`
+}
+
+type DispatchRequest_Bulk struct {
+	Bulk *BulkRequest `protobuf:"bytes,41,opt,name=bulk,proto3,oneof"`
+}
+
+type DispatchRequest_Operation struct {
+	Operation *GetOperation `protobuf:"bytes,42,opt,name=operation,proto3,oneof"`
+}
+
 func (*DispatchRequest_Append) isDispatchRequest_Body() {}
 
 func (*DispatchRequest_Output) isDispatchRequest_Body() {}
@@ -2453,6 +3544,12 @@ func (*DispatchRequest_List) isDispatchRequest_Body() {}
 
 func (*DispatchRequest_FenceService) isDispatchRequest_Body() {}
 
+func (*DispatchRequest_Action) isDispatchRequest_Body() {}
+
+func (*DispatchRequest_Bulk) isDispatchRequest_Body() {}
+
+func (*DispatchRequest_Operation) isDispatchRequest_Body() {}
+
 type DispatchResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	CorrelationId uint64                 `protobuf:"varint,1,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
@@ -2465,6 +3562,7 @@ type DispatchResponse struct {
 	//	*DispatchResponse_KeyState
 	//	*DispatchResponse_List
 	//	*DispatchResponse_Error
+	//	*DispatchResponse_Operation
 	Body          isDispatchResponse_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2472,7 +3570,7 @@ type DispatchResponse struct {
 
 func (x *DispatchResponse) Reset() {
 	*x = DispatchResponse{}
-	mi := &file_raftgate_proto_msgTypes[25]
+	mi := &file_raftgate_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2484,7 +3582,7 @@ func (x *DispatchResponse) String() string {
 func (*DispatchResponse) ProtoMessage() {}
 
 func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[25]
+	mi := &file_raftgate_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2497,7 +3595,7 @@ func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchResponse.ProtoReflect.Descriptor instead.
 func (*DispatchResponse) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{25}
+	return file_raftgate_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DispatchResponse) GetCorrelationId() uint64 {
@@ -2577,6 +3675,15 @@ func (x *DispatchResponse) GetError() *DispatchError {
 	return nil
 }
 
+func (x *DispatchResponse) GetOperation() *Operation {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchResponse_Operation); ok {
+			return x.Operation
+		}
+	}
+	return nil
+}
+
 type isDispatchResponse_Body interface {
 	isDispatchResponse_Body()
 }
@@ -2609,6 +3716,11 @@ type DispatchResponse_Error struct {
 	Error *DispatchError `protobuf:"bytes,20,opt,name=error,proto3,oneof"`
 }
 
+type DispatchResponse_Operation struct {
+	// Invocation lifecycle: 40-59.
+	Operation *Operation `protobuf:"bytes,40,opt,name=operation,proto3,oneof"`
+}
+
 func (*DispatchResponse_Appended) isDispatchResponse_Body() {}
 
 func (*DispatchResponse_Result) isDispatchResponse_Body() {}
@@ -2623,6 +3735,8 @@ func (*DispatchResponse_List) isDispatchResponse_Body() {}
 
 func (*DispatchResponse_Error) isDispatchResponse_Body() {}
 
+func (*DispatchResponse_Operation) isDispatchResponse_Body() {}
+
 type AppendInvocation struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Invoke        *Invoke                `protobuf:"bytes,1,opt,name=invoke,proto3" json:"invoke,omitempty"`
@@ -2632,7 +3746,7 @@ type AppendInvocation struct {
 
 func (x *AppendInvocation) Reset() {
 	*x = AppendInvocation{}
-	mi := &file_raftgate_proto_msgTypes[26]
+	mi := &file_raftgate_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2644,7 +3758,7 @@ func (x *AppendInvocation) String() string {
 func (*AppendInvocation) ProtoMessage() {}
 
 func (x *AppendInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[26]
+	mi := &file_raftgate_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2657,7 +3771,7 @@ func (x *AppendInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendInvocation.ProtoReflect.Descriptor instead.
 func (*AppendInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{26}
+	return file_raftgate_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AppendInvocation) GetInvoke() *Invoke {
@@ -2680,7 +3794,7 @@ type Appended struct {
 
 func (x *Appended) Reset() {
 	*x = Appended{}
-	mi := &file_raftgate_proto_msgTypes[27]
+	mi := &file_raftgate_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2692,7 +3806,7 @@ func (x *Appended) String() string {
 func (*Appended) ProtoMessage() {}
 
 func (x *Appended) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[27]
+	mi := &file_raftgate_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2705,7 +3819,7 @@ func (x *Appended) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Appended.ProtoReflect.Descriptor instead.
 func (*Appended) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{27}
+	return file_raftgate_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Appended) GetInvocationId() []byte {
@@ -2745,7 +3859,7 @@ type GetOutput struct {
 
 func (x *GetOutput) Reset() {
 	*x = GetOutput{}
-	mi := &file_raftgate_proto_msgTypes[28]
+	mi := &file_raftgate_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2757,7 +3871,7 @@ func (x *GetOutput) String() string {
 func (*GetOutput) ProtoMessage() {}
 
 func (x *GetOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[28]
+	mi := &file_raftgate_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2770,7 +3884,7 @@ func (x *GetOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOutput.ProtoReflect.Descriptor instead.
 func (*GetOutput) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{28}
+	return file_raftgate_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetOutput) GetInvocationId() []byte {
@@ -2789,7 +3903,7 @@ type AttachInvocation struct {
 
 func (x *AttachInvocation) Reset() {
 	*x = AttachInvocation{}
-	mi := &file_raftgate_proto_msgTypes[29]
+	mi := &file_raftgate_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2801,7 +3915,7 @@ func (x *AttachInvocation) String() string {
 func (*AttachInvocation) ProtoMessage() {}
 
 func (x *AttachInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[29]
+	mi := &file_raftgate_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2814,7 +3928,7 @@ func (x *AttachInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachInvocation.ProtoReflect.Descriptor instead.
 func (*AttachInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{29}
+	return file_raftgate_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AttachInvocation) GetInvocationId() []byte {
@@ -2836,7 +3950,7 @@ type InvocationResult struct {
 
 func (x *InvocationResult) Reset() {
 	*x = InvocationResult{}
-	mi := &file_raftgate_proto_msgTypes[30]
+	mi := &file_raftgate_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2848,7 +3962,7 @@ func (x *InvocationResult) String() string {
 func (*InvocationResult) ProtoMessage() {}
 
 func (x *InvocationResult) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[30]
+	mi := &file_raftgate_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2861,7 +3975,7 @@ func (x *InvocationResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationResult.ProtoReflect.Descriptor instead.
 func (*InvocationResult) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{30}
+	return file_raftgate_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *InvocationResult) GetInvocationId() []byte {
@@ -2901,7 +4015,7 @@ type GetStatus struct {
 
 func (x *GetStatus) Reset() {
 	*x = GetStatus{}
-	mi := &file_raftgate_proto_msgTypes[31]
+	mi := &file_raftgate_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2913,7 +4027,7 @@ func (x *GetStatus) String() string {
 func (*GetStatus) ProtoMessage() {}
 
 func (x *GetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[31]
+	mi := &file_raftgate_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2926,7 +4040,7 @@ func (x *GetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatus.ProtoReflect.Descriptor instead.
 func (*GetStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{31}
+	return file_raftgate_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetStatus) GetInvocationId() []byte {
@@ -2945,7 +4059,7 @@ type InvocationStatus struct {
 
 func (x *InvocationStatus) Reset() {
 	*x = InvocationStatus{}
-	mi := &file_raftgate_proto_msgTypes[32]
+	mi := &file_raftgate_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2957,7 +4071,7 @@ func (x *InvocationStatus) String() string {
 func (*InvocationStatus) ProtoMessage() {}
 
 func (x *InvocationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[32]
+	mi := &file_raftgate_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2970,7 +4084,7 @@ func (x *InvocationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationStatus.ProtoReflect.Descriptor instead.
 func (*InvocationStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{32}
+	return file_raftgate_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *InvocationStatus) GetRecord() *InvocationRecord {
@@ -3005,7 +4119,7 @@ type ListInvocations struct {
 
 func (x *ListInvocations) Reset() {
 	*x = ListInvocations{}
-	mi := &file_raftgate_proto_msgTypes[33]
+	mi := &file_raftgate_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3017,7 +4131,7 @@ func (x *ListInvocations) String() string {
 func (*ListInvocations) ProtoMessage() {}
 
 func (x *ListInvocations) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[33]
+	mi := &file_raftgate_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3030,7 +4144,7 @@ func (x *ListInvocations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInvocations.ProtoReflect.Descriptor instead.
 func (*ListInvocations) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{33}
+	return file_raftgate_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListInvocations) GetStatus() ListInvocations_Status {
@@ -3117,7 +4231,7 @@ type InvocationList struct {
 
 func (x *InvocationList) Reset() {
 	*x = InvocationList{}
-	mi := &file_raftgate_proto_msgTypes[34]
+	mi := &file_raftgate_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3129,7 +4243,7 @@ func (x *InvocationList) String() string {
 func (*InvocationList) ProtoMessage() {}
 
 func (x *InvocationList) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[34]
+	mi := &file_raftgate_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3142,7 +4256,7 @@ func (x *InvocationList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationList.ProtoReflect.Descriptor instead.
 func (*InvocationList) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{34}
+	return file_raftgate_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *InvocationList) GetRecords() []*InvocationRecord {
@@ -3166,6 +4280,185 @@ func (x *InvocationList) GetScanned() uint32 {
 	return 0
 }
 
+// InvocationAction is an operator's action on one invocation; answered with
+// Appended (restart: the new invocation's id) or Done.
+type InvocationAction struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Kind         InvocationAction_Kind  `protobuf:"varint,1,opt,name=kind,proto3,enum=raftgate.v1.InvocationAction_Kind" json:"kind,omitempty"`
+	InvocationId []byte                 `protobuf:"bytes,2,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	// RESUME: deliver to this URL from now on (empty: the registered one).
+	Url           string `protobuf:"bytes,3,opt,name=url,proto3" json:"url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InvocationAction) Reset() {
+	*x = InvocationAction{}
+	mi := &file_raftgate_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InvocationAction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InvocationAction) ProtoMessage() {}
+
+func (x *InvocationAction) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InvocationAction.ProtoReflect.Descriptor instead.
+func (*InvocationAction) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *InvocationAction) GetKind() InvocationAction_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return InvocationAction_UNSPECIFIED
+}
+
+func (x *InvocationAction) GetInvocationId() []byte {
+	if x != nil {
+		return x.InvocationId
+	}
+	return nil
+}
+
+func (x *InvocationAction) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+// BulkRequest starts a bulk operation on one partition (a Bulk command), or
+// with dry_run only counts what it would match; answered with Operation.
+type BulkRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OperationId   string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	Action        BulkAction             `protobuf:"varint,2,opt,name=action,proto3,enum=raftgate.v1.BulkAction" json:"action,omitempty"`
+	Filter        *ListInvocations       `protobuf:"bytes,3,opt,name=filter,proto3" json:"filter,omitempty"`
+	DryRun        bool                   `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkRequest) Reset() {
+	*x = BulkRequest{}
+	mi := &file_raftgate_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkRequest) ProtoMessage() {}
+
+func (x *BulkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkRequest.ProtoReflect.Descriptor instead.
+func (*BulkRequest) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *BulkRequest) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *BulkRequest) GetAction() BulkAction {
+	if x != nil {
+		return x.Action
+	}
+	return BulkAction_BULK_UNSPECIFIED
+}
+
+func (x *BulkRequest) GetFilter() *ListInvocations {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *BulkRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+// GetOperation reads a partition's state of a bulk operation; answered
+// with Operation, NOT_FOUND when the partition has none.
+type GetOperation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OperationId   string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOperation) Reset() {
+	*x = GetOperation{}
+	mi := &file_raftgate_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOperation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOperation) ProtoMessage() {}
+
+func (x *GetOperation) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOperation.ProtoReflect.Descriptor instead.
+func (*GetOperation) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *GetOperation) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
 type CancelInvocation struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	InvocationId  []byte                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
@@ -3175,7 +4468,7 @@ type CancelInvocation struct {
 
 func (x *CancelInvocation) Reset() {
 	*x = CancelInvocation{}
-	mi := &file_raftgate_proto_msgTypes[35]
+	mi := &file_raftgate_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3187,7 +4480,7 @@ func (x *CancelInvocation) String() string {
 func (*CancelInvocation) ProtoMessage() {}
 
 func (x *CancelInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[35]
+	mi := &file_raftgate_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3200,7 +4493,7 @@ func (x *CancelInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelInvocation.ProtoReflect.Descriptor instead.
 func (*CancelInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{35}
+	return file_raftgate_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CancelInvocation) GetInvocationId() []byte {
@@ -3218,7 +4511,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_raftgate_proto_msgTypes[36]
+	mi := &file_raftgate_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3230,7 +4523,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[36]
+	mi := &file_raftgate_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3243,7 +4536,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{36}
+	return file_raftgate_proto_rawDescGZIP(), []int{48}
 }
 
 // GetKeyStatus asks for the running invocation and queue length of one key
@@ -3258,7 +4551,7 @@ type GetKeyStatus struct {
 
 func (x *GetKeyStatus) Reset() {
 	*x = GetKeyStatus{}
-	mi := &file_raftgate_proto_msgTypes[37]
+	mi := &file_raftgate_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3270,7 +4563,7 @@ func (x *GetKeyStatus) String() string {
 func (*GetKeyStatus) ProtoMessage() {}
 
 func (x *GetKeyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[37]
+	mi := &file_raftgate_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3283,7 +4576,7 @@ func (x *GetKeyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyStatus.ProtoReflect.Descriptor instead.
 func (*GetKeyStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{37}
+	return file_raftgate_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetKeyStatus) GetService() string {
@@ -3312,7 +4605,7 @@ type DispatchError struct {
 
 func (x *DispatchError) Reset() {
 	*x = DispatchError{}
-	mi := &file_raftgate_proto_msgTypes[38]
+	mi := &file_raftgate_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3324,7 +4617,7 @@ func (x *DispatchError) String() string {
 func (*DispatchError) ProtoMessage() {}
 
 func (x *DispatchError) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[38]
+	mi := &file_raftgate_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3337,7 +4630,7 @@ func (x *DispatchError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchError.ProtoReflect.Descriptor instead.
 func (*DispatchError) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{38}
+	return file_raftgate_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DispatchError) GetCode() DispatchError_Code {
@@ -3393,7 +4686,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"Z\n" +
 	"\fCommandBatch\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
-	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\x87\x06\n" +
+	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\xe7\b\n" +
 	"\aCommand\x12-\n" +
 	"\x06invoke\x18\n" +
 	" \x01(\v2\x13.raftgate.v1.InvokeH\x00R\x06invoke\x123\n" +
@@ -3409,7 +4702,14 @@ const file_raftgate_proto_rawDesc = "" +
 	"\finit_cluster\x18\x1e \x01(\v2\x18.raftgate.v1.InitClusterH\x00R\vinitCluster\x124\n" +
 	"\tjoin_node\x18\x1f \x01(\v2\x15.raftgate.v1.JoinNodeH\x00R\bjoinNode\x12A\n" +
 	"\x0eset_node_state\x18  \x01(\v2\x19.raftgate.v1.SetNodeStateH\x00R\fsetNodeState\x12J\n" +
-	"\x11update_node_addrs\x18! \x01(\v2\x1c.raftgate.v1.UpdateNodeAddrsH\x00R\x0fupdateNodeAddrsB\x05\n" +
+	"\x11update_node_addrs\x18! \x01(\v2\x1c.raftgate.v1.UpdateNodeAddrsH\x00R\x0fupdateNodeAddrs\x12-\n" +
+	"\x06resume\x18( \x01(\v2\x13.raftgate.v1.ResumeH\x00R\x06resume\x120\n" +
+	"\arestart\x18) \x01(\v2\x14.raftgate.v1.RestartH\x00R\arestart\x12'\n" +
+	"\x04kill\x18* \x01(\v2\x11.raftgate.v1.KillH\x00R\x04kill\x12I\n" +
+	"\x10purge_invocation\x18+ \x01(\v2\x1c.raftgate.v1.PurgeInvocationH\x00R\x0fpurgeInvocation\x12*\n" +
+	"\x05pause\x18, \x01(\v2\x12.raftgate.v1.PauseH\x00R\x05pause\x12'\n" +
+	"\x04bulk\x18- \x01(\v2\x11.raftgate.v1.BulkH\x00R\x04bulk\x124\n" +
+	"\tbulk_step\x18. \x01(\v2\x15.raftgate.v1.BulkStepH\x00R\bbulkStepB\x05\n" +
 	"\x03cmd\"W\n" +
 	"\fFenceService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -3461,7 +4761,61 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x0ebefore_unix_ms\x18\x01 \x01(\x03R\fbeforeUnixMs\x12'\n" +
 	"\rproposer_term\x18\x02 \x01(\x04B\x02\x18\x01R\fproposerTerm\x12-\n" +
 	"\x13proposed_at_unix_ms\x18\x03 \x01(\x03R\x10proposedAtUnixMs\x12\x14\n" +
-	"\x05limit\x18\x04 \x01(\rR\x05limit\"[\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\"\x8d\x01\n" +
+	"\x06Resume\x12#\n" +
+	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x03 \x01(\x03R\x10proposedAtUnixMs\x12\x10\n" +
+	"\x03url\x18\x04 \x01(\tR\x03url\"\xa8\x01\n" +
+	"\aRestart\x12#\n" +
+	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x03 \x01(\x03R\x10proposedAtUnixMs\x12*\n" +
+	"\x11new_invocation_id\x18\x04 \x01(\fR\x0fnewInvocationId\"y\n" +
+	"\x04Kill\x12#\n" +
+	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x03 \x01(\x03R\x10proposedAtUnixMs\"\x84\x01\n" +
+	"\x0fPurgeInvocation\x12#\n" +
+	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x03 \x01(\x03R\x10proposedAtUnixMs\"\x8b\x01\n" +
+	"\x05Pause\x12#\n" +
+	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x04 \x01(\x03R\x10proposedAtUnixMs\"\xf4\x01\n" +
+	"\x04Bulk\x12!\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\x12/\n" +
+	"\x06action\x18\x03 \x01(\x0e2\x17.raftgate.v1.BulkActionR\x06action\x124\n" +
+	"\x06filter\x18\x04 \x01(\v2\x1c.raftgate.v1.ListInvocationsR\x06filter\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x05 \x01(\x03R\x10proposedAtUnixMs\x12\x14\n" +
+	"\x05chunk\x18\x06 \x01(\rR\x05chunk\"\\\n" +
+	"\bBulkStep\x12!\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x02 \x01(\x03R\x10proposedAtUnixMs\"\xce\x03\n" +
+	"\tOperation\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12/\n" +
+	"\x06action\x18\x02 \x01(\x0e2\x17.raftgate.v1.BulkActionR\x06action\x124\n" +
+	"\x06filter\x18\x03 \x01(\v2\x1c.raftgate.v1.ListInvocationsR\x06filter\x12\x1b\n" +
+	"\tlog_index\x18\x04 \x01(\x04R\blogIndex\x12#\n" +
+	"\rlast_position\x18\x05 \x01(\fR\flastPosition\x12\x16\n" +
+	"\x06cursor\x18\x06 \x01(\fR\x06cursor\x12\x14\n" +
+	"\x05chunk\x18\a \x01(\rR\x05chunk\x12\x18\n" +
+	"\aapplied\x18\b \x01(\x04R\aapplied\x12\x18\n" +
+	"\ascanned\x18\t \x01(\x04R\ascanned\x12\x12\n" +
+	"\x04done\x18\n" +
+	" \x01(\bR\x04done\x12+\n" +
+	"\x12started_at_unix_ms\x18\v \x01(\x03R\x0fstartedAtUnixMs\x12-\n" +
+	"\x13finished_at_unix_ms\x18\f \x01(\x03R\x10finishedAtUnixMs\x12\x1c\n" +
+	"\tpartition\x18\r \x01(\rR\tpartition\x12\x18\n" +
+	"\amatched\x18\x0e \x01(\x04R\amatched\"[\n" +
 	"\x05Admit\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12-\n" +
 	"\x13proposed_at_unix_ms\x18\x02 \x01(\x03R\x10proposedAtUnixMs\"\xbc\x01\n" +
@@ -3470,7 +4824,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12'\n" +
 	"\x10retry_at_unix_ms\x18\x04 \x01(\x03R\rretryAtUnixMs\x12-\n" +
-	"\x13proposed_at_unix_ms\x18\x05 \x01(\x03R\x10proposedAtUnixMs\"\xc9\x02\n" +
+	"\x13proposed_at_unix_ms\x18\x05 \x01(\x03R\x10proposedAtUnixMs\"\x8c\x03\n" +
 	"\aService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1a\n" +
@@ -3479,17 +4833,26 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x04kind\x18\x05 \x01(\x0e2\x19.raftgate.v1.Service.KindR\x04kind\x12\x16\n" +
 	"\x06shared\x18\x06 \x03(\tR\x06shared\x12.\n" +
 	"\x05retry\x18\a \x01(\v2\x18.raftgate.v1.RetryPolicyR\x05retry\x12)\n" +
-	"\x10registered_index\x18\b \x01(\x04R\x0fregisteredIndex\"-\n" +
+	"\x10registered_index\x18\b \x01(\x04R\x0fregisteredIndex\x12A\n" +
+	"\x0ehandler_config\x18\t \x03(\v2\x1a.raftgate.v1.HandlerConfigR\rhandlerConfig\"-\n" +
 	"\x04Kind\x12\v\n" +
 	"\aSERVICE\x10\x00\x12\n" +
 	"\n" +
 	"\x06OBJECT\x10\x01\x12\f\n" +
-	"\bWORKFLOW\x10\x02\"\xb2\x01\n" +
+	"\bWORKFLOW\x10\x02\"Y\n" +
+	"\rHandlerConfig\x12\x18\n" +
+	"\ahandler\x18\x01 \x01(\tR\ahandler\x12.\n" +
+	"\x05retry\x18\x02 \x01(\v2\x18.raftgate.v1.RetryPolicyR\x05retry\"\xc3\x02\n" +
 	"\vRetryPolicy\x12!\n" +
 	"\fmax_attempts\x18\x01 \x01(\rR\vmaxAttempts\x12,\n" +
 	"\x12initial_backoff_ms\x18\x02 \x01(\x03R\x10initialBackoffMs\x12$\n" +
 	"\x0emax_backoff_ms\x18\x03 \x01(\x03R\fmaxBackoffMs\x12,\n" +
-	"\x12attempt_timeout_ms\x18\x04 \x01(\x03R\x10attemptTimeoutMs\"[\n" +
+	"\x12attempt_timeout_ms\x18\x04 \x01(\x03R\x10attemptTimeoutMs\x12N\n" +
+	"\x0fon_max_attempts\x18\x05 \x01(\x0e2&.raftgate.v1.RetryPolicy.OnMaxAttemptsR\ronMaxAttempts\"?\n" +
+	"\rOnMaxAttempts\x12\x19\n" +
+	"\x15ON_MAX_ATTEMPTS_UNSET\x10\x00\x12\t\n" +
+	"\x05PAUSE\x10\x01\x12\b\n" +
+	"\x04FAIL\x10\x02\"[\n" +
 	"\n" +
 	"PutService\x12.\n" +
 	"\aservice\x18\x01 \x01(\v2\x14.raftgate.v1.ServiceR\aservice\x12\x1d\n" +
@@ -3498,7 +4861,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\rDeleteService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\fR\trequestId\"\xc1\x04\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\"\x84\x06\n" +
 	"\x10InvocationRecord\x12+\n" +
 	"\x06invoke\x18\x01 \x01(\v2\x13.raftgate.v1.InvokeR\x06invoke\x129\n" +
 	"\x05state\x18\x02 \x01(\x0e2#.raftgate.v1.InvocationRecord.StateR\x05state\x12\x1a\n" +
@@ -3512,7 +4875,12 @@ const file_raftgate_proto_rawDesc = "" +
 	"\tqueue_seq\x18\t \x01(\x04R\bqueueSeq\x12%\n" +
 	"\x0equeue_position\x18\n" +
 	" \x01(\x04R\rqueuePosition\x12,\n" +
-	"\x12request_body_bytes\x18\v \x01(\rR\x10requestBodyBytes\"b\n" +
+	"\x12request_body_bytes\x18\v \x01(\rR\x10requestBodyBytes\x12\x10\n" +
+	"\x03url\x18( \x01(\tR\x03url\x124\n" +
+	"\x16resumed_after_attempts\x18) \x01(\rR\x14resumedAfterAttempts\x12!\n" +
+	"\frestarted_as\x18* \x01(\fR\vrestartedAs\x12%\n" +
+	"\x0erestarted_from\x18+ \x01(\fR\rrestartedFrom\x12#\n" +
+	"\rcreated_index\x18, \x01(\x04R\fcreatedIndex\"n\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aPENDING\x10\x01\x12\v\n" +
@@ -3520,7 +4888,9 @@ const file_raftgate_proto_rawDesc = "" +
 	"\tCOMPLETED\x10\x03\x12\n" +
 	"\n" +
 	"\x06QUEUED\x10\x04\x12\r\n" +
-	"\tSCHEDULED\x10\x05\"W\n" +
+	"\tSCHEDULED\x10\x05\x12\n" +
+	"\n" +
+	"\x06PAUSED\x10\x06\"W\n" +
 	"\bKeyState\x12\x18\n" +
 	"\arunning\x18\x01 \x01(\fR\arunning\x12\x19\n" +
 	"\bnext_seq\x18\x02 \x01(\x04R\anextSeq\x12\x16\n" +
@@ -3528,7 +4898,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x14DispatchRequestBatch\x128\n" +
 	"\brequests\x18\x01 \x03(\v2\x1c.raftgate.v1.DispatchRequestR\brequests\"T\n" +
 	"\x15DispatchResponseBatch\x12;\n" +
-	"\tresponses\x18\x01 \x03(\v2\x1d.raftgate.v1.DispatchResponseR\tresponses\"\xde\x05\n" +
+	"\tresponses\x18\x01 \x03(\v2\x1d.raftgate.v1.DispatchResponseR\tresponses\"\x82\a\n" +
 	"\x0fDispatchRequest\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x04R\rcorrelationId\x12\x1d\n" +
 	"\n" +
@@ -3548,8 +4918,11 @@ const file_raftgate_proto_rawDesc = "" +
 	"\n" +
 	"key_status\x18\x11 \x01(\v2\x19.raftgate.v1.GetKeyStatusH\x00R\tkeyStatus\x122\n" +
 	"\x04list\x18\x12 \x01(\v2\x1c.raftgate.v1.ListInvocationsH\x00R\x04list\x12@\n" +
-	"\rfence_service\x18\x13 \x01(\v2\x19.raftgate.v1.FenceServiceH\x00R\ffenceServiceB\x06\n" +
-	"\x04body\"\xae\x03\n" +
+	"\rfence_service\x18\x13 \x01(\v2\x19.raftgate.v1.FenceServiceH\x00R\ffenceService\x127\n" +
+	"\x06action\x18( \x01(\v2\x1d.raftgate.v1.InvocationActionH\x00R\x06action\x12.\n" +
+	"\x04bulk\x18) \x01(\v2\x18.raftgate.v1.BulkRequestH\x00R\x04bulk\x129\n" +
+	"\toperation\x18* \x01(\v2\x19.raftgate.v1.GetOperationH\x00R\toperationB\x06\n" +
+	"\x04body\"\xe6\x03\n" +
 	"\x10DispatchResponse\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x04R\rcorrelationId\x123\n" +
 	"\bappended\x18\n" +
@@ -3559,7 +4932,8 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x04done\x18\r \x01(\v2\x11.raftgate.v1.DoneH\x00R\x04done\x124\n" +
 	"\tkey_state\x18\x0e \x01(\v2\x15.raftgate.v1.KeyStateH\x00R\bkeyState\x121\n" +
 	"\x04list\x18\x0f \x01(\v2\x1b.raftgate.v1.InvocationListH\x00R\x04list\x122\n" +
-	"\x05error\x18\x14 \x01(\v2\x1a.raftgate.v1.DispatchErrorH\x00R\x05errorB\x06\n" +
+	"\x05error\x18\x14 \x01(\v2\x1a.raftgate.v1.DispatchErrorH\x00R\x05error\x126\n" +
+	"\toperation\x18( \x01(\v2\x16.raftgate.v1.OperationH\x00R\toperationB\x06\n" +
 	"\x04body\"?\n" +
 	"\x10AppendInvocation\x12+\n" +
 	"\x06invoke\x18\x01 \x01(\v2\x13.raftgate.v1.InvokeR\x06invoke\"\xbe\x01\n" +
@@ -3580,7 +4954,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\tGetStatus\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\"I\n" +
 	"\x10InvocationStatus\x125\n" +
-	"\x06record\x18\x01 \x01(\v2\x1d.raftgate.v1.InvocationRecordR\x06record\"\xd1\x03\n" +
+	"\x06record\x18\x01 \x01(\v2\x1d.raftgate.v1.InvocationRecordR\x06record\"\xdd\x03\n" +
 	"\x0fListInvocations\x12;\n" +
 	"\x06status\x18\x01 \x01(\x0e2#.raftgate.v1.ListInvocations.StatusR\x06status\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x18\n" +
@@ -3592,7 +4966,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x05limit\x18\b \x01(\rR\x05limit\x12\x19\n" +
 	"\bmax_scan\x18\t \x01(\rR\amaxScan\x12\x10\n" +
 	"\x03key\x18\n" +
-	" \x01(\tR\x03key\"a\n" +
+	" \x01(\tR\x03key\"m\n" +
 	"\x06Status\x12\a\n" +
 	"\x03ANY\x10\x00\x12\v\n" +
 	"\aPENDING\x10\x01\x12\v\n" +
@@ -3602,22 +4976,42 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x06FAILED\x10\x04\x12\n" +
 	"\n" +
 	"\x06QUEUED\x10\x05\x12\r\n" +
-	"\tSCHEDULED\x10\x06\"{\n" +
+	"\tSCHEDULED\x10\x06\x12\n" +
+	"\n" +
+	"\x06PAUSED\x10\a\"{\n" +
 	"\x0eInvocationList\x127\n" +
 	"\arecords\x18\x01 \x03(\v2\x1d.raftgate.v1.InvocationRecordR\arecords\x12\x16\n" +
 	"\x06resume\x18\x02 \x01(\fR\x06resume\x12\x18\n" +
-	"\ascanned\x18\x03 \x01(\rR\ascanned\"7\n" +
+	"\ascanned\x18\x03 \x01(\rR\ascanned\"\xc8\x01\n" +
+	"\x10InvocationAction\x126\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\".raftgate.v1.InvocationAction.KindR\x04kind\x12#\n" +
+	"\rinvocation_id\x18\x02 \x01(\fR\finvocationId\x12\x10\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url\"E\n" +
+	"\x04Kind\x12\x0f\n" +
+	"\vUNSPECIFIED\x10\x00\x12\n" +
+	"\n" +
+	"\x06RESUME\x10\x01\x12\v\n" +
+	"\aRESTART\x10\x02\x12\b\n" +
+	"\x04KILL\x10\x03\x12\t\n" +
+	"\x05PURGE\x10\x04\"\xb0\x01\n" +
+	"\vBulkRequest\x12!\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12/\n" +
+	"\x06action\x18\x02 \x01(\x0e2\x17.raftgate.v1.BulkActionR\x06action\x124\n" +
+	"\x06filter\x18\x03 \x01(\v2\x1c.raftgate.v1.ListInvocationsR\x06filter\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"1\n" +
+	"\fGetOperation\x12!\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\"7\n" +
 	"\x10CancelInvocation\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\"\x06\n" +
 	"\x04Done\":\n" +
 	"\fGetKeyStatus\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"\xa5\x02\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"\xb3\x02\n" +
 	"\rDispatchError\x123\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1f.raftgate.v1.DispatchError.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
 	"\x06leader\x18\x03 \x01(\x04R\x06leader\x12\x12\n" +
-	"\x04term\x18\x04 \x01(\x04R\x04term\"\x98\x01\n" +
+	"\x04term\x18\x04 \x01(\x04R\x04term\"\xa6\x01\n" +
 	"\x04Code\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -3629,7 +5023,18 @@ const file_raftgate_proto_rawDesc = "" +
 	"\n" +
 	"OVERLOADED\x10\x06\x12\x12\n" +
 	"\x0eSTALE_REGISTRY\x10\a\x12\x0f\n" +
-	"\vUNAVAILABLE\x10\b2\x82\x01\n" +
+	"\vUNAVAILABLE\x10\b\x12\f\n" +
+	"\bCONFLICT\x10(*s\n" +
+	"\n" +
+	"BulkAction\x12\x14\n" +
+	"\x10BULK_UNSPECIFIED\x10\x00\x12\x0f\n" +
+	"\vBULK_CANCEL\x10\x01\x12\r\n" +
+	"\tBULK_KILL\x10\x02\x12\x0e\n" +
+	"\n" +
+	"BULK_PAUSE\x10\x03\x12\x0f\n" +
+	"\vBULK_RESUME\x10\x04\x12\x0e\n" +
+	"\n" +
+	"BULK_PURGE\x10\x052\x82\x01\n" +
 	"\x04Raft\x126\n" +
 	"\x04Send\x12\x16.raftgate.v1.RaftBatch\x1a\x14.raftgate.v1.RaftAck(\x01\x12B\n" +
 	"\bSnapshot\x12\x1a.raftgate.v1.SnapshotChunk\x1a\x18.raftgate.v1.SnapshotAck(\x012\xab\x01\n" +
@@ -3649,119 +5054,155 @@ func file_raftgate_proto_rawDescGZIP() []byte {
 	return file_raftgate_proto_rawDescData
 }
 
-var file_raftgate_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_raftgate_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_raftgate_proto_goTypes = []any{
-	(Service_Kind)(0),             // 0: raftgate.v1.Service.Kind
-	(InvocationRecord_State)(0),   // 1: raftgate.v1.InvocationRecord.State
-	(ListInvocations_Status)(0),   // 2: raftgate.v1.ListInvocations.Status
-	(DispatchError_Code)(0),       // 3: raftgate.v1.DispatchError.Code
-	(*RaftBatch)(nil),             // 4: raftgate.v1.RaftBatch
-	(*RaftEnvelope)(nil),          // 5: raftgate.v1.RaftEnvelope
-	(*RaftAck)(nil),               // 6: raftgate.v1.RaftAck
-	(*SnapshotChunk)(nil),         // 7: raftgate.v1.SnapshotChunk
-	(*SnapshotAck)(nil),           // 8: raftgate.v1.SnapshotAck
-	(*CommandBatch)(nil),          // 9: raftgate.v1.CommandBatch
-	(*Command)(nil),               // 10: raftgate.v1.Command
-	(*FenceService)(nil),          // 11: raftgate.v1.FenceService
-	(*Header)(nil),                // 12: raftgate.v1.Header
-	(*Invoke)(nil),                // 13: raftgate.v1.Invoke
-	(*Result)(nil),                // 14: raftgate.v1.Result
-	(*Complete)(nil),              // 15: raftgate.v1.Complete
-	(*Cancel)(nil),                // 16: raftgate.v1.Cancel
-	(*Purge)(nil),                 // 17: raftgate.v1.Purge
-	(*Admit)(nil),                 // 18: raftgate.v1.Admit
-	(*AttemptFailed)(nil),         // 19: raftgate.v1.AttemptFailed
-	(*Service)(nil),               // 20: raftgate.v1.Service
-	(*RetryPolicy)(nil),           // 21: raftgate.v1.RetryPolicy
-	(*PutService)(nil),            // 22: raftgate.v1.PutService
-	(*DeleteService)(nil),         // 23: raftgate.v1.DeleteService
-	(*InvocationRecord)(nil),      // 24: raftgate.v1.InvocationRecord
-	(*KeyState)(nil),              // 25: raftgate.v1.KeyState
-	(*DispatchRequestBatch)(nil),  // 26: raftgate.v1.DispatchRequestBatch
-	(*DispatchResponseBatch)(nil), // 27: raftgate.v1.DispatchResponseBatch
-	(*DispatchRequest)(nil),       // 28: raftgate.v1.DispatchRequest
-	(*DispatchResponse)(nil),      // 29: raftgate.v1.DispatchResponse
-	(*AppendInvocation)(nil),      // 30: raftgate.v1.AppendInvocation
-	(*Appended)(nil),              // 31: raftgate.v1.Appended
-	(*GetOutput)(nil),             // 32: raftgate.v1.GetOutput
-	(*AttachInvocation)(nil),      // 33: raftgate.v1.AttachInvocation
-	(*InvocationResult)(nil),      // 34: raftgate.v1.InvocationResult
-	(*GetStatus)(nil),             // 35: raftgate.v1.GetStatus
-	(*InvocationStatus)(nil),      // 36: raftgate.v1.InvocationStatus
-	(*ListInvocations)(nil),       // 37: raftgate.v1.ListInvocations
-	(*InvocationList)(nil),        // 38: raftgate.v1.InvocationList
-	(*CancelInvocation)(nil),      // 39: raftgate.v1.CancelInvocation
-	(*Done)(nil),                  // 40: raftgate.v1.Done
-	(*GetKeyStatus)(nil),          // 41: raftgate.v1.GetKeyStatus
-	(*DispatchError)(nil),         // 42: raftgate.v1.DispatchError
-	(*InitCluster)(nil),           // 43: raftgate.v1.InitCluster
-	(*JoinNode)(nil),              // 44: raftgate.v1.JoinNode
-	(*SetNodeState)(nil),          // 45: raftgate.v1.SetNodeState
-	(*UpdateNodeAddrs)(nil),       // 46: raftgate.v1.UpdateNodeAddrs
+	(BulkAction)(0),                // 0: raftgate.v1.BulkAction
+	(Service_Kind)(0),              // 1: raftgate.v1.Service.Kind
+	(RetryPolicy_OnMaxAttempts)(0), // 2: raftgate.v1.RetryPolicy.OnMaxAttempts
+	(InvocationRecord_State)(0),    // 3: raftgate.v1.InvocationRecord.State
+	(ListInvocations_Status)(0),    // 4: raftgate.v1.ListInvocations.Status
+	(InvocationAction_Kind)(0),     // 5: raftgate.v1.InvocationAction.Kind
+	(DispatchError_Code)(0),        // 6: raftgate.v1.DispatchError.Code
+	(*RaftBatch)(nil),              // 7: raftgate.v1.RaftBatch
+	(*RaftEnvelope)(nil),           // 8: raftgate.v1.RaftEnvelope
+	(*RaftAck)(nil),                // 9: raftgate.v1.RaftAck
+	(*SnapshotChunk)(nil),          // 10: raftgate.v1.SnapshotChunk
+	(*SnapshotAck)(nil),            // 11: raftgate.v1.SnapshotAck
+	(*CommandBatch)(nil),           // 12: raftgate.v1.CommandBatch
+	(*Command)(nil),                // 13: raftgate.v1.Command
+	(*FenceService)(nil),           // 14: raftgate.v1.FenceService
+	(*Header)(nil),                 // 15: raftgate.v1.Header
+	(*Invoke)(nil),                 // 16: raftgate.v1.Invoke
+	(*Result)(nil),                 // 17: raftgate.v1.Result
+	(*Complete)(nil),               // 18: raftgate.v1.Complete
+	(*Cancel)(nil),                 // 19: raftgate.v1.Cancel
+	(*Purge)(nil),                  // 20: raftgate.v1.Purge
+	(*Resume)(nil),                 // 21: raftgate.v1.Resume
+	(*Restart)(nil),                // 22: raftgate.v1.Restart
+	(*Kill)(nil),                   // 23: raftgate.v1.Kill
+	(*PurgeInvocation)(nil),        // 24: raftgate.v1.PurgeInvocation
+	(*Pause)(nil),                  // 25: raftgate.v1.Pause
+	(*Bulk)(nil),                   // 26: raftgate.v1.Bulk
+	(*BulkStep)(nil),               // 27: raftgate.v1.BulkStep
+	(*Operation)(nil),              // 28: raftgate.v1.Operation
+	(*Admit)(nil),                  // 29: raftgate.v1.Admit
+	(*AttemptFailed)(nil),          // 30: raftgate.v1.AttemptFailed
+	(*Service)(nil),                // 31: raftgate.v1.Service
+	(*HandlerConfig)(nil),          // 32: raftgate.v1.HandlerConfig
+	(*RetryPolicy)(nil),            // 33: raftgate.v1.RetryPolicy
+	(*PutService)(nil),             // 34: raftgate.v1.PutService
+	(*DeleteService)(nil),          // 35: raftgate.v1.DeleteService
+	(*InvocationRecord)(nil),       // 36: raftgate.v1.InvocationRecord
+	(*KeyState)(nil),               // 37: raftgate.v1.KeyState
+	(*DispatchRequestBatch)(nil),   // 38: raftgate.v1.DispatchRequestBatch
+	(*DispatchResponseBatch)(nil),  // 39: raftgate.v1.DispatchResponseBatch
+	(*DispatchRequest)(nil),        // 40: raftgate.v1.DispatchRequest
+	(*DispatchResponse)(nil),       // 41: raftgate.v1.DispatchResponse
+	(*AppendInvocation)(nil),       // 42: raftgate.v1.AppendInvocation
+	(*Appended)(nil),               // 43: raftgate.v1.Appended
+	(*GetOutput)(nil),              // 44: raftgate.v1.GetOutput
+	(*AttachInvocation)(nil),       // 45: raftgate.v1.AttachInvocation
+	(*InvocationResult)(nil),       // 46: raftgate.v1.InvocationResult
+	(*GetStatus)(nil),              // 47: raftgate.v1.GetStatus
+	(*InvocationStatus)(nil),       // 48: raftgate.v1.InvocationStatus
+	(*ListInvocations)(nil),        // 49: raftgate.v1.ListInvocations
+	(*InvocationList)(nil),         // 50: raftgate.v1.InvocationList
+	(*InvocationAction)(nil),       // 51: raftgate.v1.InvocationAction
+	(*BulkRequest)(nil),            // 52: raftgate.v1.BulkRequest
+	(*GetOperation)(nil),           // 53: raftgate.v1.GetOperation
+	(*CancelInvocation)(nil),       // 54: raftgate.v1.CancelInvocation
+	(*Done)(nil),                   // 55: raftgate.v1.Done
+	(*GetKeyStatus)(nil),           // 56: raftgate.v1.GetKeyStatus
+	(*DispatchError)(nil),          // 57: raftgate.v1.DispatchError
+	(*InitCluster)(nil),            // 58: raftgate.v1.InitCluster
+	(*JoinNode)(nil),               // 59: raftgate.v1.JoinNode
+	(*SetNodeState)(nil),           // 60: raftgate.v1.SetNodeState
+	(*UpdateNodeAddrs)(nil),        // 61: raftgate.v1.UpdateNodeAddrs
 }
 var file_raftgate_proto_depIdxs = []int32{
-	5,  // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
-	10, // 1: raftgate.v1.CommandBatch.commands:type_name -> raftgate.v1.Command
-	13, // 2: raftgate.v1.Command.invoke:type_name -> raftgate.v1.Invoke
-	15, // 3: raftgate.v1.Command.complete:type_name -> raftgate.v1.Complete
-	16, // 4: raftgate.v1.Command.cancel:type_name -> raftgate.v1.Cancel
-	17, // 5: raftgate.v1.Command.purge:type_name -> raftgate.v1.Purge
-	19, // 6: raftgate.v1.Command.attempt_failed:type_name -> raftgate.v1.AttemptFailed
-	18, // 7: raftgate.v1.Command.admit:type_name -> raftgate.v1.Admit
-	11, // 8: raftgate.v1.Command.fence_service:type_name -> raftgate.v1.FenceService
-	22, // 9: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
-	23, // 10: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
-	43, // 11: raftgate.v1.Command.init_cluster:type_name -> raftgate.v1.InitCluster
-	44, // 12: raftgate.v1.Command.join_node:type_name -> raftgate.v1.JoinNode
-	45, // 13: raftgate.v1.Command.set_node_state:type_name -> raftgate.v1.SetNodeState
-	46, // 14: raftgate.v1.Command.update_node_addrs:type_name -> raftgate.v1.UpdateNodeAddrs
-	12, // 15: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
-	14, // 16: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
-	0,  // 17: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
-	21, // 18: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
-	20, // 19: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
-	13, // 20: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
-	1,  // 21: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
-	14, // 22: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
-	28, // 23: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
-	29, // 24: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
-	30, // 25: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
-	32, // 26: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
-	33, // 27: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
-	35, // 28: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
-	39, // 29: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
-	22, // 30: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
-	23, // 31: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
-	41, // 32: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
-	37, // 33: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
-	11, // 34: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
-	31, // 35: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
-	34, // 36: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
-	36, // 37: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
-	40, // 38: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
-	25, // 39: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
-	38, // 40: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
-	42, // 41: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
-	13, // 42: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
-	14, // 43: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
-	24, // 44: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
-	2,  // 45: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
-	24, // 46: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
-	3,  // 47: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
-	4,  // 48: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
-	7,  // 49: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
-	28, // 50: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
-	26, // 51: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
-	6,  // 52: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
-	8,  // 53: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
-	29, // 54: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
-	27, // 55: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
-	52, // [52:56] is the sub-list for method output_type
-	48, // [48:52] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	8,  // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
+	13, // 1: raftgate.v1.CommandBatch.commands:type_name -> raftgate.v1.Command
+	16, // 2: raftgate.v1.Command.invoke:type_name -> raftgate.v1.Invoke
+	18, // 3: raftgate.v1.Command.complete:type_name -> raftgate.v1.Complete
+	19, // 4: raftgate.v1.Command.cancel:type_name -> raftgate.v1.Cancel
+	20, // 5: raftgate.v1.Command.purge:type_name -> raftgate.v1.Purge
+	30, // 6: raftgate.v1.Command.attempt_failed:type_name -> raftgate.v1.AttemptFailed
+	29, // 7: raftgate.v1.Command.admit:type_name -> raftgate.v1.Admit
+	14, // 8: raftgate.v1.Command.fence_service:type_name -> raftgate.v1.FenceService
+	34, // 9: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
+	35, // 10: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
+	58, // 11: raftgate.v1.Command.init_cluster:type_name -> raftgate.v1.InitCluster
+	59, // 12: raftgate.v1.Command.join_node:type_name -> raftgate.v1.JoinNode
+	60, // 13: raftgate.v1.Command.set_node_state:type_name -> raftgate.v1.SetNodeState
+	61, // 14: raftgate.v1.Command.update_node_addrs:type_name -> raftgate.v1.UpdateNodeAddrs
+	21, // 15: raftgate.v1.Command.resume:type_name -> raftgate.v1.Resume
+	22, // 16: raftgate.v1.Command.restart:type_name -> raftgate.v1.Restart
+	23, // 17: raftgate.v1.Command.kill:type_name -> raftgate.v1.Kill
+	24, // 18: raftgate.v1.Command.purge_invocation:type_name -> raftgate.v1.PurgeInvocation
+	25, // 19: raftgate.v1.Command.pause:type_name -> raftgate.v1.Pause
+	26, // 20: raftgate.v1.Command.bulk:type_name -> raftgate.v1.Bulk
+	27, // 21: raftgate.v1.Command.bulk_step:type_name -> raftgate.v1.BulkStep
+	15, // 22: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
+	17, // 23: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
+	0,  // 24: raftgate.v1.Bulk.action:type_name -> raftgate.v1.BulkAction
+	49, // 25: raftgate.v1.Bulk.filter:type_name -> raftgate.v1.ListInvocations
+	0,  // 26: raftgate.v1.Operation.action:type_name -> raftgate.v1.BulkAction
+	49, // 27: raftgate.v1.Operation.filter:type_name -> raftgate.v1.ListInvocations
+	1,  // 28: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
+	33, // 29: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
+	32, // 30: raftgate.v1.Service.handler_config:type_name -> raftgate.v1.HandlerConfig
+	33, // 31: raftgate.v1.HandlerConfig.retry:type_name -> raftgate.v1.RetryPolicy
+	2,  // 32: raftgate.v1.RetryPolicy.on_max_attempts:type_name -> raftgate.v1.RetryPolicy.OnMaxAttempts
+	31, // 33: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
+	16, // 34: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
+	3,  // 35: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
+	17, // 36: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
+	40, // 37: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
+	41, // 38: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
+	42, // 39: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
+	44, // 40: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
+	45, // 41: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
+	47, // 42: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
+	54, // 43: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
+	34, // 44: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
+	35, // 45: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
+	56, // 46: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
+	49, // 47: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
+	14, // 48: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
+	51, // 49: raftgate.v1.DispatchRequest.action:type_name -> raftgate.v1.InvocationAction
+	52, // 50: raftgate.v1.DispatchRequest.bulk:type_name -> raftgate.v1.BulkRequest
+	53, // 51: raftgate.v1.DispatchRequest.operation:type_name -> raftgate.v1.GetOperation
+	43, // 52: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
+	46, // 53: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
+	48, // 54: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
+	55, // 55: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
+	37, // 56: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
+	50, // 57: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
+	57, // 58: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
+	28, // 59: raftgate.v1.DispatchResponse.operation:type_name -> raftgate.v1.Operation
+	16, // 60: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
+	17, // 61: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
+	36, // 62: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
+	4,  // 63: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
+	36, // 64: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
+	5,  // 65: raftgate.v1.InvocationAction.kind:type_name -> raftgate.v1.InvocationAction.Kind
+	0,  // 66: raftgate.v1.BulkRequest.action:type_name -> raftgate.v1.BulkAction
+	49, // 67: raftgate.v1.BulkRequest.filter:type_name -> raftgate.v1.ListInvocations
+	6,  // 68: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
+	7,  // 69: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
+	10, // 70: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
+	40, // 71: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
+	38, // 72: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
+	9,  // 73: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
+	11, // 74: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
+	41, // 75: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
+	39, // 76: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
+	73, // [73:77] is the sub-list for method output_type
+	69, // [69:73] is the sub-list for method input_type
+	69, // [69:69] is the sub-list for extension type_name
+	69, // [69:69] is the sub-list for extension extendee
+	0,  // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_raftgate_proto_init() }
@@ -3784,9 +5225,16 @@ func file_raftgate_proto_init() {
 		(*Command_JoinNode)(nil),
 		(*Command_SetNodeState)(nil),
 		(*Command_UpdateNodeAddrs)(nil),
+		(*Command_Resume)(nil),
+		(*Command_Restart)(nil),
+		(*Command_Kill)(nil),
+		(*Command_PurgeInvocation)(nil),
+		(*Command_Pause)(nil),
+		(*Command_Bulk)(nil),
+		(*Command_BulkStep)(nil),
 	}
 	file_raftgate_proto_msgTypes[9].OneofWrappers = []any{}
-	file_raftgate_proto_msgTypes[24].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[33].OneofWrappers = []any{
 		(*DispatchRequest_Append)(nil),
 		(*DispatchRequest_Output)(nil),
 		(*DispatchRequest_Attach)(nil),
@@ -3797,8 +5245,11 @@ func file_raftgate_proto_init() {
 		(*DispatchRequest_KeyStatus)(nil),
 		(*DispatchRequest_List)(nil),
 		(*DispatchRequest_FenceService)(nil),
+		(*DispatchRequest_Action)(nil),
+		(*DispatchRequest_Bulk)(nil),
+		(*DispatchRequest_Operation)(nil),
 	}
-	file_raftgate_proto_msgTypes[25].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[34].OneofWrappers = []any{
 		(*DispatchResponse_Appended)(nil),
 		(*DispatchResponse_Result)(nil),
 		(*DispatchResponse_Status)(nil),
@@ -3806,14 +5257,15 @@ func file_raftgate_proto_init() {
 		(*DispatchResponse_KeyState)(nil),
 		(*DispatchResponse_List)(nil),
 		(*DispatchResponse_Error)(nil),
+		(*DispatchResponse_Operation)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftgate_proto_rawDesc), len(file_raftgate_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   39,
+			NumEnums:      7,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
