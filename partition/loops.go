@@ -224,8 +224,9 @@ func (p *Processor) leaderLoop() {
 
 func (p *Processor) leaderWork(ctx context.Context, term uint64) {
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); p.invoker.run(ctx) }()
 	go func() { defer wg.Done(); p.sweepLoop(ctx, term) }()
+	go func() { defer wg.Done(); p.bulkLoop(ctx) }()
 	wg.Wait()
 }

@@ -62,6 +62,11 @@ type effects struct {
 	accepted    int // new invocations recorded
 	// purgeFull: a Purge stopped at its limit, so more may have expired.
 	purgeFull bool
+	// pausedChanged: an invocation was paused or left PAUSED.
+	pausedChanged bool
+	// bulkActive: a bulk operation has chunks left (the leader proposes
+	// the next step).
+	bulkActive bool
 	commands  int
 	applied   [numCommandKinds]int // commands by kind, for metrics
 }
@@ -85,11 +90,19 @@ const (
 	kindAttemptFailed
 	kindAdmit
 	kindFenceService
+	kindResume
+	kindRestart
+	kindKill
+	kindPurgeInvocation
+	kindPause
+	kindBulk
+	kindBulkStep
 	numCommandKinds
 )
 
 // commandKindNames are the metric's kind labels.
-var commandKindNames = [numCommandKinds]string{"invoke", "complete", "cancel", "purge", "attempt_failed", "admit", "fence_service"}
+var commandKindNames = [numCommandKinds]string{"invoke", "complete", "cancel", "purge", "attempt_failed", "admit", "fence_service",
+	"resume", "restart", "kill", "purge_invocation", "pause", "bulk", "bulk_step"}
 
 // machine is the deterministic part of the processor: a function of (state
 // bucket, entries). It has no goroutine, clock, randomness or I/O besides
@@ -101,6 +114,15 @@ type machine struct {
 	// way (nil until a lookup needs it): its seeks reuse one search stack
 	// where each Get would allocate its own.
 	lookup *bolt.Cursor
+	// index is the log index of the entry being applied, and at the
+	// time of the command being applied (both inputs, like the entry's
+	// data): new records carry index as created_index; bulk actions that
+	// a command's change of a record triggers first are stamped at.
+	index uint64
+	at    int64
+	// bound: running bulk operations whose Bulk is below it act on a
+	// record before a change (bulk.go, touch).
+	bound uint64
 }
 
 func (m *machine) apply(b *bolt.Bucket, entries []raftlog.Entry) (*effects, error) {
@@ -127,7 +149,7 @@ func (m *machine) applyEntries(b *bolt.Bucket, entries []raftlog.Entry) (*effect
 			return nil, fmt.Errorf("entry %d: %w", e.Index, err)
 		}
 		for i, c := range batch.Commands {
-			if err := m.applyCommand(b, e.Term, c, fx); err != nil {
+			if err := m.applyCommand(b, e.Term, e.Index, c, fx); err != nil {
 				return nil, fmt.Errorf("entry %d command %d: %w", e.Index, i, err)
 			}
 		}
@@ -194,15 +216,40 @@ func initBuckets(b *bolt.Bucket) error {
 	if err := initListing(b); err != nil {
 		return err
 	}
+	if err := initLifecycleBuckets(b); err != nil {
+		return err
+	}
 	return outbox.Init(b)
 }
 
-func (m *machine) applyCommand(b *bolt.Bucket, term uint64, c *rpc.Command, fx *effects) error {
+func (m *machine) applyCommand(b *bolt.Bucket, term, index uint64, c *rpc.Command, fx *effects) error {
 	fx.commands++
+	m.index = index
 	switch cmd := c.Cmd.(type) {
 	case *rpc.Command_Invoke:
 		fx.applied[kindInvoke]++
 		return m.invoke(b, term, cmd.Invoke, fx)
+	case *rpc.Command_Resume:
+		fx.applied[kindResume]++
+		return m.resume(b, term, cmd.Resume, fx)
+	case *rpc.Command_Restart:
+		fx.applied[kindRestart]++
+		return m.restart(b, term, cmd.Restart, fx)
+	case *rpc.Command_Kill:
+		fx.applied[kindKill]++
+		return m.kill(b, term, cmd.Kill, fx)
+	case *rpc.Command_PurgeInvocation:
+		fx.applied[kindPurgeInvocation]++
+		return m.purgeInvocation(b, term, cmd.PurgeInvocation, fx)
+	case *rpc.Command_Pause:
+		fx.applied[kindPause]++
+		return m.pause(b, cmd.Pause, fx)
+	case *rpc.Command_Bulk:
+		fx.applied[kindBulk]++
+		return m.bulk(b, term, cmd.Bulk, fx)
+	case *rpc.Command_BulkStep:
+		fx.applied[kindBulkStep]++
+		return m.bulkStep(b, cmd.BulkStep, fx)
 	case *rpc.Command_Complete:
 		fx.applied[kindComplete]++
 		return m.complete(b, cmd.Complete, fx)
@@ -259,7 +306,7 @@ func (m *machine) invoke(b *bolt.Bucket, term uint64, c *rpc.Invoke, fx *effects
 		fx.replies = append(fx.replies, r)
 		return nil
 	}
-	rec = &rpc.InvocationRecord{Invoke: c, State: rpc.InvocationRecord_PENDING, AcceptedAtUnixMs: c.ProposedAtUnixMs}
+	rec = &rpc.InvocationRecord{Invoke: c, State: rpc.InvocationRecord_PENDING, AcceptedAtUnixMs: c.ProposedAtUnixMs, CreatedIndex: m.index}
 	switch {
 	case delayedExclusive(c):
 		rec.State = rpc.InvocationRecord_SCHEDULED // enters its key when due (keys.go)
@@ -285,7 +332,7 @@ func (m *machine) invoke(b *bolt.Bucket, term uint64, c *rpc.Invoke, fx *effects
 // delivery; completing a completed (or purged) invocation is a no-op, so
 // the first Complete in log order wins.
 func (m *machine) complete(b *bolt.Bucket, c *rpc.Complete, fx *effects) error {
-	rec, found, err := m.record(b, c.InvocationId)
+	rec, found, err := m.touched(b, c.InvocationId, c.ProposedAtUnixMs, fx)
 	if err != nil || !found || rec.State == rpc.InvocationRecord_COMPLETED {
 		return err
 	}
@@ -294,19 +341,14 @@ func (m *machine) complete(b *bolt.Bucket, c *rpc.Complete, fx *effects) error {
 
 func (m *machine) cancel(b *bolt.Bucket, term uint64, c *rpc.Cancel, fx *effects) error {
 	r := reply{requestID: c.RequestId, term: term}
-	rec, found, err := m.record(b, c.InvocationId)
+	rec, found, err := m.touched(b, c.InvocationId, c.ProposedAtUnixMs, fx)
 	switch {
 	case err != nil:
 		return err
 	case !found:
 		r.err = fmt.Errorf("partition: cancel: %w", rpc.ErrNotFound)
-	case rec.State != rpc.InvocationRecord_COMPLETED:
-		attempts := rec.Attempts
-		if c.AttemptUnderWay {
-			attempts++ // delivered, and now ended by the cancellation
-		}
-		res := &rpc.Result{Status: cancelledStatus, Failed: true, Error: cancelledError, Attempts: attempts}
-		if err := m.finish(b, rec, res, c.ProposedAtUnixMs, fx); err != nil {
+	default:
+		if _, err := m.endRecord(b, rec, cancelledError, c.AttemptUnderWay, c.ProposedAtUnixMs, fx); err != nil {
 			return err
 		}
 	}
@@ -318,6 +360,12 @@ func (m *machine) finish(b *bolt.Bucket, rec *rpc.InvocationRecord, res *rpc.Res
 	id := rec.Invoke.InvocationId
 	due := dueOf(rec)
 	was := rec.State
+	if was == rpc.InvocationRecord_PAUSED {
+		if err := unindexPaused(b, rec); err != nil {
+			return err
+		}
+		fx.pausedChanged = true
+	}
 	rec.State = rpc.InvocationRecord_COMPLETED
 	rec.CompletedAtUnixMs = at
 	rec.RetryAtUnixMs = 0
@@ -350,7 +398,7 @@ func (m *machine) startDelivery(b *bolt.Bucket, rec *rpc.InvocationRecord, fx *e
 		return err
 	}
 	due := dueOf(rec)
-	if err := outbox.Put(b, outbox.Entry{ID: rec.Invoke.InvocationId, Due: due, Service: rec.Invoke.Service}); err != nil {
+	if err := outbox.Put(b, outbox.Entry{ID: rec.Invoke.InvocationId, Due: due, Attempts: rec.Attempts, Service: rec.Invoke.Service}); err != nil {
 		return err
 	}
 	fx.queued(due)
@@ -365,6 +413,10 @@ func (m *machine) startDelivery(b *bolt.Bucket, rec *rpc.InvocationRecord, fx *e
 func (m *machine) purge(b *bolt.Bucket, c *rpc.Purge, fx *effects) error {
 	inv := b.Bucket(invocationsBucket)
 	n, err := results.Purge(b, c.BeforeUnixMs, int(c.Limit), func(id []byte) error {
+		// A bulk purge that has not reached it yet counts it as its own.
+		if err := m.purgedByRetention(b, id); err != nil {
+			return err
+		}
 		if err := unindexCreated(b, id); err != nil {
 			return err
 		}
@@ -385,7 +437,7 @@ func (m *machine) purge(b *bolt.Bucket, c *rpc.Purge, fx *effects) error {
 // leader's report of an attempt a new leader repeated) and ignored, as is
 // any report for an invocation not being delivered (queued for its key).
 func (m *machine) attemptFailed(b *bolt.Bucket, c *rpc.AttemptFailed, fx *effects) error {
-	rec, found, err := m.record(b, c.InvocationId)
+	rec, found, err := m.touched(b, c.InvocationId, c.ProposedAtUnixMs, fx)
 	if err != nil || !found || rec.State != rpc.InvocationRecord_PENDING || c.Attempt <= rec.Attempts {
 		return err
 	}

@@ -55,6 +55,9 @@ type Processor struct {
 	appliedTerm atomic.Uint64
 	// sweepCh (cap 1) wakes the sweeper when a Purge stopped at its limit.
 	sweepCh chan struct{}
+	// bulkCh (cap 1) wakes the bulk loop when a bulk step or Bulk applied
+	// that left an operation running.
+	bulkCh chan struct{}
 	// restores counts Restore calls; Apply, Restore and reveal all run on
 	// raftlog's writer goroutine (Restore at open before the group starts),
 	// so it needs no lock.
@@ -91,6 +94,7 @@ func New(cfg Config) (*Processor, error) {
 		stop:      make(chan struct{}),
 		appliedCh: make(chan struct{}, 1),
 		sweepCh:   make(chan struct{}, 1),
+		bulkCh:    make(chan struct{}, 1),
 	}
 	if p.now == nil {
 		p.now = time.Now
@@ -368,6 +372,12 @@ func (p *Processor) reveal(fx *effects, gen uint64) {
 	if fx.purgeFull {
 		select {
 		case p.sweepCh <- struct{}{}:
+		default:
+		}
+	}
+	if fx.bulkActive {
+		select {
+		case p.bulkCh <- struct{}{}:
 		default:
 		}
 	}
