@@ -18,15 +18,19 @@ import (
 //   - Pause takes a PENDING invocation out of the outbox (PAUSED); the
 //     invoker proposes it when a retry policy with onMaxAttempts pause is
 //     exhausted. An exclusive one keeps its key: the key's queue waits.
+//
 //   - Resume puts a PAUSED invocation, or a PENDING one backing off, in
 //     the outbox due now, with a fresh attempt budget, optionally with
 //     another URL.
+//
 //   - Restart records a new invocation with a COMPLETED or PAUSED one's
 //     input, linked both ways; a paused original completes as killed.
+//
 //   - Kill completes any invocation not completed with a killed result.
+//
 //   - PurgeInvocation drops a COMPLETED invocation's record and result.
 //
-//	paused  service ‖ 0 ‖ id → nil   (the paused invocations, for the metric)
+//     paused  service ‖ 0 ‖ id → nil   (the paused invocations, for the metric)
 var pausedBucket = []byte("paused")
 
 // Result of a killed invocation: 409 with failed=true, as a cancellation,

@@ -67,8 +67,8 @@ type effects struct {
 	// bulkActive: a bulk operation has chunks left (the leader proposes
 	// the next step).
 	bulkActive bool
-	commands  int
-	applied   [numCommandKinds]int // commands by kind, for metrics
+	commands   int
+	applied    [numCommandKinds]int // commands by kind, for metrics
 }
 
 // queued notes a delivery queued due at due.
