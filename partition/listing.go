@@ -209,6 +209,10 @@ func matches(b *bolt.Bucket, rec *rpc.InvocationRecord, req *rpc.ListInvocations
 		if rec.State != rpc.InvocationRecord_SCHEDULED {
 			return false, nil
 		}
+	case rpc.ListInvocations_PAUSED:
+		if rec.State != rpc.InvocationRecord_PAUSED {
+			return false, nil
+		}
 	case rpc.ListInvocations_COMPLETED, rpc.ListInvocations_FAILED:
 		if rec.State != rpc.InvocationRecord_COMPLETED {
 			return false, nil

@@ -23,8 +23,9 @@ type backend struct {
 }
 
 var (
-	_ dispatch.Backend    = backend{}
-	_ dispatch.KeyBackend = backend{}
+	_ dispatch.Backend          = backend{}
+	_ dispatch.KeyBackend       = backend{}
+	_ dispatch.LifecycleBackend = backend{}
 )
 
 // processor returns partition p's processor after checking that p owns the
@@ -79,6 +80,40 @@ func (b backend) Cancel(ctx context.Context, p uint32, requestID, id []byte) err
 		return err
 	}
 	return proc.Cancel(ctx, requestID, id)
+}
+
+func (b backend) Action(ctx context.Context, p uint32, requestID []byte, a *rpc.InvocationAction) (*rpc.Appended, error) {
+	proc, err := b.processor(p, a.GetInvocationId())
+	if err != nil {
+		return nil, err
+	}
+	return proc.Action(ctx, requestID, a)
+}
+
+// partition returns partition p's processor (bulk operations name no
+// invocation).
+func (b backend) partition(p uint32) (*partition.Processor, error) {
+	n := uint32(len(b.processors) - 1)
+	if p == 0 || p > n {
+		return nil, fmt.Errorf("%w: no partition %d on this cluster (1..%d)", rpc.ErrInvalid, p, n)
+	}
+	return b.processors[p], nil
+}
+
+func (b backend) Bulk(ctx context.Context, p uint32, requestID []byte, req *rpc.BulkRequest) (*rpc.Operation, error) {
+	proc, err := b.partition(p)
+	if err != nil {
+		return nil, err
+	}
+	return proc.Bulk(ctx, requestID, req)
+}
+
+func (b backend) Operation(ctx context.Context, p uint32, id string) (*rpc.Operation, error) {
+	proc, err := b.partition(p)
+	if err != nil {
+		return nil, err
+	}
+	return proc.Operation(ctx, id)
 }
 
 func (b backend) KeyStatus(ctx context.Context, p uint32, service, key string) (*rpc.KeyState, error) {

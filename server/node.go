@@ -364,6 +364,7 @@ func (n *Server) Start() (err error) {
 		Cluster:        clusterView{n: n},
 		Invocations:    n.dispatchClient,
 		Keys:           n.dispatchClient,
+		Lifecycle:      n.dispatchClient,
 		Registry:       registryView{client: n.dispatchClient, registry: n.registry},
 		Partitions:     cfg.Partitions,
 		Token:          cfg.AdminToken,

@@ -90,6 +90,10 @@ type Config struct {
 	Backup func(w io.Writer, size func(int64)) (int64, error)
 	// Keys, when set, serves GET /objects/{object}/{key}. Nil answers 404.
 	Keys Keys
+	// Lifecycle, when set, serves the invocation actions and bulk
+	// operations (POST /invocations/{id}/{action}, POST
+	// /invocations/bulk, GET /operations/{op}). Nil answers 404.
+	Lifecycle Lifecycle
 	// Build is this node's build, served by GET /version.
 	Build BuildInfo
 	// RetryInForce fills the unset fields of a service's registered retry
@@ -156,6 +160,11 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("/cluster", s.methods(route{get: s.getCluster}))
 	mux.HandleFunc("/invocations", s.methods(route{get: s.listInvocations}))
 	mux.HandleFunc("/invocations/{id}", s.methods(route{get: s.getInvocation, delete: s.cancelInvocation}))
+	if cfg.Lifecycle != nil {
+		mux.HandleFunc("/invocations/bulk", s.methods(route{post: s.bulkInvocations}))
+		mux.HandleFunc("/invocations/{id}/{action}", s.methods(route{post: s.invocationAction}))
+		mux.HandleFunc("/operations/{op}", s.methods(route{get: s.getOperation}))
+	}
 	if cfg.Keys != nil {
 		mux.HandleFunc("/objects/{object}/{key}", s.methods(route{get: s.getObjectKey}))
 	}
@@ -182,7 +191,7 @@ func New(cfg Config) (http.Handler, error) {
 
 // route names the handler of each method a path supports.
 type route struct {
-	get, put, delete http.HandlerFunc
+	get, put, post, delete http.HandlerFunc
 }
 
 // methods dispatches by method and answers 405 with an Allow header (and a
@@ -201,6 +210,7 @@ func (s *server) methods(rt route) http.HandlerFunc {
 	}
 	add(rt.get, "GET, HEAD")
 	add(rt.put, http.MethodPut)
+	add(rt.post, http.MethodPost)
 	add(rt.delete, http.MethodDelete)
 	return func(w http.ResponseWriter, r *http.Request) {
 		var h http.HandlerFunc
@@ -209,6 +219,8 @@ func (s *server) methods(rt route) http.HandlerFunc {
 			h = rt.get
 		case http.MethodPut:
 			h = rt.put
+		case http.MethodPost:
+			h = rt.post
 		case http.MethodDelete:
 			h = rt.delete
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/raftgate/raftgate/registry"
 	"github.com/raftgate/raftgate/rpc"
+	"google.golang.org/protobuf/proto"
 )
 
 // maxServiceBody bounds a PUT /services body; a registration is tiny.
@@ -44,6 +46,8 @@ type ServiceView struct {
 	// Retry is the retry policy in force for the service's deliveries: its
 	// registration's fields, the cluster's defaults for the others.
 	Retry RetryView `json:"retry"`
+	// HandlerConfig is each configured handler's retry policy in force.
+	HandlerConfig map[string]HandlerConfigView `json:"handlerConfig,omitempty"`
 }
 
 // RetryView is a retry policy in JSON; durations in Go syntax ("100ms").
@@ -52,6 +56,9 @@ type RetryView struct {
 	InitialBackoff string `json:"initialBackoff"`
 	MaxBackoff     string `json:"maxBackoff"`
 	AttemptTimeout string `json:"attemptTimeout"`
+	// OnMaxAttempts is pause (keep the invocation, paused, for an
+	// operator) or fail (record a terminal failure).
+	OnMaxAttempts string `json:"onMaxAttempts"`
 }
 
 // RetryRequest is the "retry" object of PUT /services/{name}; every field
@@ -61,6 +68,23 @@ type RetryRequest struct {
 	InitialBackoff string  `json:"initialBackoff,omitempty"`
 	MaxBackoff     string  `json:"maxBackoff,omitempty"`
 	AttemptTimeout string  `json:"attemptTimeout,omitempty"`
+	OnMaxAttempts  string  `json:"onMaxAttempts,omitempty"`
+}
+
+// HandlerConfigRequest is one handler's entry of "handlerConfig": fields
+// set in its retry replace the service's.
+type HandlerConfigRequest struct {
+	Retry *RetryRequest `json:"retry,omitempty"`
+}
+
+// HandlerConfigView is one handler's policy in force.
+type HandlerConfigView struct {
+	Retry RetryView `json:"retry"`
+}
+
+var onMaxAttemptsNames = map[rpc.RetryPolicy_OnMaxAttempts]string{
+	rpc.RetryPolicy_PAUSE: "pause",
+	rpc.RetryPolicy_FAIL:  "fail",
 }
 
 // Bounds of a registered retry policy: a typo should not retry for a year.
@@ -87,6 +111,8 @@ type ServiceRequest struct {
 	Shared []string `json:"shared,omitempty"`
 	// Retry overrides the cluster's default retry policy; optional.
 	Retry *RetryRequest `json:"retry,omitempty"`
+	// HandlerConfig overrides the service's retry policy per handler.
+	HandlerConfig map[string]HandlerConfigRequest `json:"handlerConfig,omitempty"`
 }
 
 // Service kinds as the admin API spells them.
@@ -110,12 +136,12 @@ func parseKind(s string) (rpc.Service_Kind, error) {
 
 func (s *server) serviceView(svc *rpc.Service) ServiceView {
 	v := ServiceView{Name: svc.GetName(), URL: svc.GetUrl(), Handlers: svc.GetHandlers(), Kind: kindNames[svc.GetKind()], Shared: svc.GetShared()}
-	r := s.retryInForce(svc.GetRetry())
-	v.Retry = RetryView{
-		MaxAttempts:    r.GetMaxAttempts(),
-		InitialBackoff: msText(r.GetInitialBackoffMs()),
-		MaxBackoff:     msText(r.GetMaxBackoffMs()),
-		AttemptTimeout: msText(r.GetAttemptTimeoutMs()),
+	v.Retry = retryView(s.retryInForce(svc.GetRetry()))
+	for _, hc := range svc.GetHandlerConfig() {
+		if v.HandlerConfig == nil {
+			v.HandlerConfig = map[string]HandlerConfigView{}
+		}
+		v.HandlerConfig[hc.GetHandler()] = HandlerConfigView{Retry: retryView(s.retryInForce(overlay(svc.GetRetry(), hc.GetRetry())))}
 	}
 	if v.Handlers == nil {
 		v.Handlers = []string{}
@@ -124,6 +150,40 @@ func (s *server) serviceView(svc *rpc.Service) ServiceView {
 		v.UpdatedAt = formatTime(ms)
 	}
 	return v
+}
+
+func retryView(r *rpc.RetryPolicy) RetryView {
+	return RetryView{
+		MaxAttempts:    r.GetMaxAttempts(),
+		InitialBackoff: msText(r.GetInitialBackoffMs()),
+		MaxBackoff:     msText(r.GetMaxBackoffMs()),
+		AttemptTimeout: msText(r.GetAttemptTimeoutMs()),
+		OnMaxAttempts:  onMaxAttemptsNames[r.GetOnMaxAttempts()],
+	}
+}
+
+// overlay returns the fields h sets over base (neither changed).
+func overlay(base, h *rpc.RetryPolicy) *rpc.RetryPolicy {
+	out := &rpc.RetryPolicy{}
+	if base != nil {
+		out = proto.Clone(base).(*rpc.RetryPolicy)
+	}
+	if n := h.GetMaxAttempts(); n > 0 {
+		out.MaxAttempts = n
+	}
+	if ms := h.GetInitialBackoffMs(); ms > 0 {
+		out.InitialBackoffMs = ms
+	}
+	if ms := h.GetMaxBackoffMs(); ms > 0 {
+		out.MaxBackoffMs = ms
+	}
+	if ms := h.GetAttemptTimeoutMs(); ms > 0 {
+		out.AttemptTimeoutMs = ms
+	}
+	if o := h.GetOnMaxAttempts(); o != rpc.RetryPolicy_ON_MAX_ATTEMPTS_UNSET {
+		out.OnMaxAttempts = o
+	}
+	return out
 }
 
 // catchUp lets this node's registry replica catch up with the metadata
@@ -270,6 +330,19 @@ func validateService(name string, req ServiceRequest) (*rpc.Service, error) {
 		return nil, err
 	}
 	svc := &rpc.Service{Name: name, Url: base, Handlers: slices.Clone(req.Handlers), Kind: kind, Shared: slices.Clone(req.Shared), Retry: retry}
+	for _, h := range slices.Sorted(maps.Keys(req.HandlerConfig)) {
+		if err := ValidateHandlerName(h); err != nil {
+			return nil, fmt.Errorf("handlerConfig: %w", err)
+		}
+		if len(req.Handlers) > 0 && !seen[h] {
+			return nil, fmt.Errorf("handlerConfig: handler %q is not in handlers", h)
+		}
+		hr, err := validateRetry(req.HandlerConfig[h].Retry)
+		if err != nil {
+			return nil, fmt.Errorf("handlerConfig.%s.%w", h, err)
+		}
+		svc.HandlerConfig = append(svc.HandlerConfig, &rpc.HandlerConfig{Handler: h, Retry: hr})
+	}
 	if err := registry.CheckKind(svc); err != nil {
 		return nil, err
 	}
@@ -304,6 +377,15 @@ func validateRetry(req *RetryRequest) (*rpc.RetryPolicy, error) {
 			return nil, fmt.Errorf("retry.%s %q must be a duration from 1ms to %v, like \"500ms\" or \"30s\"", f.name, f.text, maxRetryDuration)
 		}
 		*f.ms = d.Milliseconds()
+	}
+	switch req.OnMaxAttempts {
+	case "":
+	case "pause":
+		p.OnMaxAttempts = rpc.RetryPolicy_PAUSE
+	case "fail":
+		p.OnMaxAttempts = rpc.RetryPolicy_FAIL
+	default:
+		return nil, fmt.Errorf(`retry.onMaxAttempts %q: want "pause" or "fail"`, req.OnMaxAttempts)
 	}
 	if p.InitialBackoffMs > 0 && p.MaxBackoffMs > 0 && p.InitialBackoffMs > p.MaxBackoffMs {
 		return nil, fmt.Errorf("retry.initialBackoff %s is above retry.maxBackoff %s", req.InitialBackoff, req.MaxBackoff)
