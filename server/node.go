@@ -274,6 +274,7 @@ func (n *Server) Start() (err error) {
 		pc.Partition = p
 		pc.Retention = cfg.Retention
 		pc.Invoker.Retry = retry
+		pc.BulkChunk = cfg.BulkChunk
 		pc.Services = registry.InvokerLookup{Registry: n.registry}
 		pc.Logger = n.log
 		pc.Registerer = reg
@@ -436,6 +437,7 @@ func defaultRetry(cfg Config) outbox.Policy {
 	p.BackoffBase = cfg.RetryInitialBackoff
 	p.BackoffMax = cfg.RetryMaxBackoff
 	p.AttemptTimeout = cfg.RetryAttemptTimeout
+	p.PauseOnMaxAttempts = cfg.RetryOnMaxAttempts == "pause"
 	return p
 }
 
