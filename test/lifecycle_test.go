@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/raftgate/raftgate/internal/testutil"
 )
 
@@ -417,4 +419,40 @@ func TestBulkActionsAcrossLeaderKill(t *testing.T) {
 	if s := getJSON(t, admin+"/operations/op_unknown", &op); s != http.StatusNotFound {
 		t.Fatalf("unknown operation: %d", s)
 	}
+}
+
+// The console's action buttons, each behind its confirmation: a paused
+// invocation resumed from its page (the dialog alone changes nothing),
+// then purged.
+func TestConsoleInvocationActions(t *testing.T) {
+	s := newConsoleSession(t)
+	c := startCluster(t, clusterOpts{nodes: 1})
+	n := c.nodes[0]
+	svc := newSwitchable(t)
+	svc.down.Store(true)
+	register(t, n, "Svc", `{"url":"`+svc.srv.URL+`","retry":{"maxAttempts":1}}`)
+	id := send(t, n, "/Svc/run", `"x"`, nil)
+	waitStatus(t, c.nodes, id, "paused")
+
+	s.do("open the paused invocation", chromedp.Navigate(n.adminURL()+"/ui/#/invocations/"+id))
+	s.waitPage(10*time.Second, "paused, with resume, restart and kill but no purge",
+		`document.querySelector("#inv-detail [data-status=paused]") !== null &&
+		 !document.querySelector("[data-action=resume]").hidden && !document.querySelector("[data-action=restart]").hidden &&
+		 !document.querySelector("[data-action=kill]").hidden && document.querySelector("[data-action=purge]").hidden`)
+	s.do("ask to resume", chromedp.Click(chromedp.CSS("[data-action=resume]")))
+	s.waitPage(5*time.Second, "the confirmation dialog", `document.querySelector("#confirm-action").open`)
+	s.screenshot("resume")
+	if v := waitStatus(t, c.nodes, id, "paused"); svc.count(id) != 1 {
+		t.Fatalf("the dialog alone changed the invocation: %+v", v)
+	}
+	svc.down.Store(false)
+	s.do("confirm", chromedp.Click(chromedp.CSS("#action-yes")))
+	s.waitPage(10*time.Second, "completed on the page, with purge offered",
+		`document.querySelector("#inv-detail [data-status=completed]") !== null && !document.querySelector("[data-action=purge]").hidden`)
+	s.do("ask to purge", chromedp.Click(chromedp.CSS("[data-action=purge]")))
+	s.waitPage(5*time.Second, "the confirmation dialog", `document.querySelector("#confirm-action").open`)
+	s.do("confirm", chromedp.Click(chromedp.CSS("#action-yes")))
+	testutil.WaitFor(t, 10*time.Second, "purged", func() bool {
+		return getJSON(t, n.adminURL()+"/invocations/"+id, &invView{}) == http.StatusNotFound
+	})
 }
