@@ -76,7 +76,7 @@ type invView struct {
 	} `json:"result"`
 }
 
-func getJSON(t *testing.T, url string, v any) int {
+func getJSON(t testing.TB, url string, v any) int {
 	t.Helper()
 	r, err := do(context.Background(), http.MethodGet, url, nil, nil)
 	if err != nil {
@@ -88,7 +88,7 @@ func getJSON(t *testing.T, url string, v any) int {
 	return r.status
 }
 
-func postJSON(t *testing.T, url, body string, v any) int {
+func postJSON(t testing.TB, url, body string, v any) int {
 	t.Helper()
 	var b []byte
 	if body != "" {
