@@ -97,28 +97,20 @@ func (p *Processor) Operation(ctx context.Context, id string) (*rpc.Operation, e
 
 // bulkLoop is the leader's driver of bulk operations for one term: while
 // one runs it proposes a BulkStep, and the next once that one applied
-// (bulkCh), so a step's chunk is the most one entry adds to what other
-// requests wait for. A step lost with a proposal is proposed again after
-// bulkRecheck.
+// (bulkCh) and as long again has passed: a step's chunk is the most one
+// entry adds to what other requests wait for, and steps take at most half
+// of the partition's apply time. A step lost with a proposal is proposed
+// again after bulkRecheck.
 func (p *Processor) bulkLoop(ctx context.Context) {
 	for {
 		err := p.log.ReadIndex(ctx)
 		if err == nil {
 			break
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || !sleepCtx(ctx, 50*time.Millisecond) {
 			return
-		}
-		t := time.NewTimer(50 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
 		}
 	}
-	t := time.NewTimer(0)
-	defer t.Stop()
 	for {
 		var running string
 		err := p.log.View(func(b *bolt.Bucket) error {
@@ -132,23 +124,35 @@ func (p *Processor) bulkLoop(ctx context.Context) {
 		if err != nil {
 			p.logger.Warn().Err(err).Msg("bulk: reading operations failed")
 		}
+		proposed := time.Now()
 		if running != "" {
 			p.submit(ctx, &rpc.Command{Cmd: &rpc.Command_BulkStep{BulkStep: &rpc.BulkStep{
 				OperationId: running, ProposedAtUnixMs: p.now().UnixMilli()}}}, nil)
 		}
-		if !t.Stop() {
-			select {
-			case <-t.C:
-			default:
-			}
-		}
-		t.Reset(bulkRecheck)
+		t := time.NewTimer(bulkRecheck)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-p.bulkCh:
+			t.Stop()
+			if running != "" && !sleepCtx(ctx, min(time.Since(proposed), bulkRecheck)) {
+				return
+			}
 		case <-t.C:
 		}
+	}
+}
+
+// sleepCtx waits d or until ctx ends; false when ctx ended.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

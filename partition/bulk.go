@@ -40,7 +40,7 @@ var (
 )
 
 // DefaultBulkChunk is how many listing entries one BulkStep walks at most.
-const DefaultBulkChunk = 256
+const DefaultBulkChunk = 64
 
 func getOperation(b *bolt.Bucket, id string) (*rpc.Operation, bool, error) {
 	data := b.Bucket(operationsBucket).Get([]byte(id))

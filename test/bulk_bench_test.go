@@ -104,7 +104,7 @@ func BenchmarkBulkCancelUnrelatedLatency(b *testing.B) {
 		b.Fatalf("bulk cancel: %d", s)
 	}
 	var st bulkOp
-	testutil.WaitFor(b, 5*time.Minute, "bulk cancel done", func() bool {
+	testutil.WaitFor(b, 2*time.Minute, "bulk cancel done", func() bool {
 		return getJSON(b, node.adminURL()+"/operations/"+op.Operation, &st) == http.StatusOK && st.Done
 	})
 	bulkTook := time.Since(bulkStart)
