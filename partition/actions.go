@@ -73,19 +73,26 @@ func (p *Processor) Bulk(ctx context.Context, requestID []byte, req *rpc.BulkReq
 	if _, err := p.request(ctx, requestID, cmd); err != nil {
 		return nil, err
 	}
-	return p.Operation(ctx, req.GetOperationId())
+	return p.readOperation(ctx, req.GetOperationId(), true)
 }
 
-// Operation reads this partition's state of a bulk operation;
-// rpc.ErrNotFound when it has none. Linearizable like Status.
+// Operation reads this partition's state of a bulk operation (matched
+// known once done); rpc.ErrNotFound when it has none. Linearizable like
+// Status.
 func (p *Processor) Operation(ctx context.Context, id string) (*rpc.Operation, error) {
+	return p.readOperation(ctx, id, false)
+}
+
+// readOperation reads an operation; countMatched also counts what it has
+// yet to change (a scan: once, when it starts).
+func (p *Processor) readOperation(ctx context.Context, id string, countMatched bool) (*rpc.Operation, error) {
 	if err := p.leaderRead(ctx); err != nil {
 		return nil, err
 	}
 	var op *rpc.Operation
 	err := p.log.View(func(b *bolt.Bucket) error {
 		var err error
-		op, err = readOperation(b, id, p.now().UnixMilli())
+		op, err = readOperation(b, id, p.now().UnixMilli(), countMatched)
 		return err
 	})
 	if err != nil {

@@ -440,8 +440,11 @@ func countAhead(b *bolt.Bucket, op *rpc.Operation, at int64) (uint64, error) {
 	return n, nil
 }
 
-// readOperation reads operation id with its matched count at time at.
-func readOperation(b *bolt.Bucket, id string, at int64) (*rpc.Operation, error) {
+// readOperation reads operation id. Its matched count is applied plus,
+// with countMatched, the invocations its walk has yet to reach that it
+// will change (a scan of them, so only when the operation starts); without,
+// applied once done and 0 before.
+func readOperation(b *bolt.Bucket, id string, at int64, countMatched bool) (*rpc.Operation, error) {
 	if b.Bucket(operationsBucket) == nil {
 		return nil, rpc.ErrNotFound
 	}
@@ -452,11 +455,16 @@ func readOperation(b *bolt.Bucket, id string, at int64) (*rpc.Operation, error) 
 	if !found {
 		return nil, rpc.ErrNotFound
 	}
-	ahead, err := countAhead(b, op, at)
-	if err != nil {
-		return nil, err
+	switch {
+	case op.Done:
+		op.Matched = op.Applied
+	case countMatched:
+		ahead, err := countAhead(b, op, at)
+		if err != nil {
+			return nil, err
+		}
+		op.Matched = op.Applied + ahead
 	}
-	op.Matched = op.Applied + ahead
 	return op, nil
 }
 

@@ -231,7 +231,7 @@ func TestBulkAppliesToTheSetMatchingAtItsPosition(t *testing.T) {
 	ops := map[string]*rpc.Operation{}
 	_ = state.View(func(b *bolt.Bucket) error {
 		for _, id := range []string{"op_1", "op_2"} {
-			op, err := readOperation(b, id, 9999)
+			op, err := readOperation(b, id, 9999, true)
 			if err != nil {
 				return err
 			}
@@ -294,7 +294,7 @@ func TestBulkPurgeAndResume(t *testing.T) {
 	}
 	state, _ := l.sameEverywhere()
 	_ = state.View(func(b *bolt.Bucket) error {
-		op, err := readOperation(b, "op_p", 9999)
+		op, err := readOperation(b, "op_p", 9999, false)
 		if err != nil || !op.Done || op.Applied != 6 {
 			t.Errorf("op_p = %v, %v; want done, 6 applied", op, err)
 		}
@@ -324,11 +324,11 @@ func TestBulkEdges(t *testing.T) {
 		t.Fatalf("replies %v", replies)
 	}
 	_ = state.View(func(b *bolt.Bucket) error {
-		op, err := readOperation(b, "op_e", 1)
+		op, err := readOperation(b, "op_e", 1, false)
 		if err != nil || !op.Done || op.Applied != 0 {
 			t.Errorf("bulk on an empty partition = %v, %v", op, err)
 		}
-		if _, err := readOperation(b, "op_x", 1); !errors.Is(err, rpc.ErrNotFound) {
+		if _, err := readOperation(b, "op_x", 1, false); !errors.Is(err, rpc.ErrNotFound) {
 			t.Errorf("unknown operation: %v", err)
 		}
 		return nil

@@ -2296,7 +2296,8 @@ type Operation struct {
 	StartedAtUnixMs  int64  `protobuf:"varint,11,opt,name=started_at_unix_ms,json=startedAtUnixMs,proto3" json:"started_at_unix_ms,omitempty"`
 	FinishedAtUnixMs int64  `protobuf:"varint,12,opt,name=finished_at_unix_ms,json=finishedAtUnixMs,proto3" json:"finished_at_unix_ms,omitempty"`
 	// Answers only: the partition, and the invocations that matched at the
-	// Bulk's log position (applied + those still ahead of the cursor).
+	// Bulk's log position: applied once done; as a Bulk's answer, applied +
+	// those still ahead of the cursor (counted by a scan); else 0.
 	Partition     uint32 `protobuf:"varint,13,opt,name=partition,proto3" json:"partition,omitempty"`
 	Matched       uint64 `protobuf:"varint,14,opt,name=matched,proto3" json:"matched,omitempty"`
 	unknownFields protoimpl.UnknownFields

@@ -280,10 +280,10 @@ func TestInvocationActions(t *testing.T) {
 
 // bulkOp is GET /operations/{op}.
 type bulkOp struct {
-	Done    bool   `json:"done"`
-	Matched uint64 `json:"matched"`
-	Applied uint64 `json:"applied"`
-	Scanned uint64 `json:"scanned"`
+	Done    bool    `json:"done"`
+	Matched *uint64 `json:"matched"`
+	Applied uint64  `json:"applied"`
+	Scanned uint64  `json:"scanned"`
 }
 
 // A bulk cancel by filter, with a leader killed while it runs: it
@@ -373,7 +373,7 @@ func TestBulkActionsAcrossLeaderKill(t *testing.T) {
 	testutil.WaitFor(t, 60*time.Second, "bulk cancel done after the leader kill", func() bool {
 		return getJSON(t, alive[0].adminURL()+"/operations/"+started.Operation, &op) == http.StatusOK && op.Done
 	})
-	if op.Applied != nX || op.Matched != nX {
+	if op.Applied != nX || op.Matched == nil || *op.Matched != nX {
 		t.Fatalf("operation %+v, want %d applied", op, nX)
 	}
 	for _, id := range ids["X"] {

@@ -94,7 +94,7 @@ func lifecycleCmds(env cliEnv, client func() *adminClient, asJSON *bool) []*cobr
 					return nil
 				}
 				if !*asJSON {
-					fmt.Fprintf(env.stdout, "  %d of %d (%d listed entries walked)\n", op.Applied, op.Matched, op.Scanned)
+					fmt.Fprintf(env.stdout, "  %d of %d (%d listed entries walked)\n", op.Applied, a.Matched, op.Scanned)
 				}
 				select {
 				case <-cmd.Context().Done():

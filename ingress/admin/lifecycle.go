@@ -259,10 +259,11 @@ type OperationView struct {
 	Action    string `json:"action"`
 	// Done once every partition finished its part.
 	Done bool `json:"done"`
-	// Matched: the invocations that matched when the operation's command
-	// applied; Applied: those it has changed so far (equal once done).
-	Matched uint64 `json:"matched"`
-	Applied uint64 `json:"applied"`
+	// Applied counts the invocations it has changed so far; Matched, shown
+	// once done, those that matched when its command applied (the same
+	// number; POST /invocations/bulk answered it at the start).
+	Matched *uint64 `json:"matched,omitempty"`
+	Applied uint64  `json:"applied"`
 	// Scanned counts the listing entries walked so far.
 	Scanned    uint64                   `json:"scanned"`
 	StartedAt  string                   `json:"startedAt,omitempty"`
@@ -274,7 +275,6 @@ type OperationView struct {
 type OperationPartitionView struct {
 	Partition uint32 `json:"partition"`
 	Done      bool   `json:"done"`
-	Matched   uint64 `json:"matched"`
 	Applied   uint64 `json:"applied"`
 	Scanned   uint64 `json:"scanned"`
 }
@@ -306,7 +306,6 @@ func (s *server) getOperation(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		v.Action = bulkActionName(op.GetAction())
-		v.Matched += op.GetMatched()
 		v.Applied += op.GetApplied()
 		v.Scanned += op.GetScanned()
 		v.Done = v.Done && op.GetDone()
@@ -315,7 +314,7 @@ func (s *server) getOperation(w http.ResponseWriter, r *http.Request) {
 		}
 		finished = max(finished, op.GetFinishedAtUnixMs())
 		v.Partitions = append(v.Partitions, OperationPartitionView{Partition: uint32(i + 1), Done: op.GetDone(),
-			Matched: op.GetMatched(), Applied: op.GetApplied(), Scanned: op.GetScanned()})
+			Applied: op.GetApplied(), Scanned: op.GetScanned()})
 	}
 	if len(v.Partitions) == 0 {
 		s.writeError(w, r, http.StatusNotFound, "operation "+id+" not found")
@@ -324,6 +323,7 @@ func (s *server) getOperation(w http.ResponseWriter, r *http.Request) {
 	v.StartedAt = optionalTime(started)
 	if v.Done {
 		v.FinishedAt = optionalTime(finished)
+		v.Matched = &v.Applied
 	}
 	writeJSON(w, http.StatusOK, v)
 }
