@@ -130,6 +130,7 @@ func (h *Handler) invokeChecked(w http.ResponseWriter, r *http.Request, rt route
 		Exclusive:      rt.keyed && registry.Exclusive(svc, rt.handler),
 
 		ServiceRegisteredIndex: svc.RegisteredIndex,
+		RejectReusedKey:        key != "" && (h.cfg.RejectReusedIdempotencyKeys || svc.GetRejectReusedIdempotencyKeys()),
 	}
 	if hasDelay {
 		// Even ?delay=0s: the answer then carries executionTime (the

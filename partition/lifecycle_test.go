@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 
@@ -333,4 +334,41 @@ func TestBulkEdges(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// An idempotency key reused with another body is refused when the request
+// asks for it (rpc.ErrKeyReused, nothing stored), and answered with the
+// first invocation otherwise, also once the first one completed and kept
+// only a preview of a large body (then compared by digest).
+func TestReusedIdempotencyKey(t *testing.T) {
+	l := &lifecycleLog{t: t}
+	big := make([]byte, RequestPreviewBytes+10)
+	first := func(body []byte, req string) *rpc.Invoke {
+		inv := stamped("s", 0, 1000)
+		inv.InvocationId = invocation.Idempotent("s", "greet", "K").Bytes()
+		inv.IdempotencyKey, inv.Body, inv.RequestId = "K", body, []byte(req)
+		return inv
+	}
+	// Through stampedInvokeCmd, as the leader proposes (it stamps the digest).
+	l.add(stampedInvokeCmd(first(big, "r1"), 1000))
+	reuse := func(body []byte, req string, reject bool) *rpc.Command {
+		inv := first(body, req)
+		inv.RejectReusedKey = reject
+		return stampedInvokeCmd(inv, 1001)
+	}
+	other := append(bytes.Clone(big[:len(big)-1]), 1)
+	l.add(reuse(other, "pending-other", true), reuse(big, "pending-same", true), reuse(other, "pending-answer", false))
+	l.add(completeCmd(&rpc.Complete{InvocationId: invocation.Idempotent("s", "greet", "K").Bytes(), Result: &rpc.Result{Status: 200}, ProposedAtUnixMs: 2000}))
+	l.add(reuse(other, "done-other", true), reuse(big, "done-same", true), reuse(big[:10], "done-shorter", true))
+	state, replies := l.sameEverywhere()
+	for req, want := range map[string]error{"pending-other": rpc.ErrKeyReused, "pending-same": nil, "pending-answer": nil,
+		"done-other": rpc.ErrKeyReused, "done-same": nil, "done-shorter": rpc.ErrKeyReused} {
+		if got := replies[req]; (want == nil) != (got == nil) || (want != nil && !errors.Is(got, want)) {
+			t.Errorf("%s: %v, want %v", req, got, want)
+		}
+	}
+	rec, _ := recordOf(t, state, invocation.Idempotent("s", "greet", "K").Bytes())
+	if len(rec.Invoke.Body) != RequestPreviewBytes || len(rec.Invoke.BodyDigest) != 32 {
+		t.Fatalf("completed record keeps %d bytes and a %d-byte digest", len(rec.Invoke.Body), len(rec.Invoke.BodyDigest))
+	}
 }

@@ -2,6 +2,7 @@ package partition
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 
@@ -286,6 +287,12 @@ func (m *machine) invoke(b *bolt.Bucket, term uint64, c *rpc.Invoke, fx *effects
 	if err != nil {
 		return err
 	}
+	if found && c.RejectReusedKey && c.IdempotencyKey != "" && !bytes.Equal(rec.Invoke.GetRequestId(), c.RequestId) && !sameRequest(rec, c) {
+		r.err = fmt.Errorf("partition: idempotency key %q was used with another request body by invocation %s: %w",
+			c.IdempotencyKey, idString(c.InvocationId), rpc.ErrKeyReused)
+		fx.replies = append(fx.replies, r)
+		return nil
+	}
 	if found {
 		r.appended = &rpc.Appended{
 			InvocationId: c.InvocationId,
@@ -326,6 +333,25 @@ func (m *machine) invoke(b *bolt.Bucket, term uint64, c *rpc.Invoke, fx *effects
 	r.appended = &rpc.Appended{InvocationId: c.InvocationId, NotBeforeUnixMs: c.NotBeforeUnixMs}
 	fx.replies = append(fx.replies, r)
 	return nil
+}
+
+// sameRequest reports whether c carries the request body rec was created
+// with: by digest when the record's body was cut (completed, over
+// RequestPreviewBytes), else byte for byte.
+func sameRequest(rec *rpc.InvocationRecord, c *rpc.Invoke) bool {
+	old := rec.Invoke
+	if n := rec.RequestBodyBytes; n > 0 && int(n) != len(c.Body) {
+		return false
+	}
+	if rec.RequestBodyBytes > uint32(len(old.Body)) {
+		if len(old.BodyDigest) == 0 {
+			// Cut before digests existed: what is kept matches.
+			return bytes.HasPrefix(c.Body, old.Body)
+		}
+		sum := sha256.Sum256(c.Body)
+		return bytes.Equal(sum[:], old.BodyDigest)
+	}
+	return bytes.Equal(old.Body, c.Body)
 }
 
 // complete records the result of a pending invocation and removes its

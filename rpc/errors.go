@@ -35,6 +35,9 @@ var (
 	// invocation's state (resume of a completed one, purge of a pending
 	// one); nothing changed.
 	ErrConflict = errors.New("conflict")
+	// ErrKeyReused: an append's idempotency key names an invocation with
+	// another request body, and reuse was to be refused; nothing stored.
+	ErrKeyReused = errors.New("idempotency key reused with another request")
 )
 
 // NotLeaderError says that nothing was proposed because this node does not
@@ -75,6 +78,8 @@ func ToProto(err error) *DispatchError {
 		return &DispatchError{Code: DispatchError_UNAVAILABLE, Message: err.Error()}
 	case errors.Is(err, ErrConflict):
 		return &DispatchError{Code: DispatchError_CONFLICT, Message: err.Error()}
+	case errors.Is(err, ErrKeyReused):
+		return &DispatchError{Code: DispatchError_KEY_REUSED, Message: err.Error()}
 	default:
 		return &DispatchError{Code: DispatchError_UNKNOWN, Message: err.Error()}
 	}
@@ -106,6 +111,8 @@ func FromProto(e *DispatchError) error {
 		base = ErrUnavailable
 	case DispatchError_CONFLICT:
 		base = ErrConflict
+	case DispatchError_KEY_REUSED:
+		base = ErrKeyReused
 	default:
 		return errors.New(e.Message)
 	}

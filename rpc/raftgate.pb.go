@@ -403,6 +403,9 @@ const (
 	// Lifecycle: the action does not apply to the invocation's state
 	// (purge of a pending one, resume of a completed one...).
 	DispatchError_CONFLICT DispatchError_Code = 40
+	// append: the idempotency key names an invocation with another request
+	// body, and the request asked for reuse to be refused; nothing stored.
+	DispatchError_KEY_REUSED DispatchError_Code = 41
 )
 
 // Enum value maps for DispatchError_Code.
@@ -418,6 +421,7 @@ var (
 		7:  "STALE_REGISTRY",
 		8:  "UNAVAILABLE",
 		40: "CONFLICT",
+		41: "KEY_REUSED",
 	}
 	DispatchError_Code_value = map[string]int32{
 		"UNKNOWN":         0,
@@ -430,6 +434,7 @@ var (
 		"STALE_REGISTRY":  7,
 		"UNAVAILABLE":     8,
 		"CONFLICT":        40,
+		"KEY_REUSED":      41,
 	}
 )
 
@@ -1330,7 +1335,14 @@ type Invoke struct {
 	// included), so that the leader's clock alone places not_before against
 	// proposed_at: mixing the ingress's clock with the leader's made clock
 	// skew decide whether a delay=0 exclusive send waited for an Admit.
-	DelayMs       *int64 `protobuf:"varint,15,opt,name=delay_ms,json=delayMs,proto3,oneof" json:"delay_ms,omitempty"`
+	DelayMs *int64 `protobuf:"varint,15,opt,name=delay_ms,json=delayMs,proto3,oneof" json:"delay_ms,omitempty"`
+	// Lifecycle (40-59). Refuse this request (rpc.ErrKeyReused) when its
+	// idempotency key names an invocation whose request body differs; the
+	// ingress sets it from the service's registration or the cluster's flag.
+	RejectReusedKey bool `protobuf:"varint,40,opt,name=reject_reused_key,json=rejectReusedKey,proto3" json:"reject_reused_key,omitempty"`
+	// SHA-256 of body, stamped by the leader for an invocation with an
+	// idempotency key, so a reuse can be compared after the body is cut.
+	BodyDigest    []byte `protobuf:"bytes,41,opt,name=body_digest,json=bodyDigest,proto3" json:"body_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1469,6 +1481,20 @@ func (x *Invoke) GetDelayMs() int64 {
 		return *x.DelayMs
 	}
 	return 0
+}
+
+func (x *Invoke) GetRejectReusedKey() bool {
+	if x != nil {
+		return x.RejectReusedKey
+	}
+	return false
+}
+
+func (x *Invoke) GetBodyDigest() []byte {
+	if x != nil {
+		return x.BodyDigest
+	}
+	return nil
 }
 
 type Result struct {
@@ -2585,8 +2611,11 @@ type Service struct {
 	// Per-handler settings over the service's (lifecycle: retry), one per
 	// handler, sorted by handler name.
 	HandlerConfig []*HandlerConfig `protobuf:"bytes,9,rep,name=handler_config,json=handlerConfig,proto3" json:"handler_config,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// An idempotency key reused with another request body is refused (422)
+	// instead of answering the first invocation.
+	RejectReusedIdempotencyKeys bool `protobuf:"varint,10,opt,name=reject_reused_idempotency_keys,json=rejectReusedIdempotencyKeys,proto3" json:"reject_reused_idempotency_keys,omitempty"`
+	unknownFields               protoimpl.UnknownFields
+	sizeCache                   protoimpl.SizeCache
 }
 
 func (x *Service) Reset() {
@@ -2680,6 +2709,13 @@ func (x *Service) GetHandlerConfig() []*HandlerConfig {
 		return x.HandlerConfig
 	}
 	return nil
+}
+
+func (x *Service) GetRejectReusedIdempotencyKeys() bool {
+	if x != nil {
+		return x.RejectReusedIdempotencyKeys
+	}
+	return false
 }
 
 type HandlerConfig struct {
@@ -4719,7 +4755,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\fR\trequestId\"2\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xab\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xf8\x04\n" +
 	"\x06Invoke\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x1d\n" +
 	"\n" +
@@ -4737,7 +4773,10 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x03key\x18\f \x01(\tR\x03key\x12\x1c\n" +
 	"\texclusive\x18\r \x01(\bR\texclusive\x128\n" +
 	"\x18service_registered_index\x18\x0e \x01(\x04R\x16serviceRegisteredIndex\x12\x1e\n" +
-	"\bdelay_ms\x18\x0f \x01(\x03H\x00R\adelayMs\x88\x01\x01B\v\n" +
+	"\bdelay_ms\x18\x0f \x01(\x03H\x00R\adelayMs\x88\x01\x01\x12*\n" +
+	"\x11reject_reused_key\x18( \x01(\bR\x0frejectReusedKey\x12\x1f\n" +
+	"\vbody_digest\x18) \x01(\fR\n" +
+	"bodyDigestB\v\n" +
 	"\t_delay_ms\"\xa1\x01\n" +
 	"\x06Result\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\rR\x06status\x12\x12\n" +
@@ -4825,7 +4864,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12'\n" +
 	"\x10retry_at_unix_ms\x18\x04 \x01(\x03R\rretryAtUnixMs\x12-\n" +
-	"\x13proposed_at_unix_ms\x18\x05 \x01(\x03R\x10proposedAtUnixMs\"\x8c\x03\n" +
+	"\x13proposed_at_unix_ms\x18\x05 \x01(\x03R\x10proposedAtUnixMs\"\xd1\x03\n" +
 	"\aService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1a\n" +
@@ -4835,7 +4874,9 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x06shared\x18\x06 \x03(\tR\x06shared\x12.\n" +
 	"\x05retry\x18\a \x01(\v2\x18.raftgate.v1.RetryPolicyR\x05retry\x12)\n" +
 	"\x10registered_index\x18\b \x01(\x04R\x0fregisteredIndex\x12A\n" +
-	"\x0ehandler_config\x18\t \x03(\v2\x1a.raftgate.v1.HandlerConfigR\rhandlerConfig\"-\n" +
+	"\x0ehandler_config\x18\t \x03(\v2\x1a.raftgate.v1.HandlerConfigR\rhandlerConfig\x12C\n" +
+	"\x1ereject_reused_idempotency_keys\x18\n" +
+	" \x01(\bR\x1brejectReusedIdempotencyKeys\"-\n" +
 	"\x04Kind\x12\v\n" +
 	"\aSERVICE\x10\x00\x12\n" +
 	"\n" +
@@ -5007,12 +5048,12 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x04Done\":\n" +
 	"\fGetKeyStatus\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"\xb3\x02\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"\xc3\x02\n" +
 	"\rDispatchError\x123\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1f.raftgate.v1.DispatchError.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
 	"\x06leader\x18\x03 \x01(\x04R\x06leader\x12\x12\n" +
-	"\x04term\x18\x04 \x01(\x04R\x04term\"\xa6\x01\n" +
+	"\x04term\x18\x04 \x01(\x04R\x04term\"\xb6\x01\n" +
 	"\x04Code\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -5025,7 +5066,9 @@ const file_raftgate_proto_rawDesc = "" +
 	"OVERLOADED\x10\x06\x12\x12\n" +
 	"\x0eSTALE_REGISTRY\x10\a\x12\x0f\n" +
 	"\vUNAVAILABLE\x10\b\x12\f\n" +
-	"\bCONFLICT\x10(*s\n" +
+	"\bCONFLICT\x10(\x12\x0e\n" +
+	"\n" +
+	"KEY_REUSED\x10)*s\n" +
 	"\n" +
 	"BulkAction\x12\x14\n" +
 	"\x10BULK_UNSPECIFIED\x10\x00\x12\x0f\n" +

@@ -78,6 +78,10 @@ type Config struct {
 	// BulkChunk bounds the invocations one step of a bulk operation walks
 	// (--bulk-chunk; partition.Config.BulkChunk).
 	BulkChunk int
+	// RejectReusedIdempotencyKeys answers 422 to a request whose
+	// idempotency key names an invocation with another body, for every
+	// service (--reject-reused-idempotency-keys).
+	RejectReusedIdempotencyKeys bool
 
 	// ShutdownGrace bounds the graceful part of shutdown (--shutdown-grace).
 	ShutdownGrace time.Duration

@@ -344,6 +344,7 @@ func (n *Server) Start() (err error) {
 	icfg.Services = registry.IngressLookup{Registry: n.registry}
 	icfg.Retention = cfg.Retention
 	icfg.MaxBodyBytes = cfg.MaxBodyBytes
+	icfg.RejectReusedIdempotencyKeys = cfg.RejectReusedIdempotencyKeys
 	icfg.MaxConcurrent = cfg.MaxConcurrent
 	icfg.BodyReadTimeout = cfg.BodyReadTimeout
 	icfg.RequestTimeout = cfg.RequestTimeout

@@ -456,3 +456,34 @@ func TestConsoleInvocationActions(t *testing.T) {
 		return getJSON(t, n.adminURL()+"/invocations/"+id, &invView{}) == http.StatusNotFound
 	})
 }
+
+// An idempotency key reused with another body: 422 for a service
+// registered with rejectReusedIdempotencyKeys, the first invocation
+// (PreviouslyAccepted) for one without, as Restate.
+func TestReusedIdempotencyKey(t *testing.T) {
+	c := startCluster(t, clusterOpts{nodes: 1})
+	n := c.nodes[0]
+	svc := newSwitchable(t)
+	register(t, n, "Strict", `{"url":"`+svc.srv.URL+`","rejectReusedIdempotencyKeys":true}`)
+	register(t, n, "Lax", `{"url":"`+svc.srv.URL+`"}`)
+	key := map[string]string{"idempotency-key": "pay-1"}
+	for _, name := range []string{"Strict", "Lax"} {
+		send(t, n, "/"+name+"/run", `{"amount":10}`, key)
+	}
+	post := func(name, body string) *response {
+		r, err := do(context.Background(), http.MethodPost, n.ingressURL()+"/"+name+"/run/send", []byte(body), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := post("Strict", `{"amount":99}`); r.status != http.StatusUnprocessableEntity || !strings.Contains(string(r.body), "already used with another request body") {
+		t.Fatalf("reused key, other body, strict service: %d %s", r.status, r.body)
+	}
+	if r := post("Strict", `{"amount":10}`); r.status != http.StatusAccepted || !strings.Contains(string(r.body), "PreviouslyAccepted") {
+		t.Fatalf("reused key, same body: %d %s", r.status, r.body)
+	}
+	if r := post("Lax", `{"amount":99}`); r.status != http.StatusAccepted || !strings.Contains(string(r.body), "PreviouslyAccepted") {
+		t.Fatalf("reused key, other body, default service: %d %s", r.status, r.body)
+	}
+}

@@ -102,6 +102,7 @@ func newServerFlags(fs *pflag.FlagSet) *serverFlags {
 	fs.DurationVar(&c.RetryMaxBackoff, "retry-max-backoff", d.RetryMaxBackoff, "default: longest delay between deliveries")
 	fs.DurationVar(&c.RetryAttemptTimeout, "retry-attempt-timeout", d.RetryAttemptTimeout, "default: bound of one delivery (the HTTP call to the service)")
 	fs.StringVar(&c.RetryOnMaxAttempts, "retry-on-max-attempts", d.RetryOnMaxAttempts, "default: what exhausted deliveries do: pause (keep the invocation for an operator) or fail (record the failure as its result)")
+	fs.BoolVar(&c.RejectReusedIdempotencyKeys, "reject-reused-idempotency-keys", d.RejectReusedIdempotencyKeys, "answer 422 to a request whose idempotency key was used with another body, for every service (default: answer the first invocation, as Restate)")
 	fs.IntVar(&c.BulkChunk, "bulk-chunk", d.BulkChunk, "invocations one step of a bulk action walks (smaller: shorter pauses for other requests, longer bulk actions)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", d.ShutdownGrace, "bounds the graceful shutdown: in-flight requests may finish until its end")
 	fs.DurationVar(&c.DrainDelay, "drain-delay", d.DrainDelay, "on shutdown, keep answering 503 (health included) this long before refusing connections, so a load balancer takes the node out; at most half of --shutdown-grace")

@@ -48,6 +48,8 @@ type ServiceView struct {
 	Retry RetryView `json:"retry"`
 	// HandlerConfig is each configured handler's retry policy in force.
 	HandlerConfig map[string]HandlerConfigView `json:"handlerConfig,omitempty"`
+	// RejectReusedIdempotencyKeys: see ServiceRequest.
+	RejectReusedIdempotencyKeys bool `json:"rejectReusedIdempotencyKeys,omitempty"`
 }
 
 // RetryView is a retry policy in JSON; durations in Go syntax ("100ms").
@@ -113,6 +115,9 @@ type ServiceRequest struct {
 	Retry *RetryRequest `json:"retry,omitempty"`
 	// HandlerConfig overrides the service's retry policy per handler.
 	HandlerConfig map[string]HandlerConfigRequest `json:"handlerConfig,omitempty"`
+	// RejectReusedIdempotencyKeys answers 422 to a request whose
+	// idempotency key was used with another body.
+	RejectReusedIdempotencyKeys bool `json:"rejectReusedIdempotencyKeys,omitempty"`
 }
 
 // Service kinds as the admin API spells them.
@@ -137,6 +142,7 @@ func parseKind(s string) (rpc.Service_Kind, error) {
 func (s *server) serviceView(svc *rpc.Service) ServiceView {
 	v := ServiceView{Name: svc.GetName(), URL: svc.GetUrl(), Handlers: svc.GetHandlers(), Kind: kindNames[svc.GetKind()], Shared: svc.GetShared()}
 	v.Retry = retryView(s.retryInForce(svc.GetRetry()))
+	v.RejectReusedIdempotencyKeys = svc.GetRejectReusedIdempotencyKeys()
 	for _, hc := range svc.GetHandlerConfig() {
 		if v.HandlerConfig == nil {
 			v.HandlerConfig = map[string]HandlerConfigView{}
@@ -329,7 +335,8 @@ func validateService(name string, req ServiceRequest) (*rpc.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	svc := &rpc.Service{Name: name, Url: base, Handlers: slices.Clone(req.Handlers), Kind: kind, Shared: slices.Clone(req.Shared), Retry: retry}
+	svc := &rpc.Service{Name: name, Url: base, Handlers: slices.Clone(req.Handlers), Kind: kind, Shared: slices.Clone(req.Shared), Retry: retry,
+		RejectReusedIdempotencyKeys: req.RejectReusedIdempotencyKeys}
 	for _, h := range slices.Sorted(maps.Keys(req.HandlerConfig)) {
 		if err := ValidateHandlerName(h); err != nil {
 			return nil, fmt.Errorf("handlerConfig: %w", err)
