@@ -34,6 +34,7 @@ func randomInvoke(r *rand.Rand, withHeaders bool) *rpc.Invoke {
 		InvocationId: bs(), RequestId: bs(), Body: bs(),
 		Service: str(), Handler: str(), ContentType: str(), IdempotencyKey: str(), Key: str(),
 		ProposedAtUnixMs: r.Int64() - r.Int64(), NotBeforeUnixMs: r.Int64N(1 << 40), Exclusive: r.IntN(2) == 0,
+		RejectReusedKey: r.IntN(2) == 0,
 	}
 	if r.IntN(5) == 0 {
 		inv.ProposerTerm = r.Uint64()
@@ -272,7 +273,7 @@ func TestDecodeInvokeKnowsEveryField(t *testing.T) {
 		invokeInvocationID: true, invokeRequestID: true, invokeService: true, invokeHandler: true,
 		invokeBody: true, invokeContentType: true, invokeIdempotencyKey: true, invokeProposerTerm: true,
 		invokeProposedAt: true, invokeNotBefore: true, invokeKey: true, invokeExclusive: true,
-		invokeRegisteredAt: true, invokeDelay: true,
+		invokeRegisteredAt: true, invokeDelay: true, invokeRejectReusedKey: true, invokeBodyDigest: true,
 	}
 	const headers = 7 // repeated messages: left to proto.Unmarshal
 	fields := (&rpc.Invoke{}).ProtoReflect().Descriptor().Fields()
