@@ -186,7 +186,10 @@ func (m *machine) resume(b *bolt.Bucket, term uint64, c *rpc.Resume, fx *effects
 		if err != nil {
 			return err
 		}
-		if !ok {
+		// Resumed and no attempt failed since: a retry of this resume
+		// (the first answer was lost with a leader) is answered alike.
+		again := rec.State == rpc.InvocationRecord_PENDING && rec.Attempts > 0 && rec.Attempts == rec.ResumedAfterAttempts
+		if !ok && !again {
 			r.err = errNotApplicable("resume", rec, "only a paused invocation, or a pending one waiting to retry, resumes")
 		}
 	}
@@ -222,7 +225,15 @@ func (m *machine) kill(b *bolt.Bucket, term uint64, c *rpc.Kill, fx *effects) er
 			return err
 		}
 		if !ok {
-			r.err = errNotApplicable("kill", rec, "nothing to kill")
+			// Killed already (a retry whose first answer was lost with a
+			// leader, or another operator's) is no conflict.
+			res, _, err := results.Get(b, rec.CompletedAtUnixMs, c.InvocationId)
+			if err != nil {
+				return err
+			}
+			if res.GetResult().GetError() != killedError {
+				r.err = errNotApplicable("kill", rec, "nothing to kill")
+			}
 		}
 	}
 	fx.replies = append(fx.replies, r)
@@ -295,6 +306,12 @@ func (m *machine) restart(b *bolt.Bucket, term uint64, c *rpc.Restart, fx *effec
 		r.err = errNotApplicable("restart", rec, "only a completed or paused invocation restarts")
 		return nil
 	case len(rec.RestartedAs) > 0:
+		// A retry of this restart (its first answer lost with a leader)
+		// answers the invocation it created.
+		if nrec, found, err := m.record(b, rec.RestartedAs); err != nil || (found && bytes.Equal(nrec.Invoke.RequestId, c.RequestId)) {
+			r.appended = &rpc.Appended{InvocationId: rec.RestartedAs}
+			return err
+		}
 		r.err = fmt.Errorf("partition: restart: already restarted as %s: %w", idString(rec.RestartedAs), rpc.ErrConflict)
 		return nil
 	case old.Key != "" && bytes.Equal(old.InvocationId, invocation.WorkflowRun(old.Service, old.Key).Bytes()):

@@ -145,11 +145,18 @@ func TestLifecycleCommands(t *testing.T) {
 	l.add(&rpc.Command{Cmd: &rpc.Command_Restart{Restart: &rpc.Restart{InvocationId: e.InvocationId, RequestId: req("restart-e"), ProposedAtUnixMs: 5008, NewInvocationId: newID}}})
 	other := invocation.Random().Bytes()
 	l.add(&rpc.Command{Cmd: &rpc.Command_Restart{Restart: &rpc.Restart{InvocationId: e.InvocationId, RequestId: req("restart-e-again"), ProposedAtUnixMs: 5009, NewInvocationId: other}}})
+	// Retries of a request whose first answer was lost: the same answer.
+	l.add(&rpc.Command{Cmd: &rpc.Command_Restart{Restart: &rpc.Restart{InvocationId: e.InvocationId, RequestId: req("restart-e"), ProposedAtUnixMs: 5010, NewInvocationId: other}}})
+	l.add(&rpc.Command{Cmd: &rpc.Command_Kill{Kill: &rpc.Kill{InvocationId: bInv.InvocationId, RequestId: req("kill-b-retry"), ProposedAtUnixMs: 5011}}})
+	l.add(&rpc.Command{Cmd: &rpc.Command_Resume{Resume: &rpc.Resume{InvocationId: a.InvocationId, RequestId: req("resume-a-retry"), ProposedAtUnixMs: 5012}}})
+	l.add(&rpc.Command{Cmd: &rpc.Command_Kill{Kill: &rpc.Kill{InvocationId: c.InvocationId, RequestId: req("kill-purged"), ProposedAtUnixMs: 5013}}})
+	l.add(&rpc.Command{Cmd: &rpc.Command_Kill{Kill: &rpc.Kill{InvocationId: e.InvocationId, RequestId: req("kill-e"), ProposedAtUnixMs: 5014}}})
 	state, replies := l.sameEverywhere()
 
 	wantReply := map[string]error{
-		"resume-a": nil, "resume-d": rpc.ErrConflict, "kill-b": nil, "kill-b-again": rpc.ErrConflict,
+		"resume-a": nil, "resume-d": rpc.ErrConflict, "kill-b": nil, "kill-b-again": nil, "kill-e": rpc.ErrConflict,
 		"purge-c": nil, "purge-d": rpc.ErrConflict, "restart-e": nil, "restart-e-again": rpc.ErrConflict,
+		"kill-b-retry": nil, "resume-a-retry": nil, "kill-purged": rpc.ErrNotFound,
 	}
 	for id, want := range wantReply {
 		got, ok := replies[id]

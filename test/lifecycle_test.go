@@ -245,15 +245,19 @@ func TestInvocationActions(t *testing.T) {
 		t.Fatalf("restarted invocation %+v", v)
 	}
 
-	// kill a paused invocation; a second kill is a conflict.
+	// kill a paused invocation; killing it again changes nothing, and
+	// killing one completed otherwise is a conflict.
 	k := send(t, n, "/Svc/run", `"k"`, nil)
 	waitStatus(t, c.nodes, k, "paused")
 	var kv invView
 	if s := postJSON(t, n.adminURL()+"/invocations/"+k+"/kill", "", &kv); s != http.StatusOK || kv.Result == nil || kv.Result.Error != "killed" {
 		t.Fatalf("kill: %d %+v", s, kv)
 	}
-	if s := postJSON(t, n.adminURL()+"/invocations/"+k+"/kill", "", nil); s != http.StatusConflict {
+	if s := postJSON(t, n.adminURL()+"/invocations/"+k+"/kill", "", nil); s != http.StatusOK {
 		t.Fatalf("second kill: %d", s)
+	}
+	if s := postJSON(t, n.adminURL()+"/invocations/"+a+"/kill", "", nil); s != http.StatusConflict {
+		t.Fatalf("kill of a completed invocation: %d", s)
 	}
 
 	// purge: refused while paused, then the key is free again.
