@@ -105,6 +105,29 @@ func (m *machine) bulk(b *bolt.Bucket, term uint64, c *rpc.Bulk, fx *effects) er
 	return putOperation(b, op)
 }
 
+// purgeOperations drops the operations that finished before before, as
+// retention drops results (a few per partition: it reads them all).
+func purgeOperations(b *bolt.Bucket, before int64) error {
+	ob := b.Bucket(operationsBucket)
+	var expired [][]byte
+	err := ob.ForEach(func(k, v []byte) error {
+		op := &rpc.Operation{}
+		if err := proto.Unmarshal(v, op); err != nil {
+			return fmt.Errorf("partition: operation %q: %w", k, err)
+		}
+		if op.Done && op.FinishedAtUnixMs < before {
+			expired = append(expired, bytes.Clone(k))
+		}
+		return nil
+	})
+	for _, k := range expired {
+		if err := ob.Delete(k); err != nil {
+			return fmt.Errorf("partition: purge operation: %w", err)
+		}
+	}
+	return err
+}
+
 // bulkFilter is the part of a listing request an operation filters by.
 func bulkFilter(f *rpc.ListInvocations) *rpc.ListInvocations {
 	return &rpc.ListInvocations{

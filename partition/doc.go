@@ -47,6 +47,7 @@
 // that matched at the Bulk's log position: any command that changes a
 // record the walk has not reached lets the operation act on it first
 // (bulk.go, touch). New records carry the log index that created them.
+// A retention Purge also drops the operations finished before its time.
 //
 // FenceService{name, index} raises the service's fence; from then on an
 // Invoke checked against an older registration (0 < service_registered_index

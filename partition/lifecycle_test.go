@@ -327,14 +327,21 @@ func TestBulkEdges(t *testing.T) {
 	l.add(bulk("op_e", "1"))
 	l.add(bulk("op_e", "2"))
 	l.add(bulk("", "3"))
+	before, _ := l.run(1)
+	l.add(purgeCmd(&rpc.Purge{BeforeUnixMs: 2, Limit: 10, ProposedAtUnixMs: 3})) // retention drops finished operations
 	state, replies := l.sameEverywhere()
+	_ = before.View(func(b *bolt.Bucket) error {
+		if op, err := readOperation(b, "op_e", 1, false); err != nil || !op.Done || op.Applied != 0 {
+			t.Errorf("bulk on an empty partition = %v, %v", op, err)
+		}
+		return nil
+	})
 	if replies["1"] != nil || replies["2"] != nil || !errors.Is(replies["3"], rpc.ErrInvalid) {
 		t.Fatalf("replies %v", replies)
 	}
 	_ = state.View(func(b *bolt.Bucket) error {
-		op, err := readOperation(b, "op_e", 1, false)
-		if err != nil || !op.Done || op.Applied != 0 {
-			t.Errorf("bulk on an empty partition = %v, %v", op, err)
+		if _, err := readOperation(b, "op_e", 1, false); !errors.Is(err, rpc.ErrNotFound) {
+			t.Errorf("operation past retention: %v", err)
 		}
 		if _, err := readOperation(b, "op_x", 1, false); !errors.Is(err, rpc.ErrNotFound) {
 			t.Errorf("unknown operation: %v", err)

@@ -452,10 +452,13 @@ func (m *machine) purge(b *bolt.Bucket, c *rpc.Purge, fx *effects) error {
 		m.records.evict(id)
 		return nil
 	})
+	if err != nil {
+		return err
+	}
 	if c.Limit > 0 && n == int(c.Limit) {
 		fx.purgeFull = true
 	}
-	return err
+	return purgeOperations(b, c.BeforeUnixMs)
 }
 
 // attemptFailed records a failed delivery attempt and reschedules the
