@@ -103,8 +103,7 @@ func NewClusterID() []byte {
 // applied, it answers with the existing id (ErrWrongCluster if it is not
 // id).
 func (c *Cluster) Init(ctx context.Context, id []byte, nodes []*rpc.ClusterNode) (Result, error) {
-	rid := invocation.NewRequestID()
-	return c.propose(ctx, rid, &rpc.Command{Cmd: &rpc.Command_InitCluster{InitCluster: &rpc.InitCluster{RequestId: rid, ClusterId: id, Nodes: nodes}}})
+	return c.InitWith(ctx, id, nodes, 0, nil)
 }
 
 // Join gives node (its JoinNonce set) an id, or the one its nonce already
@@ -119,6 +118,36 @@ func (c *Cluster) Join(ctx context.Context, node *rpc.ClusterNode, clusterID []b
 func (c *Cluster) SetState(ctx context.Context, id uint64, from, to rpc.NodeState) (Result, error) {
 	rid := invocation.NewRequestID()
 	return c.propose(ctx, rid, &rpc.Command{Cmd: &rpc.Command_SetNodeState{SetNodeState: &rpc.SetNodeState{RequestId: rid, Id: id, From: from, To: to}}})
+}
+
+// InitWith is Init with the replication factor and the partitions' first
+// placements (InitCluster).
+func (c *Cluster) InitWith(ctx context.Context, id []byte, nodes []*rpc.ClusterNode, replication uint32, placements []*rpc.PartitionPlacement) (Result, error) {
+	rid := invocation.NewRequestID()
+	return c.propose(ctx, rid, &rpc.Command{Cmd: &rpc.Command_InitCluster{InitCluster: &rpc.InitCluster{RequestId: rid, ClusterId: id, Nodes: nodes, Replication: replication, Placements: placements}}})
+}
+
+// SetPlacements changes partitions' target placements, each only if its
+// Version is the stored one (ErrStateConflict otherwise).
+func (c *Cluster) SetPlacements(ctx context.Context, placements []*rpc.PartitionPlacement) error {
+	rid := invocation.NewRequestID()
+	_, err := c.propose(ctx, rid, &rpc.Command{Cmd: &rpc.Command_SetPlacement{SetPlacement: &rpc.SetPlacement{RequestId: rid, Placements: placements}}})
+	return err
+}
+
+// Observe records a partition's configuration as its leader applied it.
+func (c *Cluster) Observe(ctx context.Context, observed *rpc.PartitionPlacement) error {
+	rid := invocation.NewRequestID()
+	_, err := c.propose(ctx, rid, &rpc.Command{Cmd: &rpc.Command_ObserveConfig{ObserveConfig: &rpc.ObserveConfig{RequestId: rid, Observed: observed}}})
+	return err
+}
+
+// SetPolicy changes the replication factor and pauses or resumes
+// rebalancing.
+func (c *Cluster) SetPolicy(ctx context.Context, replication uint32, paused bool) error {
+	rid := invocation.NewRequestID()
+	_, err := c.propose(ctx, rid, &rpc.Command{Cmd: &rpc.Command_SetPlacementPolicy{SetPlacementPolicy: &rpc.SetPlacementPolicy{RequestId: rid, Replication: replication, Paused: paused}}})
+	return err
 }
 
 // UpdateAddrs records the addresses and zone node announces.
@@ -220,6 +249,12 @@ func requestIDOf(c *rpc.Command) []byte {
 		return cmd.SetNodeState.RequestId
 	case *rpc.Command_UpdateNodeAddrs:
 		return cmd.UpdateNodeAddrs.RequestId
+	case *rpc.Command_SetPlacement:
+		return cmd.SetPlacement.RequestId
+	case *rpc.Command_ObserveConfig:
+		return cmd.ObserveConfig.RequestId
+	case *rpc.Command_SetPlacementPolicy:
+		return cmd.SetPlacementPolicy.RequestId
 	}
 	return nil
 }
@@ -227,7 +262,8 @@ func requestIDOf(c *rpc.Command) []byte {
 // isClusterCommand reports whether c belongs to the cluster record.
 func isClusterCommand(c *rpc.Command) bool {
 	switch c.Cmd.(type) {
-	case *rpc.Command_InitCluster, *rpc.Command_JoinNode, *rpc.Command_SetNodeState, *rpc.Command_UpdateNodeAddrs:
+	case *rpc.Command_InitCluster, *rpc.Command_JoinNode, *rpc.Command_SetNodeState, *rpc.Command_UpdateNodeAddrs,
+		*rpc.Command_SetPlacement, *rpc.Command_ObserveConfig, *rpc.Command_SetPlacementPolicy:
 		return true
 	}
 	return false

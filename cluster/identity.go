@@ -25,6 +25,8 @@ type Identity struct {
 	// JoinNonce, hex, is chosen before the first join request and kept, so
 	// a join retried after a crash gets the same id.
 	JoinNonce string `json:"joinNonce,omitempty"`
+	// Partitions is the cluster's partition count, as the join answered.
+	Partitions uint32 `json:"partitions,omitempty"`
 }
 
 // Complete reports whether the identity names a cluster and a node.

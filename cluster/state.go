@@ -41,6 +41,14 @@ type State struct {
 	Nodes []*rpc.ClusterNode
 	// NextID is the id the next joiner gets.
 	NextID uint64
+	// Replication is the number of replicas of each partition (fewer
+	// while there are fewer nodes); Paused stops rebalancing (repairs go
+	// on).
+	Replication uint32
+	Paused      bool
+	// Placements are the partitions' placements by partition (0, the
+	// metadata group, has only its observed configuration).
+	Placements []*rpc.PartitionPlacement
 	// Index is the metadata log index of the last change.
 	Index uint64
 }
@@ -85,7 +93,40 @@ var (
 	bucketNodes   = []byte("nodes")
 	keyID         = []byte("id")
 	keyNext       = []byte("next")
+	keyPolicy     = []byte("policy")
+	bucketPlaced  = []byte("placements")
 )
+
+// DefaultReplication is the replication of a record that does not say.
+const DefaultReplication = 3
+
+// Placement returns partition p's placement.
+func (s *State) Placement(p uint32) (*rpc.PartitionPlacement, bool) {
+	i, ok := slices.BinarySearchFunc(s.Placements, p, func(pl *rpc.PartitionPlacement, p uint32) int { return cmpU64(uint64(pl.Partition), uint64(p)) })
+	if !ok {
+		return nil, false
+	}
+	return s.Placements[i], true
+}
+
+// Generation is the replica generation of node in partition p's target
+// (raftlog.ReplicaID).
+func (s *State) Generation(p uint32, node uint64) uint32 {
+	if pl, ok := s.Placement(p); ok {
+		return pl.Generations[node]
+	}
+	return 0
+}
+
+// setPlacement puts pl in s.Placements in partition order.
+func (s *State) setPlacement(pl *rpc.PartitionPlacement) {
+	i, found := slices.BinarySearchFunc(s.Placements, pl.Partition, func(x *rpc.PartitionPlacement, p uint32) int { return cmpU64(uint64(x.Partition), uint64(p)) })
+	if found {
+		s.Placements[i] = pl
+		return
+	}
+	s.Placements = slices.Insert(s.Placements, i, pl)
+}
 
 // storeMarshal is deterministic: every replica must store the same bytes.
 var storeMarshal = proto.MarshalOptions{Deterministic: true}
@@ -111,6 +152,7 @@ func (t *tx) mutable(index uint64) *State {
 	if !t.dirty {
 		cp := *t.next
 		cp.Nodes = slices.Clone(cp.Nodes)
+		cp.Placements = slices.Clone(cp.Placements)
 		t.next, t.dirty = &cp, true
 	}
 	t.next.Index = index
@@ -129,6 +171,12 @@ func (t *tx) apply(index uint64, c *rpc.Command) (res Result, err, failure error
 		res, err = t.setState(index, cmd.SetNodeState)
 	case *rpc.Command_UpdateNodeAddrs:
 		res, err = t.updateAddrs(index, cmd.UpdateNodeAddrs)
+	case *rpc.Command_SetPlacement:
+		err = t.setPlacements(index, cmd.SetPlacement)
+	case *rpc.Command_ObserveConfig:
+		err = t.observe(index, cmd.ObserveConfig)
+	case *rpc.Command_SetPlacementPolicy:
+		err = t.setPolicy(index, cmd.SetPlacementPolicy)
 	default:
 		return Result{}, nil, fmt.Errorf("cluster: unexpected command %T", c.Cmd)
 	}
@@ -163,8 +211,28 @@ func (t *tx) init(index uint64, cmd *rpc.InitCluster) (Result, error) {
 		}
 		seen[n.Id] = true
 	}
+	for _, pl := range cmd.Placements {
+		if pl.Partition == 0 || len(pl.Replicas) == 0 || slices.ContainsFunc(pl.Replicas, func(id uint64) bool { return !seen[id] }) {
+			return Result{}, fmt.Errorf("cluster: init: partition %d placed on unknown nodes %v: %w", pl.Partition, pl.Replicas, rpc.ErrInvalid)
+		}
+	}
 	s := t.mutable(index)
 	s.ID = slices.Clone(cmd.ClusterId)
+	s.Replication = cmd.Replication
+	if s.Replication == 0 {
+		s.Replication = DefaultReplication
+	}
+	for _, pl := range cmd.Placements {
+		pl = proto.Clone(pl).(*rpc.PartitionPlacement)
+		pl.Version = 1
+		s.setPlacement(pl)
+		if err := t.putPlacement(pl); err != nil {
+			return Result{}, err
+		}
+	}
+	if err := t.putPolicy(s); err != nil {
+		return Result{}, err
+	}
 	for _, n := range cmd.Nodes {
 		n = proto.Clone(n).(*rpc.ClusterNode)
 		n.State = rpc.NodeState_NODE_STATE_ACTIVE
@@ -268,6 +336,107 @@ func (t *tx) updateAddrs(index uint64, cmd *rpc.UpdateNodeAddrs) (Result, error)
 	return Result{Node: n}, t.putNode(n)
 }
 
+func (t *tx) setPlacements(index uint64, cmd *rpc.SetPlacement) error {
+	s := t.next
+	if s.ID == nil {
+		return ErrNoCluster
+	}
+	for _, in := range cmd.Placements {
+		cur, ok := s.Placement(in.Partition)
+		if ok && cur.Version != in.Version || !ok && in.Version != 0 {
+			return fmt.Errorf("%w: partition %d's placement changed meanwhile", ErrStateConflict, in.Partition)
+		}
+		if in.Partition == 0 || len(in.Replicas) == 0 {
+			return fmt.Errorf("cluster: placement of partition %d on %v: %w", in.Partition, in.Replicas, rpc.ErrInvalid)
+		}
+		for _, id := range in.Replicas {
+			if n, ok := s.Node(id); !ok || n.State == rpc.NodeState_NODE_STATE_REMOVED {
+				return fmt.Errorf("cluster: placement of partition %d on node %d, not a member: %w", in.Partition, id, rpc.ErrInvalid)
+			}
+		}
+	}
+	next := t.mutable(index)
+	for _, in := range cmd.Placements {
+		pl := &rpc.PartitionPlacement{Partition: in.Partition}
+		if cur, ok := next.Placement(in.Partition); ok {
+			pl = proto.Clone(cur).(*rpc.PartitionPlacement)
+		}
+		for _, id := range in.Replicas {
+			if !slices.Contains(pl.Replicas, id) && pl.Version > 0 {
+				if pl.Generations == nil {
+					pl.Generations = map[uint64]uint32{}
+				}
+				pl.Generations[id] = uint32(in.Version + 1) // a new replica to raft
+			}
+		}
+		for id := range pl.Generations {
+			if !slices.Contains(in.Replicas, id) {
+				delete(pl.Generations, id)
+			}
+		}
+		pl.Replicas, pl.PreferredLeader, pl.Version = slices.Clone(in.Replicas), in.PreferredLeader, in.Version+1
+		next.setPlacement(pl)
+		if err := t.putPlacement(pl); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *tx) observe(index uint64, cmd *rpc.ObserveConfig) error {
+	in := cmd.Observed
+	if in == nil {
+		return fmt.Errorf("cluster: observe without a configuration: %w", rpc.ErrInvalid)
+	}
+	cur, ok := t.next.Placement(in.Partition)
+	if ok && cur.ObservedIndex >= in.ObservedIndex {
+		return nil // an older or the same report
+	}
+	pl := &rpc.PartitionPlacement{Partition: in.Partition}
+	if ok {
+		pl = proto.Clone(cur).(*rpc.PartitionPlacement)
+	}
+	pl.ObservedVoters, pl.ObservedLearners = slices.Clone(in.ObservedVoters), slices.Clone(in.ObservedLearners)
+	pl.ObservedJoint, pl.ObservedIndex = in.ObservedJoint, in.ObservedIndex
+	t.mutable(index).setPlacement(pl)
+	return t.putPlacement(pl)
+}
+
+func (t *tx) setPolicy(index uint64, cmd *rpc.SetPlacementPolicy) error {
+	if cmd.Replication < 1 {
+		return fmt.Errorf("cluster: replication %d: %w", cmd.Replication, rpc.ErrInvalid)
+	}
+	s := t.mutable(index)
+	s.Replication, s.Paused = cmd.Replication, cmd.Paused
+	return t.putPolicy(s)
+}
+
+func (t *tx) putPlacement(pl *rpc.PartitionPlacement) error {
+	b, err := t.b.CreateBucketIfNotExists(bucketPlaced)
+	if err != nil {
+		return storeError{err}
+	}
+	data, err := storeMarshal.Marshal(pl)
+	if err != nil {
+		return storeError{err}
+	}
+	if err := b.Put(binary.BigEndian.AppendUint32(nil, pl.Partition), data); err != nil {
+		return storeError{err}
+	}
+	return nil
+}
+
+func (t *tx) putPolicy(s *State) error {
+	data, err := storeMarshal.Marshal(&rpc.SetPlacementPolicy{Replication: s.Replication, Paused: s.Paused})
+	if err != nil {
+		return storeError{err}
+	}
+	if err := t.b.Put(keyPolicy, data); err != nil {
+		return storeError{err}
+	}
+	return nil
+}
+
 // insert puts n in s.Nodes in id order, replacing a node of the same id.
 func (s *State) insert(n *rpc.ClusterNode) {
 	i, found := slices.BinarySearchFunc(s.Nodes, n.Id, func(m *rpc.ClusterNode, id uint64) int { return cmpU64(m.Id, id) })
@@ -311,6 +480,27 @@ func load(b *bolt.Bucket) (*State, error) {
 	}
 	if v := b.Get(keyNext); len(v) == 8 {
 		s.NextID = binary.BigEndian.Uint64(v)
+	}
+	s.Replication = DefaultReplication
+	if v := b.Get(keyPolicy); v != nil {
+		p := &rpc.SetPlacementPolicy{}
+		if err := proto.Unmarshal(v, p); err != nil {
+			return nil, fmt.Errorf("cluster: placement policy: %w", err)
+		}
+		s.Replication, s.Paused = p.Replication, p.Paused
+	}
+	if pb := b.Bucket(bucketPlaced); pb != nil {
+		err := pb.ForEach(func(k, v []byte) error {
+			pl := &rpc.PartitionPlacement{}
+			if err := proto.Unmarshal(v, pl); err != nil {
+				return fmt.Errorf("cluster: placement %x: %w", k, err)
+			}
+			s.Placements = append(s.Placements, pl) // big-endian keys: in order
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	if nb := b.Bucket(bucketNodes); nb != nil {
 		err := nb.ForEach(func(k, v []byte) error {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -240,4 +241,29 @@ func hashParts(parts ...string) [sha256.Size]byte {
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
 	return sum
+}
+
+// SchedulePartitionKey is the partition key of schedule id: the schedule
+// and the invocations of its ticks live in the partition that owns it.
+func SchedulePartitionKey(id string) uint64 {
+	sum := hashParts("schedule", id)
+	return binary.BigEndian.Uint64(sum[:8])
+}
+
+// ScheduledRun is the id of schedule id's run for the tick at tickMs (unix
+// ms): a function of (schedule, tick), so a tick fired by an old leader
+// and again by a new one is one invocation. nonce tells apart runs that
+// are not ticks (a trigger passes its request id); ticks pass none. The
+// tick time follows the partition key, as Random puts its creation time,
+// so runs are stored in time order.
+func ScheduledRun(id string, tickMs int64, nonce []byte) ID {
+	var run ID
+	binary.BigEndian.PutUint64(run[:8], SchedulePartitionKey(id))
+	ms := uint64(tickMs)
+	for i := range 6 {
+		run[8+i] = byte(ms >> (40 - 8*i))
+	}
+	sum := hashParts("scheduled-run", id, strconv.FormatInt(tickMs, 10), string(nonce))
+	copy(run[14:], sum[:10])
+	return run
 }

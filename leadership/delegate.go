@@ -67,6 +67,9 @@ func (m *Membership) setMember(n *memberlist.Node, alive bool) {
 		m.log.Warn().Err(err).Str("member", n.Name).Str("addr", n.Address()).Msg("ignoring member with bad metadata")
 		return
 	}
+	if info.ID == 0 {
+		return // a joining node's discovery probe (Discover)
+	}
 	m.mu.Lock()
 	if !m.isVoter(info.ID) {
 		m.noteOutsiderLocked(info.ID, n.Address())

@@ -26,12 +26,12 @@ type Membership struct {
 	list  *memberlist.Memberlist
 	queue *memberlist.TransmitLimitedQueue
 
-	// voters is Config.Voters as a set; nil admits every node.
-	voters map[uint64]bool
-
-	// mu guards the leader table, the member map and the outsiders
-	// already logged.
-	mu        sync.Mutex
+	// mu guards the voters, the leader table, the member map and the
+	// outsiders already logged.
+	mu sync.Mutex
+	// voters is Config.Voters as a set, then what SetVoters says; nil
+	// admits every node.
+	voters    map[uint64]bool
 	leaders   table
 	members   map[uint64]Member
 	outsiders map[uint64]bool
@@ -254,6 +254,38 @@ func (m *Membership) Members() []Member {
 	return out
 }
 
+// SetVoters replaces the nodes admitted as members with ids (and this
+// node): the cluster record's members, which change as nodes join and are
+// removed. A member no longer admitted is dropped; a node admitted now that
+// gossip already knows becomes a member at once.
+func (m *Membership) SetVoters(ids []uint64) {
+	m.mu.Lock()
+	m.voters = make(map[uint64]bool, len(ids)+1)
+	for _, id := range ids {
+		m.voters[id] = true
+	}
+	m.voters[m.cfg.Self.ID] = true
+	if m.outsiders == nil {
+		m.outsiders = map[uint64]bool{}
+	}
+	for id := range m.members {
+		if !m.voters[id] {
+			delete(m.members, id)
+		}
+	}
+	for id := range m.outsiders {
+		if m.voters[id] {
+			delete(m.outsiders, id) // logged again if it is removed later
+		}
+	}
+	m.mu.Unlock()
+	for _, n := range m.list.Members() {
+		if n.Name != m.list.LocalNode().Name {
+			m.setMember(n, true)
+		}
+	}
+}
+
 // isVoter reports whether id may be a member (see Config.Voters).
 func (m *Membership) isVoter(id uint64) bool {
 	return m.voters == nil || m.voters[id]
@@ -274,8 +306,8 @@ func (m *Membership) noteOutsiderLocked(id uint64, addr string) {
 		m.outsiders[id] = true
 		ev = m.log.Warn()
 	}
-	ev.Uint64("member", id).Str("gossip_addr", addr).Uints64("voters", m.cfg.Voters).
-		Msg("ignoring a node outside the cluster's voters (--initial-cluster): it is not listed as a member and its leadership gossip is dropped (membership changes are not supported yet)")
+	ev.Uint64("member", id).Str("gossip_addr", addr).
+		Msg("ignoring a node that is not a member of the cluster: it is not listed as a member and its leadership gossip is dropped (a new node joins with `raftgate server --join` and no --node-id; see docs/operations.md)")
 }
 
 // numAlive counts alive members; it sizes broadcast retransmits. It reads

@@ -319,7 +319,7 @@ func TestNodeOutsideVotersIsNotAMember(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // the condition is "stays so": sample it
 	}
-	if n := strings.Count(logs1.String(), "ignoring a node outside the cluster's voters"); n != 1 {
+	if n := strings.Count(logs1.String(), "ignoring a node that is not a member of the cluster"); n != 1 {
 		t.Fatalf("node 1 logged the outsider %d times, want once:\n%s", n, tail(logs1.String(), 40))
 	}
 }

@@ -151,18 +151,6 @@ func (p *Processor) bulkLoop(ctx context.Context) {
 	}
 }
 
-// sleepCtx waits d or until ctx ends; false when ctx ended.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // bulkRecheck is how long the bulk loop waits for a step to apply before
 // it looks again (a proposal lost in a leader change, or no operation).
 const bulkRecheck = time.Second

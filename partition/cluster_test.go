@@ -410,7 +410,7 @@ func TestRaftClusterFollowerRestartCatchesUp(t *testing.T) {
 // freshRegistry is the invoker's view of the registry: caught up.
 type freshRegistry struct{ reg *registry.Registry }
 
-func (f freshRegistry) Lookup(name string) (*rpc.Service, error) {
+func (f freshRegistry) Lookup(ctx context.Context, name string) (*rpc.Service, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	return f.reg.LookupCurrent(ctx, name)

@@ -58,6 +58,8 @@ func stampedInvokeCmd(inv *rpc.Invoke, proposedAtUnixMs int64) *rpc.Command {
 		sum := sha256.Sum256(c.Body)
 		c.BodyDigest = sum[:]
 	}
+	c.ScheduleId = inv.ScheduleId
+	c.ScheduledAtUnixMs = inv.ScheduledAtUnixMs
 	if inv.DelayMs != nil {
 		b.delay = *inv.DelayMs
 		c.DelayMs = &b.delay

@@ -32,14 +32,15 @@ type Log interface {
 }
 
 // ServiceLookup resolves a registered service by name from the replicated
-// registry (registry.Registry's LookupCurrent). Lookup is called from the
-// invoker's goroutines and must be safe for concurrent use. It returns an
-// error wrapping rpc.ErrNotFound only when the registry, caught up with its
-// leader, says the service is not registered (the invoker then fails the
-// invocation for good); any other error means it cannot tell now, and the
-// attempt is retried.
+// registry (registry.InvokerLookup). Lookup is called from the invoker's
+// goroutines and must be safe for concurrent use; ctx ends when the
+// delivery is abandoned (this node lost the partition's leadership). It
+// returns an error wrapping rpc.ErrNotFound only when the registry, caught
+// up with its leader, says the service is not registered (the invoker then
+// fails the invocation for good); any other error means it cannot tell
+// now, and the attempt is retried.
 type ServiceLookup interface {
-	Lookup(name string) (*rpc.Service, error)
+	Lookup(ctx context.Context, name string) (*rpc.Service, error)
 }
 
 // InvokerConfig configures how the leader runs invocations.

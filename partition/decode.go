@@ -46,6 +46,8 @@ const (
 	invokeExclusive       = 13
 	invokeRegisteredAt    = 14 // service_registered_index
 	invokeDelay           = 15
+	invokeScheduleID      = 60
+	invokeScheduledAt     = 61
 	invokeRejectReusedKey = 40
 	invokeBodyDigest      = 41
 
@@ -305,7 +307,7 @@ func decodeInvoke(data []byte, box *invokeBox, buf []byte) ([]byte, bool) {
 			buf, inv.BodyDigest = appendField(buf, f.bytes)
 		case f.is(protowire.VarintType, invokeRejectReusedKey):
 			inv.RejectReusedKey = protowire.DecodeBool(f.varint)
-		case f.is(protowire.BytesType, invokeService, invokeHandler, invokeContentType, invokeIdempotencyKey, invokeKey):
+		case f.is(protowire.BytesType, invokeService, invokeHandler, invokeContentType, invokeIdempotencyKey, invokeKey, invokeScheduleID):
 			if !utf8.Valid(f.bytes) {
 				return buf, false // proto refuses it
 			}
@@ -320,6 +322,8 @@ func decodeInvoke(data []byte, box *invokeBox, buf []byte) ([]byte, bool) {
 			inv.Exclusive = protowire.DecodeBool(f.varint)
 		case f.is(protowire.VarintType, invokeRegisteredAt):
 			inv.ServiceRegisteredIndex = f.varint
+		case f.is(protowire.VarintType, invokeScheduledAt):
+			inv.ScheduledAtUnixMs = int64(f.varint)
 		case f.is(protowire.VarintType, invokeDelay):
 			box.delay = int64(f.varint)
 			inv.DelayMs = &box.delay
@@ -341,6 +345,8 @@ func invokeString(inv *rpc.Invoke, num protowire.Number) *string {
 		return &inv.ContentType
 	case invokeIdempotencyKey:
 		return &inv.IdempotencyKey
+	case invokeScheduleID:
+		return &inv.ScheduleId
 	default:
 		return &inv.Key
 	}

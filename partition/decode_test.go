@@ -273,7 +273,8 @@ func TestDecodeInvokeKnowsEveryField(t *testing.T) {
 		invokeInvocationID: true, invokeRequestID: true, invokeService: true, invokeHandler: true,
 		invokeBody: true, invokeContentType: true, invokeIdempotencyKey: true, invokeProposerTerm: true,
 		invokeProposedAt: true, invokeNotBefore: true, invokeKey: true, invokeExclusive: true,
-		invokeRegisteredAt: true, invokeDelay: true, invokeRejectReusedKey: true, invokeBodyDigest: true,
+		invokeRegisteredAt: true, invokeDelay: true, invokeScheduleID: true, invokeScheduledAt: true,
+		invokeRejectReusedKey: true, invokeBodyDigest: true,
 	}
 	const headers = 7 // repeated messages: left to proto.Unmarshal
 	fields := (&rpc.Invoke{}).ProtoReflect().Descriptor().Fields()

@@ -94,6 +94,10 @@ func (iv *invoker) call(ctx context.Context, rec *rpc.InvocationRecord, attempt 
 	if inv.Key != "" {
 		req.Header.Set(headerKey, inv.Key)
 	}
+	if sid, at := scheduleHeaders(inv); sid != "" {
+		req.Header.Set(headerSchedule, sid)
+		req.Header.Set(headerScheduledTime, at)
+	}
 	resp, err := iv.p.client.Do(req)
 	if err != nil {
 		if errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {

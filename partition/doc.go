@@ -24,6 +24,7 @@
 //	fences           service → metadata log index        (fence.go; created by the first fence)
 //	paused           service ‖ 0 ‖ id → nil               (lifecycle.go)
 //	operations…      bulk operations, their running ones and marks (bulk.go)
+//	schedules        schedule id → rpc.ScheduleState      (schedules.go; created by the first schedule)
 //
 // Apply is deterministic: timestamps come from the commands (the proposer
 // stamps them), nothing reads a clock, randomness or map order. Invoke of
@@ -54,6 +55,13 @@
 // < fence) is refused with rpc.ErrStaleRegistry and stores nothing, unless
 // its id exists already (then it reports it, as above). The node that takes
 // a registry change fences every partition before it answers (fence.go).
+//
+// Schedules (schedules.go): the leader's scheduler proposes
+// ScheduleTick{from, fire, skipped, next}, computed from its clock by
+// package schedule; Apply takes it only while the schedule's next tick is
+// still from, applies the overlap policy from stored state and records the
+// tick's run under invocation.ScheduledRun(schedule, tick), so a tick is one
+// invocation whichever leaders propose it.
 //
 // Exclusive invocations of a keyed service (Invoke.exclusive: an object's
 // exclusive handlers, a workflow's run) run one at a time per (service,

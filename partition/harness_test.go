@@ -371,7 +371,7 @@ func dumpState(t testing.TB, view func(func(*bolt.Bucket) error) error) string {
 // staticServices is a fixed ServiceLookup.
 type staticServices map[string]*rpc.Service
 
-func (s staticServices) Lookup(name string) (*rpc.Service, error) {
+func (s staticServices) Lookup(ctx context.Context, name string) (*rpc.Service, error) {
 	if svc, ok := s[name]; ok {
 		return svc, nil
 	}

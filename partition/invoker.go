@@ -361,7 +361,7 @@ func (iv *invoker) deliver(ctx context.Context, rec *rpc.InvocationRecord) {
 	// The retry policy in force is the one replicated with the service's
 	// registration as this delivery starts: a changed policy applies from
 	// the next delivery on, on whichever node leads.
-	svc, lookupErr := iv.p.cfg.Services.Lookup(inv.Service)
+	svc, lookupErr := iv.p.cfg.Services.Lookup(ctx, inv.Service)
 	policy := iv.cfg.Retry.ForHandler(svc, inv.Handler)
 	attemptID := strconv.FormatUint(iv.term.Load(), 10) + "." + strconv.FormatUint(iv.seq.Add(1), 10)
 	out := iv.call(ctx, rec, attempt, attemptID, svc, lookupErr, policy.AttemptTimeout)

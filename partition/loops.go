@@ -224,9 +224,10 @@ func (p *Processor) leaderLoop() {
 
 func (p *Processor) leaderWork(ctx context.Context, term uint64) {
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
 	go func() { defer wg.Done(); p.invoker.run(ctx) }()
 	go func() { defer wg.Done(); p.sweepLoop(ctx, term) }()
 	go func() { defer wg.Done(); p.bulkLoop(ctx) }()
+	go func() { defer wg.Done(); p.scheduleLoop(ctx) }()
 	wg.Wait()
 }

@@ -68,8 +68,12 @@ type effects struct {
 	// bulkActive: a bulk operation has chunks left (the leader proposes
 	// the next step).
 	bulkActive bool
-	commands   int
-	applied    [numCommandKinds]int // commands by kind, for metrics
+	// schedulesChanged wakes the leader's scheduler; ticksSkipped counts
+	// the ticks schedules skipped (schedules.go).
+	schedulesChanged bool
+	ticksSkipped     uint64
+	commands         int
+	applied          [numCommandKinds]int // commands by kind, for metrics
 }
 
 // queued notes a delivery queued due at due.
@@ -98,12 +102,13 @@ const (
 	kindPause
 	kindBulk
 	kindBulkStep
+	kindSchedule
 	numCommandKinds
 )
 
 // commandKindNames are the metric's kind labels.
 var commandKindNames = [numCommandKinds]string{"invoke", "complete", "cancel", "purge", "attempt_failed", "admit", "fence_service",
-	"resume", "restart", "kill", "purge_invocation", "pause", "bulk", "bulk_step"}
+	"resume", "restart", "kill", "purge_invocation", "pause", "bulk", "bulk_step", "schedule"}
 
 // machine is the deterministic part of the processor: a function of (state
 // bucket, entries). It has no goroutine, clock, randomness or I/O besides
@@ -269,6 +274,10 @@ func (m *machine) applyCommand(b *bolt.Bucket, term, index uint64, c *rpc.Comman
 	case *rpc.Command_FenceService:
 		fx.applied[kindFenceService]++
 		return m.fence(b, term, cmd.FenceService, fx)
+	case *rpc.Command_PutSchedule, *rpc.Command_DeleteSchedule, *rpc.Command_PauseSchedule,
+		*rpc.Command_TriggerSchedule, *rpc.Command_ScheduleTick:
+		fx.applied[kindSchedule]++
+		return m.applySchedule(b, term, c, fx)
 	default:
 		return fmt.Errorf("partition: unexpected command %T", c.Cmd)
 	}
@@ -412,6 +421,11 @@ func (m *machine) finish(b *bolt.Bucket, rec *rpc.InvocationRecord, res *rpc.Res
 	}
 	fx.outboxDone = append(fx.outboxDone, id)
 	fx.completed = append(fx.completed, ir)
+	if rec.Invoke.ScheduleId != "" {
+		if err := m.scheduleRunDone(b, rec, at, fx); err != nil {
+			return err
+		}
+	}
 	if rec.Invoke.Exclusive {
 		return m.leaveKey(b, rec, was, fx)
 	}

@@ -22,6 +22,8 @@ type metrics struct {
 	// results' children, looked up once: every replica counts every result.
 	succeeded, failed prometheus.Counter
 	accepted          prometheus.Counter
+	// ticksSkipped: schedule ticks not run (catch-up window, overlap).
+	ticksSkipped prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, partition uint32, p *Processor) (*metrics, error) {
@@ -41,6 +43,10 @@ func newMetrics(reg prometheus.Registerer, partition uint32, p *Processor) (*met
 			Name: "raftgate_partition_invocations_accepted_total", ConstLabels: labels,
 			Help: "New invocations recorded by this replica (an Invoke of an existing id is not counted).",
 		}),
+		ticksSkipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "raftgate_schedule_ticks_skipped_total", ConstLabels: labels,
+			Help: "Schedule ticks this replica recorded as skipped: older than the catch-up window, or dropped by the overlap policy.",
+		}),
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "raftgate_partition_results_recorded_total", ConstLabels: labels,
 			Help: "Results recorded by this replica, by outcome (failed: the service's failure, exhausted retries or a cancellation).",
@@ -58,7 +64,7 @@ func newMetrics(reg prometheus.Registerer, partition uint32, p *Processor) (*met
 		return m, nil
 	}
 	collectors := []prometheus.Collector{
-		m.commands, m.batchSize, m.deliveries, m.results, m.accepted,
+		m.commands, m.batchSize, m.deliveries, m.results, m.accepted, m.ticksSkipped,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "raftgate_partition_outbox_depth", Help: "Deliveries queued in the outbox.", ConstLabels: labels,
 		}, func() float64 { return float64(p.OutboxDepth()) }),
@@ -95,6 +101,7 @@ func (m *metrics) applied(fx *effects) {
 		}
 	}
 	m.accepted.Add(float64(fx.accepted))
+	m.ticksSkipped.Add(float64(fx.ticksSkipped))
 	failed := 0
 	for _, r := range fx.completed {
 		if r.GetResult().GetFailed() {

@@ -58,6 +58,9 @@ type Processor struct {
 	// bulkCh (cap 1) wakes the bulk loop when a bulk step or Bulk applied
 	// that left an operation running.
 	bulkCh chan struct{}
+	// scheduleCh (cap 1) wakes the scheduler when a schedule command
+	// applies.
+	scheduleCh chan struct{}
 	// restores counts Restore calls; Apply, Restore and reveal all run on
 	// raftlog's writer goroutine (Restore at open before the group starts),
 	// so it needs no lock.
@@ -82,19 +85,20 @@ func New(cfg Config) (*Processor, error) {
 		return nil, err
 	}
 	p := &Processor{
-		cfg:       cfg,
-		logger:    cfg.Logger.With().Str("component", "partition").Uint32("partition", cfg.Partition).Logger(),
-		now:       cfg.Clock,
-		client:    cfg.HTTPClient,
-		tracker:   proposals.NewTracker[*rpc.Appended](cfg.MaxPending),
-		attach:    results.NewWaiters(cfg.MaxAttachWaiters),
-		queue:     make(chan proposal, cfg.MaxPending),
-		leaderCh:  make(chan struct{}, 1),
-		started:   make(chan struct{}),
-		stop:      make(chan struct{}),
-		appliedCh: make(chan struct{}, 1),
-		sweepCh:   make(chan struct{}, 1),
-		bulkCh:    make(chan struct{}, 1),
+		cfg:        cfg,
+		logger:     cfg.Logger.With().Str("component", "partition").Uint32("partition", cfg.Partition).Logger(),
+		now:        cfg.Clock,
+		client:     cfg.HTTPClient,
+		tracker:    proposals.NewTracker[*rpc.Appended](cfg.MaxPending),
+		attach:     results.NewWaiters(cfg.MaxAttachWaiters),
+		queue:      make(chan proposal, cfg.MaxPending),
+		leaderCh:   make(chan struct{}, 1),
+		started:    make(chan struct{}),
+		stop:       make(chan struct{}),
+		appliedCh:  make(chan struct{}, 1),
+		sweepCh:    make(chan struct{}, 1),
+		bulkCh:     make(chan struct{}, 1),
+		scheduleCh: make(chan struct{}, 1),
 	}
 	if p.now == nil {
 		p.now = time.Now
@@ -369,6 +373,9 @@ func (p *Processor) reveal(fx *effects, gen uint64) {
 	}
 	p.invoker.applied(fx.outboxDone, fx.outboxAdded, fx.firstQueued)
 	p.metrics.applied(fx)
+	if fx.schedulesChanged {
+		p.wakeScheduler()
+	}
 	if fx.purgeFull {
 		select {
 		case p.sweepCh <- struct{}{}:

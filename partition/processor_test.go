@@ -399,13 +399,13 @@ type switchableServices struct {
 }
 
 func (s *switchableServices) set(v staticServices) { s.mu.Lock(); s.s = v; s.mu.Unlock() }
-func (s *switchableServices) Lookup(name string) (*rpc.Service, error) {
+func (s *switchableServices) Lookup(ctx context.Context, name string) (*rpc.Service, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.s == nil {
 		return nil, fmt.Errorf("registry: %w", rpc.ErrUnavailable)
 	}
-	return s.s.Lookup(name)
+	return s.s.Lookup(ctx, name)
 }
 
 func TestConcurrencyBounds(t *testing.T) {

@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"sync"
@@ -21,7 +22,7 @@ type changingServices struct {
 	services map[string]*rpc.Service // guarded by mu
 }
 
-func (s *changingServices) Lookup(name string) (*rpc.Service, error) {
+func (s *changingServices) Lookup(ctx context.Context, name string) (*rpc.Service, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if svc, ok := s.services[name]; ok {

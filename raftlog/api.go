@@ -84,7 +84,7 @@ type Proposal struct {
 // sees it.
 type LeaderEvent struct {
 	Group  GroupID
-	Leader uint64 // 0 when unknown
+	Leader uint64 // the leader's node, 0 when unknown
 	Term   uint64
 	IsSelf bool
 }
@@ -97,13 +97,20 @@ type Status struct {
 	IsLeader  bool
 	Applied   uint64
 	Committed uint64
-	Voters    []uint64
-	// Match is each voter's acknowledged log index; known on the leader only.
+	// Voters are the nodes of the group's (incoming) voters.
+	Voters []uint64
+	// Match is each member's acknowledged log index by node; known on the
+	// leader only.
 	Match map[uint64]uint64
-	// Active tells, on the leader only, whether it heard from each voter
+	// Active tells, on the leader only, whether it heard from each voter (by node)
 	// within the last one to two election timeouts (itself: always). A
 	// voter not heard from has a Match that may be long out of date.
 	Active map[uint64]bool
+	// Replica is this node's replica id in the group (ReplicaID).
+	Replica uint64
+	// Membership is the configuration applied on this replica, learners
+	// and joint halves included, in replica ids.
+	Membership Membership
 }
 
 var (
@@ -133,8 +140,12 @@ type Config struct {
 	// DataDir holds the node's write-ahead log (wal/) and state file
 	// (state.db).
 	DataDir string
-	// Peers maps every voter's id (this node's too) to the address the
-	// others dial to reach it.
+	// DataDirLock is DataDir's lock when the caller took it (LockDataDir);
+	// nil: Open takes it. Either way the Node releases it on Close.
+	DataDirLock *DirLock
+	// Peers maps node ids (this node's too) to the address the others
+	// dial to reach it: the transport's address book at start, which
+	// Node.SetPeer and Node.RemovePeer change while the node runs.
 	Peers map[uint64]string
 	// DialOptions for connections to peers (TLS credentials go here); when
 	// empty, plaintext.
@@ -152,6 +163,10 @@ type Config struct {
 	// the log is compacted, so a follower that lags a little catches up
 	// from the log instead of a snapshot.
 	SnapshotCatchUpEntries uint64
+	// SnapshotStreams bounds the snapshots a node streams at once, and
+	// those it receives at once (one to each peer at most); see
+	// snapshotlimit.go. Zero is DefaultSnapshotStreams.
+	SnapshotStreams int
 	// Raft flow control.
 	MaxSizePerMsg             uint64
 	MaxInflightMsgs           int
@@ -209,6 +224,20 @@ type Knobs struct {
 	// is dropped, before the tombstone goes. An error ends RemoveGroup
 	// there, as a crash would.
 	AfterRemoveState, AfterRemoveLog func() error
+	// AtConfChange is the failpoint of each step of a configuration change
+	// (membership.go), named point: "before-STEP" on the leader before it
+	// proposes the change, "applied-STEP" in the applier once the new
+	// configuration is written in its open transaction (an error fails the
+	// checkpoint that would make it durable, as a crash there would: the
+	// node writes nothing more), "after-STEP" on each replica once it is
+	// checkpointed, before raft applies it (an error stops the group
+	// there). STEP is add-learner, enter-joint, leave-joint or remove.
+	AtConfChange func(group GroupID, point string) error
+	// DuringSnapshotInstall runs when an installed snapshot's state is
+	// written in the applier's open transaction, before the checkpoint
+	// that makes it durable (a blank replica, such as a learner's, gets
+	// its first state this way).
+	DuringSnapshotInstall func(group GroupID)
 	// AfterApply runs after a group applied entries up to index.
 	AfterApply func(group GroupID, index uint64)
 	// ManualTicks: the node starts no ticker; the test advances Raft time

@@ -39,6 +39,9 @@ type applyReq struct {
 	appliedIdx uint64
 	applyCount int
 	err        error
+	// confs are the outcomes of the configuration changes among the
+	// entries, in log order (membership.go).
+	confs []confResult
 
 	// Applier-owned: the state machine's effects of the last successful
 	// Apply, and whether they already ran (a replay after a rollback must
@@ -95,6 +98,9 @@ type applier struct {
 	// broken is the error of a failed checkpoint commit: state machines
 	// then run ahead of state.db, so nothing more is applied.
 	broken error
+	// crash, set by a Knobs.AtConfChange failpoint, fails the next
+	// checkpoint as a crash before it would.
+	crash error
 }
 
 // checkpointPolicy decides when the applier commits.
@@ -299,6 +305,11 @@ func (a *applier) runBatch(batch []*applyReq, now time.Time) (force bool) {
 			continue
 		}
 		a.journal = append(a.journal, r)
+		if a.confChanged(r) {
+			// Durable before raft learns of it: a snapshot (the last
+			// checkpoint) sent to a learner this change adds must name it.
+			force = true
+		}
 	}
 	a.runEffects()
 	return force
@@ -379,8 +390,8 @@ func (a *applier) exec(r *applyReq) error {
 	if r.install != nil {
 		return r.g.installSnapshot(a.tx, gb, r.install)
 	}
-	fx, count, err := a.applyEntries(gb, r)
-	r.fx = fx
+	fx, count, confs, err := a.applyEntries(gb, r)
+	r.fx, r.confs = fx, confs
 	if ents := r.apply.GetEntries(); err == nil && len(ents) > 0 {
 		last := ents[len(ents)-1]
 		r.appliedIdx, r.applyCount = last.GetIndex(), count
@@ -388,20 +399,32 @@ func (a *applier) exec(r *applyReq) error {
 	return err
 }
 
-// applyEntries applies r's committed entries that carry data and writes
-// the applied index beside the state. It changes nothing in r, so a replay
-// may run it again after r was handed back.
-func (a *applier) applyEntries(gb groupBuckets, r *applyReq) (fx Applied, count int, err error) {
+// applyEntries applies r's committed entries that carry data and the
+// configuration changes among them, and writes the applied index beside
+// the state. It changes nothing in r, so a replay may run it again after r
+// was handed back.
+func (a *applier) applyEntries(gb groupBuckets, r *applyReq) (fx Applied, count int, confs []confResult, err error) {
 	ents := r.apply.GetEntries()
 	if len(ents) == 0 {
-		return Applied{}, 0, nil
+		return Applied{}, 0, nil, nil
 	}
 	g := r.g
 	batch := g.applyBuf[:0]
 	for _, e := range ents {
-		if e.GetType() != pb.EntryNormal || len(e.GetData()) == 0 {
-			// Empty entries are new leaders' no-ops; configuration changes
-			// are never proposed (voters are fixed at bootstrap).
+		switch e.GetType() {
+		case pb.EntryConfChange, pb.EntryConfChangeV2:
+			// The new configuration goes in this transaction with the
+			// applied index, never apart from it (applyConfChange).
+			res, err := applyConfChange(gb.meta, e)
+			if err != nil {
+				clear(batch)
+				return Applied{}, 0, nil, fmt.Errorf("raftlog: group %d: %w", g.id, err)
+			}
+			confs = append(confs, res)
+			continue
+		}
+		if len(e.GetData()) == 0 {
+			// Empty entries are new leaders' no-ops.
 			continue
 		}
 		batch = append(batch, Entry{Index: e.GetIndex(), Term: e.GetTerm(), Data: e.GetData()})
@@ -413,13 +436,32 @@ func (a *applier) applyEntries(gb groupBuckets, r *applyReq) (fx Applied, count 
 		a.metrics.applySeconds.Observe(time.Since(start).Seconds())
 		clear(batch)
 		if err != nil {
-			return Applied{}, 0, fmt.Errorf("raftlog: group %d: apply: %w", g.id, err)
+			return Applied{}, 0, nil, fmt.Errorf("raftlog: group %d: apply: %w", g.id, err)
 		}
 		fx = applied
 	}
 	a.entries += count
 	last := ents[len(ents)-1]
-	return fx, count, gb.meta.Put(keyApplied, encodePair(last.GetIndex(), last.GetTerm()))
+	return fx, count, confs, gb.meta.Put(keyApplied, encodePair(last.GetIndex(), last.GetTerm()))
+}
+
+// confChanged says whether r applied a configuration change, and runs the
+// "applied-" failpoint of each (Knobs.AtConfChange): the new
+// configuration is in the open transaction, not yet checkpointed.
+func (a *applier) confChanged(r *applyReq) bool {
+	changed := false
+	for _, c := range r.confs {
+		if c.next == nil {
+			continue
+		}
+		changed = true
+		if k := a.knobs; k != nil && k.AtConfChange != nil {
+			if err := k.AtConfChange(r.g.id, "applied-"+c.kind); err != nil && a.crash == nil {
+				a.crash = err
+			}
+		}
+	}
+	return changed
 }
 
 // fail handles a failed request: its group stops, and the transaction,
@@ -486,7 +528,7 @@ func (a *applier) replay() *applyReq {
 		gb, err := openGroupBuckets(a.tx, r.g.id)
 		var fx Applied
 		if err == nil {
-			fx, _, err = a.applyEntries(gb, r)
+			fx, _, _, err = a.applyEntries(gb, r)
 		}
 		if err != nil {
 			r.g.writeFailed.Store(true)
@@ -514,6 +556,9 @@ func (a *applier) checkpoint(now time.Time) {
 	var err error
 	if k := a.knobs; k != nil && k.FailCommit != nil {
 		err = k.FailCommit()
+	}
+	if err == nil && a.crash != nil {
+		err = a.crash
 	}
 	if err != nil {
 		_ = a.tx.Rollback()
@@ -594,6 +639,9 @@ func (g *Group) installSnapshot(tx *bolt.Tx, gb groupBuckets, snap *pb.Snapshot)
 	}
 	if err := g.sm.Restore(state); err != nil {
 		return fmt.Errorf("raftlog: group %d: restore snapshot: %w", g.id, err)
+	}
+	if k := g.n.cfg.Knobs; k != nil && k.DuringSnapshotInstall != nil {
+		k.DuringSnapshotInstall(g.id)
 	}
 	return nil
 }

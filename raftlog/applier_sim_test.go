@@ -98,7 +98,7 @@ func simulateApplier(t *testing.T, seed uint64) {
 		id := GroupID(i + 1)
 		sg := &simGroup{sm: &simSM{effects: map[uint64]int{}}, handed: initialIndex}
 		sg.g = &Group{id: id, sm: sg.sm, wake: make(chan struct{}, 1)}
-		if err := db.Update(func(tx *bolt.Tx) error { return createGroupState(tx, id, []uint64{1}) }); err != nil {
+		if err := db.Update(func(tx *bolt.Tx) error { return createGroupState(tx, id, []uint64{1}, 0) }); err != nil {
 			t.Fatal(err)
 		}
 		groups[i] = sg
@@ -295,7 +295,7 @@ func TestUpdatesAreNotUndoneByAnotherGroupsRollback(t *testing.T) {
 	defer db.Close()
 	groups := map[GroupID]*Group{}
 	for _, id := range []GroupID{1, 2} {
-		if err := db.Update(func(tx *bolt.Tx) error { return createGroupState(tx, id, []uint64{1}) }); err != nil {
+		if err := db.Update(func(tx *bolt.Tx) error { return createGroupState(tx, id, []uint64{1}, 0) }); err != nil {
 			t.Fatal(err)
 		}
 		groups[id] = &Group{id: id, sm: &simSM{effects: map[uint64]int{}}, wake: make(chan struct{}, 1)}

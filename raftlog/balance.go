@@ -45,7 +45,7 @@ func (g *Group) balanceLeadership(ticks int) {
 	every := g.n.cfg.LeaderBalanceTicks
 	g.balanceTicks += ticks
 	if !g.isLeader {
-		if g.balanceTicks >= every && g.leader.Load().Leader == g.preferred {
+		if g.balanceTicks >= every && g.leader.Load().Leader == NodeOf(g.preferred) {
 			g.balanceBackoff = 0
 		}
 		return
@@ -54,7 +54,7 @@ func (g *Group) balanceLeadership(ticks int) {
 		return
 	}
 	to := g.preferred
-	if to == g.n.cfg.NodeID {
+	if to == g.self {
 		g.balanceTicks, g.balanceBackoff = 0, 0
 		return
 	}

@@ -55,6 +55,9 @@ func (c Config) withDefaults() Config {
 	if c.SnapshotCatchUpEntries == 0 {
 		c.SnapshotCatchUpEntries = min(d.SnapshotCatchUpEntries, c.SnapshotEntries/2)
 	}
+	if c.SnapshotStreams == 0 {
+		c.SnapshotStreams = DefaultSnapshotStreams
+	}
 	if c.MaxSizePerMsg == 0 {
 		c.MaxSizePerMsg = d.MaxSizePerMsg
 	}
@@ -90,8 +93,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, why)
 	}
 	switch {
-	case c.NodeID == 0:
-		return bad("NodeID", "must be non-zero")
+	case c.NodeID == 0 || c.NodeID > maxNodeID:
+		return bad("NodeID", "must be non-zero and fit in 32 bits")
 	case c.DataDir == "":
 		return bad("DataDir", "must be set")
 	case len(c.Peers) == 0:
@@ -114,6 +117,8 @@ func (c Config) Validate() error {
 		return bad("Checkpoint", "interval and entries must not be negative")
 	case c.WALSegmentBytes < 64<<10:
 		return bad("WALSegmentBytes", "must be at least 64 KiB")
+	case c.SnapshotStreams < 0:
+		return bad("SnapshotStreams", "must not be negative (zero is the default)")
 	case c.PeerQueueMessages < 16:
 		return bad("PeerQueueMessages", "must be at least 16")
 	case c.LeaderBalanceTicks < 0:
@@ -122,8 +127,8 @@ func (c Config) Validate() error {
 		return bad("LeaderBalanceTicks", "must exceed ElectionTicks (a hand-off may take that long)")
 	}
 	for id, addr := range c.Peers {
-		if id == 0 {
-			return bad("Peers", "has id 0")
+		if id == 0 || id > maxNodeID {
+			return bad("Peers", fmt.Sprintf("has id %d (ids are non-zero and fit in 32 bits)", id))
 		}
 		if addr == "" {
 			return bad("Peers", fmt.Sprintf("has no address for %d", id))
@@ -133,9 +138,9 @@ func (c Config) Validate() error {
 }
 
 // raftConfig is the go.etcd.io/raft configuration of one group.
-func (c Config) raftConfig(st raft.Storage, applied uint64, lg raft.Logger) *raft.Config {
+func (c Config) raftConfig(replica uint64, st raft.Storage, applied uint64, lg raft.Logger) *raft.Config {
 	return &raft.Config{
-		ID:                        c.NodeID,
+		ID:                        replica,
 		ElectionTick:              c.ElectionTicks,
 		HeartbeatTick:             c.HeartbeatTicks,
 		Storage:                   st,
@@ -149,6 +154,10 @@ func (c Config) raftConfig(st raft.Storage, applied uint64, lg raft.Logger) *raf
 		PreVote:                   true,
 		ReadOnlyOption:            raft.ReadOnlySafe,
 		DisableProposalForwarding: true,
-		Logger:                    lg,
+		// A leader that applies its own removal (or demotion) stops
+		// leading at once; the API transfers leadership before such a
+		// change, this is the backstop.
+		StepDownOnRemoval: true,
+		Logger:            lg,
 	}
 }

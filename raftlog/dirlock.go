@@ -18,6 +18,26 @@ import (
 // lock when the process dies, so a kill -9 leaves nothing to clean up.
 const lockFile = "LOCK"
 
+// LockFile is the name of the lock file in a data dir.
+const LockFile = lockFile
+
+// DirLock is a data dir's lock, held until Close.
+type DirLock struct{ f *os.File }
+
+// Close releases the lock.
+func (l *DirLock) Close() error { return l.f.Close() }
+
+// LockDataDir locks dir (creating it) as Open does, for a caller that
+// reads or writes files of its own in the data dir before it opens the
+// Node; it hands the lock to Open in Config.DataDirLock.
+func LockDataDir(dir string) (*DirLock, error) {
+	f, err := lockDataDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &DirLock{f: f}, nil
+}
+
 // ErrDataDirLocked reports a data dir already opened by another process
 // (or another Node of this one).
 var ErrDataDirLocked = errors.New("raftlog: data dir in use")

@@ -111,7 +111,9 @@
 // state.db (the state machines). A new group starts, on every replica
 // alike, from an empty snapshot at index 1, term 1 whose ConfState lists
 // the voters, so replicas agree without replicating configuration entries
-// and elect at once (a lone voter campaigns immediately). At open, a
+// and elect at once (a lone voter campaigns immediately). A replica that
+// joins a running group (JoinGroup) starts blank, with no configuration,
+// and gets one with its first snapshot. At open, a
 // group's log is reconciled with its checkpointed state (Node.openLog). A
 // data dir of the first release (format 1, the log inside raft.db) is
 // migrated at the first start (migrate.go).
@@ -129,6 +131,29 @@
 // with ErrStaleLog, so re-adding one is for a configuration change that
 // makes it a new member.
 //
+// # Configuration changes
+//
+// A replica's Raft id is ReplicaID(node, generation); generation 0 (the
+// node id) for every bootstrapped replica, a higher one each time a node
+// is added back (the caller allocates generations and never reuses one;
+// AddLearner refuses a second replica of a node). Changes are ConfChangeV2
+// entries, one step at a time (membership.go): AddLearner, Promote (enter
+// a joint configuration), LeaveJoint, RemoveReplica, each called on the
+// leader with the configuration the caller saw, done-already being
+// success; the expected configuration travels in the entry's Context and
+// the applier refuses the change if another came first. The applier
+// computes the new ConfState, writes it with the applied index in the same
+// transaction and forces a checkpoint; only then does the group's loop
+// call RawNode.ApplyConfChange and check both agree. So a crash loses the
+// change and the applied index together or neither, a restart replays it
+// from the log, and a snapshot (the last checkpoint) never carries a
+// configuration older than the one applied. Knobs.AtConfChange names a
+// failpoint before, in and after each step.
+//
+// A replica that applies its own removal, or whose messages a member
+// refuses as those of a removed replica (see Transport), stops its group
+// with ErrRemoved and closes Group.Removed; that is not a node failure.
+//
 // A binary built with the raftgate_nosync tag skips every fsync (state.db
 // and the write-ahead log), to measure what durability costs
 // (docs/benchmarks.md); it loses acknowledged writes on power loss and
@@ -145,12 +170,16 @@
 // index and term stored with the state and streams the state bucket
 // (nested buckets, keys, sequences; see snapshot.go) in chunks on the
 // Raft.Snapshot RPC. The receiver spools it to a file and the applier
-// installs it.
+// installs it. Streams are bounded (snapshotlimit.go): one to a peer at a
+// time, at most Config.SnapshotStreams sent and as many received at once
+// by a node; over a bound the send is not started, or the receiver
+// refuses it, and raft, told SnapshotFailure, sends it again later.
 //
 // # Leader balancing
 //
 // Off unless Config.LeaderBalanceTicks is set. Each group then has a
-// preferred voter (PreferredLeader: the group id modulo the sorted voters),
+// preferred voter (PreferredLeader: the group id modulo the sorted voters,
+// recomputed when the configuration changes; none while it is joint),
 // and a leader that has led for that many ticks hands the group to it with
 // raft's leader transfer, provided it is another node that is recently
 // active and replicating. Each group's goroutine decides alone, from its
@@ -163,7 +192,15 @@
 // it reconnects with exponential backoff (50 ms to 1 s, jittered). Queues
 // are bounded (Config.PeerQueueMessages): beyond them, and while a peer is
 // down, messages are dropped and raft is told (ReportUnreachable; a failed
-// snapshot is reported with ReportSnapshot). Inbound messages addressed to
-// another node, or from a node that is not a configured voter, are logged
-// and dropped.
+// snapshot is reported with ReportSnapshot). The peers are an address book
+// that changes at run time (SetPeer, RemovePeer); messages go to the node
+// of their replica id. Inbound messages addressed to another node or
+// replica, or from a node not in the address book, or from a replica that
+// is not a member of the group's applied configuration (voters, learners,
+// both halves of a joint one; a blank replica hears any peer), are logged
+// and dropped, except those of a replica the group removed (an older
+// generation of a member's node) or of a node RemovePeer dropped: the
+// stream ends with codes.FailedPrecondition and a "raftlog-removed"
+// trailer listing group/replica, and the sender's node stops those
+// groups.
 package raftlog

@@ -32,11 +32,18 @@ const maxInboxMessages = 16384
 // field marked "loop-owned"; other goroutines reach it only through the
 // inbox, whose items carry their own reply channels.
 type Group struct {
-	id     GroupID
-	n      *Node
-	sm     StateMachine
-	voters []uint64
-	log    zerolog.Logger
+	id GroupID
+	n  *Node
+	sm StateMachine
+	// self is this node's replica id in the group (ReplicaID).
+	self uint64
+	log  zerolog.Logger
+	// conf is the configuration applied on this replica (a snapshot
+	// install or a configuration change replaces it; read lock-free by
+	// deliver and Status).
+	conf atomic.Pointer[Membership]
+	// removedc is closed once this replica knows it was removed.
+	removedc chan struct{}
 
 	// mu guards in (the inbox) and changed.
 	mu sync.Mutex
@@ -101,6 +108,10 @@ type Group struct {
 	balanceTicks   int
 	balanceBackoff int
 
+	// confWaits are the configuration changes this node proposed, by log
+	// index, waiting for their outcome in the applier (membership.go).
+	confWaits map[uint64]*confWait
+
 	// Applier-owned scratch for Apply batches.
 	applyBuf []Entry
 }
@@ -117,6 +128,7 @@ type inbox struct {
 	control     []func()
 	reads       []*readWaiter
 	props       []*proposal
+	confs       []*confProposal
 }
 
 // reset empties the inbox for reuse, dropping references it held.
@@ -129,10 +141,11 @@ func (in inbox) reset() inbox {
 	clear(in.control)
 	clear(in.reads)
 	clear(in.props)
+	clear(in.confs)
 	return inbox{
 		appended: in.appended[:0], applied: in.applied[:0], checkpoints: in.checkpoints[:0],
 		msgs: in.msgs[:0], snaps: in.snaps[:0], reports: in.reports[:0],
-		control: in.control[:0], reads: in.reads[:0], props: in.props[:0],
+		control: in.control[:0], reads: in.reads[:0], props: in.props[:0], confs: in.confs[:0],
 	}
 }
 
@@ -140,6 +153,9 @@ type proposal struct {
 	ctx   context.Context
 	data  []byte
 	reply chan proposeResult
+	// conf: a configuration change (membership.go), whose outcome conf
+	// waits for once accepted.
+	conf *confWait
 }
 
 type proposeResult struct {
@@ -161,9 +177,10 @@ type readBatch struct {
 
 func newGroup(n *Node, id GroupID, gs groupState, store *logStore, sm StateMachine) (*Group, error) {
 	g := &Group{
-		id: id, n: n, sm: sm,
-		voters:      slices.Clone(gs.conf.GetVoters()),
+		id: id, n: n, sm: sm, self: gs.replica,
 		log:         n.log.With().Uint32("group", uint32(id)).Logger(),
+		removedc:    make(chan struct{}),
+		confWaits:   make(map[uint64]*confWait),
 		changed:     make(chan struct{}),
 		wake:        make(chan struct{}, 1),
 		stopc:       make(chan struct{}),
@@ -174,18 +191,16 @@ func newGroup(n *Node, id GroupID, gs groupState, store *logStore, sm StateMachi
 		checkpoint:  gs.appliedIdx,
 		lastCompact: time.Now(),
 	}
-	if n.cfg.LeaderBalanceTicks > 0 && len(g.voters) > 1 {
-		g.preferred = PreferredLeader(id, g.voters)
-	}
+	g.setConf(gs.conf)
 	g.applied.Store(gs.appliedIdx)
 	g.appliedGge.Set(float64(gs.appliedIdx))
-	rn, err := raft.NewRawNode(n.cfg.raftConfig(g.store, gs.appliedIdx, raftLogger{g.log}))
+	rn, err := raft.NewRawNode(n.cfg.raftConfig(g.self, g.store, gs.appliedIdx, raftLogger{g.log}))
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: group %d: %w", id, err)
 	}
 	g.rn = rn
 	g.leader.Store(&LeaderEvent{Group: id, Term: store.hard.GetTerm()})
-	if len(g.voters) == 1 && g.voters[0] == n.cfg.NodeID {
+	if voters := gs.conf.GetVoters(); len(voters) == 1 && voters[0] == g.self && len(gs.conf.GetVotersOutgoing()) == 0 {
 		// A lone voter need not wait an election timeout.
 		if err := rn.Campaign(); err != nil {
 			return nil, fmt.Errorf("raftlog: group %d: campaign: %w", id, err)
@@ -299,27 +314,31 @@ func (g *Group) Status() Status {
 	var st Status
 	err := g.call(context.Background(), func() {
 		rs := g.rn.Status()
+		conf := *g.conf.Load()
 		st = Status{
-			Group:     g.id,
-			Leader:    rs.Lead,
-			Term:      rs.GetTerm(),
-			IsLeader:  rs.RaftState == raft.StateLeader,
-			Applied:   g.applied.Load(),
-			Committed: rs.GetCommit(),
-			Voters:    slices.Clone(g.voters),
+			Group:      g.id,
+			Leader:     NodeOf(rs.Lead),
+			Term:       rs.GetTerm(),
+			IsLeader:   rs.RaftState == raft.StateLeader,
+			Applied:    g.applied.Load(),
+			Committed:  rs.GetCommit(),
+			Voters:     conf.voterNodes(),
+			Replica:    g.self,
+			Membership: conf,
 		}
 		if st.IsLeader {
 			st.Match = make(map[uint64]uint64, len(rs.Progress))
 			st.Active = make(map[uint64]bool, len(rs.Progress))
 			for id, pr := range rs.Progress {
-				st.Match[id] = pr.Match
-				st.Active[id] = id == g.n.cfg.NodeID || pr.RecentActive || g.heardRecently(id)
+				st.Match[NodeOf(id)] = pr.Match
+				st.Active[NodeOf(id)] = id == g.self || pr.RecentActive || g.heardRecently(id)
 			}
 		}
 	})
 	if err != nil {
 		ev := g.leader.Load()
-		return Status{Group: g.id, Leader: ev.Leader, Term: ev.Term, Applied: g.applied.Load(), Voters: slices.Clone(g.voters)}
+		conf := *g.conf.Load()
+		return Status{Group: g.id, Leader: ev.Leader, Term: ev.Term, Applied: g.applied.Load(), Voters: conf.voterNodes(), Replica: g.self, Membership: conf}
 	}
 	return st
 }
@@ -353,10 +372,12 @@ func (g *Group) heardRecently(peer uint64) bool {
 	return ok && g.ticks-at <= 2*uint64(g.n.cfg.ElectionTicks)
 }
 
-// TransferLeadership asks raft to hand leadership to voter to and returns
-// when another node leads or ctx ends.
+// TransferLeadership asks raft to hand leadership to the voter on node
+// to and returns when another node leads or ctx ends.
 func (g *Group) TransferLeadership(ctx context.Context, to uint64) error {
-	if !slices.Contains(g.voters, to) || to == g.n.cfg.NodeID {
+	conf := g.conf.Load()
+	replica := conf.Replica(to)
+	if to == g.n.cfg.NodeID || !slices.Contains(conf.Voters, replica) {
 		return fmt.Errorf("raftlog: group %d: transfer target %d is not another voter", g.id, to)
 	}
 	retry := time.Duration(g.n.cfg.ElectionTicks) * g.n.cfg.TickInterval
@@ -369,7 +390,7 @@ func (g *Group) TransferLeadership(ctx context.Context, to uint64) error {
 		if ev := g.leader.Load(); ev.Leader != 0 && !ev.IsSelf {
 			return nil
 		}
-		if !g.enqueueControl(func() { g.rn.TransferLeader(to) }) {
+		if !g.enqueueControl(func() { g.rn.TransferLeader(replica) }) {
 			return ErrStopped
 		}
 		timer.Reset(retry)
@@ -384,7 +405,8 @@ func (g *Group) TransferLeadership(ctx context.Context, to uint64) error {
 	}
 }
 
-// transferTarget picks the voter with the most log acknowledged.
+// transferTarget picks the node of the (incoming) voter with the most
+// log acknowledged.
 func (g *Group) transferTarget() uint64 {
 	st := g.Status()
 	var best, bestMatch uint64

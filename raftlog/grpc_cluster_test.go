@@ -24,6 +24,9 @@ type grpcCluster struct {
 	nodes   map[uint64]*Node
 	servers map[uint64]*grpc.Server
 	sms     map[uint64]map[GroupID]*recordingSM
+	// replicas: a node listed here joins its groups (JoinGroup) with this
+	// replica id instead of bootstrapping them.
+	replicas map[uint64]uint64
 }
 
 func newGRPCCluster(tb testing.TB, size int, groups []GroupID, tune func(*Config)) *grpcCluster {
@@ -35,7 +38,8 @@ func newGRPCClusterWith(tb testing.TB, size int, groups []GroupID, tune func(*Co
 	tb.Helper()
 	c := &grpcCluster{tb: tb, groups: groups, tune: tune, newSM: newSM,
 		peers: map[uint64]string{}, dirs: map[uint64]string{},
-		nodes: map[uint64]*Node{}, servers: map[uint64]*grpc.Server{}, sms: map[uint64]map[GroupID]*recordingSM{}}
+		nodes: map[uint64]*Node{}, servers: map[uint64]*grpc.Server{}, sms: map[uint64]map[GroupID]*recordingSM{},
+		replicas: map[uint64]uint64{}}
 	lis := map[uint64]net.Listener{}
 	for i := 1; i <= size; i++ {
 		id := uint64(i)
@@ -95,7 +99,13 @@ func (c *grpcCluster) start(id uint64, l net.Listener) {
 			c.sms[id][gid] = rsm
 			sm = rsm
 		}
-		if _, err := n.AddGroup(gid, c.ids, sm); err != nil {
+		var err error
+		if r := c.replicas[id]; r != 0 {
+			_, err = n.JoinGroup(gid, r, sm)
+		} else {
+			_, err = n.AddGroup(gid, c.ids, sm)
+		}
+		if err != nil {
 			tb.Fatal(err)
 		}
 	}

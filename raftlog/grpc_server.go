@@ -3,11 +3,15 @@ package raftlog
 import (
 	"errors"
 	"io"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -88,9 +92,13 @@ func (s *raftServer) Send(stream rpc.Raft_SendServer) error {
 			return status.Error(codes.Unavailable, ErrStopped.Error())
 		}
 		if refused := s.accept(batch.GetFrom(), batch.GetTo()); refused != "" {
+			if s.n.isGone(batch.GetFrom()) {
+				return s.refuseRemoved(stream, removedSenders(batch))
+			}
 			return status.Error(codes.PermissionDenied, errRefused.Error()+": "+refused)
 		}
 		s.n.peerAccepts(batch.GetFrom())
+		var removed []string
 		for _, env := range batch.GetMessages() {
 			// The entries alias env's bytes: they are this batch's own copy
 			// (gRPC's proto codec decodes with proto.Unmarshal, which copies
@@ -100,10 +108,57 @@ func (s *raftServer) Send(stream rpc.Raft_SendServer) error {
 				s.n.log.Warn().Err(err).Msg("raft message undecodable")
 				continue
 			}
-			if m.GetFrom() != batch.GetFrom() || s.accept(m.GetFrom(), m.GetTo()) != "" {
+			if NodeOf(m.GetFrom()) != batch.GetFrom() || s.accept(NodeOf(m.GetFrom()), NodeOf(m.GetTo())) != "" {
 				continue
 			}
-			s.n.deliver(GroupID(env.GetGroup()), m)
+			if s.n.deliver(GroupID(env.GetGroup()), m) == fromRemoved {
+				removed = append(removed, removedValue(env.GetGroup(), m.GetFrom()))
+			}
+		}
+		if len(removed) > 0 {
+			return s.refuseRemoved(stream, removed)
+		}
+	}
+}
+
+// removedTrailer is the trailer key of the "removed" answer: a stream
+// that carried messages of replicas the group removed (or of a node
+// removed from the address book) ends with codes.FailedPrecondition and
+// one "group/replica" value per such replica, so that the sender's node
+// stops them (Node.refusedAsRemoved) instead of retrying forever.
+const removedTrailer = "raftlog-removed"
+
+func removedValue(group uint32, replica uint64) string {
+	return strconv.FormatUint(uint64(group), 10) + "/" + strconv.FormatUint(replica, 10)
+}
+
+// removedSenders lists the replicas whose messages batch carries.
+func removedSenders(batch *rpc.RaftBatch) []string {
+	var out []string
+	for _, env := range batch.GetMessages() {
+		if m, err := decodeMessage(env.GetMessage()); err == nil && NodeOf(m.GetFrom()) == batch.GetFrom() {
+			if v := removedValue(env.GetGroup(), m.GetFrom()); !slices.Contains(out, v) {
+				out = append(out, v)
+			}
+		}
+	}
+	return out
+}
+
+// refuseRemoved ends a stream with the "removed" answer.
+func (s *raftServer) refuseRemoved(stream grpc.ServerStream, removed []string) error {
+	stream.SetTrailer(metadata.MD{removedTrailer: removed})
+	return status.Error(codes.FailedPrecondition, ErrRemoved.Error())
+}
+
+// refusedAsRemoved reads a peer's "removed" answer (see removedTrailer).
+func (n *Node) refusedAsRemoved(md metadata.MD) {
+	for _, v := range md.Get(removedTrailer) {
+		g, r, ok := strings.Cut(v, "/")
+		group, err1 := strconv.ParseUint(g, 10, 32)
+		replica, err2 := strconv.ParseUint(r, 10, 64)
+		if ok && err1 == nil && err2 == nil {
+			n.removedByPeer(GroupID(group), replica)
 		}
 	}
 }
@@ -117,11 +172,14 @@ func (s *raftServer) Snapshot(stream rpc.Raft_SnapshotServer) error {
 	if s.n.isClosed() {
 		return status.Error(codes.Unavailable, ErrStopped.Error())
 	}
+	m := &pb.Message{}
 	if refused := s.accept(first.GetFrom(), first.GetTo()); refused != "" {
+		if s.n.isGone(first.GetFrom()) && proto.Unmarshal(first.GetMessage(), m) == nil && NodeOf(m.GetFrom()) == first.GetFrom() {
+			stream.SetTrailer(metadata.Pairs(removedTrailer, removedValue(first.GetGroup(), m.GetFrom())))
+		}
 		return stream.SendAndClose(&rpc.SnapshotAck{Error: errRefused.Error() + ": " + refused})
 	}
-	m := &pb.Message{}
-	if err := proto.Unmarshal(first.GetMessage(), m); err != nil || m.GetFrom() != first.GetFrom() || m.GetTo() != s.n.cfg.NodeID {
+	if err := proto.Unmarshal(first.GetMessage(), m); err != nil || NodeOf(m.GetFrom()) != first.GetFrom() || NodeOf(m.GetTo()) != s.n.cfg.NodeID {
 		return stream.SendAndClose(&rpc.SnapshotAck{Error: "bad snapshot message"})
 	}
 	sink, err := s.n.newSnapshotSink(GroupID(first.GetGroup()), m)
@@ -143,6 +201,9 @@ func (s *raftServer) Snapshot(stream rpc.Raft_SnapshotServer) error {
 		}
 	}
 	if err := sink.finish(); err != nil {
+		if errors.Is(err, ErrRemoved) {
+			stream.SetTrailer(metadata.Pairs(removedTrailer, removedValue(first.GetGroup(), m.GetFrom())))
+		}
 		return stream.SendAndClose(&rpc.SnapshotAck{Error: err.Error()})
 	}
 	return stream.SendAndClose(&rpc.SnapshotAck{Ok: true})

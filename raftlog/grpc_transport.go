@@ -33,8 +33,12 @@ type grpcTransport struct {
 	n      *Node
 	ctx    context.Context
 	cancel context.CancelFunc
-	peers  map[uint64]*peerSender
+	opts   []grpc.DialOption
 	wg     sync.WaitGroup
+
+	// mu guards peers, which setPeer and removePeer change at run time.
+	mu    sync.RWMutex
+	peers map[uint64]*peerSender
 }
 
 type outbound struct {
@@ -43,10 +47,15 @@ type outbound struct {
 }
 
 type peerSender struct {
-	t      *grpcTransport
-	id     uint64
-	addr   string
-	log    zerolog.Logger
+	t    *grpcTransport
+	id   uint64
+	addr string
+	log  zerolog.Logger
+	// ctx ends when the peer is removed or replaced, or the transport
+	// closes; done is closed when run has returned.
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
 	conn   *grpc.ClientConn
 	client rpc.RaftClient
 
@@ -97,31 +106,78 @@ func newGRPCTransport(n *Node) *grpcTransport {
 			MinConnectTimeout: 2 * time.Second,
 		}),
 	}, n.cfg.DialOptions...)
+	t.opts = opts
 	for id, addr := range n.cfg.Peers {
-		if id == n.cfg.NodeID {
-			continue
+		if id != n.cfg.NodeID {
+			t.setPeer(id, addr)
 		}
-		p := &peerSender{t: t, id: id, addr: addr, wake: make(chan struct{}, 1),
-			log: n.log.With().Uint64("peer", id).Str("addr", addr).Logger()}
-		conn, err := grpc.NewClient(addr, opts...)
-		if err != nil {
-			// NewClient fails only on a malformed target or options; the
-			// peer stays unreachable and raft is told so on every send.
-			p.log.Error().Err(err).Msg("raft peer client")
-		} else {
-			p.conn, p.client = conn, rpc.NewRaftClient(conn)
-		}
-		t.peers[id] = p
-		t.wg.Add(1)
-		go p.run()
 	}
 	return t
+}
+
+// setPeer starts a sender to node id at addr, replacing one to another
+// address.
+func (t *grpcTransport) setPeer(id uint64, addr string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ctx.Err() != nil {
+		return
+	}
+	old := t.peers[id]
+	if old != nil && old.addr == addr {
+		return
+	}
+	ctx, cancel := context.WithCancel(t.ctx)
+	p := &peerSender{t: t, id: id, addr: addr, ctx: ctx, cancel: cancel, done: make(chan struct{}),
+		wake: make(chan struct{}, 1), log: t.n.log.With().Uint64("peer", id).Str("addr", addr).Logger()}
+	conn, err := grpc.NewClient(addr, t.opts...)
+	if err != nil {
+		// NewClient fails only on a malformed target or options; the
+		// peer stays unreachable and raft is told so on every send.
+		p.log.Error().Err(err).Msg("raft peer client")
+	} else {
+		p.conn, p.client = conn, rpc.NewRaftClient(conn)
+	}
+	t.peers[id] = p
+	t.wg.Add(1)
+	go p.run()
+	if old != nil {
+		go old.stop()
+	}
+}
+
+// removePeer stops the sender to node id.
+func (t *grpcTransport) removePeer(id uint64) {
+	t.mu.Lock()
+	p := t.peers[id]
+	delete(t.peers, id)
+	t.mu.Unlock()
+	if p != nil {
+		go p.stop()
+	}
+}
+
+// peer is the sender to node id, or nil.
+func (t *grpcTransport) peer(id uint64) *peerSender {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.peers[id]
+}
+
+// stop ends the sender and closes its connection (which ends a snapshot
+// it is streaming).
+func (p *peerSender) stop() {
+	p.cancel()
+	<-p.done
+	if p.conn != nil {
+		_ = p.conn.Close()
+	}
 }
 
 func (t *grpcTransport) send(group GroupID, msgs []*pb.Message) {
 	var unreachable []uint64
 	for _, m := range msgs {
-		p := t.peers[m.GetTo()]
+		p := t.peer(NodeOf(m.GetTo()))
 		if p == nil || !p.enqueue(group, m) {
 			t.n.metrics.droppedMsgs.Inc()
 			if !slices.Contains(unreachable, m.GetTo()) {
@@ -154,6 +210,7 @@ func (p *peerSender) enqueue(group GroupID, m *pb.Message) bool {
 // raft retransmits, and an unbounded backlog would only be stale.
 func (p *peerSender) run() {
 	defer p.t.wg.Done()
+	defer close(p.done)
 	var (
 		stream   rpc.Raft_SendClient
 		batch    []outbound
@@ -168,7 +225,7 @@ func (p *peerSender) run() {
 	for {
 		select {
 		case <-p.wake:
-		case <-p.t.ctx.Done():
+		case <-p.ctx.Done():
 			return
 		}
 		p.mu.Lock()
@@ -179,7 +236,7 @@ func (p *peerSender) run() {
 		}
 		if stream == nil {
 			var err error
-			stream, err = p.client.Send(p.t.ctx)
+			stream, err = p.client.Send(p.ctx)
 			if err != nil {
 				stream = nil
 				p.fail(batch, err)
@@ -208,10 +265,12 @@ func (p *peerSender) run() {
 		err := stream.Send(frame)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				// The peer ended the stream; its status says why.
+				// The peer ended the stream; its status (and trailer) says
+				// why.
 				if _, recvErr := stream.CloseAndRecv(); recvErr != nil {
 					err = recvErr
 				}
+				p.t.n.refusedAsRemoved(stream.Trailer())
 			} else {
 				_ = stream.CloseSend()
 			}
@@ -261,7 +320,7 @@ func newFrame(from, to uint64, n int) (*rpc.RaftBatch, []rpc.RaftEnvelope) {
 
 // fail logs why a send failed and drops its batch.
 func (p *peerSender) fail(batch []outbound, err error) {
-	if p.t.ctx.Err() != nil {
+	if p.ctx.Err() != nil {
 		return
 	}
 	if p.outage == nil {
@@ -287,10 +346,10 @@ func (p *peerSender) drop(batch []outbound) {
 	for _, o := range batch {
 		if !seen[o.group] {
 			seen[o.group] = true
-			p.t.n.reportUnreachable(o.group, p.id)
+			p.t.n.reportUnreachable(o.group, o.msg.GetTo())
 		}
 		if o.msg.GetType() == pb.MsgSnap {
-			p.t.n.reportSnapshot(o.group, p.id, false)
+			p.t.n.reportSnapshot(o.group, o.msg.GetTo(), false)
 		}
 	}
 	clear(batch)
@@ -305,14 +364,14 @@ func (p *peerSender) sleep(backoff *time.Duration) bool {
 	defer timer.Stop()
 	select {
 	case <-timer.C:
-	case <-p.t.ctx.Done():
+	case <-p.ctx.Done():
 		return false
 	}
 	p.mu.Lock()
 	dropped := p.queue
 	p.queue = nil
 	p.mu.Unlock()
-	if len(dropped) > 0 && p.t.ctx.Err() == nil {
+	if len(dropped) > 0 && p.ctx.Err() == nil {
 		p.log.Debug().Int("messages", len(dropped)).Msg("raft peer in backoff: messages dropped")
 		p.drop(dropped)
 	}
@@ -321,8 +380,8 @@ func (p *peerSender) sleep(backoff *time.Duration) bool {
 
 // sendSnapshot streams one snapshot on its own Raft.Snapshot call.
 func (t *grpcTransport) sendSnapshot(group GroupID, m *pb.Message) {
-	p := t.peers[m.GetTo()]
-	if p == nil || p.client == nil {
+	p := t.peer(NodeOf(m.GetTo()))
+	if p == nil || p.client == nil || !t.n.snaps.startSend(p.id) {
 		t.n.reportSnapshot(group, m.GetTo(), false)
 		return
 	}
@@ -330,7 +389,11 @@ func (t *grpcTransport) sendSnapshot(group GroupID, m *pb.Message) {
 	go func() {
 		defer t.wg.Done()
 		err := p.streamSnapshot(group, m)
-		if err != nil && t.ctx.Err() == nil {
+		t.n.snaps.doneSend(p.id)
+		switch {
+		case errors.Is(err, errSnapshotsBusy):
+			p.log.Debug().Uint32("group", uint32(group)).Msg("snapshot refused by a busy peer; raft sends it again later")
+		case err != nil && p.ctx.Err() == nil:
 			p.log.Warn().Err(err).Uint32("group", uint32(group)).Msg("snapshot send failed")
 		}
 		t.n.reportSnapshot(group, m.GetTo(), err == nil)
@@ -338,7 +401,7 @@ func (t *grpcTransport) sendSnapshot(group GroupID, m *pb.Message) {
 }
 
 func (p *peerSender) streamSnapshot(group GroupID, m *pb.Message) error {
-	ctx, cancel := context.WithCancel(p.t.ctx)
+	ctx, cancel := context.WithCancel(p.ctx)
 	defer cancel()
 	stream, err := p.client.Snapshot(ctx)
 	if err != nil {
@@ -359,17 +422,23 @@ func (p *peerSender) streamSnapshot(group GroupID, m *pb.Message) error {
 		return err
 	}
 	ack, err := stream.CloseAndRecv()
+	p.t.n.refusedAsRemoved(stream.Trailer())
 	if err != nil {
 		return err
 	}
 	if !ack.GetOk() {
+		if ack.GetError() == errSnapshotsBusy.Error() {
+			return errSnapshotsBusy
+		}
 		return fmt.Errorf("raftlog: peer refused snapshot: %s", ack.GetError())
 	}
 	return nil
 }
 
 func (t *grpcTransport) close() {
+	t.mu.Lock()
 	t.cancel()
+	t.mu.Unlock()
 	t.wg.Wait()
 	for _, p := range t.peers {
 		if p.conn != nil {

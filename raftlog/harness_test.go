@@ -136,13 +136,16 @@ type cluster struct {
 	nodes  map[uint64]*Node
 	sms    map[uint64]map[GroupID]*recordingSM
 	tune   func(*Config)
+	// replicas: a node listed here joins its groups (JoinGroup) with this
+	// replica id instead of bootstrapping them.
+	replicas map[uint64]uint64
 }
 
 func newCluster(t testing.TB, seed uint64, size int, groups []GroupID, tune func(*Config)) *cluster {
 	c := &cluster{
 		t: t, nw: newMemNetwork(seed), groups: groups, tune: tune,
 		dirs: make(map[uint64]string), nodes: make(map[uint64]*Node),
-		sms: make(map[uint64]map[GroupID]*recordingSM),
+		sms: make(map[uint64]map[GroupID]*recordingSM), replicas: make(map[uint64]uint64),
 	}
 	for i := 1; i <= size; i++ {
 		id := uint64(i)
@@ -191,7 +194,13 @@ func (c *cluster) start(id uint64) {
 	c.sms[id] = make(map[GroupID]*recordingSM)
 	for _, gid := range c.groups {
 		sm := &recordingSM{}
-		if _, err := n.AddGroup(gid, c.ids, sm); err != nil {
+		var err error
+		if r := c.replicas[id]; r != 0 {
+			_, err = n.JoinGroup(gid, r, sm)
+		} else {
+			_, err = n.AddGroup(gid, c.ids, sm)
+		}
+		if err != nil {
 			c.t.Fatalf("node %d add group %d: %v", id, gid, err)
 		}
 		c.sms[id][gid] = sm

@@ -4,13 +4,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	bolt "go.etcd.io/bbolt"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
 
-// On-disk layout of a data dir (format 2):
+// On-disk layout of a data dir (formats 2 and 3):
 //
 //	DataDir/wal/      the write-ahead log of every group's Raft log and hard
 //	                  state (package raftlog/wal)
@@ -20,19 +21,26 @@ import (
 //
 // Directories are 0700 and files 0600.
 //
-// state.db holds a bucket "node" with "format" (formatVersion, 8 bytes BE),
+// state.db holds a bucket "node" with "format" (8 bytes BE: formatVersion
+// when created, formatMembership once RaiseFormat ran),
 // the pins (Pin) and "removed" (a tombstone per group whose RemoveGroup
 // has not finished, keyed by id as 4 bytes big-endian), and per group a
 // top-level bucket
 // "g<id as 4 bytes big-endian>" holding:
 //
-//	meta   "conf"    -> marshalled raftpb.ConfState
+//	meta   "conf"    -> marshalled raftpb.ConfState; a configuration change
+//	                    rewrites it in the same transaction as "applied"
 //	       "applied" -> index, term of the last applied entry; written in
 //	                    the same transaction as the state it produced
+//	       "replica" -> this node's replica id in the group (8 bytes BE);
+//	                    absent for generation 0 (the node id)
 //	state  the StateMachine's bucket
 //
 // Format 1 (the first release) kept the Raft log in raft.db beside the
-// state; migrate.go turns it into format 2.
+// state; migrate.go turns it into format 2. Format 3 is format 2 that has
+// seen a cluster membership change (RaiseFormat): the same layout, but
+// its groups' configurations and the cluster record need a release that
+// knows membership, so a release that reads only format 2 refuses it.
 var (
 	bucketNode  = []byte("node")
 	bucketPins  = []byte("pins")
@@ -42,6 +50,7 @@ var (
 	keyFormat  = []byte("format")
 	keyConf    = []byte("conf")
 	keyApplied = []byte("applied")
+	keyReplica = []byte("replica")
 )
 
 // StateFile is the name of the state file in a node's data dir: what a
@@ -52,7 +61,12 @@ const (
 	stateFile     = "state.db"
 	walDirName    = "wal"
 	formatVersion = 2
+	// formatMembership is the format RaiseFormat sets.
+	formatMembership = 3
 )
+
+// readableFormats are the formats this release opens.
+var readableFormats = []uint64{formatVersion, formatMembership}
 
 // errCorrupt reports bytes in state.db that cannot be decoded.
 var errCorrupt = errors.New("raftlog: corrupt storage")
@@ -106,11 +120,15 @@ const (
 type groupState struct {
 	conf                  *pb.ConfState
 	appliedIdx, appliedTm uint64
+	// replica is this node's replica id in the group (0: its node id).
+	replica uint64
 }
 
-// createGroupState creates the group's buckets at the bootstrap point if
-// absent (in the applier's transaction).
-func createGroupState(tx *bolt.Tx, id GroupID, voters []uint64) error {
+// createGroupState creates the group's buckets if absent (in the
+// applier's transaction): at the bootstrap point with voters, or, with
+// no voters, blank (nothing applied, no configuration: a replica that
+// joins a running group and gets everything in a snapshot) under replica.
+func createGroupState(tx *bolt.Tx, id GroupID, voters []uint64, replica uint64) error {
 	if tx.Bucket(groupBucketName(id)) != nil {
 		return nil
 	}
@@ -124,6 +142,15 @@ func createGroupState(tx *bolt.Tx, id GroupID, voters []uint64) error {
 	}
 	if _, err := root.CreateBucket(bucketState); err != nil {
 		return err
+	}
+	if len(voters) == 0 {
+		if err := meta.Put(keyReplica, binary.BigEndian.AppendUint64(nil, replica)); err != nil {
+			return err
+		}
+		if err := putConf(meta, &pb.ConfState{}); err != nil {
+			return err
+		}
+		return meta.Put(keyApplied, encodePair(0, 0))
 	}
 	if err := putConf(meta, &pb.ConfState{Voters: voters}); err != nil {
 		return err
@@ -141,12 +168,22 @@ func readGroupState(gb groupBuckets) (groupState, error) {
 	if gs.appliedIdx, gs.appliedTm, err = decodePair(gb.meta.Get(keyApplied)); err != nil {
 		return gs, fmt.Errorf("applied: %w", err)
 	}
+	if v := gb.meta.Get(keyReplica); v != nil {
+		if len(v) != 8 {
+			return gs, fmt.Errorf("replica: %w", errCorrupt)
+		}
+		gs.replica = binary.BigEndian.Uint64(v)
+	}
 	return gs, nil
 }
 
 // checkFormat stamps a new state.db with formatVersion and refuses one of
-// another version.
-func checkFormat(db *bolt.DB) error {
+// a format this release does not read.
+func checkFormat(db *bolt.DB) error { return checkFormatOf(db, readableFormats) }
+
+// checkFormatOf is checkFormat for a release that reads the formats
+// readable (the first is the one it writes).
+func checkFormatOf(db *bolt.DB, readable []uint64) error {
 	return db.Update(func(tx *bolt.Tx) error {
 		b, err := tx.CreateBucketIfNotExists(bucketNode)
 		if err != nil {
@@ -154,16 +191,42 @@ func checkFormat(db *bolt.DB) error {
 		}
 		v := b.Get(keyFormat)
 		if v == nil {
-			return b.Put(keyFormat, binary.BigEndian.AppendUint64(nil, formatVersion))
+			return b.Put(keyFormat, binary.BigEndian.AppendUint64(nil, readable[0]))
 		}
 		if len(v) != 8 {
 			return fmt.Errorf("raftlog: %s: %w: format marker %x", db.Path(), errCorrupt, v)
 		}
-		if have := binary.BigEndian.Uint64(v); have != formatVersion {
-			return fmt.Errorf("raftlog: %s has format %d, this release reads format %d; use the release that wrote it, or restore this node from a peer (docs/operations.md, \"Backup and restore\")", db.Path(), have, formatVersion)
+		if have := binary.BigEndian.Uint64(v); !slices.Contains(readable, have) {
+			return fmt.Errorf("raftlog: %s has format %d, this release reads formats %v; use the release that wrote it or a later one (docs/operations.md, \"Rolling restarts\"), or restore this node from a peer (docs/operations.md, \"Backup and restore\")", db.Path(), have, readable)
 		}
 		return nil
 	})
+}
+
+// RaiseFormat durably marks the data dir as format 3 (formatMembership)
+// so that a release that reads only format 2, one without cluster
+// membership, refuses to open it: the caller raises it once the cluster
+// made its first membership change. Idempotent and cheap once done.
+func (n *Node) RaiseFormat() error {
+	if n.formatRaised.Load() {
+		return nil
+	}
+	err := n.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketNode)
+		if b == nil {
+			return fmt.Errorf("raftlog: %s: %w: no node bucket", n.db.Path(), errCorrupt)
+		}
+		if v := b.Get(keyFormat); len(v) == 8 && binary.BigEndian.Uint64(v) >= formatMembership {
+			return nil
+		}
+		n.log.Info().Int("format", formatMembership).Msg("data dir format raised: a release without cluster membership can no longer open it")
+		return b.Put(keyFormat, binary.BigEndian.AppendUint64(nil, formatMembership))
+	})
+	if err != nil {
+		return fmt.Errorf("raftlog: raise format: %w", err)
+	}
+	n.formatRaised.Store(true)
+	return nil
 }
 
 func putConf(meta *bolt.Bucket, conf *pb.ConfState) error {

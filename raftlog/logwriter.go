@@ -40,7 +40,6 @@ type logWriter struct {
 	log     zerolog.Logger
 	metrics *metrics
 	tr      transport
-	self    uint64
 
 	mu       sync.Mutex
 	queue    []*appendReq
@@ -66,8 +65,8 @@ type logWriter struct {
 	broken error
 }
 
-func newLogWriter(w *wal.WAL, lg zerolog.Logger, m *metrics, tr transport, self uint64) *logWriter {
-	lw := &logWriter{wal: w, log: lg, metrics: m, tr: tr, self: self,
+func newLogWriter(w *wal.WAL, lg zerolog.Logger, m *metrics, tr transport) *logWriter {
+	lw := &logWriter{wal: w, log: lg, metrics: m, tr: tr,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go lw.run()
 	return lw
@@ -262,7 +261,7 @@ func (lw *logWriter) encode(batch []*appendReq) (sync bool, entries int) {
 func (lw *logWriter) sendRemote(r *appendReq) {
 	out := lw.outBuf[:0]
 	for _, resp := range r.msg.GetResponses() {
-		if resp.GetTo() != lw.self {
+		if resp.GetTo() != r.g.self {
 			out = append(out, resp)
 		}
 	}

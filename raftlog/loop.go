@@ -52,13 +52,24 @@ func (g *Group) run() {
 }
 
 // fail stops the group after err; the loop returns at its next iteration.
+// ErrRemoved is no failure of the node: Removed is closed instead.
 func (g *Group) fail(err error) {
 	g.stopOnce.Do(func() { close(g.stopc) })
-	if errors.Is(err, ErrStopped) {
+	switch {
+	case errors.Is(err, ErrStopped):
 		return
+	case errors.Is(err, ErrRemoved):
+		select {
+		case <-g.removedc:
+			return
+		default:
+		}
+		close(g.removedc)
+		g.log.Warn().Uint64("replica", g.self).Msg("this replica was removed from the group's configuration; the group stops here (RemoveGroup deletes it)")
+	default:
+		g.log.Error().Err(err).Msg("raftlog group stopped")
+		g.n.reportFailure(err)
 	}
-	g.log.Error().Err(err).Msg("raftlog group stopped")
-	g.n.reportFailure(err)
 	// A stopped group leads nothing: watchers (the partition's request
 	// tracking) fail what waits on it at once, and callers retry at the
 	// new leader, rather than waiting for the node to close.
@@ -112,6 +123,9 @@ func (g *Group) process(in *inbox, now time.Time) error {
 		g.issueRead(in.reads)
 	}
 	g.balanceLeadership(in.ticks)
+	if len(in.confs) > 0 {
+		g.proposeConf(in.confs)
+	}
 	if len(in.props) > 0 {
 		g.propose(in.props)
 	}
@@ -154,7 +168,7 @@ func (g *Group) propose(props []*proposal) {
 		if len(ents) == 0 {
 			continue
 		}
-		err := g.rn.Step(newPropMsg(g.n.cfg.NodeID, ents))
+		err := g.rn.Step(newPropMsg(g.self, ents))
 		clear(ents)
 		g.propBuf = ents[:0]
 		if err != nil {
@@ -173,7 +187,7 @@ func (g *Group) propose(props []*proposal) {
 func (g *Group) proposalError(err error) error {
 	if errors.Is(err, raft.ErrProposalDropped) {
 		if st := g.rn.BasicStatus(); st.RaftState != raft.StateLeader {
-			return &NotLeaderError{Group: g.id, Leader: st.Lead, Term: st.GetTerm()}
+			return &NotLeaderError{Group: g.id, Leader: NodeOf(st.Lead), Term: st.GetTerm()}
 		}
 		return ErrProposalDropped
 	}
@@ -196,6 +210,16 @@ func (g *Group) answerAccepted(ents []*pb.Entry) {
 	} else {
 		tail := ents[len(ents)-len(g.accepted):]
 		for i, p := range g.accepted {
+			if p.conf != nil {
+				if tail[i].GetType() != pb.EntryConfChangeV2 {
+					// Raft appended an empty entry instead: a change is
+					// pending already.
+					p.reply <- proposeResult{err: ErrProposalDropped}
+					continue
+				}
+				p.conf.term = tail[i].GetTerm()
+				g.confWaits[tail[i].GetIndex()] = p.conf
+			}
 			p.reply <- proposeResult{p: Proposal{Index: tail[i].GetIndex(), Term: tail[i].GetTerm()}}
 		}
 	}
@@ -313,7 +337,9 @@ func (g *Group) install(snap *pb.Snapshot) error {
 		return r.err
 	}
 	g.store.restored(snap.GetMetadata())
+	g.setConf(snap.GetMetadata().GetConfState())
 	g.setApplied(snap.GetMetadata().GetIndex())
+	g.dropConfWaits(snap.GetMetadata().GetIndex())
 	g.checkpoint = snap.GetMetadata().GetIndex()
 	g.n.metrics.snapshotsInstalled.Inc()
 	_ = os.Remove(string(snap.GetData()))
@@ -357,7 +383,7 @@ func (g *Group) appendFinished(r *appendReq) error {
 		g.store.setHardState(newHardState(m.GetTerm(), m.GetVote(), m.GetCommit()))
 	}
 	for _, resp := range m.GetResponses() {
-		if resp.GetTo() == g.n.cfg.NodeID {
+		if resp.GetTo() == g.self {
 			_ = g.rn.Step(resp)
 		}
 	}
@@ -369,8 +395,14 @@ func (g *Group) applyFinished(r *applyReq) error {
 	if r.err != nil {
 		return r.err
 	}
+	for _, c := range r.confs {
+		if err := g.confApplied(c); err != nil {
+			return err
+		}
+	}
 	if r.appliedIdx > 0 {
 		g.setApplied(r.appliedIdx)
+		g.dropConfWaits(r.appliedIdx)
 	}
 	for _, resp := range r.apply.GetResponses() {
 		_ = g.rn.Step(resp)
@@ -456,7 +488,7 @@ func (g *Group) observeLeadership(rd raft.Ready) {
 	lead, term := prev.Leader, prev.Term
 	isLeader := g.isLeader
 	if rd.SoftState != nil {
-		lead = rd.SoftState.Lead
+		lead = NodeOf(rd.SoftState.Lead)
 		isLeader = rd.SoftState.RaftState == raft.StateLeader
 	}
 	if rd.HardState != nil && rd.HardState.GetTerm() != 0 {

@@ -1,6 +1,7 @@
 package raftlog
 
 import (
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -121,8 +122,8 @@ func (t *memTransport) send(group GroupID, msgs []*pb.Message) {
 		if fn := t.nw.onSend.Load(); fn != nil {
 			(*fn)(t.n.cfg.NodeID, group, m)
 		}
-		dst, d := t.nw.route(t.n.cfg.NodeID, m.GetTo())
-		if dst == nil {
+		dst, d := t.nw.route(t.n.cfg.NodeID, NodeOf(m.GetTo()))
+		if dst == nil || !t.n.isPeer(NodeOf(m.GetTo())) {
 			t.n.reportUnreachable(group, m.GetTo())
 			continue
 		}
@@ -135,7 +136,15 @@ func (t *memTransport) send(group GroupID, msgs []*pb.Message) {
 			if err := proto.Unmarshal(b, cp); err != nil {
 				panic(err)
 			}
-			dst.deliver(group, cp)
+			// As the gRPC server does: a removed node, or a removed
+			// replica, gets the "removed" answer.
+			switch {
+			case dst.isGone(t.n.cfg.NodeID):
+				t.n.removedByPeer(group, cp.GetFrom())
+			case !dst.isPeer(t.n.cfg.NodeID):
+			case dst.deliver(group, cp) == fromRemoved:
+				t.n.removedByPeer(group, cp.GetFrom())
+			}
 		}
 		if d == 0 {
 			deliver()
@@ -156,16 +165,23 @@ func (t *memTransport) send(group GroupID, msgs []*pb.Message) {
 }
 
 func (t *memTransport) sendSnapshot(group GroupID, m *pb.Message) {
+	peer := NodeOf(m.GetTo())
+	if !t.n.snaps.startSend(peer) {
+		t.n.reportSnapshot(group, m.GetTo(), false)
+		return
+	}
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
-		t.n.reportSnapshot(group, m.GetTo(), t.streamSnapshot(group, m))
+		ok := t.streamSnapshot(group, m)
+		t.n.snaps.doneSend(peer)
+		t.n.reportSnapshot(group, m.GetTo(), ok)
 	}()
 }
 
 func (t *memTransport) streamSnapshot(group GroupID, m *pb.Message) bool {
-	dst, _ := t.nw.route(t.n.cfg.NodeID, m.GetTo())
-	if dst == nil {
+	dst, _ := t.nw.route(t.n.cfg.NodeID, NodeOf(m.GetTo()))
+	if dst == nil || !t.n.isPeer(dst.cfg.NodeID) || !dst.isPeer(t.n.cfg.NodeID) {
 		return false
 	}
 	var sink *snapshotSink
@@ -187,8 +203,15 @@ func (t *memTransport) streamSnapshot(group GroupID, m *pb.Message) bool {
 	if err != nil && sink != nil {
 		sink.abort()
 	}
+	if errors.Is(err, ErrRemoved) {
+		t.n.removedByPeer(group, m.GetFrom())
+	}
 	return err == nil
 }
+
+// The in-memory network reads the address book at every send.
+func (t *memTransport) setPeer(uint64, string) {}
+func (t *memTransport) removePeer(uint64)      {}
 
 func (t *memTransport) close() {
 	t.nw.detach(t.n.cfg.NodeID, t.n)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -133,7 +134,7 @@ func TestRefusesAnotherFormat(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		return b.Put(keyFormat, binary.BigEndian.AppendUint64(nil, 3))
+		return b.Put(keyFormat, binary.BigEndian.AppendUint64(nil, 4))
 	})
 	db.Close()
 	if err != nil {
@@ -141,8 +142,55 @@ func TestRefusesAnotherFormat(t *testing.T) {
 	}
 	c := &cluster{t: t, nw: newMemNetwork(1), dirs: map[uint64]string{1: dir}, ids: []uint64{1}}
 	if _, err := open(c.config(1), c.nw.transportFor); err == nil {
-		t.Fatal("a state.db of format 3 was opened")
+		t.Fatal("a state.db of format 4 was opened")
 	} else {
 		t.Log(err)
 	}
+}
+
+// TestRaiseFormatRefusesDowngrade: a data dir is format 2 until
+// RaiseFormat, which a release that reads only format 2 (the one before
+// cluster membership; simulated with checkFormatOf) still opens; after it
+// the data dir is format 3, which that release refuses and this one
+// opens.
+func TestRaiseFormatRefusesDowngrade(t *testing.T) {
+	dir := t.TempDir()
+	c := &cluster{t: t, nw: newMemNetwork(1), dirs: map[uint64]string{1: dir}, ids: []uint64{1}}
+	earlier := func() error {
+		db, err := bolt.Open(filepath.Join(dir, stateFile), 0o600, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		return checkFormatOf(db, []uint64{formatVersion})
+	}
+	reopen := func() *Node {
+		n, err := open(c.config(1), c.nw.transportFor)
+		if err != nil {
+			t.Fatalf("this release refuses the data dir: %v", err)
+		}
+		return n
+	}
+	n := reopen()
+	n.Close()
+	if err := earlier(); err != nil {
+		t.Fatalf("before RaiseFormat, the earlier release refuses the data dir: %v", err)
+	}
+	n = reopen()
+	for range 2 { // idempotent
+		if err := n.RaiseFormat(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.Close()
+	err := earlier()
+	if err == nil || !strings.Contains(err.Error(), "has format 3") {
+		t.Fatalf("after RaiseFormat, the earlier release's check says %v; want a refusal of format 3", err)
+	}
+	t.Log(err)
+	n = reopen()
+	if err := n.RaiseFormat(); err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
 }

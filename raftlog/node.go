@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -37,7 +38,18 @@ type Node struct {
 	tr      transport
 	server  *raftServer
 	metrics *metrics
-	lock    *os.File // holds the data dir's flock (dirlock.go)
+	lock    *DirLock // holds the data dir's flock (dirlock.go)
+	snaps   *snapshotSlots
+	// formatRaised: RaiseFormat has made the data dir format 3.
+	formatRaised atomic.Bool
+
+	// peersMu guards peers: every node's address, this one's too (the
+	// transport's address book; SetPeer, RemovePeer).
+	peersMu sync.RWMutex
+	peers   map[uint64]string
+	// gone are the nodes RemovePeer dropped: their messages get the
+	// "removed" answer.
+	gone map[uint64]bool
 
 	// mu guards groups, removing and closed.
 	mu       sync.RWMutex
@@ -79,9 +91,12 @@ func open(cfg Config, newTransport func(*Node) transport) (*Node, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	lock, err := lockDataDir(cfg.DataDir)
-	if err != nil {
-		return nil, err
+	lock := cfg.DataDirLock
+	if lock == nil {
+		var err error
+		if lock, err = LockDataDir(cfg.DataDir); err != nil {
+			return nil, err
+		}
 	}
 	n, err := openLocked(cfg, newTransport)
 	if err != nil {
@@ -137,6 +152,9 @@ func openLocked(cfg Config, newTransport func(*Node) transport) (*Node, error) {
 		wal:      w,
 		db:       db,
 		metrics:  newMetrics(cfg.Registerer, fileSize(db.Path()), func() float64 { return float64(w.Stats().SegmentBytes) }),
+		snaps:    newSnapshotSlots(cfg.SnapshotStreams),
+		peers:    maps.Clone(cfg.Peers),
+		gone:     make(map[uint64]bool),
 		groups:   make(map[GroupID]*Group),
 		removing: make(map[GroupID]bool),
 		watchers: make(map[uint64]*watcher),
@@ -148,7 +166,7 @@ func openLocked(cfg Config, newTransport func(*Node) transport) (*Node, error) {
 	}
 	n.server = &raftServer{n: n}
 	n.tr = newTransport(n)
-	n.lw = newLogWriter(w, n.log, n.metrics, n.tr, cfg.NodeID)
+	n.lw = newLogWriter(w, n.log, n.metrics, n.tr)
 	n.ap = newApplier(db, n.log, n.metrics, cfg.Knobs, checkpointPolicy{interval: cfg.CheckpointInterval, entries: cfg.CheckpointEntries}, n.lw.breakOff)
 	if err := n.finishRemovals(); err != nil {
 		n.Close()
@@ -182,13 +200,12 @@ func openStateDB(path string) (*bolt.DB, error) {
 func (n *Node) RegisterGRPC(s grpc.ServiceRegistrar) { n.server.register(s) }
 
 // AddGroup starts group id with the given voters (used only to bootstrap a
-// group that has no state on disk) and state machine. sm.Restore is called
-// before AddGroup returns. Groups may be added while the node runs, and
-// removed (RemoveGroup).
+// group that has no state on disk: every voter's replica has generation 0)
+// and state machine. sm.Restore is called before AddGroup returns. Groups
+// may be added while the node runs, and removed (RemoveGroup). A group
+// this node joined (JoinGroup) reopens with AddGroup too: its state on
+// disk names its replica.
 func (n *Node) AddGroup(id GroupID, voters []uint64, sm StateMachine) (*Group, error) {
-	if sm == nil {
-		return nil, fmt.Errorf("raftlog: group %d: nil state machine", id)
-	}
 	voters = slices.Clone(voters)
 	slices.Sort(voters)
 	voters = slices.Compact(voters)
@@ -196,9 +213,28 @@ func (n *Node) AddGroup(id GroupID, voters []uint64, sm StateMachine) (*Group, e
 		return nil, fmt.Errorf("raftlog: group %d: voters %v must include node %d", id, voters, n.cfg.NodeID)
 	}
 	for _, v := range voters {
-		if _, ok := n.cfg.Peers[v]; !ok {
+		if _, ok := n.peerAddr(v); !ok {
 			return nil, fmt.Errorf("raftlog: group %d: voter %d not in Config.Peers", id, v)
 		}
+	}
+	return n.addGroup(id, voters, 0, sm)
+}
+
+// JoinGroup starts this node's replica (Raft id replica, see ReplicaID)
+// of a group that runs elsewhere: blank, with no configuration, it
+// campaigns for nothing and waits for the group's leader, which added it
+// as a learner (Group.AddLearner), to send it a snapshot. Reopening it
+// after a restart is AddGroup or JoinGroup with the same replica.
+func (n *Node) JoinGroup(id GroupID, replica uint64, sm StateMachine) (*Group, error) {
+	if NodeOf(replica) != n.cfg.NodeID {
+		return nil, fmt.Errorf("raftlog: group %d: replica %#x is not on node %d", id, replica, n.cfg.NodeID)
+	}
+	return n.addGroup(id, nil, replica, sm)
+}
+
+func (n *Node) addGroup(id GroupID, voters []uint64, replica uint64, sm StateMachine) (*Group, error) {
+	if sm == nil {
+		return nil, fmt.Errorf("raftlog: group %d: nil state machine", id)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -211,7 +247,7 @@ func (n *Node) AddGroup(id GroupID, voters []uint64, sm StateMachine) (*Group, e
 	if n.removing[id] {
 		return nil, fmt.Errorf("%w: %d is being removed", ErrGroupExists, id)
 	}
-	if err := n.updateState(func(tx *bolt.Tx) error { return createGroupState(tx, id, voters) }); err != nil {
+	if err := n.updateState(func(tx *bolt.Tx) error { return createGroupState(tx, id, voters, replica) }); err != nil {
 		return nil, fmt.Errorf("raftlog: create group %d: %w", id, err)
 	}
 	var gs groupState
@@ -228,6 +264,12 @@ func (n *Node) AddGroup(id GroupID, voters []uint64, sm StateMachine) (*Group, e
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: group %d: open state: %w", id, err)
 	}
+	if gs.replica == 0 {
+		gs.replica = n.cfg.NodeID
+	}
+	if replica != 0 && gs.replica != replica {
+		return nil, fmt.Errorf("raftlog: group %d: this data dir holds replica %#x of it, not %#x; remove the group first", id, gs.replica, replica)
+	}
 	store, err := n.openLog(id, gs)
 	if err != nil {
 		return nil, err
@@ -243,6 +285,61 @@ func (n *Node) AddGroup(id GroupID, voters []uint64, sm StateMachine) (*Group, e
 		g.run()
 	}()
 	return g, nil
+}
+
+// SetPeer adds node id to the transport's address book, or changes its
+// address: messages to its replicas go to addr from now on, and messages
+// from it are accepted. Peers are the union of Config.Peers and what
+// SetPeer added since the node opened; the caller (the cluster's node
+// table) sets them again after a restart.
+func (n *Node) SetPeer(id uint64, addr string) error {
+	if id == 0 || id > maxNodeID || addr == "" {
+		return fmt.Errorf("%w: peer %d at %q", ErrInvalidConfig, id, addr)
+	}
+	if id == n.cfg.NodeID {
+		return nil
+	}
+	n.peersMu.Lock()
+	same := n.peers[id] == addr
+	n.peers[id] = addr
+	delete(n.gone, id)
+	n.peersMu.Unlock()
+	if !same {
+		n.tr.setPeer(id, addr)
+	}
+	return nil
+}
+
+// RemovePeer drops node id from the address book, for good (a node removed
+// from the cluster): nothing more is sent to it, and its messages are
+// refused with the "removed" answer, which stops their groups on it.
+func (n *Node) RemovePeer(id uint64) {
+	if id == n.cfg.NodeID {
+		return
+	}
+	n.peersMu.Lock()
+	_, ok := n.peers[id]
+	delete(n.peers, id)
+	n.gone[id] = true
+	n.peersMu.Unlock()
+	if ok {
+		n.tr.removePeer(id)
+	}
+}
+
+// isGone says whether RemovePeer removed node id.
+func (n *Node) isGone(id uint64) bool {
+	n.peersMu.RLock()
+	defer n.peersMu.RUnlock()
+	return n.gone[id]
+}
+
+// peerAddr is node id's address in the address book.
+func (n *Node) peerAddr(id uint64) (string, bool) {
+	n.peersMu.RLock()
+	defer n.peersMu.RUnlock()
+	addr, ok := n.peers[id]
+	return addr, ok
 }
 
 // Group returns a started group, or nil.
@@ -436,43 +533,91 @@ func (n *Node) Close() error {
 	return n.closeErr
 }
 
-// deliver hands a message received from a peer to its group. It returns
-// false when the group is unknown or its inbox is full (raft recovers lost
-// messages).
-func (n *Node) deliver(id GroupID, m *pb.Message) bool {
+// delivery is what became of a message handed to deliver.
+type delivery int
+
+const (
+	delivered delivery = iota
+	// dropped: the group is unknown here, its inbox is full, or the
+	// sender or addressee is not one of its replicas (raft recovers lost
+	// messages).
+	dropped
+	// fromRemoved: the sender is a replica the group removed; the
+	// transport tells its node (Node.removedByPeer).
+	fromRemoved
+)
+
+// deliver hands a message received from a peer to its group. The sender
+// must be a member of the group's applied configuration (voter or
+// learner, either half of a joint one), except for a blank replica, which
+// has no configuration until its first snapshot and hears from any peer.
+func (n *Node) deliver(id GroupID, m *pb.Message) delivery {
 	g := n.Group(id)
 	if g == nil {
-		return false
+		return dropped
 	}
-	if !n.fromVoter(g, m) {
-		return false
+	if d := n.checkSender(g, m); d != delivered {
+		return d
 	}
 	if m.GetType() == pb.MsgSnap {
 		// A snapshot's Data names a local spool file, so a MsgSnap is only
 		// taken from the Snapshot RPC, which writes that file itself
 		// (deliverSnapshot); one arriving any other way is forged.
 		n.log.Warn().Uint32("group", uint32(id)).Uint64("from", m.GetFrom()).Msg("raft message refused: a snapshot arrives only on the Snapshot RPC")
-		return false
+		return dropped
 	}
-	return g.enqueueMessage(m)
+	if !g.enqueueMessage(m) {
+		return dropped
+	}
+	return delivered
 }
 
 // deliverSnapshot hands group id a MsgSnap whose state was spooled to path
 // by this node.
-func (n *Node) deliverSnapshot(id GroupID, m *pb.Message, path string) bool {
+func (n *Node) deliverSnapshot(id GroupID, m *pb.Message, path string) delivery {
 	g := n.Group(id)
-	if g == nil || !n.fromVoter(g, m) {
-		return false
+	if g == nil {
+		return dropped
 	}
-	return g.enqueueSnapshot(m, path)
+	if d := n.checkSender(g, m); d != delivered {
+		return d
+	}
+	if !g.enqueueSnapshot(m, path) {
+		return dropped
+	}
+	return delivered
 }
 
-func (n *Node) fromVoter(g *Group, m *pb.Message) bool {
-	if !slices.Contains(g.voters, m.GetFrom()) {
-		n.log.Warn().Uint32("group", uint32(g.id)).Uint64("from", m.GetFrom()).Msg("raft message refused: sender is not a voter of the group")
-		return false
+// checkSender says whether g takes a message from m's sender to m's
+// addressee (delivered), or why not.
+func (n *Node) checkSender(g *Group, m *pb.Message) delivery {
+	if m.GetTo() != g.self {
+		n.log.Debug().Uint32("group", uint32(g.id)).Uint64("to", m.GetTo()).Uint64("self", g.self).Msg("raft message refused: addressed to another replica of this node")
+		return dropped
 	}
-	return true
+	conf := g.conf.Load()
+	switch from := m.GetFrom(); {
+	case conf.Contains(from), conf.blank():
+		return delivered
+	case conf.removedFrom(from):
+		n.log.Warn().Uint32("group", uint32(g.id)).Uint64("from", from).Msg("raft message refused: the sender is a replica removed from the group")
+		return fromRemoved
+	default:
+		n.log.Warn().Uint32("group", uint32(g.id)).Uint64("from", from).Msg("raft message refused: sender is not a member of the group")
+		return dropped
+	}
+}
+
+// removedByPeer: a peer refused a message of replica of group id as one
+// from a replica the group removed. If that is this node's replica, it
+// stops (ErrRemoved).
+func (n *Node) removedByPeer(id GroupID, replica uint64) {
+	if g := n.Group(id); g != nil && g.self == replica {
+		g.enqueueControl(func() {
+			g.log.Warn().Msg("a member of the group refused this replica's messages as those of a removed replica")
+			g.fail(ErrRemoved)
+		})
+	}
 }
 
 func (n *Node) isClosed() bool {
@@ -499,9 +644,9 @@ func (n *Node) reportSnapshot(id GroupID, peer uint64, ok bool) {
 	}
 }
 
-// isPeer says whether id is a configured voter other than this node.
+// isPeer says whether node id is in the address book, and not this node.
 func (n *Node) isPeer(id uint64) bool {
-	_, ok := n.cfg.Peers[id]
+	_, ok := n.peerAddr(id)
 	return ok && id != n.cfg.NodeID
 }
 
@@ -603,4 +748,25 @@ func (n *Node) Pin(name string, value []byte) error {
 		}
 		return pins.Put([]byte(name), value)
 	})
+}
+
+// HasGroup reports whether this node's state holds a replica of group id
+// (opened now or not).
+func (n *Node) HasGroup(id GroupID) bool {
+	var ok bool
+	_ = n.db.View(func(tx *bolt.Tx) error {
+		ok = tx.Bucket(groupBucketName(id)) != nil
+		return nil
+	})
+	return ok
+}
+
+// OpenGroup reopens the replica of group id this node's state holds, as it
+// is (whatever its configuration and replica id); ErrNoGroup when it holds
+// none.
+func (n *Node) OpenGroup(id GroupID, sm StateMachine) (*Group, error) {
+	if !n.HasGroup(id) {
+		return nil, fmt.Errorf("%w: %d", ErrNoGroup, id)
+	}
+	return n.addGroup(id, nil, 0, sm)
 }

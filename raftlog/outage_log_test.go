@@ -23,6 +23,7 @@ func TestOutageCausesLoggedOncePerCause(t *testing.T) {
 	var out strings.Builder
 	p := &peerSender{
 		t:   &grpcTransport{ctx: context.Background(), n: &Node{metrics: newMetrics(nil, nil, nil)}},
+		ctx: context.Background(),
 		log: zerolog.New(&out).Level(zerolog.DebugLevel),
 	}
 	errs := []error{tlsRefused, pipe("40001"), tlsRefused, pipe("40002"), tlsRefused, pipe("40003"),

@@ -45,7 +45,7 @@ func refusalAdvice(reason string) string {
 	switch reason {
 	case refusedNotAPeer:
 		return "a peer refuses this node's raft messages: this node is not one of the voters of the cluster that peer runs. " +
-			"A cluster's voters are fixed when it first starts (membership changes are not supported): a node cannot join by naming itself in --initial-cluster. " +
+			"A node does not join by naming itself in --initial-cluster: it joins with --join and no --node-id (docs/operations.md, \"Adding, removing and replacing nodes\"). " +
 			"Stop this node; every node of a cluster is started with the same --initial-cluster"
 	case refusedNotAddressee:
 		return "a peer refuses this node's raft messages: another node listens at the address --initial-cluster gives for it; " +

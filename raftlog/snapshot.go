@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 
 	bolt "go.etcd.io/bbolt"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -281,25 +282,37 @@ func (d *snapDecoder) field() []byte {
 	return d.bytes(int(n))
 }
 
-// snapshotSink spools one incoming snapshot to a file.
+// snapshotSink spools one incoming snapshot to a file. It holds one of
+// the node's incoming snapshot slots (snapshotlimit.go) until finish or
+// abort.
 type snapshotSink struct {
-	n     *Node
-	group GroupID
-	msg   *pb.Message
-	f     *os.File
+	n       *Node
+	group   GroupID
+	msg     *pb.Message
+	f       *os.File
+	release sync.Once
 }
 
+// newSnapshotSink starts receiving a snapshot; errSnapshotsBusy when the
+// node receives as many as it may.
 func (n *Node) newSnapshotSink(group GroupID, msg *pb.Message) (*snapshotSink, error) {
 	if msg.GetType() != pb.MsgSnap || msg.GetSnapshot().GetMetadata() == nil {
 		return nil, fmt.Errorf("%w: first chunk is not a MsgSnap", errBadSnapshot)
 	}
+	if !n.snaps.startReceive() {
+		return nil, errSnapshotsBusy
+	}
 	f, err := os.CreateTemp(filepath.Join(n.cfg.DataDir, snapDirName),
 		fmt.Sprintf("g%d-%d-*.snap", group, msg.GetSnapshot().GetMetadata().GetIndex()))
 	if err != nil {
+		n.snaps.doneReceive()
 		return nil, fmt.Errorf("raftlog: snapshot spool: %w", err)
 	}
 	return &snapshotSink{n: n, group: group, msg: msg, f: f}, nil
 }
+
+// done gives the incoming slot back, once.
+func (s *snapshotSink) done() { s.release.Do(s.n.snaps.doneReceive) }
 
 func (s *snapshotSink) write(p []byte) error {
 	_, err := s.f.Write(p)
@@ -308,11 +321,17 @@ func (s *snapshotSink) write(p []byte) error {
 
 // finish closes the file and steps the MsgSnap into the group.
 func (s *snapshotSink) finish() error {
+	defer s.done()
 	if err := s.f.Close(); err != nil {
 		_ = os.Remove(s.f.Name())
 		return err
 	}
-	if !s.n.deliverSnapshot(s.group, s.msg, s.f.Name()) {
+	switch s.n.deliverSnapshot(s.group, s.msg, s.f.Name()) {
+	case delivered:
+	case fromRemoved:
+		_ = os.Remove(s.f.Name())
+		return fmt.Errorf("raftlog: group %d: snapshot from replica %#x: %w", s.group, s.msg.GetFrom(), ErrRemoved)
+	default:
 		_ = os.Remove(s.f.Name())
 		return fmt.Errorf("raftlog: group %d: not accepting snapshot", s.group)
 	}
@@ -321,6 +340,7 @@ func (s *snapshotSink) finish() error {
 }
 
 func (s *snapshotSink) abort() {
+	defer s.done()
 	_ = s.f.Close()
 	_ = os.Remove(s.f.Name())
 }

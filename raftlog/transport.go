@@ -18,6 +18,10 @@ type transport interface {
 	// sendSnapshot streams the snapshot of MsgSnap m (see snapshot.go) and
 	// reports the outcome with Node.reportSnapshot.
 	sendSnapshot(group GroupID, m *pb.Message)
+	// setPeer sends to node id at addr from now on (a new peer, or a new
+	// address); removePeer stops sending to it.
+	setPeer(id uint64, addr string)
+	removePeer(id uint64)
 	// close stops sending and waits for the transport's goroutines.
 	close()
 }

@@ -56,11 +56,11 @@ func (l IngressLookup) LookupCurrent(ctx context.Context, name string) (*rpc.Ser
 type InvokerLookup struct{ Registry *Registry }
 
 // Lookup answers from this replica on a hit, after a catch-up otherwise.
-func (l InvokerLookup) Lookup(name string) (*rpc.Service, error) {
+func (l InvokerLookup) Lookup(ctx context.Context, name string) (*rpc.Service, error) {
 	if svc, ok := l.Registry.Lookup(name); ok {
 		return svc, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), CatchUpTimeout)
+	ctx, cancel := context.WithTimeout(ctx, CatchUpTimeout)
 	defer cancel()
 	return l.Registry.LookupCurrent(ctx, name)
 }

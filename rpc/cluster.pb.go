@@ -213,8 +213,12 @@ type InitCluster struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	RequestId []byte                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// 16 bytes, chosen by the proposer.
-	ClusterId     []byte         `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	Nodes         []*ClusterNode `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	ClusterId []byte         `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Nodes     []*ClusterNode `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// Replicas per partition (--replication); 0 reads as 3.
+	Replication uint32 `protobuf:"varint,4,opt,name=replication,proto3" json:"replication,omitempty"`
+	// Every partition's placement at bootstrap (its replicas: the nodes).
+	Placements    []*PartitionPlacement `protobuf:"bytes,5,rep,name=placements,proto3" json:"placements,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -270,6 +274,305 @@ func (x *InitCluster) GetNodes() []*ClusterNode {
 	return nil
 }
 
+func (x *InitCluster) GetReplication() uint32 {
+	if x != nil {
+		return x.Replication
+	}
+	return 0
+}
+
+func (x *InitCluster) GetPlacements() []*PartitionPlacement {
+	if x != nil {
+		return x.Placements
+	}
+	return nil
+}
+
+// Where a partition's replicas are meant to be, and where its leader saw
+// them last. The target changes only by compare-and-swap on version.
+type PartitionPlacement struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Partition uint32                 `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	// The target replica set: node ids.
+	Replicas        []uint64 `protobuf:"varint,2,rep,packed,name=replicas,proto3" json:"replicas,omitempty"`
+	PreferredLeader uint64   `protobuf:"varint,3,opt,name=preferred_leader,json=preferredLeader,proto3" json:"preferred_leader,omitempty"`
+	Version         uint64   `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	// The configuration the partition's leader last reported (ObserveConfig),
+	// in node ids, and the index of the configuration change it came from.
+	ObservedVoters   []uint64 `protobuf:"varint,5,rep,packed,name=observed_voters,json=observedVoters,proto3" json:"observed_voters,omitempty"`
+	ObservedLearners []uint64 `protobuf:"varint,6,rep,packed,name=observed_learners,json=observedLearners,proto3" json:"observed_learners,omitempty"`
+	ObservedJoint    bool     `protobuf:"varint,7,opt,name=observed_joint,json=observedJoint,proto3" json:"observed_joint,omitempty"`
+	ObservedIndex    uint64   `protobuf:"varint,8,opt,name=observed_index,json=observedIndex,proto3" json:"observed_index,omitempty"`
+	// The replica generation of each target node (raftlog.ReplicaID): set
+	// when the node is added to the target, so a replica that leaves and
+	// comes back is a new replica to raft. Absent: generation 0.
+	Generations   map[uint64]uint32 `protobuf:"bytes,9,rep,name=generations,proto3" json:"generations,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionPlacement) Reset() {
+	*x = PartitionPlacement{}
+	mi := &file_cluster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionPlacement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionPlacement) ProtoMessage() {}
+
+func (x *PartitionPlacement) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionPlacement.ProtoReflect.Descriptor instead.
+func (*PartitionPlacement) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PartitionPlacement) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *PartitionPlacement) GetReplicas() []uint64 {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *PartitionPlacement) GetPreferredLeader() uint64 {
+	if x != nil {
+		return x.PreferredLeader
+	}
+	return 0
+}
+
+func (x *PartitionPlacement) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *PartitionPlacement) GetObservedVoters() []uint64 {
+	if x != nil {
+		return x.ObservedVoters
+	}
+	return nil
+}
+
+func (x *PartitionPlacement) GetObservedLearners() []uint64 {
+	if x != nil {
+		return x.ObservedLearners
+	}
+	return nil
+}
+
+func (x *PartitionPlacement) GetObservedJoint() bool {
+	if x != nil {
+		return x.ObservedJoint
+	}
+	return false
+}
+
+func (x *PartitionPlacement) GetObservedIndex() uint64 {
+	if x != nil {
+		return x.ObservedIndex
+	}
+	return 0
+}
+
+func (x *PartitionPlacement) GetGenerations() map[uint64]uint32 {
+	if x != nil {
+		return x.Generations
+	}
+	return nil
+}
+
+// Sets partitions' target placements; each is applied only if its version
+// is the stored one (then it is stored with version + 1).
+type SetPlacement struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     []byte                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Placements    []*PartitionPlacement  `protobuf:"bytes,2,rep,name=placements,proto3" json:"placements,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPlacement) Reset() {
+	*x = SetPlacement{}
+	mi := &file_cluster_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPlacement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPlacement) ProtoMessage() {}
+
+func (x *SetPlacement) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPlacement.ProtoReflect.Descriptor instead.
+func (*SetPlacement) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SetPlacement) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+func (x *SetPlacement) GetPlacements() []*PartitionPlacement {
+	if x != nil {
+		return x.Placements
+	}
+	return nil
+}
+
+// Records a partition's configuration as its leader applied it; ignored
+// unless newer (index) than the one recorded.
+type ObserveConfig struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     []byte                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Observed      *PartitionPlacement    `protobuf:"bytes,2,opt,name=observed,proto3" json:"observed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObserveConfig) Reset() {
+	*x = ObserveConfig{}
+	mi := &file_cluster_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObserveConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObserveConfig) ProtoMessage() {}
+
+func (x *ObserveConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObserveConfig.ProtoReflect.Descriptor instead.
+func (*ObserveConfig) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ObserveConfig) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+func (x *ObserveConfig) GetObserved() *PartitionPlacement {
+	if x != nil {
+		return x.Observed
+	}
+	return nil
+}
+
+// Changes the replication factor, or pauses rebalancing.
+type SetPlacementPolicy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     []byte                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Replication   uint32                 `protobuf:"varint,2,opt,name=replication,proto3" json:"replication,omitempty"`
+	Paused        bool                   `protobuf:"varint,3,opt,name=paused,proto3" json:"paused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPlacementPolicy) Reset() {
+	*x = SetPlacementPolicy{}
+	mi := &file_cluster_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPlacementPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPlacementPolicy) ProtoMessage() {}
+
+func (x *SetPlacementPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPlacementPolicy.ProtoReflect.Descriptor instead.
+func (*SetPlacementPolicy) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SetPlacementPolicy) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+func (x *SetPlacementPolicy) GetReplication() uint32 {
+	if x != nil {
+		return x.Replication
+	}
+	return 0
+}
+
+func (x *SetPlacementPolicy) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
 // Gives a joining node the next id (or the one its join_nonce already has).
 type JoinNode struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -283,7 +586,7 @@ type JoinNode struct {
 
 func (x *JoinNode) Reset() {
 	*x = JoinNode{}
-	mi := &file_cluster_proto_msgTypes[2]
+	mi := &file_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -295,7 +598,7 @@ func (x *JoinNode) String() string {
 func (*JoinNode) ProtoMessage() {}
 
 func (x *JoinNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[2]
+	mi := &file_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -308,7 +611,7 @@ func (x *JoinNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinNode.ProtoReflect.Descriptor instead.
 func (*JoinNode) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{2}
+	return file_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *JoinNode) GetRequestId() []byte {
@@ -346,7 +649,7 @@ type SetNodeState struct {
 
 func (x *SetNodeState) Reset() {
 	*x = SetNodeState{}
-	mi := &file_cluster_proto_msgTypes[3]
+	mi := &file_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -358,7 +661,7 @@ func (x *SetNodeState) String() string {
 func (*SetNodeState) ProtoMessage() {}
 
 func (x *SetNodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[3]
+	mi := &file_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -371,7 +674,7 @@ func (x *SetNodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeState.ProtoReflect.Descriptor instead.
 func (*SetNodeState) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{3}
+	return file_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SetNodeState) GetRequestId() []byte {
@@ -413,7 +716,7 @@ type UpdateNodeAddrs struct {
 
 func (x *UpdateNodeAddrs) Reset() {
 	*x = UpdateNodeAddrs{}
-	mi := &file_cluster_proto_msgTypes[4]
+	mi := &file_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -425,7 +728,7 @@ func (x *UpdateNodeAddrs) String() string {
 func (*UpdateNodeAddrs) ProtoMessage() {}
 
 func (x *UpdateNodeAddrs) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[4]
+	mi := &file_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -438,7 +741,7 @@ func (x *UpdateNodeAddrs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeAddrs.ProtoReflect.Descriptor instead.
 func (*UpdateNodeAddrs) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{4}
+	return file_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UpdateNodeAddrs) GetRequestId() []byte {
@@ -451,6 +754,306 @@ func (x *UpdateNodeAddrs) GetRequestId() []byte {
 func (x *UpdateNodeAddrs) GetNode() *ClusterNode {
 	if x != nil {
 		return x.Node
+	}
+	return nil
+}
+
+type ObserveReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObserveReply) Reset() {
+	*x = ObserveReply{}
+	mi := &file_cluster_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObserveReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObserveReply) ProtoMessage() {}
+
+func (x *ObserveReply) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObserveReply.ProtoReflect.Descriptor instead.
+func (*ObserveReply) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{9}
+}
+
+type DescribeReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  *ClusterNode           `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// The release the node runs (raftgate version).
+	Version       string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeReply) Reset() {
+	*x = DescribeReply{}
+	mi := &file_cluster_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeReply) ProtoMessage() {}
+
+func (x *DescribeReply) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeReply.ProtoReflect.Descriptor instead.
+func (*DescribeReply) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *DescribeReply) GetNode() *ClusterNode {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *DescribeReply) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+type RemoveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Force         bool                   `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveRequest) Reset() {
+	*x = RemoveRequest{}
+	mi := &file_cluster_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveRequest) ProtoMessage() {}
+
+func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
+func (*RemoveRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RemoveRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *RemoveRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type DescribeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeRequest) Reset() {
+	*x = DescribeRequest{}
+	mi := &file_cluster_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeRequest) ProtoMessage() {}
+
+func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
+func (*DescribeRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{12}
+}
+
+type JoinRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The joiner's addresses, zone, join nonce and --replace.
+	Node *ClusterNode `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// The cluster the joiner's data dir belongs to, when it has one.
+	ClusterId     []byte `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinRequest) Reset() {
+	*x = JoinRequest{}
+	mi := &file_cluster_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinRequest) ProtoMessage() {}
+
+func (x *JoinRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
+func (*JoinRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *JoinRequest) GetNode() *ClusterNode {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *JoinRequest) GetClusterId() []byte {
+	if x != nil {
+		return x.ClusterId
+	}
+	return nil
+}
+
+type JoinReply struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Node       *ClusterNode           `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	ClusterId  []byte                 `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Partitions uint32                 `protobuf:"varint,3,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	// Every member, to dial.
+	Members       []*ClusterNode `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinReply) Reset() {
+	*x = JoinReply{}
+	mi := &file_cluster_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinReply) ProtoMessage() {}
+
+func (x *JoinReply) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinReply.ProtoReflect.Descriptor instead.
+func (*JoinReply) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *JoinReply) GetNode() *ClusterNode {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *JoinReply) GetClusterId() []byte {
+	if x != nil {
+		return x.ClusterId
+	}
+	return nil
+}
+
+func (x *JoinReply) GetPartitions() uint32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
+func (x *JoinReply) GetMembers() []*ClusterNode {
+	if x != nil {
+		return x.Members
 	}
 	return nil
 }
@@ -474,13 +1077,45 @@ const file_cluster_proto_rawDesc = "" +
 	"join_nonce\x18\b \x01(\fR\tjoinNonce\x12\x1a\n" +
 	"\breplaces\x18\t \x01(\x04R\breplaces\x12#\n" +
 	"\rchanged_index\x18\n" +
-	" \x01(\x04R\fchangedIndex\"{\n" +
+	" \x01(\x04R\fchangedIndex\"\xde\x01\n" +
 	"\vInitCluster\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x02 \x01(\fR\tclusterId\x12.\n" +
-	"\x05nodes\x18\x03 \x03(\v2\x18.raftgate.v1.ClusterNodeR\x05nodes\"v\n" +
+	"\x05nodes\x18\x03 \x03(\v2\x18.raftgate.v1.ClusterNodeR\x05nodes\x12 \n" +
+	"\vreplication\x18\x04 \x01(\rR\vreplication\x12?\n" +
+	"\n" +
+	"placements\x18\x05 \x03(\v2\x1f.raftgate.v1.PartitionPlacementR\n" +
+	"placements\"\xcb\x03\n" +
+	"\x12PartitionPlacement\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\rR\tpartition\x12\x1a\n" +
+	"\breplicas\x18\x02 \x03(\x04R\breplicas\x12)\n" +
+	"\x10preferred_leader\x18\x03 \x01(\x04R\x0fpreferredLeader\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\x12'\n" +
+	"\x0fobserved_voters\x18\x05 \x03(\x04R\x0eobservedVoters\x12+\n" +
+	"\x11observed_learners\x18\x06 \x03(\x04R\x10observedLearners\x12%\n" +
+	"\x0eobserved_joint\x18\a \x01(\bR\robservedJoint\x12%\n" +
+	"\x0eobserved_index\x18\b \x01(\x04R\robservedIndex\x12R\n" +
+	"\vgenerations\x18\t \x03(\v20.raftgate.v1.PartitionPlacement.GenerationsEntryR\vgenerations\x1a>\n" +
+	"\x10GenerationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"n\n" +
+	"\fSetPlacement\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\fR\trequestId\x12?\n" +
+	"\n" +
+	"placements\x18\x02 \x03(\v2\x1f.raftgate.v1.PartitionPlacementR\n" +
+	"placements\"k\n" +
+	"\rObserveConfig\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\fR\trequestId\x12;\n" +
+	"\bobserved\x18\x02 \x01(\v2\x1f.raftgate.v1.PartitionPlacementR\bobserved\"m\n" +
+	"\x12SetPlacementPolicy\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\fR\trequestId\x12 \n" +
+	"\vreplication\x18\x02 \x01(\rR\vreplication\x12\x16\n" +
+	"\x06paused\x18\x03 \x01(\bR\x06paused\"v\n" +
 	"\bJoinNode\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x12,\n" +
@@ -496,13 +1131,39 @@ const file_cluster_proto_rawDesc = "" +
 	"\x0fUpdateNodeAddrs\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x12,\n" +
-	"\x04node\x18\x02 \x01(\v2\x18.raftgate.v1.ClusterNodeR\x04node*\x87\x01\n" +
+	"\x04node\x18\x02 \x01(\v2\x18.raftgate.v1.ClusterNodeR\x04node\"\x0e\n" +
+	"\fObserveReply\"W\n" +
+	"\rDescribeReply\x12,\n" +
+	"\x04node\x18\x01 \x01(\v2\x18.raftgate.v1.ClusterNodeR\x04node\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"5\n" +
+	"\rRemoveRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"\x11\n" +
+	"\x0fDescribeRequest\"Z\n" +
+	"\vJoinRequest\x12,\n" +
+	"\x04node\x18\x01 \x01(\v2\x18.raftgate.v1.ClusterNodeR\x04node\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x02 \x01(\fR\tclusterId\"\xac\x01\n" +
+	"\tJoinReply\x12,\n" +
+	"\x04node\x18\x01 \x01(\v2\x18.raftgate.v1.ClusterNodeR\x04node\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x02 \x01(\fR\tclusterId\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x03 \x01(\rR\n" +
+	"partitions\x122\n" +
+	"\amembers\x18\x04 \x03(\v2\x18.raftgate.v1.ClusterNodeR\amembers*\x87\x01\n" +
 	"\tNodeState\x12\x1a\n" +
 	"\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12NODE_STATE_JOINING\x10\x01\x12\x15\n" +
 	"\x11NODE_STATE_ACTIVE\x10\x02\x12\x17\n" +
 	"\x13NODE_STATE_DRAINING\x10\x03\x12\x16\n" +
-	"\x12NODE_STATE_REMOVED\x10\x04B\"Z github.com/raftgate/raftgate/rpcb\x06proto3"
+	"\x12NODE_STATE_REMOVED\x10\x042\x8e\x02\n" +
+	"\n" +
+	"Membership\x12D\n" +
+	"\bDescribe\x12\x1c.raftgate.v1.DescribeRequest\x1a\x1a.raftgate.v1.DescribeReply\x128\n" +
+	"\x04Join\x12\x18.raftgate.v1.JoinRequest\x1a\x16.raftgate.v1.JoinReply\x12>\n" +
+	"\x06Remove\x12\x1a.raftgate.v1.RemoveRequest\x1a\x18.raftgate.v1.ClusterNode\x12@\n" +
+	"\aObserve\x12\x1a.raftgate.v1.ObserveConfig\x1a\x19.raftgate.v1.ObserveReplyB\"Z github.com/raftgate/raftgate/rpcb\x06proto3"
 
 var (
 	file_cluster_proto_rawDescOnce sync.Once
@@ -517,27 +1178,54 @@ func file_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_cluster_proto_goTypes = []any{
-	(NodeState)(0),          // 0: raftgate.v1.NodeState
-	(*ClusterNode)(nil),     // 1: raftgate.v1.ClusterNode
-	(*InitCluster)(nil),     // 2: raftgate.v1.InitCluster
-	(*JoinNode)(nil),        // 3: raftgate.v1.JoinNode
-	(*SetNodeState)(nil),    // 4: raftgate.v1.SetNodeState
-	(*UpdateNodeAddrs)(nil), // 5: raftgate.v1.UpdateNodeAddrs
+	(NodeState)(0),             // 0: raftgate.v1.NodeState
+	(*ClusterNode)(nil),        // 1: raftgate.v1.ClusterNode
+	(*InitCluster)(nil),        // 2: raftgate.v1.InitCluster
+	(*PartitionPlacement)(nil), // 3: raftgate.v1.PartitionPlacement
+	(*SetPlacement)(nil),       // 4: raftgate.v1.SetPlacement
+	(*ObserveConfig)(nil),      // 5: raftgate.v1.ObserveConfig
+	(*SetPlacementPolicy)(nil), // 6: raftgate.v1.SetPlacementPolicy
+	(*JoinNode)(nil),           // 7: raftgate.v1.JoinNode
+	(*SetNodeState)(nil),       // 8: raftgate.v1.SetNodeState
+	(*UpdateNodeAddrs)(nil),    // 9: raftgate.v1.UpdateNodeAddrs
+	(*ObserveReply)(nil),       // 10: raftgate.v1.ObserveReply
+	(*DescribeReply)(nil),      // 11: raftgate.v1.DescribeReply
+	(*RemoveRequest)(nil),      // 12: raftgate.v1.RemoveRequest
+	(*DescribeRequest)(nil),    // 13: raftgate.v1.DescribeRequest
+	(*JoinRequest)(nil),        // 14: raftgate.v1.JoinRequest
+	(*JoinReply)(nil),          // 15: raftgate.v1.JoinReply
+	nil,                        // 16: raftgate.v1.PartitionPlacement.GenerationsEntry
 }
 var file_cluster_proto_depIdxs = []int32{
-	0, // 0: raftgate.v1.ClusterNode.state:type_name -> raftgate.v1.NodeState
-	1, // 1: raftgate.v1.InitCluster.nodes:type_name -> raftgate.v1.ClusterNode
-	1, // 2: raftgate.v1.JoinNode.node:type_name -> raftgate.v1.ClusterNode
-	0, // 3: raftgate.v1.SetNodeState.from:type_name -> raftgate.v1.NodeState
-	0, // 4: raftgate.v1.SetNodeState.to:type_name -> raftgate.v1.NodeState
-	1, // 5: raftgate.v1.UpdateNodeAddrs.node:type_name -> raftgate.v1.ClusterNode
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	0,  // 0: raftgate.v1.ClusterNode.state:type_name -> raftgate.v1.NodeState
+	1,  // 1: raftgate.v1.InitCluster.nodes:type_name -> raftgate.v1.ClusterNode
+	3,  // 2: raftgate.v1.InitCluster.placements:type_name -> raftgate.v1.PartitionPlacement
+	16, // 3: raftgate.v1.PartitionPlacement.generations:type_name -> raftgate.v1.PartitionPlacement.GenerationsEntry
+	3,  // 4: raftgate.v1.SetPlacement.placements:type_name -> raftgate.v1.PartitionPlacement
+	3,  // 5: raftgate.v1.ObserveConfig.observed:type_name -> raftgate.v1.PartitionPlacement
+	1,  // 6: raftgate.v1.JoinNode.node:type_name -> raftgate.v1.ClusterNode
+	0,  // 7: raftgate.v1.SetNodeState.from:type_name -> raftgate.v1.NodeState
+	0,  // 8: raftgate.v1.SetNodeState.to:type_name -> raftgate.v1.NodeState
+	1,  // 9: raftgate.v1.UpdateNodeAddrs.node:type_name -> raftgate.v1.ClusterNode
+	1,  // 10: raftgate.v1.DescribeReply.node:type_name -> raftgate.v1.ClusterNode
+	1,  // 11: raftgate.v1.JoinRequest.node:type_name -> raftgate.v1.ClusterNode
+	1,  // 12: raftgate.v1.JoinReply.node:type_name -> raftgate.v1.ClusterNode
+	1,  // 13: raftgate.v1.JoinReply.members:type_name -> raftgate.v1.ClusterNode
+	13, // 14: raftgate.v1.Membership.Describe:input_type -> raftgate.v1.DescribeRequest
+	14, // 15: raftgate.v1.Membership.Join:input_type -> raftgate.v1.JoinRequest
+	12, // 16: raftgate.v1.Membership.Remove:input_type -> raftgate.v1.RemoveRequest
+	5,  // 17: raftgate.v1.Membership.Observe:input_type -> raftgate.v1.ObserveConfig
+	11, // 18: raftgate.v1.Membership.Describe:output_type -> raftgate.v1.DescribeReply
+	15, // 19: raftgate.v1.Membership.Join:output_type -> raftgate.v1.JoinReply
+	1,  // 20: raftgate.v1.Membership.Remove:output_type -> raftgate.v1.ClusterNode
+	10, // 21: raftgate.v1.Membership.Observe:output_type -> raftgate.v1.ObserveReply
+	18, // [18:22] is the sub-list for method output_type
+	14, // [14:18] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -551,9 +1239,9 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   5,
+			NumMessages:   16,
 			NumExtensions: 0,
-			NumServices:   0,
+			NumServices:   1,
 		},
 		GoTypes:           file_cluster_proto_goTypes,
 		DependencyIndexes: file_cluster_proto_depIdxs,

@@ -829,6 +829,14 @@ type Command struct {
 	//	*Command_Pause
 	//	*Command_Bulk
 	//	*Command_BulkStep
+	//	*Command_SetPlacement
+	//	*Command_ObserveConfig
+	//	*Command_SetPlacementPolicy
+	//	*Command_PutSchedule
+	//	*Command_DeleteSchedule
+	//	*Command_PauseSchedule
+	//	*Command_TriggerSchedule
+	//	*Command_ScheduleTick
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1051,6 +1059,78 @@ func (x *Command) GetBulkStep() *BulkStep {
 	return nil
 }
 
+func (x *Command) GetSetPlacement() *SetPlacement {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetPlacement); ok {
+			return x.SetPlacement
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetObserveConfig() *ObserveConfig {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_ObserveConfig); ok {
+			return x.ObserveConfig
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetPlacementPolicy() *SetPlacementPolicy {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetPlacementPolicy); ok {
+			return x.SetPlacementPolicy
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetPutSchedule() *PutSchedule {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_PutSchedule); ok {
+			return x.PutSchedule
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetDeleteSchedule() *DeleteSchedule {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_DeleteSchedule); ok {
+			return x.DeleteSchedule
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetPauseSchedule() *PauseSchedule {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_PauseSchedule); ok {
+			return x.PauseSchedule
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetTriggerSchedule() *TriggerSchedule {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_TriggerSchedule); ok {
+			return x.TriggerSchedule
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetScheduleTick() *ScheduleTick {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_ScheduleTick); ok {
+			return x.ScheduleTick
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -1139,6 +1219,39 @@ type Command_BulkStep struct {
 	BulkStep *BulkStep `protobuf:"bytes,46,opt,name=bulk_step,json=bulkStep,proto3,oneof"`
 }
 
+type Command_SetPlacement struct {
+	SetPlacement *SetPlacement `protobuf:"bytes,34,opt,name=set_placement,json=setPlacement,proto3,oneof"`
+}
+
+type Command_ObserveConfig struct {
+	ObserveConfig *ObserveConfig `protobuf:"bytes,35,opt,name=observe_config,json=observeConfig,proto3,oneof"`
+}
+
+type Command_SetPlacementPolicy struct {
+	SetPlacementPolicy *SetPlacementPolicy `protobuf:"bytes,36,opt,name=set_placement_policy,json=setPlacementPolicy,proto3,oneof"`
+}
+
+type Command_PutSchedule struct {
+	// Schedules (partition/schedules.go): 60-79.
+	PutSchedule *PutSchedule `protobuf:"bytes,60,opt,name=put_schedule,json=putSchedule,proto3,oneof"`
+}
+
+type Command_DeleteSchedule struct {
+	DeleteSchedule *DeleteSchedule `protobuf:"bytes,61,opt,name=delete_schedule,json=deleteSchedule,proto3,oneof"`
+}
+
+type Command_PauseSchedule struct {
+	PauseSchedule *PauseSchedule `protobuf:"bytes,62,opt,name=pause_schedule,json=pauseSchedule,proto3,oneof"`
+}
+
+type Command_TriggerSchedule struct {
+	TriggerSchedule *TriggerSchedule `protobuf:"bytes,63,opt,name=trigger_schedule,json=triggerSchedule,proto3,oneof"`
+}
+
+type Command_ScheduleTick struct {
+	ScheduleTick *ScheduleTick `protobuf:"bytes,64,opt,name=schedule_tick,json=scheduleTick,proto3,oneof"`
+}
+
 func (*Command_Invoke) isCommand_Cmd() {}
 
 func (*Command_Complete) isCommand_Cmd() {}
@@ -1178,6 +1291,22 @@ func (*Command_Pause) isCommand_Cmd() {}
 func (*Command_Bulk) isCommand_Cmd() {}
 
 func (*Command_BulkStep) isCommand_Cmd() {}
+
+func (*Command_SetPlacement) isCommand_Cmd() {}
+
+func (*Command_ObserveConfig) isCommand_Cmd() {}
+
+func (*Command_SetPlacementPolicy) isCommand_Cmd() {}
+
+func (*Command_PutSchedule) isCommand_Cmd() {}
+
+func (*Command_DeleteSchedule) isCommand_Cmd() {}
+
+func (*Command_PauseSchedule) isCommand_Cmd() {}
+
+func (*Command_TriggerSchedule) isCommand_Cmd() {}
+
+func (*Command_ScheduleTick) isCommand_Cmd() {}
 
 // A partition command, proposed to every partition once a service's
 // registration changed (put or delete) at metadata log index `index`, before
@@ -1342,9 +1471,13 @@ type Invoke struct {
 	RejectReusedKey bool `protobuf:"varint,40,opt,name=reject_reused_key,json=rejectReusedKey,proto3" json:"reject_reused_key,omitempty"`
 	// SHA-256 of body, stamped by the leader for an invocation with an
 	// idempotency key, so a reuse can be compared after the body is cut.
-	BodyDigest    []byte `protobuf:"bytes,41,opt,name=body_digest,json=bodyDigest,proto3" json:"body_digest,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	BodyDigest []byte `protobuf:"bytes,41,opt,name=body_digest,json=bodyDigest,proto3" json:"body_digest,omitempty"`
+	// A schedule's run: the schedule and the tick it runs for (sent to the
+	// service in x-raftgate-schedule and x-raftgate-scheduled-time).
+	ScheduleId        string `protobuf:"bytes,60,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	ScheduledAtUnixMs int64  `protobuf:"varint,61,opt,name=scheduled_at_unix_ms,json=scheduledAtUnixMs,proto3" json:"scheduled_at_unix_ms,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Invoke) Reset() {
@@ -1495,6 +1628,20 @@ func (x *Invoke) GetBodyDigest() []byte {
 		return x.BodyDigest
 	}
 	return nil
+}
+
+func (x *Invoke) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *Invoke) GetScheduledAtUnixMs() int64 {
+	if x != nil {
+		return x.ScheduledAtUnixMs
+	}
+	return 0
 }
 
 type Result struct {
@@ -3317,6 +3464,7 @@ type DispatchRequest struct {
 	//	*DispatchRequest_Action
 	//	*DispatchRequest_Bulk
 	//	*DispatchRequest_Operation
+	//	*DispatchRequest_Schedule
 	Body          isDispatchRequest_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3504,6 +3652,15 @@ func (x *DispatchRequest) GetOperation() *GetOperation {
 	return nil
 }
 
+func (x *DispatchRequest) GetSchedule() *ScheduleRequest {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchRequest_Schedule); ok {
+			return x.Schedule
+		}
+	}
+	return nil
+}
+
 type isDispatchRequest_Body interface {
 	isDispatchRequest_Body()
 }
@@ -3561,6 +3718,11 @@ type DispatchRequest_Operation struct {
 	Operation *GetOperation `protobuf:"bytes,42,opt,name=operation,proto3,oneof"`
 }
 
+type DispatchRequest_Schedule struct {
+	// Schedules: 60-79.
+	Schedule *ScheduleRequest `protobuf:"bytes,60,opt,name=schedule,proto3,oneof"`
+}
+
 func (*DispatchRequest_Append) isDispatchRequest_Body() {}
 
 func (*DispatchRequest_Output) isDispatchRequest_Body() {}
@@ -3587,6 +3749,8 @@ func (*DispatchRequest_Bulk) isDispatchRequest_Body() {}
 
 func (*DispatchRequest_Operation) isDispatchRequest_Body() {}
 
+func (*DispatchRequest_Schedule) isDispatchRequest_Body() {}
+
 type DispatchResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	CorrelationId uint64                 `protobuf:"varint,1,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
@@ -3600,6 +3764,7 @@ type DispatchResponse struct {
 	//	*DispatchResponse_List
 	//	*DispatchResponse_Error
 	//	*DispatchResponse_Operation
+	//	*DispatchResponse_Schedules
 	Body          isDispatchResponse_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3721,6 +3886,15 @@ func (x *DispatchResponse) GetOperation() *Operation {
 	return nil
 }
 
+func (x *DispatchResponse) GetSchedules() *ScheduleList {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchResponse_Schedules); ok {
+			return x.Schedules
+		}
+	}
+	return nil
+}
+
 type isDispatchResponse_Body interface {
 	isDispatchResponse_Body()
 }
@@ -3758,6 +3932,11 @@ type DispatchResponse_Operation struct {
 	Operation *Operation `protobuf:"bytes,40,opt,name=operation,proto3,oneof"`
 }
 
+type DispatchResponse_Schedules struct {
+	// Schedules: 60-79.
+	Schedules *ScheduleList `protobuf:"bytes,60,opt,name=schedules,proto3,oneof"`
+}
+
 func (*DispatchResponse_Appended) isDispatchResponse_Body() {}
 
 func (*DispatchResponse_Result) isDispatchResponse_Body() {}
@@ -3773,6 +3952,8 @@ func (*DispatchResponse_List) isDispatchResponse_Body() {}
 func (*DispatchResponse_Error) isDispatchResponse_Body() {}
 
 func (*DispatchResponse_Operation) isDispatchResponse_Body() {}
+
+func (*DispatchResponse_Schedules) isDispatchResponse_Body() {}
 
 type AppendInvocation struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -4698,6 +4879,816 @@ func (x *DispatchError) GetTerm() uint64 {
 	return 0
 }
 
+// What a user gives for a schedule (PUT /schedules/{id}).
+type ScheduleSpec struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Service     string                 `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
+	Handler     string                 `protobuf:"bytes,3,opt,name=handler,proto3" json:"handler,omitempty"`
+	Body        []byte                 `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
+	ContentType string                 `protobuf:"bytes,5,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// Exactly one of every_ms and cron.
+	EveryMs  int64  `protobuf:"varint,6,opt,name=every_ms,json=everyMs,proto3" json:"every_ms,omitempty"`
+	Cron     string `protobuf:"bytes,7,opt,name=cron,proto3" json:"cron,omitempty"`
+	TimeZone string `protobuf:"bytes,8,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	// skip | buffer-one | allow-all (package schedule).
+	Overlap         string `protobuf:"bytes,9,opt,name=overlap,proto3" json:"overlap,omitempty"`
+	CatchupWindowMs int64  `protobuf:"varint,10,opt,name=catchup_window_ms,json=catchupWindowMs,proto3" json:"catchup_window_ms,omitempty"`
+	JitterMs        int64  `protobuf:"varint,11,opt,name=jitter_ms,json=jitterMs,proto3" json:"jitter_ms,omitempty"`
+	Paused          bool   `protobuf:"varint,12,opt,name=paused,proto3" json:"paused,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ScheduleSpec) Reset() {
+	*x = ScheduleSpec{}
+	mi := &file_raftgate_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleSpec) ProtoMessage() {}
+
+func (x *ScheduleSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleSpec.ProtoReflect.Descriptor instead.
+func (*ScheduleSpec) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *ScheduleSpec) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ScheduleSpec) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *ScheduleSpec) GetHandler() string {
+	if x != nil {
+		return x.Handler
+	}
+	return ""
+}
+
+func (x *ScheduleSpec) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *ScheduleSpec) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *ScheduleSpec) GetEveryMs() int64 {
+	if x != nil {
+		return x.EveryMs
+	}
+	return 0
+}
+
+func (x *ScheduleSpec) GetCron() string {
+	if x != nil {
+		return x.Cron
+	}
+	return ""
+}
+
+func (x *ScheduleSpec) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
+}
+
+func (x *ScheduleSpec) GetOverlap() string {
+	if x != nil {
+		return x.Overlap
+	}
+	return ""
+}
+
+func (x *ScheduleSpec) GetCatchupWindowMs() int64 {
+	if x != nil {
+		return x.CatchupWindowMs
+	}
+	return 0
+}
+
+func (x *ScheduleSpec) GetJitterMs() int64 {
+	if x != nil {
+		return x.JitterMs
+	}
+	return 0
+}
+
+func (x *ScheduleSpec) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+// Stored state of one schedule (partition state bucket "schedules").
+type ScheduleState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Spec  *ScheduleSpec          `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	// The next tick to fire (0: none, a cron that never matches again).
+	NextTickUnixMs int64 `protobuf:"varint,2,opt,name=next_tick_unix_ms,json=nextTickUnixMs,proto3" json:"next_tick_unix_ms,omitempty"`
+	// The last tick that started a run (or was buffered), and its run.
+	LastTickUnixMs   int64  `protobuf:"varint,3,opt,name=last_tick_unix_ms,json=lastTickUnixMs,proto3" json:"last_tick_unix_ms,omitempty"`
+	LastInvocationId []byte `protobuf:"bytes,4,opt,name=last_invocation_id,json=lastInvocationId,proto3" json:"last_invocation_id,omitempty"`
+	// Ticks not run: older than the catch-up window, or dropped by the
+	// overlap policy.
+	Skipped uint64 `protobuf:"varint,5,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// The run under way, for the overlap policy (empty: none).
+	Running []byte `protobuf:"bytes,6,opt,name=running,proto3" json:"running,omitempty"`
+	// buffer-one: the tick waiting for the running one to complete (0: none).
+	BufferedTickUnixMs int64 `protobuf:"varint,7,opt,name=buffered_tick_unix_ms,json=bufferedTickUnixMs,proto3" json:"buffered_tick_unix_ms,omitempty"`
+	CreatedAtUnixMs    int64 `protobuf:"varint,8,opt,name=created_at_unix_ms,json=createdAtUnixMs,proto3" json:"created_at_unix_ms,omitempty"`
+	UpdatedAtUnixMs    int64 `protobuf:"varint,9,opt,name=updated_at_unix_ms,json=updatedAtUnixMs,proto3" json:"updated_at_unix_ms,omitempty"`
+	// Runs started (ticks and triggers).
+	Runs          uint64 `protobuf:"varint,10,opt,name=runs,proto3" json:"runs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleState) Reset() {
+	*x = ScheduleState{}
+	mi := &file_raftgate_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleState) ProtoMessage() {}
+
+func (x *ScheduleState) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleState.ProtoReflect.Descriptor instead.
+func (*ScheduleState) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *ScheduleState) GetSpec() *ScheduleSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *ScheduleState) GetNextTickUnixMs() int64 {
+	if x != nil {
+		return x.NextTickUnixMs
+	}
+	return 0
+}
+
+func (x *ScheduleState) GetLastTickUnixMs() int64 {
+	if x != nil {
+		return x.LastTickUnixMs
+	}
+	return 0
+}
+
+func (x *ScheduleState) GetLastInvocationId() []byte {
+	if x != nil {
+		return x.LastInvocationId
+	}
+	return nil
+}
+
+func (x *ScheduleState) GetSkipped() uint64 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
+func (x *ScheduleState) GetRunning() []byte {
+	if x != nil {
+		return x.Running
+	}
+	return nil
+}
+
+func (x *ScheduleState) GetBufferedTickUnixMs() int64 {
+	if x != nil {
+		return x.BufferedTickUnixMs
+	}
+	return 0
+}
+
+func (x *ScheduleState) GetCreatedAtUnixMs() int64 {
+	if x != nil {
+		return x.CreatedAtUnixMs
+	}
+	return 0
+}
+
+func (x *ScheduleState) GetUpdatedAtUnixMs() int64 {
+	if x != nil {
+		return x.UpdatedAtUnixMs
+	}
+	return 0
+}
+
+func (x *ScheduleState) GetRuns() uint64 {
+	if x != nil {
+		return x.Runs
+	}
+	return 0
+}
+
+// PutSchedule creates or replaces a schedule. The leader parses the spec
+// and stamps its next tick after proposed_at, so that Apply needs neither
+// a clock nor the time zone database.
+type PutSchedule struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Spec             *ScheduleSpec          `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	RequestId        []byte                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	ProposedAtUnixMs int64                  `protobuf:"varint,3,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	NextTickUnixMs   int64                  `protobuf:"varint,4,opt,name=next_tick_unix_ms,json=nextTickUnixMs,proto3" json:"next_tick_unix_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *PutSchedule) Reset() {
+	*x = PutSchedule{}
+	mi := &file_raftgate_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutSchedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutSchedule) ProtoMessage() {}
+
+func (x *PutSchedule) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutSchedule.ProtoReflect.Descriptor instead.
+func (*PutSchedule) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *PutSchedule) GetSpec() *ScheduleSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *PutSchedule) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+func (x *PutSchedule) GetProposedAtUnixMs() int64 {
+	if x != nil {
+		return x.ProposedAtUnixMs
+	}
+	return 0
+}
+
+func (x *PutSchedule) GetNextTickUnixMs() int64 {
+	if x != nil {
+		return x.NextTickUnixMs
+	}
+	return 0
+}
+
+type DeleteSchedule struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RequestId     []byte                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSchedule) Reset() {
+	*x = DeleteSchedule{}
+	mi := &file_raftgate_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSchedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSchedule) ProtoMessage() {}
+
+func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSchedule.ProtoReflect.Descriptor instead.
+func (*DeleteSchedule) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *DeleteSchedule) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DeleteSchedule) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+// PauseSchedule pauses or resumes; a resume carries the next tick after
+// its proposal time (ticks while paused are not caught up).
+type PauseSchedule struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Id               string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Paused           bool                   `protobuf:"varint,2,opt,name=paused,proto3" json:"paused,omitempty"`
+	NextTickUnixMs   int64                  `protobuf:"varint,3,opt,name=next_tick_unix_ms,json=nextTickUnixMs,proto3" json:"next_tick_unix_ms,omitempty"`
+	RequestId        []byte                 `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	ProposedAtUnixMs int64                  `protobuf:"varint,5,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *PauseSchedule) Reset() {
+	*x = PauseSchedule{}
+	mi := &file_raftgate_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseSchedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseSchedule) ProtoMessage() {}
+
+func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseSchedule.ProtoReflect.Descriptor instead.
+func (*PauseSchedule) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *PauseSchedule) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *PauseSchedule) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *PauseSchedule) GetNextTickUnixMs() int64 {
+	if x != nil {
+		return x.NextTickUnixMs
+	}
+	return 0
+}
+
+func (x *PauseSchedule) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+func (x *PauseSchedule) GetProposedAtUnixMs() int64 {
+	if x != nil {
+		return x.ProposedAtUnixMs
+	}
+	return 0
+}
+
+// TriggerSchedule starts a run now, whatever the spec and overlap policy;
+// its invocation id derives from the request id, so a retry is one run.
+type TriggerSchedule struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Id               string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RequestId        []byte                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	ProposedAtUnixMs int64                  `protobuf:"varint,3,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *TriggerSchedule) Reset() {
+	*x = TriggerSchedule{}
+	mi := &file_raftgate_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TriggerSchedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TriggerSchedule) ProtoMessage() {}
+
+func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TriggerSchedule.ProtoReflect.Descriptor instead.
+func (*TriggerSchedule) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *TriggerSchedule) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *TriggerSchedule) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+func (x *TriggerSchedule) GetProposedAtUnixMs() int64 {
+	if x != nil {
+		return x.ProposedAtUnixMs
+	}
+	return 0
+}
+
+// ScheduleTick is the leader firing a schedule: it applies only while the
+// schedule's next tick is still from_unix_ms (else an older leader's, or a
+// repeated, tick: a no-op), runs fire_unix_ms (0: none) through the
+// overlap policy, adds skipped and moves the next tick on.
+type ScheduleTick struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Id               string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	FromUnixMs       int64                  `protobuf:"varint,2,opt,name=from_unix_ms,json=fromUnixMs,proto3" json:"from_unix_ms,omitempty"`
+	FireUnixMs       int64                  `protobuf:"varint,3,opt,name=fire_unix_ms,json=fireUnixMs,proto3" json:"fire_unix_ms,omitempty"`
+	Skipped          uint64                 `protobuf:"varint,4,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	NextTickUnixMs   int64                  `protobuf:"varint,5,opt,name=next_tick_unix_ms,json=nextTickUnixMs,proto3" json:"next_tick_unix_ms,omitempty"`
+	ProposedAtUnixMs int64                  `protobuf:"varint,6,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ScheduleTick) Reset() {
+	*x = ScheduleTick{}
+	mi := &file_raftgate_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleTick) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleTick) ProtoMessage() {}
+
+func (x *ScheduleTick) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleTick.ProtoReflect.Descriptor instead.
+func (*ScheduleTick) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *ScheduleTick) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ScheduleTick) GetFromUnixMs() int64 {
+	if x != nil {
+		return x.FromUnixMs
+	}
+	return 0
+}
+
+func (x *ScheduleTick) GetFireUnixMs() int64 {
+	if x != nil {
+		return x.FireUnixMs
+	}
+	return 0
+}
+
+func (x *ScheduleTick) GetSkipped() uint64 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
+func (x *ScheduleTick) GetNextTickUnixMs() int64 {
+	if x != nil {
+		return x.NextTickUnixMs
+	}
+	return 0
+}
+
+func (x *ScheduleTick) GetProposedAtUnixMs() int64 {
+	if x != nil {
+		return x.ProposedAtUnixMs
+	}
+	return 0
+}
+
+// An admin request about schedules, answered with a ScheduleList (the
+// changed or read schedules; triggered: the run a trigger started).
+type ScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*ScheduleRequest_Put
+	//	*ScheduleRequest_Delete
+	//	*ScheduleRequest_Pause
+	//	*ScheduleRequest_Trigger
+	//	*ScheduleRequest_Get
+	//	*ScheduleRequest_List
+	Op            isScheduleRequest_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleRequest) Reset() {
+	*x = ScheduleRequest{}
+	mi := &file_raftgate_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleRequest) ProtoMessage() {}
+
+func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleRequest.ProtoReflect.Descriptor instead.
+func (*ScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *ScheduleRequest) GetOp() isScheduleRequest_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *ScheduleRequest) GetPut() *PutSchedule {
+	if x != nil {
+		if x, ok := x.Op.(*ScheduleRequest_Put); ok {
+			return x.Put
+		}
+	}
+	return nil
+}
+
+func (x *ScheduleRequest) GetDelete() *DeleteSchedule {
+	if x != nil {
+		if x, ok := x.Op.(*ScheduleRequest_Delete); ok {
+			return x.Delete
+		}
+	}
+	return nil
+}
+
+func (x *ScheduleRequest) GetPause() *PauseSchedule {
+	if x != nil {
+		if x, ok := x.Op.(*ScheduleRequest_Pause); ok {
+			return x.Pause
+		}
+	}
+	return nil
+}
+
+func (x *ScheduleRequest) GetTrigger() *TriggerSchedule {
+	if x != nil {
+		if x, ok := x.Op.(*ScheduleRequest_Trigger); ok {
+			return x.Trigger
+		}
+	}
+	return nil
+}
+
+func (x *ScheduleRequest) GetGet() string {
+	if x != nil {
+		if x, ok := x.Op.(*ScheduleRequest_Get); ok {
+			return x.Get
+		}
+	}
+	return ""
+}
+
+func (x *ScheduleRequest) GetList() bool {
+	if x != nil {
+		if x, ok := x.Op.(*ScheduleRequest_List); ok {
+			return x.List
+		}
+	}
+	return false
+}
+
+type isScheduleRequest_Op interface {
+	isScheduleRequest_Op()
+}
+
+type ScheduleRequest_Put struct {
+	Put *PutSchedule `protobuf:"bytes,1,opt,name=put,proto3,oneof"`
+}
+
+type ScheduleRequest_Delete struct {
+	Delete *DeleteSchedule `protobuf:"bytes,2,opt,name=delete,proto3,oneof"`
+}
+
+type ScheduleRequest_Pause struct {
+	Pause *PauseSchedule `protobuf:"bytes,3,opt,name=pause,proto3,oneof"`
+}
+
+type ScheduleRequest_Trigger struct {
+	Trigger *TriggerSchedule `protobuf:"bytes,4,opt,name=trigger,proto3,oneof"`
+}
+
+type ScheduleRequest_Get struct {
+	Get string `protobuf:"bytes,5,opt,name=get,proto3,oneof"`
+}
+
+type ScheduleRequest_List struct {
+	List bool `protobuf:"varint,6,opt,name=list,proto3,oneof"`
+}
+
+func (*ScheduleRequest_Put) isScheduleRequest_Op() {}
+
+func (*ScheduleRequest_Delete) isScheduleRequest_Op() {}
+
+func (*ScheduleRequest_Pause) isScheduleRequest_Op() {}
+
+func (*ScheduleRequest_Trigger) isScheduleRequest_Op() {}
+
+func (*ScheduleRequest_Get) isScheduleRequest_Op() {}
+
+func (*ScheduleRequest_List) isScheduleRequest_Op() {}
+
+type ScheduleList struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Schedules     []*ScheduleState       `protobuf:"bytes,1,rep,name=schedules,proto3" json:"schedules,omitempty"`
+	Triggered     []byte                 `protobuf:"bytes,2,opt,name=triggered,proto3" json:"triggered,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleList) Reset() {
+	*x = ScheduleList{}
+	mi := &file_raftgate_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleList) ProtoMessage() {}
+
+func (x *ScheduleList) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleList.ProtoReflect.Descriptor instead.
+func (*ScheduleList) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *ScheduleList) GetSchedules() []*ScheduleState {
+	if x != nil {
+		return x.Schedules
+	}
+	return nil
+}
+
+func (x *ScheduleList) GetTriggered() []byte {
+	if x != nil {
+		return x.Triggered
+	}
+	return nil
+}
+
 var File_raftgate_proto protoreflect.FileDescriptor
 
 const file_raftgate_proto_rawDesc = "" +
@@ -4723,7 +5714,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"Z\n" +
 	"\fCommandBatch\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
-	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\xe7\b\n" +
+	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\x9c\r\n" +
 	"\aCommand\x12-\n" +
 	"\x06invoke\x18\n" +
 	" \x01(\v2\x13.raftgate.v1.InvokeH\x00R\x06invoke\x123\n" +
@@ -4746,7 +5737,15 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x10purge_invocation\x18+ \x01(\v2\x1c.raftgate.v1.PurgeInvocationH\x00R\x0fpurgeInvocation\x12*\n" +
 	"\x05pause\x18, \x01(\v2\x12.raftgate.v1.PauseH\x00R\x05pause\x12'\n" +
 	"\x04bulk\x18- \x01(\v2\x11.raftgate.v1.BulkH\x00R\x04bulk\x124\n" +
-	"\tbulk_step\x18. \x01(\v2\x15.raftgate.v1.BulkStepH\x00R\bbulkStepB\x05\n" +
+	"\tbulk_step\x18. \x01(\v2\x15.raftgate.v1.BulkStepH\x00R\bbulkStep\x12@\n" +
+	"\rset_placement\x18\" \x01(\v2\x19.raftgate.v1.SetPlacementH\x00R\fsetPlacement\x12C\n" +
+	"\x0eobserve_config\x18# \x01(\v2\x1a.raftgate.v1.ObserveConfigH\x00R\robserveConfig\x12S\n" +
+	"\x14set_placement_policy\x18$ \x01(\v2\x1f.raftgate.v1.SetPlacementPolicyH\x00R\x12setPlacementPolicy\x12=\n" +
+	"\fput_schedule\x18< \x01(\v2\x18.raftgate.v1.PutScheduleH\x00R\vputSchedule\x12F\n" +
+	"\x0fdelete_schedule\x18= \x01(\v2\x1b.raftgate.v1.DeleteScheduleH\x00R\x0edeleteSchedule\x12C\n" +
+	"\x0epause_schedule\x18> \x01(\v2\x1a.raftgate.v1.PauseScheduleH\x00R\rpauseSchedule\x12I\n" +
+	"\x10trigger_schedule\x18? \x01(\v2\x1c.raftgate.v1.TriggerScheduleH\x00R\x0ftriggerSchedule\x12@\n" +
+	"\rschedule_tick\x18@ \x01(\v2\x19.raftgate.v1.ScheduleTickH\x00R\fscheduleTickB\x05\n" +
 	"\x03cmd\"W\n" +
 	"\fFenceService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -4755,7 +5754,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\fR\trequestId\"2\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xf8\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xca\x05\n" +
 	"\x06Invoke\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x1d\n" +
 	"\n" +
@@ -4776,7 +5775,10 @@ const file_raftgate_proto_rawDesc = "" +
 	"\bdelay_ms\x18\x0f \x01(\x03H\x00R\adelayMs\x88\x01\x01\x12*\n" +
 	"\x11reject_reused_key\x18( \x01(\bR\x0frejectReusedKey\x12\x1f\n" +
 	"\vbody_digest\x18) \x01(\fR\n" +
-	"bodyDigestB\v\n" +
+	"bodyDigest\x12\x1f\n" +
+	"\vschedule_id\x18< \x01(\tR\n" +
+	"scheduleId\x12/\n" +
+	"\x14scheduled_at_unix_ms\x18= \x01(\x03R\x11scheduledAtUnixMsB\v\n" +
 	"\t_delay_ms\"\xa1\x01\n" +
 	"\x06Result\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\rR\x06status\x12\x12\n" +
@@ -4940,7 +5942,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x14DispatchRequestBatch\x128\n" +
 	"\brequests\x18\x01 \x03(\v2\x1c.raftgate.v1.DispatchRequestR\brequests\"T\n" +
 	"\x15DispatchResponseBatch\x12;\n" +
-	"\tresponses\x18\x01 \x03(\v2\x1d.raftgate.v1.DispatchResponseR\tresponses\"\x82\a\n" +
+	"\tresponses\x18\x01 \x03(\v2\x1d.raftgate.v1.DispatchResponseR\tresponses\"\xbe\a\n" +
 	"\x0fDispatchRequest\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x04R\rcorrelationId\x12\x1d\n" +
 	"\n" +
@@ -4963,8 +5965,9 @@ const file_raftgate_proto_rawDesc = "" +
 	"\rfence_service\x18\x13 \x01(\v2\x19.raftgate.v1.FenceServiceH\x00R\ffenceService\x127\n" +
 	"\x06action\x18( \x01(\v2\x1d.raftgate.v1.InvocationActionH\x00R\x06action\x12.\n" +
 	"\x04bulk\x18) \x01(\v2\x18.raftgate.v1.BulkRequestH\x00R\x04bulk\x129\n" +
-	"\toperation\x18* \x01(\v2\x19.raftgate.v1.GetOperationH\x00R\toperationB\x06\n" +
-	"\x04body\"\xe6\x03\n" +
+	"\toperation\x18* \x01(\v2\x19.raftgate.v1.GetOperationH\x00R\toperation\x12:\n" +
+	"\bschedule\x18< \x01(\v2\x1c.raftgate.v1.ScheduleRequestH\x00R\bscheduleB\x06\n" +
+	"\x04body\"\xa1\x04\n" +
 	"\x10DispatchResponse\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x04R\rcorrelationId\x123\n" +
 	"\bappended\x18\n" +
@@ -4975,7 +5978,8 @@ const file_raftgate_proto_rawDesc = "" +
 	"\tkey_state\x18\x0e \x01(\v2\x15.raftgate.v1.KeyStateH\x00R\bkeyState\x121\n" +
 	"\x04list\x18\x0f \x01(\v2\x1b.raftgate.v1.InvocationListH\x00R\x04list\x122\n" +
 	"\x05error\x18\x14 \x01(\v2\x1a.raftgate.v1.DispatchErrorH\x00R\x05error\x126\n" +
-	"\toperation\x18( \x01(\v2\x16.raftgate.v1.OperationH\x00R\toperationB\x06\n" +
+	"\toperation\x18( \x01(\v2\x16.raftgate.v1.OperationH\x00R\toperation\x129\n" +
+	"\tschedules\x18< \x01(\v2\x19.raftgate.v1.ScheduleListH\x00R\tschedulesB\x06\n" +
 	"\x04body\"?\n" +
 	"\x10AppendInvocation\x12+\n" +
 	"\x06invoke\x18\x01 \x01(\v2\x13.raftgate.v1.InvokeR\x06invoke\"\xbe\x01\n" +
@@ -5068,7 +6072,75 @@ const file_raftgate_proto_rawDesc = "" +
 	"\vUNAVAILABLE\x10\b\x12\f\n" +
 	"\bCONFLICT\x10(\x12\x0e\n" +
 	"\n" +
-	"KEY_REUSED\x10)*s\n" +
+	"KEY_REUSED\x10)\"\xd0\x02\n" +
+	"\fScheduleSpec\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\aservice\x18\x02 \x01(\tR\aservice\x12\x18\n" +
+	"\ahandler\x18\x03 \x01(\tR\ahandler\x12\x12\n" +
+	"\x04body\x18\x04 \x01(\fR\x04body\x12!\n" +
+	"\fcontent_type\x18\x05 \x01(\tR\vcontentType\x12\x19\n" +
+	"\bevery_ms\x18\x06 \x01(\x03R\aeveryMs\x12\x12\n" +
+	"\x04cron\x18\a \x01(\tR\x04cron\x12\x1b\n" +
+	"\ttime_zone\x18\b \x01(\tR\btimeZone\x12\x18\n" +
+	"\aoverlap\x18\t \x01(\tR\aoverlap\x12*\n" +
+	"\x11catchup_window_ms\x18\n" +
+	" \x01(\x03R\x0fcatchupWindowMs\x12\x1b\n" +
+	"\tjitter_ms\x18\v \x01(\x03R\bjitterMs\x12\x16\n" +
+	"\x06paused\x18\f \x01(\bR\x06paused\"\x97\x03\n" +
+	"\rScheduleState\x12-\n" +
+	"\x04spec\x18\x01 \x01(\v2\x19.raftgate.v1.ScheduleSpecR\x04spec\x12)\n" +
+	"\x11next_tick_unix_ms\x18\x02 \x01(\x03R\x0enextTickUnixMs\x12)\n" +
+	"\x11last_tick_unix_ms\x18\x03 \x01(\x03R\x0elastTickUnixMs\x12,\n" +
+	"\x12last_invocation_id\x18\x04 \x01(\fR\x10lastInvocationId\x12\x18\n" +
+	"\askipped\x18\x05 \x01(\x04R\askipped\x12\x18\n" +
+	"\arunning\x18\x06 \x01(\fR\arunning\x121\n" +
+	"\x15buffered_tick_unix_ms\x18\a \x01(\x03R\x12bufferedTickUnixMs\x12+\n" +
+	"\x12created_at_unix_ms\x18\b \x01(\x03R\x0fcreatedAtUnixMs\x12+\n" +
+	"\x12updated_at_unix_ms\x18\t \x01(\x03R\x0fupdatedAtUnixMs\x12\x12\n" +
+	"\x04runs\x18\n" +
+	" \x01(\x04R\x04runs\"\xb5\x01\n" +
+	"\vPutSchedule\x12-\n" +
+	"\x04spec\x18\x01 \x01(\v2\x19.raftgate.v1.ScheduleSpecR\x04spec\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x03 \x01(\x03R\x10proposedAtUnixMs\x12)\n" +
+	"\x11next_tick_unix_ms\x18\x04 \x01(\x03R\x0enextTickUnixMs\"?\n" +
+	"\x0eDeleteSchedule\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\"\xb0\x01\n" +
+	"\rPauseSchedule\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06paused\x18\x02 \x01(\bR\x06paused\x12)\n" +
+	"\x11next_tick_unix_ms\x18\x03 \x01(\x03R\x0enextTickUnixMs\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\fR\trequestId\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x05 \x01(\x03R\x10proposedAtUnixMs\"o\n" +
+	"\x0fTriggerSchedule\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x03 \x01(\x03R\x10proposedAtUnixMs\"\xd6\x01\n" +
+	"\fScheduleTick\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
+	"\ffrom_unix_ms\x18\x02 \x01(\x03R\n" +
+	"fromUnixMs\x12 \n" +
+	"\ffire_unix_ms\x18\x03 \x01(\x03R\n" +
+	"fireUnixMs\x12\x18\n" +
+	"\askipped\x18\x04 \x01(\x04R\askipped\x12)\n" +
+	"\x11next_tick_unix_ms\x18\x05 \x01(\x03R\x0enextTickUnixMs\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x06 \x01(\x03R\x10proposedAtUnixMs\"\x94\x02\n" +
+	"\x0fScheduleRequest\x12,\n" +
+	"\x03put\x18\x01 \x01(\v2\x18.raftgate.v1.PutScheduleH\x00R\x03put\x125\n" +
+	"\x06delete\x18\x02 \x01(\v2\x1b.raftgate.v1.DeleteScheduleH\x00R\x06delete\x122\n" +
+	"\x05pause\x18\x03 \x01(\v2\x1a.raftgate.v1.PauseScheduleH\x00R\x05pause\x128\n" +
+	"\atrigger\x18\x04 \x01(\v2\x1c.raftgate.v1.TriggerScheduleH\x00R\atrigger\x12\x12\n" +
+	"\x03get\x18\x05 \x01(\tH\x00R\x03get\x12\x14\n" +
+	"\x04list\x18\x06 \x01(\bH\x00R\x04listB\x04\n" +
+	"\x02op\"f\n" +
+	"\fScheduleList\x128\n" +
+	"\tschedules\x18\x01 \x03(\v2\x1a.raftgate.v1.ScheduleStateR\tschedules\x12\x1c\n" +
+	"\ttriggered\x18\x02 \x01(\fR\ttriggered*s\n" +
 	"\n" +
 	"BulkAction\x12\x14\n" +
 	"\x10BULK_UNSPECIFIED\x10\x00\x12\x0f\n" +
@@ -5099,7 +6171,7 @@ func file_raftgate_proto_rawDescGZIP() []byte {
 }
 
 var file_raftgate_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_raftgate_proto_goTypes = []any{
 	(BulkAction)(0),                // 0: raftgate.v1.BulkAction
 	(Service_Kind)(0),              // 1: raftgate.v1.Service.Kind
@@ -5159,10 +6231,22 @@ var file_raftgate_proto_goTypes = []any{
 	(*Done)(nil),                   // 55: raftgate.v1.Done
 	(*GetKeyStatus)(nil),           // 56: raftgate.v1.GetKeyStatus
 	(*DispatchError)(nil),          // 57: raftgate.v1.DispatchError
-	(*InitCluster)(nil),            // 58: raftgate.v1.InitCluster
-	(*JoinNode)(nil),               // 59: raftgate.v1.JoinNode
-	(*SetNodeState)(nil),           // 60: raftgate.v1.SetNodeState
-	(*UpdateNodeAddrs)(nil),        // 61: raftgate.v1.UpdateNodeAddrs
+	(*ScheduleSpec)(nil),           // 58: raftgate.v1.ScheduleSpec
+	(*ScheduleState)(nil),          // 59: raftgate.v1.ScheduleState
+	(*PutSchedule)(nil),            // 60: raftgate.v1.PutSchedule
+	(*DeleteSchedule)(nil),         // 61: raftgate.v1.DeleteSchedule
+	(*PauseSchedule)(nil),          // 62: raftgate.v1.PauseSchedule
+	(*TriggerSchedule)(nil),        // 63: raftgate.v1.TriggerSchedule
+	(*ScheduleTick)(nil),           // 64: raftgate.v1.ScheduleTick
+	(*ScheduleRequest)(nil),        // 65: raftgate.v1.ScheduleRequest
+	(*ScheduleList)(nil),           // 66: raftgate.v1.ScheduleList
+	(*InitCluster)(nil),            // 67: raftgate.v1.InitCluster
+	(*JoinNode)(nil),               // 68: raftgate.v1.JoinNode
+	(*SetNodeState)(nil),           // 69: raftgate.v1.SetNodeState
+	(*UpdateNodeAddrs)(nil),        // 70: raftgate.v1.UpdateNodeAddrs
+	(*SetPlacement)(nil),           // 71: raftgate.v1.SetPlacement
+	(*ObserveConfig)(nil),          // 72: raftgate.v1.ObserveConfig
+	(*SetPlacementPolicy)(nil),     // 73: raftgate.v1.SetPlacementPolicy
 }
 var file_raftgate_proto_depIdxs = []int32{
 	8,  // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
@@ -5176,10 +6260,10 @@ var file_raftgate_proto_depIdxs = []int32{
 	14, // 8: raftgate.v1.Command.fence_service:type_name -> raftgate.v1.FenceService
 	34, // 9: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
 	35, // 10: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
-	58, // 11: raftgate.v1.Command.init_cluster:type_name -> raftgate.v1.InitCluster
-	59, // 12: raftgate.v1.Command.join_node:type_name -> raftgate.v1.JoinNode
-	60, // 13: raftgate.v1.Command.set_node_state:type_name -> raftgate.v1.SetNodeState
-	61, // 14: raftgate.v1.Command.update_node_addrs:type_name -> raftgate.v1.UpdateNodeAddrs
+	67, // 11: raftgate.v1.Command.init_cluster:type_name -> raftgate.v1.InitCluster
+	68, // 12: raftgate.v1.Command.join_node:type_name -> raftgate.v1.JoinNode
+	69, // 13: raftgate.v1.Command.set_node_state:type_name -> raftgate.v1.SetNodeState
+	70, // 14: raftgate.v1.Command.update_node_addrs:type_name -> raftgate.v1.UpdateNodeAddrs
 	21, // 15: raftgate.v1.Command.resume:type_name -> raftgate.v1.Resume
 	22, // 16: raftgate.v1.Command.restart:type_name -> raftgate.v1.Restart
 	23, // 17: raftgate.v1.Command.kill:type_name -> raftgate.v1.Kill
@@ -5187,66 +6271,83 @@ var file_raftgate_proto_depIdxs = []int32{
 	25, // 19: raftgate.v1.Command.pause:type_name -> raftgate.v1.Pause
 	26, // 20: raftgate.v1.Command.bulk:type_name -> raftgate.v1.Bulk
 	27, // 21: raftgate.v1.Command.bulk_step:type_name -> raftgate.v1.BulkStep
-	15, // 22: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
-	17, // 23: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
-	0,  // 24: raftgate.v1.Bulk.action:type_name -> raftgate.v1.BulkAction
-	49, // 25: raftgate.v1.Bulk.filter:type_name -> raftgate.v1.ListInvocations
-	0,  // 26: raftgate.v1.Operation.action:type_name -> raftgate.v1.BulkAction
-	49, // 27: raftgate.v1.Operation.filter:type_name -> raftgate.v1.ListInvocations
-	1,  // 28: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
-	33, // 29: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
-	32, // 30: raftgate.v1.Service.handler_config:type_name -> raftgate.v1.HandlerConfig
-	33, // 31: raftgate.v1.HandlerConfig.retry:type_name -> raftgate.v1.RetryPolicy
-	2,  // 32: raftgate.v1.RetryPolicy.on_max_attempts:type_name -> raftgate.v1.RetryPolicy.OnMaxAttempts
-	31, // 33: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
-	16, // 34: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
-	3,  // 35: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
-	17, // 36: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
-	40, // 37: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
-	41, // 38: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
-	42, // 39: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
-	44, // 40: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
-	45, // 41: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
-	47, // 42: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
-	54, // 43: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
-	34, // 44: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
-	35, // 45: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
-	56, // 46: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
-	49, // 47: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
-	14, // 48: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
-	51, // 49: raftgate.v1.DispatchRequest.action:type_name -> raftgate.v1.InvocationAction
-	52, // 50: raftgate.v1.DispatchRequest.bulk:type_name -> raftgate.v1.BulkRequest
-	53, // 51: raftgate.v1.DispatchRequest.operation:type_name -> raftgate.v1.GetOperation
-	43, // 52: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
-	46, // 53: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
-	48, // 54: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
-	55, // 55: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
-	37, // 56: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
-	50, // 57: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
-	57, // 58: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
-	28, // 59: raftgate.v1.DispatchResponse.operation:type_name -> raftgate.v1.Operation
-	16, // 60: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
-	17, // 61: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
-	36, // 62: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
-	4,  // 63: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
-	36, // 64: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
-	5,  // 65: raftgate.v1.InvocationAction.kind:type_name -> raftgate.v1.InvocationAction.Kind
-	0,  // 66: raftgate.v1.BulkRequest.action:type_name -> raftgate.v1.BulkAction
-	49, // 67: raftgate.v1.BulkRequest.filter:type_name -> raftgate.v1.ListInvocations
-	6,  // 68: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
-	7,  // 69: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
-	10, // 70: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
-	40, // 71: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
-	38, // 72: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
-	9,  // 73: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
-	11, // 74: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
-	41, // 75: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
-	39, // 76: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
-	73, // [73:77] is the sub-list for method output_type
-	69, // [69:73] is the sub-list for method input_type
-	69, // [69:69] is the sub-list for extension type_name
-	69, // [69:69] is the sub-list for extension extendee
-	0,  // [0:69] is the sub-list for field type_name
+	71, // 22: raftgate.v1.Command.set_placement:type_name -> raftgate.v1.SetPlacement
+	72, // 23: raftgate.v1.Command.observe_config:type_name -> raftgate.v1.ObserveConfig
+	73, // 24: raftgate.v1.Command.set_placement_policy:type_name -> raftgate.v1.SetPlacementPolicy
+	60, // 25: raftgate.v1.Command.put_schedule:type_name -> raftgate.v1.PutSchedule
+	61, // 26: raftgate.v1.Command.delete_schedule:type_name -> raftgate.v1.DeleteSchedule
+	62, // 27: raftgate.v1.Command.pause_schedule:type_name -> raftgate.v1.PauseSchedule
+	63, // 28: raftgate.v1.Command.trigger_schedule:type_name -> raftgate.v1.TriggerSchedule
+	64, // 29: raftgate.v1.Command.schedule_tick:type_name -> raftgate.v1.ScheduleTick
+	15, // 30: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
+	17, // 31: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
+	0,  // 32: raftgate.v1.Bulk.action:type_name -> raftgate.v1.BulkAction
+	49, // 33: raftgate.v1.Bulk.filter:type_name -> raftgate.v1.ListInvocations
+	0,  // 34: raftgate.v1.Operation.action:type_name -> raftgate.v1.BulkAction
+	49, // 35: raftgate.v1.Operation.filter:type_name -> raftgate.v1.ListInvocations
+	1,  // 36: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
+	33, // 37: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
+	32, // 38: raftgate.v1.Service.handler_config:type_name -> raftgate.v1.HandlerConfig
+	33, // 39: raftgate.v1.HandlerConfig.retry:type_name -> raftgate.v1.RetryPolicy
+	2,  // 40: raftgate.v1.RetryPolicy.on_max_attempts:type_name -> raftgate.v1.RetryPolicy.OnMaxAttempts
+	31, // 41: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
+	16, // 42: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
+	3,  // 43: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
+	17, // 44: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
+	40, // 45: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
+	41, // 46: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
+	42, // 47: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
+	44, // 48: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
+	45, // 49: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
+	47, // 50: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
+	54, // 51: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
+	34, // 52: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
+	35, // 53: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
+	56, // 54: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
+	49, // 55: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
+	14, // 56: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
+	51, // 57: raftgate.v1.DispatchRequest.action:type_name -> raftgate.v1.InvocationAction
+	52, // 58: raftgate.v1.DispatchRequest.bulk:type_name -> raftgate.v1.BulkRequest
+	53, // 59: raftgate.v1.DispatchRequest.operation:type_name -> raftgate.v1.GetOperation
+	65, // 60: raftgate.v1.DispatchRequest.schedule:type_name -> raftgate.v1.ScheduleRequest
+	43, // 61: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
+	46, // 62: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
+	48, // 63: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
+	55, // 64: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
+	37, // 65: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
+	50, // 66: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
+	57, // 67: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
+	28, // 68: raftgate.v1.DispatchResponse.operation:type_name -> raftgate.v1.Operation
+	66, // 69: raftgate.v1.DispatchResponse.schedules:type_name -> raftgate.v1.ScheduleList
+	16, // 70: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
+	17, // 71: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
+	36, // 72: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
+	4,  // 73: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
+	36, // 74: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
+	5,  // 75: raftgate.v1.InvocationAction.kind:type_name -> raftgate.v1.InvocationAction.Kind
+	0,  // 76: raftgate.v1.BulkRequest.action:type_name -> raftgate.v1.BulkAction
+	49, // 77: raftgate.v1.BulkRequest.filter:type_name -> raftgate.v1.ListInvocations
+	6,  // 78: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
+	58, // 79: raftgate.v1.ScheduleState.spec:type_name -> raftgate.v1.ScheduleSpec
+	58, // 80: raftgate.v1.PutSchedule.spec:type_name -> raftgate.v1.ScheduleSpec
+	60, // 81: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
+	61, // 82: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
+	62, // 83: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
+	63, // 84: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
+	59, // 85: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
+	7,  // 86: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
+	10, // 87: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
+	40, // 88: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
+	38, // 89: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
+	9,  // 90: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
+	11, // 91: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
+	41, // 92: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
+	39, // 93: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
+	90, // [90:94] is the sub-list for method output_type
+	86, // [86:90] is the sub-list for method input_type
+	86, // [86:86] is the sub-list for extension type_name
+	86, // [86:86] is the sub-list for extension extendee
+	0,  // [0:86] is the sub-list for field type_name
 }
 
 func init() { file_raftgate_proto_init() }
@@ -5276,6 +6377,14 @@ func file_raftgate_proto_init() {
 		(*Command_Pause)(nil),
 		(*Command_Bulk)(nil),
 		(*Command_BulkStep)(nil),
+		(*Command_SetPlacement)(nil),
+		(*Command_ObserveConfig)(nil),
+		(*Command_SetPlacementPolicy)(nil),
+		(*Command_PutSchedule)(nil),
+		(*Command_DeleteSchedule)(nil),
+		(*Command_PauseSchedule)(nil),
+		(*Command_TriggerSchedule)(nil),
+		(*Command_ScheduleTick)(nil),
 	}
 	file_raftgate_proto_msgTypes[9].OneofWrappers = []any{}
 	file_raftgate_proto_msgTypes[33].OneofWrappers = []any{
@@ -5292,6 +6401,7 @@ func file_raftgate_proto_init() {
 		(*DispatchRequest_Action)(nil),
 		(*DispatchRequest_Bulk)(nil),
 		(*DispatchRequest_Operation)(nil),
+		(*DispatchRequest_Schedule)(nil),
 	}
 	file_raftgate_proto_msgTypes[34].OneofWrappers = []any{
 		(*DispatchResponse_Appended)(nil),
@@ -5302,6 +6412,15 @@ func file_raftgate_proto_init() {
 		(*DispatchResponse_List)(nil),
 		(*DispatchResponse_Error)(nil),
 		(*DispatchResponse_Operation)(nil),
+		(*DispatchResponse_Schedules)(nil),
+	}
+	file_raftgate_proto_msgTypes[58].OneofWrappers = []any{
+		(*ScheduleRequest_Put)(nil),
+		(*ScheduleRequest_Delete)(nil),
+		(*ScheduleRequest_Pause)(nil),
+		(*ScheduleRequest_Trigger)(nil),
+		(*ScheduleRequest_Get)(nil),
+		(*ScheduleRequest_List)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -5309,7 +6428,7 @@ func file_raftgate_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftgate_proto_rawDesc), len(file_raftgate_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   51,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -16,7 +16,11 @@ import (
 
 // backend serves the dispatch stream from this node's state machines.
 type backend struct {
-	processors []*partition.Processor
+	parts *localPartitions
+	// count is the cluster's partition count; hints name a partition's
+	// leader for a request this node holds no replica for.
+	count uint32
+	hints leaderHints
 	// writes changes the registry, fencing every partition before it
 	// answers.
 	writes registry.Writer
@@ -26,20 +30,43 @@ var (
 	_ dispatch.Backend          = backend{}
 	_ dispatch.KeyBackend       = backend{}
 	_ dispatch.LifecycleBackend = backend{}
+	_ dispatch.ScheduleBackend  = backend{}
 )
 
 // processor returns partition p's processor after checking that p owns the
 // invocation id: an ingress with another partition count must be refused,
 // not answered from a partition where lookups will never look.
 func (b backend) processor(p uint32, id []byte) (*partition.Processor, error) {
-	n := uint32(len(b.processors) - 1)
-	if p == 0 || p > n {
-		return nil, fmt.Errorf("%w: no partition %d on this cluster (1..%d)", rpc.ErrInvalid, p, n)
+	if err := b.checkPartition(p); err != nil {
+		return nil, err
 	}
-	if err := invocation.CheckOwner(id, p, n); err != nil {
+	if err := invocation.CheckOwner(id, p, b.count); err != nil {
 		return nil, fmt.Errorf("%w: %w", rpc.ErrInvalid, err)
 	}
-	return b.processors[p], nil
+	return b.local(p)
+}
+
+func (b backend) checkPartition(p uint32) error {
+	if p == 0 || p > b.count {
+		return fmt.Errorf("%w: no partition %d on this cluster (1..%d)", rpc.ErrInvalid, p, b.count)
+	}
+	return nil
+}
+
+// local returns partition p's processor here, or, when this node holds no
+// replica of p, a NotLeaderError naming the leader gossip knows, so the
+// caller goes there at once.
+func (b backend) local(p uint32) (*partition.Processor, error) {
+	if proc := b.parts.get(p); proc != nil {
+		return proc, nil
+	}
+	leader, term, _ := b.hints.Leader(p)
+	return nil, &rpc.NotLeaderError{Leader: leader, Term: term}
+}
+
+// leaderHints is gossip's partition → leader table.
+type leaderHints interface {
+	Leader(partition uint32) (leader, term uint64, ok bool)
 }
 
 func (b backend) Append(ctx context.Context, p uint32, inv *rpc.Invoke) (*rpc.Appended, error) {
@@ -90,14 +117,13 @@ func (b backend) Action(ctx context.Context, p uint32, requestID []byte, a *rpc.
 	return proc.Action(ctx, requestID, a)
 }
 
-// partition returns partition p's processor (bulk operations name no
-// invocation).
+// partition returns partition p's processor here (bulk operations name
+// no invocation), or where to go.
 func (b backend) partition(p uint32) (*partition.Processor, error) {
-	n := uint32(len(b.processors) - 1)
-	if p == 0 || p > n {
-		return nil, fmt.Errorf("%w: no partition %d on this cluster (1..%d)", rpc.ErrInvalid, p, n)
+	if err := b.checkPartition(p); err != nil {
+		return nil, err
 	}
-	return b.processors[p], nil
+	return b.local(p)
 }
 
 func (b backend) Bulk(ctx context.Context, p uint32, requestID []byte, req *rpc.BulkRequest) (*rpc.Operation, error) {
@@ -117,22 +143,39 @@ func (b backend) Operation(ctx context.Context, p uint32, id string) (*rpc.Opera
 }
 
 func (b backend) KeyStatus(ctx context.Context, p uint32, service, key string) (*rpc.KeyState, error) {
-	n := uint32(len(b.processors) - 1)
-	if p == 0 || p > n {
-		return nil, fmt.Errorf("%w: no partition %d on this cluster (1..%d)", rpc.ErrInvalid, p, n)
+	if err := b.checkPartition(p); err != nil {
+		return nil, err
 	}
-	if owner := invocation.PartitionFor(invocation.KeyedPartitionKey(service, key), n); owner != p {
+	if owner := invocation.PartitionFor(invocation.KeyedPartitionKey(service, key), b.count); owner != p {
 		return nil, fmt.Errorf("%w: key %q of %q belongs to partition %d, not %d", rpc.ErrInvalid, key, service, owner, p)
 	}
-	return b.processors[p].KeyStatus(ctx, service, key)
+	proc, err := b.local(p)
+	if err != nil {
+		return nil, err
+	}
+	return proc.KeyStatus(ctx, service, key)
 }
 
 func (b backend) List(ctx context.Context, p uint32, req *rpc.ListInvocations) (*rpc.InvocationList, error) {
-	n := uint32(len(b.processors) - 1)
-	if p == 0 || p > n {
-		return nil, fmt.Errorf("%w: no partition %d on this cluster (1..%d)", rpc.ErrInvalid, p, n)
+	if err := b.checkPartition(p); err != nil {
+		return nil, err
 	}
-	return b.processors[p].List(ctx, req)
+	proc, err := b.local(p)
+	if err != nil {
+		return nil, err
+	}
+	return proc.List(ctx, req)
+}
+
+func (b backend) Schedule(ctx context.Context, p uint32, req *rpc.ScheduleRequest) (*rpc.ScheduleList, error) {
+	if err := b.checkPartition(p); err != nil {
+		return nil, err
+	}
+	proc, err := b.local(p)
+	if err != nil {
+		return nil, err
+	}
+	return proc.Schedule(ctx, req)
 }
 
 func (b backend) PutService(ctx context.Context, svc *rpc.Service) error {
@@ -144,11 +187,14 @@ func (b backend) DeleteService(ctx context.Context, name string) error {
 }
 
 func (b backend) FenceService(ctx context.Context, p uint32, requestID []byte, service string, index uint64) error {
-	n := uint32(len(b.processors) - 1)
-	if p == 0 || p > n {
-		return fmt.Errorf("%w: no partition %d on this cluster (1..%d)", rpc.ErrInvalid, p, n)
+	if err := b.checkPartition(p); err != nil {
+		return err
 	}
-	return b.processors[p].Fence(ctx, requestID, service, index)
+	proc, err := b.local(p)
+	if err != nil {
+		return err
+	}
+	return proc.Fence(ctx, requestID, service, index)
 }
 
 // registryView is the admin API's service registry: writes go through the
@@ -217,8 +263,8 @@ func (c clusterView) Partitions(withDigest bool) []admin.PartitionStatus {
 				}
 				ps.Replicas = append(ps.Replicas, r)
 			}
-			if id > 0 {
-				depth := c.n.processors[id].OutboxDepth()
+			if proc := c.n.parts.get(id); proc != nil {
+				depth := proc.OutboxDepth()
 				ps.OutboxDepth = &depth
 			}
 		}
@@ -227,11 +273,15 @@ func (c clusterView) Partitions(withDigest bool) []admin.PartitionStatus {
 	return out
 }
 
-// Ready: this node can serve when it knows a leader for every group.
+// Ready: this node can serve when it knows a leader for every group (of
+// the partitions it holds no replica of, from gossip).
 func (c clusterView) Ready() bool {
 	for id := uint32(0); id <= c.n.cfg.Partitions; id++ {
-		g := c.n.raft.Group(raftlog.GroupID(id))
-		if g == nil || g.Status().Leader == 0 {
+		if g := c.n.raft.Group(raftlog.GroupID(id)); g != nil {
+			if g.Status().Leader == 0 {
+				return false
+			}
+		} else if _, _, ok := c.n.members.Leader(id); !ok { // a partition held elsewhere
 			return false
 		}
 	}

@@ -43,8 +43,24 @@ type Config struct {
 	// dial to reach it (--initial-cluster "1=host:port,2=..."); the same on
 	// every node.
 	InitialCluster map[uint64]string
-	// Join lists gossip addresses to join at start (--join).
+	// Join lists gossip addresses to join at start (--join). A node
+	// started with neither NodeID nor InitialCluster joins the cluster
+	// they lead to, and is given an id (docs/operations.md, "Adding,
+	// removing and replacing nodes").
 	Join []string
+	// Zone labels the node's failure domain (--zone), shown in the node
+	// table.
+	Zone string
+	// Replace, for a joining node, is the id of a node it takes over: once
+	// it is a voter everywhere, that node is drained and removed
+	// (--replace).
+	Replace uint64
+	// Replication is the replication factor (--replication): a node is
+	// not removed (without force) when fewer active nodes would remain.
+	Replication int
+	// DeadNodeTimeout is how long a node may be gone from gossip before
+	// its replicas are placed on other nodes (--dead-node-timeout).
+	DeadNodeTimeout time.Duration
 	// Partitions is the number of partitions, fixed at bootstrap
 	// (--partitions).
 	Partitions uint32
@@ -154,6 +170,8 @@ const (
 	// measured throughput falling from 1 to 16 partitions on three nodes;
 	// two keep leadership spread over more than one node.
 	DefaultPartitions = 2
+	// DefaultReplication: three replicas survive one failure.
+	DefaultReplication = 3
 	// maxPartitions keeps a typo from creating thousands of Raft groups.
 	maxPartitions = 1024
 )
@@ -173,17 +191,19 @@ const (
 // addresses; DataDir is left empty because it must be chosen.
 func DefaultConfig() Config {
 	return Config{
-		NodeID:         1,
-		IngressAddr:    DefaultIngressAddr,
-		AdminAddr:      DefaultAdminAddr,
-		NodeAddr:       DefaultNodeAddr,
-		GossipAddr:     DefaultGossipAddr,
-		InitialCluster: map[uint64]string{1: DefaultNodeAddr},
-		Partitions:     DefaultPartitions,
-		Retention:      24 * time.Hour,
-		BalanceLeaders: true,
-		Placement:      PlacementLocal,
-		ShutdownGrace:  10 * time.Second,
+		NodeID:          1,
+		IngressAddr:     DefaultIngressAddr,
+		AdminAddr:       DefaultAdminAddr,
+		NodeAddr:        DefaultNodeAddr,
+		GossipAddr:      DefaultGossipAddr,
+		InitialCluster:  map[uint64]string{1: DefaultNodeAddr},
+		Partitions:      DefaultPartitions,
+		Replication:     DefaultReplication,
+		DeadNodeTimeout: 5 * time.Minute,
+		Retention:       24 * time.Hour,
+		BalanceLeaders:  true,
+		Placement:       PlacementLocal,
+		ShutdownGrace:   10 * time.Second,
 		// The retry defaults are outbox.DefaultPolicy's.
 		RetryMaxAttempts:    10,
 		RetryInitialBackoff: 100 * time.Millisecond,
@@ -208,8 +228,20 @@ func invalid(flag, format string, args ...any) error {
 
 // Validate checks the config; each error names the flag to fix.
 func (c Config) Validate() error {
-	if c.NodeID == 0 {
-		return invalid("node-id", "must be at least 1")
+	if c.NodeID == 0 && len(c.InitialCluster) > 0 {
+		return invalid("node-id", "must be at least 1 (a node joining a running cluster is given neither --node-id nor --initial-cluster)")
+	}
+	if c.Replace != 0 && !c.joinMode() {
+		return invalid("replace", "only a joining node (no --node-id, no --initial-cluster) replaces another")
+	}
+	if c.joinMode() && len(c.Join) == 0 {
+		return invalid("join", "required without --node-id and --initial-cluster: the gossip addresses of the cluster to join (or give --node-id and --initial-cluster to bootstrap a new cluster)")
+	}
+	if c.Replication < 1 {
+		return invalid("replication", "must be at least 1")
+	}
+	if c.DeadNodeTimeout < time.Second {
+		return invalid("dead-node-timeout", "must be at least 1s, like 5m")
 	}
 	if strings.TrimSpace(c.DataDir) == "" {
 		return invalid("data-dir", "required: the directory for this node's Raft logs and state")
@@ -227,8 +259,8 @@ func (c Config) Validate() error {
 			return invalid("advertise-gossip-addr", "%v", err)
 		}
 	}
-	if len(c.InitialCluster) == 0 {
-		return invalid("initial-cluster", `required: every voter as id=host:port, like "1=127.0.0.1:5122"`)
+	if len(c.InitialCluster) == 0 && !c.joinMode() {
+		return invalid("initial-cluster", `required with --node-id: every voter as id=host:port, like "1=127.0.0.1:5122"`)
 	}
 	seen := make(map[string]uint64, len(c.InitialCluster))
 	for _, id := range slices.Sorted(maps.Keys(c.InitialCluster)) {
@@ -244,7 +276,7 @@ func (c Config) Validate() error {
 		}
 		seen[addr] = id
 	}
-	if _, ok := c.InitialCluster[c.NodeID]; !ok {
+	if _, ok := c.InitialCluster[c.NodeID]; !ok && !c.joinMode() {
 		return invalid("node-id", "%d must be in --initial-cluster (%s)", c.NodeID, FormatInitialCluster(c.InitialCluster))
 	}
 	for _, j := range c.Join {

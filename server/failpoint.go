@@ -1,17 +1,20 @@
 package server
 
 // Crash-test failpoints: RAFTGATE_FAILPOINT=name[@N] makes a server kill
-// itself with SIGKILL at a durability boundary of its storage, so that
-// the process tests (test/crash_failpoints_test.go) can check what a
-// restart recovers after a real kill -9 right there. For the end-to-end
+// itself with SIGKILL at a durability boundary of its storage, or at a
+// step of a Raft configuration change, so that the process tests
+// (test/crash_failpoints_test.go, test/membership_failpoints_test.go) can
+// check what a restart recovers after a real kill -9 right there. For the end-to-end
 // tests only: a node started with one says so loudly (docs/robustness.md,
 // "Crash failpoints"), and a program embedding a node leaves
 // Config.Failpoint nil.
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -38,6 +41,18 @@ var failpointHits = map[string][2]int64{
 	"after-log-write":   {100, 1000},
 	"after-log-sync":    {100, 1000},
 	"during-checkpoint": {10, 100},
+	// The steps of a configuration change (raftlog.Knobs.AtConfChange):
+	// a join or a removal takes each once per group.
+	"after-add-learner": {1, 1},
+	"after-enter-joint": {1, 1},
+	"after-leave-joint": {1, 1},
+	"before-remove":     {1, 1},
+	// A blank replica (a joining node's) installing its first snapshot,
+	// before the install is durable.
+	"during-snapshot": {1, 1},
+	// A joining node that has its id from the cluster but has not written
+	// it to its identity file (reach, in join).
+	"after-join-reply": {1, 1},
 }
 
 // maxCheckpointKillDelay bounds the delay between the during-checkpoint
@@ -64,8 +79,8 @@ func ParseFailpoint(spec, seedText string) (*Failpoint, error) {
 	name, at, hasAt := strings.Cut(strings.TrimSpace(spec), "@")
 	hits, ok := failpointHits[name]
 	if !ok {
-		return nil, fmt.Errorf("%s=%q: unknown failpoint %q; want before-log-write, after-log-write, after-log-sync or during-checkpoint, optionally with @N (the N-th hit kills)",
-			FailpointEnv, spec, name)
+		return nil, fmt.Errorf("%s=%q: unknown failpoint %q; want one of %s, optionally with @N (the N-th hit kills)",
+			FailpointEnv, spec, name, strings.Join(slices.Sorted(maps.Keys(failpointHits)), ", "))
 	}
 	seed := uint64(time.Now().UnixNano())
 	if seedText != "" {
@@ -91,7 +106,7 @@ func ParseFailpoint(spec, seedText string) (*Failpoint, error) {
 // warn says, at start, that this process will kill itself.
 func (fp *Failpoint) warn(log zerolog.Logger) {
 	log.Warn().Str("failpoint", fp.name).Int64("kill_at_hit", fp.killAt).Uint64("seed", fp.seed).
-		Msg(FailpointEnv + " is set: this process KILLS ITSELF with SIGKILL at a storage durability boundary; for crash tests only, never in production")
+		Msg(FailpointEnv + " is set: this process KILLS ITSELF with SIGKILL at a storage durability boundary or a configuration change step; for crash tests only, never in production")
 }
 
 // knobs returns the raftlog hooks that count hits of fp's boundary; nil
@@ -124,8 +139,31 @@ func (fp *Failpoint) knobs(log zerolog.Logger) *raftlog.Knobs {
 				time.AfterFunc(delay, fp.kill)
 			}
 		}
+	case "during-snapshot":
+		k.DuringSnapshotInstall = func(raftlog.GroupID) { hit() }
+	case "after-join-reply":
+		// Not raftlog's: the server calls reach.
+	default: // a configuration change step, named as raftlog names it
+		k.AtConfChange = func(_ raftlog.GroupID, point string) error {
+			if point == fp.name {
+				hit()
+			}
+			return nil
+		}
 	}
 	return k
+}
+
+// reach counts a hit of the failpoint name that the server itself passes
+// (not a raftlog knob); nil-safe.
+func (fp *Failpoint) reach(name string, log zerolog.Logger) {
+	if fp == nil || fp.name != name {
+		return
+	}
+	if fp.hits.Add(1) == fp.killAt {
+		log.Warn().Str("failpoint", fp.name).Int64("hit", fp.killAt).Msg("failpoint reached: kill -9")
+		fp.kill()
+	}
 }
 
 // killSelf is a real kill -9 of this process. The calling goroutine blocks

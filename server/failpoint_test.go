@@ -67,12 +67,41 @@ func TestFailpointKillsAtTheNthHit(t *testing.T) {
 			"before-log-write": k.BeforeLogWrite, "after-log-write": k.AfterLogWrite,
 			"after-log-sync": k.AfterLogSync, "during-checkpoint": k.DuringCheckpoint,
 		}
-		for hookName, hook := range hooks {
-			if (hook != nil) != (hookName == name) {
-				t.Fatalf("%s: knob %s set = %v", name, hookName, hook != nil)
+		hooks["after-join-reply"] = func() { fp.reach("after-join-reply", zerolog.Nop()) }
+		if k.DuringSnapshotInstall != nil {
+			hooks["during-snapshot"] = func() { k.DuringSnapshotInstall(1) }
+		}
+		if k.AtConfChange != nil {
+			for _, point := range []string{"after-add-learner", "after-enter-joint", "after-leave-joint", "before-remove"} {
+				hooks[point] = func() { _ = k.AtConfChange(1, point) }
+			}
+			// Other steps' points never count.
+			for _, other := range []string{"before-add-learner", "applied-enter-joint", "after-remove"} {
+				_ = k.AtConfChange(1, other)
 			}
 		}
-		for range 5 {
+		for hookName, hook := range hooks {
+			if hook == nil {
+				delete(hooks, hookName)
+				continue
+			}
+			if hookName == name {
+				continue
+			}
+			// Another boundary's hits must not count toward name's.
+			for range 5 {
+				hook()
+			}
+		}
+		if hooks[name] == nil {
+			t.Fatalf("%s: no knob set", name)
+		}
+		hooks[name]()
+		hooks[name]()
+		if n := kills.Load(); n != 0 {
+			t.Fatalf("%s: killed before its third hit", name)
+		}
+		for range 3 {
 			hooks[name]()
 		}
 		testutil.WaitFor(t, time.Second, name+" to kill once", func() bool { return kills.Load() == 1 })

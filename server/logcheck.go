@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/raftgate/raftgate/raftlog"
+	"github.com/raftgate/raftgate/rpc"
 )
 
 // A node that starts checks its log before it serves clients: every group
@@ -45,8 +45,11 @@ func (n *Server) startLogCheck(ingressAddr string, ingressTLS *tls.Config) {
 	go func() {
 		defer close(done)
 		start := time.Now()
-		for id := uint32(0); id <= n.cfg.Partitions; id++ {
-			if !n.catchUp(ctx, n.raft.Group(raftlog.GroupID(id))) {
+		if !n.waitActive(ctx) {
+			return
+		}
+		for _, g := range n.localGroups() {
+			if !n.catchUp(ctx, g) {
 				return
 			}
 		}
@@ -61,6 +64,25 @@ func (n *Server) startLogCheck(ingressAddr string, ingressTLS *tls.Config) {
 		n.warnIfIngressOpen()
 		close(n.logChecked)
 	}()
+}
+
+// waitActive waits, on a joining node, until the record says it is active
+// (a voter of every group): it serves once it is a full member.
+func (n *Server) waitActive(ctx context.Context) bool {
+	if !n.joined {
+		return true
+	}
+	for {
+		changed := n.cluster.Changed()
+		if self, ok := n.cluster.State().Node(n.cfg.NodeID); ok && self.State == rpc.NodeState_NODE_STATE_ACTIVE {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-changed:
+		}
+	}
 }
 
 // serving reports whether the log check passed and the ingress serves.
@@ -121,12 +143,6 @@ func (n *Server) gateUntilChecked(next http.Handler, pass func(*http.Request) bo
 // balancers and scripts ask whether the node serves.
 func adminReadsPass(r *http.Request) bool {
 	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.URL.Path != "/readyz"
-}
-
-// isEmptyDir reports whether dir is missing or holds nothing.
-func isEmptyDir(dir string) bool {
-	entries, err := os.ReadDir(dir)
-	return errors.Is(err, os.ErrNotExist) || (err == nil && len(entries) == 0)
 }
 
 // restoreCommand is the way back for a node whose log the cluster refuses:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"sync"
@@ -18,13 +19,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/raftgate/raftgate/cluster"
 	"github.com/raftgate/raftgate/ingress"
 	"github.com/raftgate/raftgate/ingress/admin"
 	"github.com/raftgate/raftgate/ingress/dispatch"
 	"github.com/raftgate/raftgate/internal/buildinfo"
 	"github.com/raftgate/raftgate/leadership"
 	"github.com/raftgate/raftgate/outbox"
-	"github.com/raftgate/raftgate/partition"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/registry"
 	"github.com/raftgate/raftgate/rpc"
@@ -61,7 +62,10 @@ type Server struct {
 	served  chan error // grpc.Serve's result, read by close
 
 	registry   *registry.Registry
-	processors []*partition.Processor // index = partition id; [0] unused
+	cluster    *cluster.Cluster
+	meta       *raftlog.Group
+	parts      localPartitions // the partitions with a replica here
+	registerer prometheus.Registerer
 	groups     *groupMetrics
 
 	dispatchServer *dispatch.Server
@@ -83,8 +87,20 @@ type Server struct {
 	// stopTokenReload ends the SIGHUP watch of --ingress-tokens.
 	stopTokenReload func()
 
+	// joinMembers are the members a join answered with (membership.go);
+	// appliedRecord is the index of the cluster record applyRecord last
+	// followed; stopMembership ends the reconciler, which sends a reason
+	// to stop the node on membershipFailed.
+	joined           bool // started without --node-id: joined a running cluster
+	dialOpts         []grpc.DialOption
+	downSince        map[uint64]time.Time // reconciler only: when gossip last lost a node
+	joinMembers      []*rpc.ClusterNode
+	appliedRecord    uint64
+	stopMembership   func()
+	membershipFailed chan error
+
 	// failed carries the first failure that stops the node (Err);
-	// stopWatch ends the goroutine that watches for it.
+	// stopFailWatch ends the goroutine that watches for it.
 	failed        chan error
 	stopFailWatch func()
 
@@ -216,7 +232,20 @@ func (n *Server) Start() (err error) {
 		grpc.InitialWindowSize(grpcStreamWindow),
 		grpc.InitialConnWindowSize(grpcConnWindow),
 	)
-	if isEmptyDir(cfg.DataDir) && len(cfg.InitialCluster) > 1 {
+	// The data dir's lock comes first: a join writes the identity file
+	// before raftlog opens the dir.
+	lock, err := raftlog.LockDataDir(cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	fresh := isEmptyDataDir(cfg.DataDir)
+	n.dialOpts, n.downSince = dialOpts, map[uint64]time.Time{}
+	if err := n.prepareIdentity(dialOpts); err != nil {
+		_ = lock.Close()
+		return err
+	}
+	cfg = n.cfg // a joining node has its id now
+	if fresh && len(cfg.InitialCluster) > 1 {
 		// Said first: if the cluster ran before, the leaders refuse this
 		// node in a few seconds, after warning about their heartbeats.
 		n.log.Info().Str("data_dir", cfg.DataDir).Str("if_refused", n.restoreCommand()).
@@ -225,7 +254,8 @@ func (n *Server) Start() (err error) {
 	rcfg := raftlog.DefaultConfig()
 	rcfg.NodeID = cfg.NodeID
 	rcfg.DataDir = cfg.DataDir
-	rcfg.Peers = cfg.InitialCluster
+	rcfg.DataDirLock = lock
+	rcfg.Peers = n.initialPeers()
 	rcfg.DialOptions = dialOpts
 	rcfg.Logger = n.log
 	if cfg.QuietRaft {
@@ -246,13 +276,9 @@ func (n *Server) Start() (err error) {
 	}
 	n.raft.RegisterGRPC(n.grpc)
 
-	voters := make([]uint64, 0, len(cfg.InitialCluster))
-	for id := range cfg.InitialCluster {
-		voters = append(voters, id)
-	}
-	slices.Sort(voters)
+	voters := slices.Sorted(maps.Keys(n.initialPeers()))
 	lcfg := leadership.DefaultConfig()
-	lcfg.Self = leadership.NodeInfo{ID: cfg.NodeID, IngressAddr: cfg.IngressAddr, AdminAddr: cfg.AdminAddr, NodeAddr: cfg.InitialCluster[cfg.NodeID]}
+	lcfg.Self = leadership.NodeInfo{ID: cfg.NodeID, IngressAddr: cfg.IngressAddr, AdminAddr: cfg.AdminAddr, NodeAddr: n.advertisedNodeAddr()}
 	lcfg.BindAddr = cfg.GossipAddr
 	lcfg.AdvertiseAddr = cfg.AdvertiseGossipAddr
 	lcfg.Join = cfg.Join
@@ -267,46 +293,45 @@ func (n *Server) Start() (err error) {
 	// State machines first, then the leadership watch, then the groups: no
 	// leadership event can reach a processor that does not exist yet.
 	n.registry = registry.New(n.log)
-	n.processors = make([]*partition.Processor, cfg.Partitions+1)
-	retry := defaultRetry(cfg)
-	for p := uint32(1); p <= cfg.Partitions; p++ {
-		pc := partition.DefaultConfig()
-		pc.Partition = p
-		pc.Retention = cfg.Retention
-		pc.Invoker.Retry = retry
-		pc.BulkChunk = cfg.BulkChunk
-		pc.Services = registry.InvokerLookup{Registry: n.registry}
-		pc.Logger = n.log
-		pc.Registerer = reg
-		if n.processors[p], err = partition.New(pc); err != nil {
-			return err
-		}
-	}
+	n.registerer = reg
 	n.groups = newGroupMetrics(n)
 	if err := reg.Register(n.groups); err != nil {
 		return err
 	}
 	n.stopWatch = n.raft.Watch(n.onLeadership)
-	meta, err := n.raft.AddGroup(raftlog.MetaGroup, voters, n.registry)
+	n.cluster = cluster.New(n.log)
+	n.meta, err = n.addGroup(raftlog.MetaGroup, &cluster.Machine{Registry: n.registry, Cluster: n.cluster})
 	if err != nil {
 		return fmt.Errorf("metadata group: %w", err)
 	}
-	n.registry.Start(meta)
+	n.registry.Start(n.meta)
+	n.cluster.Start(n.meta)
+	// The partitions this node holds: those its state has, all of them at
+	// a first node's first start, and those placed here since.
+	record := n.cluster.State()
 	for p := uint32(1); p <= cfg.Partitions; p++ {
-		g, err := n.raft.AddGroup(raftlog.GroupID(p), voters, n.processors[p])
-		if err != nil {
-			return fmt.Errorf("partition %d: %w", p, err)
+		how := openStored
+		switch {
+		case n.raft.HasGroup(raftlog.GroupID(p)):
+		case !n.joined && record.ID == nil:
+			how = openBootstrap
+		case placedOn(record, p, cfg.NodeID):
+			how = openBlank
+		default:
+			continue
 		}
-		n.processors[p].Start(g)
+		if err := n.openPartition(p, how); err != nil {
+			return err
+		}
 	}
 
 	// The backend serves this node's dispatch server and its own client's
 	// attempts on partitions it leads; it fences partitions through the
 	// client when the registry changes.
-	local := &backend{processors: n.processors}
+	local := &backend{parts: &n.parts, count: cfg.Partitions, hints: n.members}
 	ccfg := dispatch.DefaultClientConfig()
 	ccfg.Self = cfg.NodeID
-	ccfg.Peers = cfg.InitialCluster
+	ccfg.Peers = n.initialPeers()
 	ccfg.DialOptions = dialOpts
 	ccfg.Resolver = n.members
 	ccfg.Local = local
@@ -323,6 +348,8 @@ func (n *Server) Start() (err error) {
 	scfg.Registerer = reg
 	n.dispatchServer = dispatch.NewServer(local, scfg)
 	n.dispatchServer.Register(n.grpc)
+	membership := membershipService{n: n, dialOpts: dialOpts}
+	rpc.RegisterMembershipServer(n.grpc, membership)
 	n.served = make(chan error, 1)
 	go func() {
 		// Serve returns nil once stopped by close (ErrServerStopped if
@@ -364,16 +391,18 @@ func (n *Server) Start() (err error) {
 	}
 	adminHandler, err := admin.New(admin.Config{
 		Cluster:        clusterView{n: n},
+		Nodes:          nodesView{n: n, svc: membership},
 		Invocations:    n.dispatchClient,
 		Keys:           n.dispatchClient,
 		Lifecycle:      n.dispatchClient,
+		Schedules:      n.dispatchClient,
 		Registry:       registryView{client: n.dispatchClient, registry: n.registry},
 		Partitions:     cfg.Partitions,
 		Token:          cfg.AdminToken,
 		Metrics:        promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		EnablePprof:    cfg.Pprof,
 		Build:          admin.BuildInfo(build),
-		RetryInForce:   func(p *rpc.RetryPolicy) *rpc.RetryPolicy { return retry.For(p).Proto() },
+		RetryInForce:   func(p *rpc.RetryPolicy) *rpc.RetryPolicy { return defaultRetry(cfg).For(p).Proto() },
 		Backup:         n.raft.Backup,
 		RequestTimeout: cfg.RequestTimeout,
 		Logger:         n.log,
@@ -386,6 +415,8 @@ func (n *Server) Start() (err error) {
 	n.log.Info().Uint32("partitions", cfg.Partitions).Str("ingress", cfg.IngressAddr).Str("admin", cfg.AdminAddr).
 		Str("node_addr", cfg.NodeAddr).Str("version", build.Version).Str("commit", build.Commit).
 		Str("build_date", build.BuildDate).Str("go_version", build.GoVersion).Msg("raftgate node started")
+	n.membershipFailed = make(chan error, 1)
+	n.startMembership(dialOpts)
 	n.watchFailures()
 	return nil
 }
@@ -405,6 +436,7 @@ func (n *Server) watchFailures() {
 		case <-done:
 			return
 		case err = <-n.serveFailed:
+		case err = <-n.membershipFailed:
 		case err = <-n.raft.Failed():
 			if errors.Is(err, raftlog.ErrStaleLog) {
 				restore := n.restoreCommand()
@@ -412,8 +444,8 @@ func (n *Server) watchFailures() {
 					Msg("stopping: this node's log is older than what the cluster has from it (an emptied data dir, an old copy, or a peer's copy taken too soon); restore it from a new copy of a peer")
 				err = fmt.Errorf("%w; restore this node's data dir from a peer (docs/operations.md, \"Backup and restore\"): %s", err, restore)
 			} else if errors.Is(err, raftlog.ErrNotAMember) {
-				n.log.Error().Err(err).Msg("stopping: this node is not a member of the cluster its peers run, and a cluster's voters are fixed when it first starts " +
-					"(membership changes are not supported): a node cannot be added by naming it in --initial-cluster; start only the cluster's own nodes")
+				n.log.Error().Err(err).Msg("stopping: this node is not a member of the cluster its peers run: a node is not added by naming it in --initial-cluster; " +
+					"start it with an empty data dir, --join and no --node-id (docs/operations.md, \"Adding, removing and replacing nodes\")")
 			} else {
 				n.log.Error().Err(err).Msg("stopping: a Raft group failed")
 			}
@@ -427,7 +459,7 @@ func (n *Server) watchFailures() {
 func (n *Server) Err() <-chan error { return n.failed }
 
 // Serving is closed once the node checked its log against the leaders and
-// its ingress serves clients.
+// its ingress serves clients. Call it after Start.
 func (n *Server) Serving() <-chan struct{} { return n.logChecked }
 
 // defaultRetry is the cluster's default delivery retry policy from the
@@ -450,11 +482,12 @@ func (n *Server) onLeadership(ev raftlog.LeaderEvent) {
 	n.members.SetLocal(uint32(ev.Group), ev.Leader, ev.Term)
 	if ev.Group == raftlog.MetaGroup {
 		n.registry.OnLeadership(ev)
+		n.cluster.OnLeadership(ev)
 		return
 	}
 	n.led.set(uint32(ev.Group), ev.IsSelf)
-	if int(ev.Group) < len(n.processors) && n.processors[ev.Group] != nil {
-		n.processors[ev.Group].OnLeadership(ev)
+	if proc := n.parts.get(uint32(ev.Group)); proc != nil {
+		proc.OnLeadership(ev)
 	}
 }
 
@@ -543,6 +576,9 @@ func (n *Server) close() error {
 	if n.stopFailWatch != nil {
 		n.stopFailWatch()
 	}
+	if n.stopMembership != nil {
+		n.stopMembership()
+	}
 	if n.stopTokenReload != nil {
 		n.stopTokenReload()
 	}
@@ -561,10 +597,8 @@ func (n *Server) close() error {
 	if n.dispatchClient != nil {
 		errs = append(errs, n.dispatchClient.Close())
 	}
-	for _, p := range n.processors {
-		if p != nil {
-			errs = append(errs, p.Close())
-		}
+	for _, p := range n.parts.all() {
+		errs = append(errs, p.Close())
 	}
 	if n.grpc != nil {
 		stopped := make(chan struct{})

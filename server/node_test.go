@@ -124,3 +124,29 @@ func TestShutdownKeepsAnsweringWhileDraining(t *testing.T) {
 		t.Errorf("shutdown took %v, grace %v", took, grace)
 	}
 }
+
+// TestCloseWithoutStart: a node that was only created lets its listeners
+// go on Close, and leaves its data dir alone.
+func TestCloseWithoutStart(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.DataDir = filepath.Join(t.TempDir(), "data")
+	cfg.IngressAddr, cfg.AdminAddr, cfg.NodeAddr, cfg.GossipAddr = freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	cfg.InitialCluster = map[uint64]string{1: cfg.NodeAddr}
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	for _, addr := range []string{cfg.AdminAddr, cfg.NodeAddr, cfg.GossipAddr} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatalf("%s still held after Close: %v", addr, err)
+		}
+		ln.Close()
+	}
+	if _, err := os.Stat(cfg.DataDir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("data dir touched by New and Close: %v", err)
+	}
+}

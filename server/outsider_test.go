@@ -86,7 +86,7 @@ func TestNodeOutsideInitialClusterIsNotAMember(t *testing.T) {
 		if n := count(l, fromOutsider("warn")); n != 1 || !strings.Contains(l, `"reason":"the sender is not one of this node's peers`) {
 			t.Errorf("node %d logged the refusal at warn %d times (want once, with the reason)", nd.cfg.NodeID, n)
 		}
-		if n := strings.Count(l, "ignoring a node outside the cluster's voters"); n != 1 {
+		if n := strings.Count(l, "ignoring a node that is not a member of the cluster"); n != 1 {
 			t.Errorf("node %d logged the outsider's gossip %d times, want once", nd.cfg.NodeID, n)
 		}
 	}

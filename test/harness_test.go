@@ -90,6 +90,9 @@ type clusterOpts struct {
 	// dataDir, when set, names each node's data dir (default: under
 	// t.TempDir()).
 	dataDir func(id int) string
+	// env, when set, is added to each node's environment at its first
+	// start only.
+	env func(id int) []string
 }
 
 // startCluster starts opts.nodes servers on free ports and waits until each
@@ -117,6 +120,9 @@ func startCluster(t testing.TB, opts clusterOpts) *cluster {
 		}
 		if opts.dataDir != nil {
 			n.dataDir = opts.dataDir(i)
+		}
+		if opts.env != nil {
+			n.env = opts.env(i)
 		}
 		initial = append(initial, fmt.Sprintf("%d=%s", i, n.nodeAddr))
 		gossip = append(gossip, n.gossipAddr)
@@ -156,6 +162,7 @@ func startCluster(t testing.TB, opts clusterOpts) *cluster {
 	t.Cleanup(c.stopAll)
 	for _, n := range c.nodes {
 		c.start(n)
+		n.env = nil
 	}
 	for _, n := range c.nodes {
 		c.waitReady(n, 30*time.Second)

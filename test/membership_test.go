@@ -59,7 +59,7 @@ func TestFourthNodeNamedInInitialClusterSaysSo(t *testing.T) {
 	if first < 0 {
 		t.Fatalf("the fourth node logged no warning:\n%s", tail(n4.logPath, 40))
 	}
-	for _, want := range []string{"not one of the voters of the cluster", "cannot join by naming itself in --initial-cluster"} {
+	for _, want := range []string{"not one of the voters of the cluster", "does not join by naming itself in --initial-cluster: it joins with --join"} {
 		if !strings.Contains(lines[first], want) {
 			t.Errorf("the fourth node's first warning does not say %q:\n%s", want, lines[first])
 		}

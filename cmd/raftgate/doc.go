@@ -1,9 +1,9 @@
 // Command raftgate is the one raftgate binary: `server` runs a node, `dev`
 // runs a local cluster with example services (examples.go: a service, a
 // virtual object and a workflow), `echo` serves example services on its
-// own, `status`, `backup`, `services`, `invoke` and `bench`
-// talk to a running cluster over its admin and ingress HTTP APIs (see
-// API.md, "Command line"), and `version` says which build it is
+// own, `status`, `backup`, `services`, `invocations`, `nodes`, `invoke`
+// and `bench` talk to a running cluster over its admin and ingress HTTP
+// APIs (see API.md, "Command line"), and `version` says which build it is
 // (version.go).
 //
 // This package maps flags, RAFTGATE_* environment variables and a config

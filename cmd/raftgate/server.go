@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/raftgate/raftgate/cluster"
 	"github.com/raftgate/raftgate/internal/buildinfo"
 	"github.com/raftgate/raftgate/server"
 )
@@ -92,7 +93,11 @@ func newServerFlags(fs *pflag.FlagSet) *serverFlags {
 	fs.StringVar(&c.AdvertiseGossipAddr, "advertise-gossip-addr", "", "gossip address other nodes use, when not --gossip-addr (NAT, proxy)")
 	fs.StringVar(&sf.initialCluster, "initial-cluster", server.FormatInitialCluster(d.InitialCluster),
 		"every voter as id=host:port, the address the others dial; the same on every node")
-	fs.StringSliceVar(&c.Join, "join", nil, "gossip addresses to join, comma-separated")
+	fs.StringSliceVar(&c.Join, "join", nil, "gossip addresses to join, comma-separated; without --node-id and --initial-cluster, an empty data dir joins the cluster there as a new node")
+	fs.StringVar(&c.Zone, "zone", "", "this node's zone (failure domain) label")
+	fs.Uint64Var(&c.Replace, "replace", 0, "joining only: take over the replicas of node ID (which may be dead) and remove it")
+	fs.IntVar(&c.Replication, "replication", d.Replication, "replicas per partition (all nodes while there are fewer), set when the cluster record is created; a node is not removed (without --force) when fewer active nodes would remain")
+	fs.DurationVar(&c.DeadNodeTimeout, "dead-node-timeout", d.DeadNodeTimeout, "how long a node may be gone from gossip before its replicas are placed on other nodes")
 	fs.Uint32Var(&c.Partitions, "partitions", d.Partitions, "number of partitions, fixed when the cluster is first started")
 	fs.DurationVar(&c.Retention, "retention", d.Retention, "how long completed results are kept")
 	fs.BoolVar(&c.BalanceLeaders, "balance-leaders", d.BalanceLeaders, "move each partition's leadership to its preferred node when that node is up and replicating (--balance-leaders=false: leave leaders where elections put them)")
@@ -135,6 +140,11 @@ func (sf *serverFlags) toConfig() (ServerConfig, error) {
 		return cfg, fmt.Errorf("%w: --initial-cluster: %v", server.ErrInvalidConfig, err)
 	}
 	cfg.InitialCluster = ic
+	if !sf.fs.Changed("node-id") && !sf.fs.Changed("initial-cluster") && (len(cfg.Join) > 0 || joinedBefore(cfg.DataDir)) {
+		// Neither names this node: it joins a running cluster (or
+		// restarts after it joined one) and the cluster gives its id.
+		cfg.NodeID, cfg.InitialCluster = 0, nil
+	}
 	if sf.portOffset < 0 || sf.portOffset > 60000 {
 		return cfg, fmt.Errorf("%w: --port-offset: %d: want 0 to 60000", server.ErrInvalidConfig, sf.portOffset)
 	}
@@ -160,9 +170,14 @@ func newServerCmd(env cliEnv, runNode serverRunner) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "run one raftgate node",
-		Example: `  raftgate server --node-id 1 --data-dir /var/lib/raftgate \
+		Example: `  # the first nodes of a new cluster
+  raftgate server --node-id 1 --data-dir /var/lib/raftgate \
     --initial-cluster 1=10.0.0.1:5122,2=10.0.0.2:5122,3=10.0.0.3:5122 \
-    --join 10.0.0.2:7946,10.0.0.3:7946`,
+    --join 10.0.0.2:7946,10.0.0.3:7946
+  # a node that joins the running cluster (an empty data dir; it is given an id)
+  raftgate server --data-dir /var/lib/raftgate --join 10.0.0.1:7946 \
+    --node-addr 10.0.0.4:5122 --gossip-addr 10.0.0.4:7946 \
+    --ingress-addr 10.0.0.4:8080 --admin-addr 10.0.0.4:9070`,
 		Args: cobra.NoArgs,
 	}
 	sf := newServerFlags(cmd.Flags())
@@ -190,7 +205,9 @@ func newServerCmd(env cliEnv, runNode serverRunner) *cobra.Command {
 		}
 		// Every line of a node's log names the node (the libraries below
 		// do not add it themselves).
-		logger = logger.With().Uint64("node", cfg.NodeID).Logger()
+		if cfg.NodeID != 0 { // a joining node's is added once the cluster gave it
+			logger = logger.With().Uint64("node", cfg.NodeID).Logger()
+		}
 		warnUnknownEnv(cmd, env, logger)
 		logger.Info().Str("version", buildinfo.Read().Version).Str("data_dir", cfg.DataDir).
 			Str("ingress", cfg.IngressAddr).Str("admin", cfg.AdminAddr).Str("node_addr", cfg.NodeAddr).
@@ -201,6 +218,13 @@ func newServerCmd(env cliEnv, runNode serverRunner) *cobra.Command {
 		return runNode(cmd.Context(), cfg, logger)
 	}
 	return cmd
+}
+
+// joinedBefore reports whether dir is the data dir of a node that joined a
+// cluster (its identity file names it).
+func joinedBefore(dir string) bool {
+	id, ok, err := cluster.LoadIdentity(dir)
+	return err == nil && ok && id.NodeID != 0
 }
 
 // parseInitialCluster reads "1=host:port,2=host:port".

@@ -94,6 +94,11 @@ type Config struct {
 	// operations (POST /invocations/{id}/{action}, POST
 	// /invocations/bulk, GET /operations/{op}). Nil answers 404.
 	Lifecycle Lifecycle
+	// Nodes serves GET /nodes and DELETE /nodes/{id}. Nil answers 501
+	// (a node without cluster membership).
+	Nodes Nodes
+	// Schedules, when set, serves /schedules. Nil answers 404.
+	Schedules Schedules
 	// Build is this node's build, served by GET /version.
 	Build BuildInfo
 	// RetryInForce fills the unset fields of a service's registered retry
@@ -165,8 +170,15 @@ func New(cfg Config) (http.Handler, error) {
 		mux.HandleFunc("/invocations/{id}/{action}", s.methods(route{post: s.invocationAction}))
 		mux.HandleFunc("/operations/{op}", s.methods(route{get: s.getOperation}))
 	}
+	mux.HandleFunc("/nodes", s.methods(route{get: s.listNodes}))
+	mux.HandleFunc("/nodes/{id}", s.methods(route{delete: s.removeNode}))
 	if cfg.Keys != nil {
 		mux.HandleFunc("/objects/{object}/{key}", s.methods(route{get: s.getObjectKey}))
+	}
+	if cfg.Schedules != nil {
+		mux.HandleFunc("/schedules", s.methods(route{get: s.listSchedules}))
+		mux.HandleFunc("/schedules/{id}", s.methods(route{get: s.getSchedule, put: s.putSchedule, delete: s.deleteSchedule}))
+		mux.HandleFunc("/schedules/{id}/{action}", s.scheduleAction)
 	}
 	mux.HandleFunc("/metrics", s.methods(route{get: s.metrics}))
 	mux.HandleFunc("/version", s.methods(route{get: s.version}))

@@ -5,14 +5,16 @@
 // what only other leaders know), the invocation listing (GET /invocations:
 // every partition leader's page, merged newest first), invocation status
 // with body previews and cancellation (GET/DELETE /invocations/{id}), the
-// node's build (GET /version), Prometheus metrics, health and readiness
-// probes, pprof behind a flag, and the operator console (/ui/, static files
-// embedded from ui/; see docs/console.md).
+// node table and node removal (GET /nodes, DELETE /nodes/{id}: 409 with
+// the reason when the cluster cannot spare the node), the node's build
+// (GET /version), Prometheus metrics, health and readiness probes, pprof
+// behind a flag, and the operator console (/ui/, static files embedded from
+// ui/; see docs/console.md).
 //
 // It owns no state: the node's wiring supplies the cluster view, the
-// invocation calls (through the dispatch client) and the registry as three
-// small interfaces declared here, and New turns them into an http.Handler.
-// Errors are JSON {"code","message","source":"admin"}; an optional bearer
-// token guards every endpoint except /healthz, /readyz and the console's
-// static files, which hold no data.
+// invocation calls (through the dispatch client), the registry and the
+// node table as small interfaces declared here, and New turns them into an
+// http.Handler. Errors are JSON {"code","message","source":"admin"}; an
+// optional bearer token guards every endpoint except /healthz, /readyz and
+// the console's static files, which hold no data.
 package admin

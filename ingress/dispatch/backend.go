@@ -47,3 +47,11 @@ type LifecycleBackend interface {
 	// Operation reads partition's state of a bulk operation.
 	Operation(ctx context.Context, partition uint32, id string) (*rpc.Operation, error)
 }
+
+// ScheduleBackend is a Backend that also serves schedule requests (admin
+// /schedules); a Backend without it answers them INVALID.
+type ScheduleBackend interface {
+	// Schedule changes or reads the schedules of partition (see
+	// rpc.ScheduleRequest); a change returns once applied.
+	Schedule(ctx context.Context, partition uint32, req *rpc.ScheduleRequest) (*rpc.ScheduleList, error)
+}

@@ -127,10 +127,8 @@ type Client struct {
 	log         zerolog.Logger
 	metrics     *clientMetrics
 	dialOptions []grpc.DialOption
-	// order is the node ids in the order tried when no leader is known:
-	// Self first, then ascending.
-	order []uint64
-	peers map[uint64]*peer
+	// set is the nodes the client dials, replaced whole by SetPeers.
+	set atomic.Pointer[peerSet]
 
 	// ctx ends when the client closes; streams live under it.
 	ctx    context.Context
@@ -165,9 +163,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	cfg = cfg.withDefaults()
 	c := &Client{
-		cfg:   cfg,
-		log:   cfg.Logger.With().Str("component", "dispatch-client").Logger(),
-		peers: map[uint64]*peer{},
+		cfg: cfg,
+		log: cfg.Logger.With().Str("component", "dispatch-client").Logger(),
 	}
 	c.metrics = newClientMetrics(cfg.Registerer, c.log)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -180,17 +177,66 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 			MinConnectTimeout: 2 * time.Second,
 		}),
 	}, cfg.DialOptions...)
-	for id, addr := range cfg.Peers {
-		c.peers[id] = &peer{c: c, id: id, addr: addr}
-		if id != cfg.Self {
-			c.order = append(c.order, id)
+	c.set.Store(c.newPeerSet(cfg.Peers, nil))
+	return c, nil
+}
+
+// peerSet is the nodes the client dials: each node's peer, and the order
+// they are tried in when no leader is known (Self first, then ascending).
+type peerSet struct {
+	byID  map[uint64]*peer
+	order []uint64
+}
+
+// newPeerSet builds the set for addrs, keeping old's peer (its connection
+// and streams) for a node whose address did not change.
+func (c *Client) newPeerSet(addrs map[uint64]string, old *peerSet) *peerSet {
+	s := &peerSet{byID: make(map[uint64]*peer, len(addrs))}
+	for id, addr := range addrs {
+		if p, ok := old.get(id); ok && p.addr == addr {
+			s.byID[id] = p
+		} else {
+			s.byID[id] = &peer{c: c, id: id, addr: addr}
+		}
+		if id != c.cfg.Self {
+			s.order = append(s.order, id)
 		}
 	}
-	slices.Sort(c.order)
-	if _, ok := cfg.Peers[cfg.Self]; ok {
-		c.order = append([]uint64{cfg.Self}, c.order...)
+	slices.Sort(s.order)
+	if _, ok := addrs[c.cfg.Self]; ok {
+		s.order = append([]uint64{c.cfg.Self}, s.order...)
 	}
-	return c, nil
+	return s
+}
+
+func (s *peerSet) get(id uint64) (*peer, bool) {
+	if s == nil {
+		return nil, false
+	}
+	p, ok := s.byID[id]
+	return p, ok
+}
+
+// SetPeers replaces the nodes the client dials (the cluster's members, as
+// they join and leave). A node whose address changed, or that left, has its
+// connection closed; calls in flight on it fail and are retried elsewhere.
+func (c *Client) SetPeers(addrs map[uint64]string) error {
+	for id, addr := range addrs {
+		if id == 0 || addr == "" {
+			return fmt.Errorf("%w: Peers entry %d=%q", ErrInvalidConfig, id, addr)
+		}
+	}
+	c.mu.Lock()
+	old := c.set.Load()
+	next := c.newPeerSet(addrs, old)
+	c.set.Store(next)
+	c.mu.Unlock()
+	for id, p := range old.byID {
+		if q, ok := next.byID[id]; !ok || q != p {
+			_ = p.close()
+		}
+	}
+	return nil
 }
 
 // Close fails every call in progress with ErrClosed, closes streams and
@@ -205,7 +251,7 @@ func (c *Client) Close() error {
 	c.cancel()
 	c.wg.Wait()
 	var errs []error
-	for _, p := range c.peers {
+	for _, p := range c.set.Load().byID {
 		if err := p.close(); err != nil {
 			errs = append(errs, err)
 		}
@@ -393,6 +439,23 @@ func operationOf(resp *rpc.DispatchResponse, err error) (*rpc.Operation, error) 
 		return op, nil
 	}
 	return nil, unexpected(opOperation, resp)
+}
+
+// Schedule sends a schedule request to the partition's leader (the request
+// ids of changes are inside req, the same on every retry).
+func (c *Client) Schedule(ctx context.Context, partitionID uint32, req *rpc.ScheduleRequest) (*rpc.ScheduleList, error) {
+	resp, err := c.call(ctx, opSchedule, &rpc.DispatchRequest{
+		RequestId: invocation.NewRequestID(),
+		Partition: partitionID,
+		Body:      &rpc.DispatchRequest_Schedule{Schedule: req},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if l := resp.GetSchedules(); l != nil {
+		return l, nil
+	}
+	return nil, unexpected(opSchedule, resp)
 }
 
 func (c *Client) callDone(ctx context.Context, op string, req *rpc.DispatchRequest) error {

@@ -23,6 +23,7 @@ const (
 	opAction        = "action"
 	opBulk          = "bulk"
 	opOperation     = "operation"
+	opSchedule      = "schedule"
 	opUnknown       = "unknown"
 )
 
@@ -58,6 +59,8 @@ func opOf(req *rpc.DispatchRequest) string {
 		return opBulk
 	case *rpc.DispatchRequest_Operation:
 		return opOperation
+	case *rpc.DispatchRequest_Schedule:
+		return opSchedule
 	default:
 		return opUnknown
 	}
@@ -129,6 +132,15 @@ func execute(ctx context.Context, b Backend, req *rpc.DispatchRequest) *rpc.Disp
 			return errorResponse(fmt.Errorf("%w: this node does not serve invocation actions", rpc.ErrInvalid))
 		}
 		resp, err = executeLifecycle(ctx, lb, req)
+	case *rpc.DispatchRequest_Schedule:
+		sb, ok := b.(ScheduleBackend)
+		if !ok {
+			return errorResponse(fmt.Errorf("%w: this node does not serve schedules", rpc.ErrInvalid))
+		}
+		var list *rpc.ScheduleList
+		if list, err = sb.Schedule(ctx, p, r.Schedule); list != nil {
+			resp = &rpc.DispatchResponse{Body: &rpc.DispatchResponse_Schedules{Schedules: list}}
+		}
 	default:
 		return errorResponse(fmt.Errorf("%w: empty or unknown request body", rpc.ErrInvalid))
 	}

@@ -164,8 +164,9 @@ func (p *peer) openWire(ctx context.Context, dc rpc.DispatchClient) (clientWire,
 	return &streamClientWire{s: s}, nil
 }
 
-// close closes the connection; the client is closing and every stream's
-// context is already cancelled.
+// close closes the connection: the client is closing (every stream's
+// context is already cancelled), or SetPeers retired this peer (its streams
+// break, and their calls are retried on another node).
 func (p *peer) close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()

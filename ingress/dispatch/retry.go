@@ -251,33 +251,36 @@ type route struct {
 }
 
 func (r *route) pick() *peer {
+	set := r.c.set.Load()
 	if id := r.redirect; id != 0 {
 		r.redirect = 0
-		return r.c.peers[id]
+		if p, ok := set.get(id); ok {
+			return p
+		}
 	}
 	if res := r.c.cfg.Resolver; res != nil {
 		if leader, _, ok := res.Leader(r.partition); ok && leader != r.avoid {
-			if p, ok := r.c.peers[leader]; ok {
+			if p, ok := set.get(leader); ok {
 				return p
 			}
 		}
 	}
-	order := r.c.order
+	order := set.order
 	for range order {
 		id := order[r.next%len(order)]
 		r.next++
 		if id != r.avoid {
-			return r.c.peers[id]
+			return set.byID[id]
 		}
 	}
-	return r.c.peers[order[0]] // a single node, which just failed
+	return set.byID[order[0]] // a single node, which just failed
 }
 
 // notLeader records a NOT_LEADER answer from node naming leader (0: none
 // known) and reports whether to retry at once.
 func (r *route) notLeader(node, leader uint64) bool {
 	r.avoid = node
-	if _, known := r.c.peers[leader]; !known || leader == node {
+	if _, known := r.c.set.Load().get(leader); !known || leader == node {
 		return false
 	}
 	r.redirect = leader

@@ -9,9 +9,11 @@ const tokenKey = "raftgate.adminToken";
 // ---------------------------------------------------------------- API
 
 class APIError extends Error {
-  constructor(status, message) {
+  // detail is the API's own message, without the status and request.
+  constructor(status, message, detail) {
     super(`${status}: ${message}`);
     this.status = status;
+    this.detail = detail ?? message;
   }
 }
 
@@ -31,7 +33,7 @@ async function api(method, path, body) {
     let msg = text.trim() || resp.statusText;
     try { msg = JSON.parse(text).message || msg; } catch (_) { /* not JSON: keep the text */ }
     if (resp.status === 401) askForToken();
-    throw new APIError(resp.status, `${method} ${path}: ${msg}`);
+    throw new APIError(resp.status, `${method} ${path}: ${msg}`, msg);
   }
   const type = resp.headers.get("content-type") || "";
   return type.includes("application/json") ? JSON.parse(text) : text;
@@ -135,6 +137,8 @@ function route() {
     showInvocations(new URLSearchParams(query));
   } else if (name === "services") {
     showServices();
+  } else if (name === "schedules") {
+    showSchedules();
   } else {
     showOverview();
   }
@@ -307,8 +311,25 @@ function niceCeil(v) {
 
 let clusterCache = null;
 
+// nodeTable is GET /nodes, the cluster's node table (states, zones, removed
+// nodes), or null when this node does not serve it (501, or 404 from an
+// older release): the overview then shows what gossip knows. Its other
+// failures go to the banner without hiding the rest of the overview.
+async function nodeTable() {
+  try {
+    const t = await api("GET", "/nodes");
+    errors.delete("nodes");
+    return t;
+  } catch (e) {
+    if (e.status !== 501 && e.status !== 404) errors.set("nodes", String(e.message || e));
+    return null;
+  }
+}
+
+const stateClass = { active: "ok", joining: "warn", draining: "warn", removed: "muted" };
+
 async function loadCluster() {
-  const c = await api("GET", "/cluster?leaders=1");
+  const [c, table] = await Promise.all([api("GET", "/cluster?leaders=1"), nodeTable()]);
   clusterCache = c;
   const ready = $("#ready");
   ready.textContent = c.ready ? "ready" : "NOT READY: a partition has no known leader";
@@ -316,15 +337,35 @@ async function loadCluster() {
   // A node some partition's leader no longer hears from is suspect while
   // gossip, which takes seconds longer to decide, still lists it alive.
   const silent = new Set(c.partitions.flatMap(p => p.replicas.filter(r => r.down).map(r => r.nodeId)));
-  fill($("#nodes tbody"), c.nodes.map(n => el("tr", { "data-node": n.id },
-    el("td", {}, String(n.id)),
-    n.alive && silent.has(n.id)
-      ? el("td", { class: "warn", "data-field": "alive", title: "gossip lists it alive, but a partition leader has not heard from it" }, "suspect")
-      : el("td", { class: n.alive ? "ok" : "bad", "data-field": "alive" }, n.alive ? "alive" : "DOWN"),
-    el("td", { class: "mono" }, dash(n.ingressAddr)),
-    el("td", { class: "mono" }, n.adminAddr ? el("a", { href: `http://${n.adminAddr}/ui/` }, n.adminAddr) : "–"),
-    el("td", { class: "mono" }, dash(n.nodeAddr)),
-    el("td", { class: "mono" }, dash(n.gossipAddr)))));
+  // One row per node gossip or the node table knows (removed ones too).
+  const gossip = new Map(c.nodes.map(n => [n.id, n]));
+  const known = new Map((table || []).map(n => [n.id, n]));
+  const ids = [...new Set([...gossip.keys(), ...known.keys()])].sort((a, b) => a - b);
+  fill($("#nodes tbody"), ids.map(id => {
+    const g = gossip.get(id), t = known.get(id);
+    const alive = g ? g.alive : t.alive;
+    const adminAddr = g?.adminAddr || t?.admin;
+    return el("tr", { "data-node": id },
+      el("td", {}, String(id)),
+      el("td", { class: stateClass[t?.state] || "", "data-field": "state" }, t ? t.state : "–"),
+      el("td", { "data-field": "zone" }, dash(t?.zone)),
+      alive && silent.has(id)
+        ? el("td", { class: "warn", "data-field": "alive", title: "gossip lists it alive, but a partition leader has not heard from it" }, "suspect")
+        : !alive && t?.state === "removed"
+          ? el("td", { class: "muted", "data-field": "alive" }, "–")
+          : el("td", { class: alive ? "ok" : "bad", "data-field": "alive" }, alive ? "alive" : "DOWN"),
+      el("td", { class: "mono" }, dash(g?.ingressAddr || t?.ingress)),
+      el("td", { class: "mono" }, adminAddr ? el("a", { href: `http://${adminAddr}/ui/` }, adminAddr) : "–"),
+      el("td", { class: "mono" }, dash(g?.nodeAddr || t?.nodeAddr)),
+      el("td", { class: "mono" }, dash(g?.gossipAddr)),
+      el("td", {}, t?.state === "active" ? el("button", {
+        type: "button", class: "danger", "data-remove-node": id,
+        onclick: () => {
+          $("#confirm-node-id").textContent = String(id);
+          $("#confirm-remove-node").showModal();
+        },
+      }, "Remove…") : ""));
+  }));
   fill($("#partitions tbody"), c.partitions.map(p => {
     const known = p.replicas.length > 0;
     const down = p.replicas.filter(r => r.down || r.lag === null);
@@ -344,6 +385,22 @@ async function loadCluster() {
       el("td", {}, p.outboxDepth === undefined ? (p.id === 0 ? "–" : "unknown") : String(p.outboxDepth)));
   }));
 }
+
+// A removal the cluster cannot spare is refused (409) with the reason,
+// shown in the banner; an accepted one shows the node draining.
+$("#confirm-remove-node").addEventListener("close", () => {
+  if ($("#confirm-remove-node").returnValue !== "yes") return;
+  const id = $("#confirm-node-id").textContent;
+  run("remove-node", async () => {
+    try {
+      await api("DELETE", "/nodes/" + encodeURIComponent(id));
+    } catch (e) {
+      if (e.status === 409) throw new Error(`node ${id} was not removed: ${e.detail}`);
+      throw e;
+    }
+    await loadCluster();
+  });
+});
 
 function showOverview() {
   $("#view-overview").hidden = false;
@@ -418,6 +475,58 @@ function showServices() {
   $("#view-services").hidden = false;
   run("services", loadServices);
   timers.push(setInterval(() => run("services", loadServices), 2000));
+}
+
+// ---------------------------------------------------------------- schedules
+
+async function loadSchedules() {
+  const l = await api("GET", "/schedules");
+  const act = (s, action) => el("button", {
+    type: "button", "data-action": action,
+    onclick: () => run(action, async () => { await api("POST", `/schedules/${encodeURIComponent(s.id)}/${action}`); await loadSchedules(); }),
+  }, action);
+  fill($("#schedules tbody"), l.schedules.map(s => el("tr", { "data-schedule": s.id },
+    el("td", {}, s.id),
+    el("td", {}, s.target),
+    el("td", { class: "mono" }, s.every ? `every ${s.every}` : `${s.cron} ${s.timeZone || "UTC"}`),
+    el("td", {}, s.overlap),
+    el("td", { "data-field": "state" }, s.paused ? "paused" : "active"),
+    el("td", {}, localTime(s.nextRun)),
+    el("td", {}, s.lastInvocationId ? el("a", { href: "#/invocations/" + s.lastInvocationId }, localTime(s.lastRun)) : "–"),
+    el("td", { "data-field": "runs" }, String(s.runs)),
+    el("td", { "data-field": "skipped" }, String(s.skipped)),
+    el("td", {}, act(s, s.paused ? "resume" : "pause"), act(s, "trigger"), el("button", {
+      type: "button", class: "danger", "data-remove": s.id,
+      onclick: () => run("remove", async () => {
+        if (!confirm(`Delete schedule ${s.id}?`)) return;
+        await api("DELETE", "/schedules/" + encodeURIComponent(s.id));
+        await loadSchedules();
+      }),
+    }, "Remove")))));
+  if (l.schedules.length === 0) {
+    fill($("#schedules tbody"), [el("tr", {}, el("td", { colspan: 10, class: "muted" }, "no schedules"))]);
+  }
+}
+
+$("#sch-form").addEventListener("submit", ev => {
+  ev.preventDefault();
+  run("schedule", async () => {
+    const body = { target: $("#sch-target").value.trim(), overlap: $("#sch-overlap").value };
+    for (const [k, sel] of [["every", "#sch-every"], ["cron", "#sch-cron"], ["timeZone", "#sch-tz"], ["catchupWindow", "#sch-catchup"], ["jitter", "#sch-jitter"]]) {
+      if ($(sel).value.trim()) body[k] = $(sel).value.trim();
+    }
+    if ($("#sch-body").value.trim()) body.body = JSON.parse($("#sch-body").value);
+    await api("PUT", "/schedules/" + encodeURIComponent($("#sch-id").value.trim()), body);
+    $("#sch-form").reset();
+    await loadSchedules();
+  });
+});
+
+// Next and last runs move every tick: refreshed every 2 s.
+function showSchedules() {
+  $("#view-schedules").hidden = false;
+  run("schedules", loadSchedules);
+  timers.push(setInterval(() => run("schedules", loadSchedules), 2000));
 }
 
 // ---------------------------------------------------------------- invocations

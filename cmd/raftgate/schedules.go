@@ -1,0 +1,153 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/raftgate/raftgate/ingress/admin"
+)
+
+func newSchedulesCmd(env cliEnv) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "schedules",
+		Short: "manage schedules: recurring invocations (add, list, show, pause, resume, trigger, rm)",
+	}
+	client := addAdminFlags(cmd)
+
+	var req admin.ScheduleRequest
+	add := &cobra.Command{
+		Use:   "add ID SERVICE/HANDLER [BODY]",
+		Short: "create or replace a schedule",
+		Example: `  raftgate schedules add nightly Billing/close --cron "0 2 * * *" --tz Europe/Paris
+  raftgate schedules add poll Feeds/refresh '{"all":true}' --every 5m --overlap buffer-one`,
+		Args: cobra.RangeArgs(2, 3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r := req
+			r.Target = args[1]
+			if len(args) == 3 {
+				if !json.Valid([]byte(args[2])) {
+					return fmt.Errorf("add schedule %s: BODY must be JSON", args[0])
+				}
+				r.Body = json.RawMessage(args[2])
+			}
+			var v admin.ScheduleView
+			if err := client().do(cmd.Context(), "PUT", "/schedules/"+url.PathEscape(args[0]), r, &v); err != nil {
+				return fmt.Errorf("add schedule %s: %w", args[0], err)
+			}
+			fmt.Fprintf(env.stdout, "schedule %s: %s %s, next run %s\n", v.ID, v.Target, specText(v), dash(v.NextRun))
+			return nil
+		},
+	}
+	add.Flags().StringVar(&req.Every, "every", "", "run at this interval, a Go duration like 5m (ticks aligned to the epoch)")
+	add.Flags().StringVar(&req.Cron, "cron", "", `run at the times of a cron expression, like "0 2 * * *"`)
+	add.Flags().StringVar(&req.TimeZone, "tz", "", "time zone of --cron, like Europe/Paris (default UTC)")
+	add.Flags().StringVar(&req.Overlap, "overlap", "skip", "when the previous run has not completed: skip, buffer-one or allow-all")
+	add.Flags().StringVar(&req.CatchupWindow, "catchup-window", "", "after downtime, run missed ticks at most this old; older ones are skipped (default 1h)")
+	add.Flags().StringVar(&req.Jitter, "jitter", "", "delay each tick by up to this much, like 10s")
+	add.Flags().BoolVar(&req.Paused, "paused", false, "create it paused")
+	add.MarkFlagsOneRequired("every", "cron")
+	add.MarkFlagsMutuallyExclusive("every", "cron")
+
+	var asJSON bool
+	list := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "list schedules",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var l admin.ScheduleList
+			if err := client().do(cmd.Context(), "GET", "/schedules", nil, &l); err != nil {
+				return fmt.Errorf("list schedules: %w", err)
+			}
+			if asJSON {
+				return printJSON(env.stdout, l)
+			}
+			if len(l.Schedules) == 0 {
+				fmt.Fprintln(env.stdout, "no schedules (add one with: raftgate schedules add ID SERVICE/HANDLER --every 5m)")
+				return nil
+			}
+			tw := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintf(tw, "ID\tTARGET\tSPEC\tOVERLAP\tSTATE\tNEXT RUN\tLAST RUN\tRUNS\tSKIPPED\n")
+			for _, v := range l.Schedules {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", v.ID, v.Target, specText(v), v.Overlap, stateText(v),
+					dash(v.NextRun), dash(v.LastRun), v.Runs, v.Skipped)
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().BoolVar(&asJSON, "json", false, "print the admin API's JSON answer")
+
+	show := &cobra.Command{
+		Use:   "show ID",
+		Short: "show a schedule as JSON (its spec, next and last runs, skipped ticks)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var v admin.ScheduleView
+			if err := client().do(cmd.Context(), "GET", "/schedules/"+url.PathEscape(args[0]), nil, &v); err != nil {
+				return fmt.Errorf("show schedule %s: %w", args[0], err)
+			}
+			return printJSON(env.stdout, v)
+		},
+	}
+
+	action := func(name, short string) *cobra.Command {
+		return &cobra.Command{
+			Use:   name + " ID",
+			Short: short,
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				var v admin.ScheduleView
+				if err := client().do(cmd.Context(), "POST", "/schedules/"+url.PathEscape(args[0])+"/"+name, nil, &v); err != nil {
+					return fmt.Errorf("%s schedule %s: %w", name, args[0], err)
+				}
+				if v.TriggeredInvocationID != "" {
+					fmt.Fprintf(env.stdout, "triggered %s: %s\n", v.ID, v.TriggeredInvocationID)
+					return nil
+				}
+				fmt.Fprintf(env.stdout, "%s: %s, next run %s\n", v.ID, stateText(v), dash(v.NextRun))
+				return nil
+			},
+		}
+	}
+
+	rm := &cobra.Command{
+		Use:     "rm ID",
+		Aliases: []string{"remove"},
+		Short:   "delete a schedule (a run under way continues)",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := client().do(cmd.Context(), "DELETE", "/schedules/"+url.PathEscape(args[0]), nil, nil); err != nil {
+				return fmt.Errorf("remove schedule %s: %w", args[0], err)
+			}
+			fmt.Fprintf(env.stdout, "removed %s\n", args[0])
+			return nil
+		},
+	}
+	cmd.AddCommand(add, list, show,
+		action("pause", "pause a schedule: no tick runs until resumed"),
+		action("resume", "resume a paused schedule from its next tick (ticks while paused are not run)"),
+		action("trigger", "run a schedule once now, whatever its spec and overlap policy"),
+		rm)
+	return cmd
+}
+
+func specText(v admin.ScheduleView) string {
+	if v.Every != "" {
+		return "every " + v.Every
+	}
+	if v.TimeZone != "" {
+		return fmt.Sprintf("cron %q %s", v.Cron, v.TimeZone)
+	}
+	return fmt.Sprintf("cron %q", v.Cron)
+}
+
+func stateText(v admin.ScheduleView) string {
+	if v.Paused {
+		return "paused"
+	}
+	return "active"
+}

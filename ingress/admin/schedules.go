@@ -1,0 +1,278 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/raftgate/raftgate/invocation"
+	"github.com/raftgate/raftgate/rpc"
+)
+
+// Schedules reaches the leader of a schedule's partition (through the
+// dispatch client); errors as for Invocations.
+type Schedules interface {
+	// Schedule changes or reads schedules (rpc.ScheduleRequest); a change
+	// returns once applied.
+	Schedule(ctx context.Context, partition uint32, req *rpc.ScheduleRequest) (*rpc.ScheduleList, error)
+}
+
+// ScheduleRequest is the body of PUT /schedules/{id} (API.md, "Schedules
+// and callbacks").
+type ScheduleRequest struct {
+	// Target is "Service/handler".
+	Target string `json:"target"`
+	// Body is the JSON each run is sent (content-type application/json);
+	// none sends an empty body.
+	Body json.RawMessage `json:"body,omitempty"`
+	// Exactly one of Every (a Go duration, at least 1s) and Cron.
+	Every    string `json:"every,omitempty"`
+	Cron     string `json:"cron,omitempty"`
+	TimeZone string `json:"timeZone,omitempty"`
+	// Overlap: skip (default), buffer-one or allow-all.
+	Overlap string `json:"overlap,omitempty"`
+	// CatchupWindow: ticks due longer ago than this are skipped and
+	// counted (default 1h).
+	CatchupWindow string `json:"catchupWindow,omitempty"`
+	// Jitter delays each tick by up to this much (default none).
+	Jitter string `json:"jitter,omitempty"`
+	Paused bool   `json:"paused,omitempty"`
+}
+
+// DefaultCatchupWindow is a schedule's catch-up window when none is given:
+// long enough that a nightly run survives an hour's outage.
+const DefaultCatchupWindow = time.Hour
+
+// maxScheduleBody bounds PUT /schedules/{id} bodies.
+const maxScheduleBody = 1 << 20
+
+// ScheduleView is the JSON form of a schedule.
+type ScheduleView struct {
+	ID            string          `json:"id"`
+	Partition     uint32          `json:"partition"`
+	Target        string          `json:"target"`
+	Body          json.RawMessage `json:"body,omitempty"`
+	Every         string          `json:"every,omitempty"`
+	Cron          string          `json:"cron,omitempty"`
+	TimeZone      string          `json:"timeZone,omitempty"`
+	Overlap       string          `json:"overlap"`
+	CatchupWindow string          `json:"catchupWindow"`
+	Jitter        string          `json:"jitter,omitempty"`
+	Paused        bool            `json:"paused"`
+	// NextRun is the next tick (RFC 3339), omitted when there is none.
+	NextRun string `json:"nextRun,omitempty"`
+	// LastRun is the last tick that started a run, and its invocation.
+	LastRun          string `json:"lastRun,omitempty"`
+	LastInvocationID string `json:"lastInvocationId,omitempty"`
+	// Running is the run under way that the overlap policy waits for.
+	Running string `json:"running,omitempty"`
+	// Buffered is a tick waiting for Running (buffer-one).
+	Buffered string `json:"buffered,omitempty"`
+	Runs     uint64 `json:"runs"`
+	Skipped  uint64 `json:"skipped"`
+	// TriggeredInvocationID: the run POST …/trigger started.
+	TriggeredInvocationID string `json:"triggeredInvocationId,omitempty"`
+	CreatedAt             string `json:"createdAt,omitempty"`
+	UpdatedAt             string `json:"updatedAt,omitempty"`
+}
+
+// ScheduleList is the JSON form of GET /schedules.
+type ScheduleList struct {
+	Schedules []ScheduleView `json:"schedules"`
+}
+
+func (s *server) schedulePartition(id string) uint32 {
+	return invocation.PartitionFor(invocation.SchedulePartitionKey(id), s.cfg.Partitions)
+}
+
+func (s *server) putSchedule(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var req ScheduleRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxScheduleBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = errors.New(`body must be JSON like {"target": "Service/handler", "every": "5m"}`)
+		}
+		s.writeError(w, r, http.StatusBadRequest, fmt.Sprintf("schedule %q: %v", id, err))
+		return
+	}
+	ctx, cancel := s.callContext(r)
+	defer cancel()
+	spec, status, err := s.scheduleSpec(ctx, id, req)
+	if err != nil {
+		s.writeError(w, r, status, fmt.Sprintf("schedule %q: %v", id, err))
+		return
+	}
+	s.scheduleCall(w, r, id, &rpc.ScheduleRequest{Op: &rpc.ScheduleRequest_Put{Put: &rpc.PutSchedule{Spec: spec, RequestId: invocation.NewRequestID()}}})
+}
+
+// scheduleSpec checks a request and builds its spec; the status is the
+// answer's for the error.
+func (s *server) scheduleSpec(ctx context.Context, id string, req ScheduleRequest) (*rpc.ScheduleSpec, int, error) {
+	if id == "" || len(id) > 200 || strings.ContainsAny(id, "/\x00") {
+		return nil, http.StatusBadRequest, errors.New("an id is 1 to 200 characters without '/'")
+	}
+	parts := strings.Split(req.Target, "/")
+	switch {
+	case len(parts) == 3:
+		return nil, http.StatusBadRequest, errors.New("targets of keyed services (Object/key/handler) are not supported yet: target a service's handler")
+	case len(parts) != 2 || parts[0] == "" || parts[1] == "":
+		return nil, http.StatusBadRequest, fmt.Errorf("target %q: want Service/handler", req.Target)
+	}
+	if err := s.cfg.Registry.CatchUp(ctx); err != nil {
+		return nil, http.StatusServiceUnavailable, fmt.Errorf("service registry not readable: %v", err)
+	}
+	svc, ok := s.cfg.Registry.Lookup(parts[0])
+	switch {
+	case !ok:
+		return nil, http.StatusNotFound, fmt.Errorf("service %q is not registered", parts[0])
+	case svc.Kind != rpc.Service_SERVICE:
+		return nil, http.StatusBadRequest, fmt.Errorf("service %q is keyed: schedules target plain services only, for now", parts[0])
+	case len(svc.Handlers) > 0 && !slices.Contains(svc.Handlers, parts[1]):
+		return nil, http.StatusNotFound, fmt.Errorf("service %q has no handler %q", parts[0], parts[1])
+	}
+	spec := &rpc.ScheduleSpec{Id: id, Service: parts[0], Handler: parts[1], Cron: req.Cron, TimeZone: req.TimeZone,
+		Overlap: req.Overlap, Paused: req.Paused, CatchupWindowMs: DefaultCatchupWindow.Milliseconds()}
+	if len(req.Body) > 0 {
+		spec.Body, spec.ContentType = req.Body, "application/json"
+	}
+	for _, d := range []struct {
+		name, value string
+		dst         *int64
+	}{{"every", req.Every, &spec.EveryMs}, {"catchupWindow", req.CatchupWindow, &spec.CatchupWindowMs}, {"jitter", req.Jitter, &spec.JitterMs}} {
+		if d.value == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.value)
+		if err != nil || v < 0 {
+			return nil, http.StatusBadRequest, fmt.Errorf("%s %q: want a Go duration like 5m", d.name, d.value)
+		}
+		*d.dst = v.Milliseconds()
+	}
+	return spec, 0, nil
+}
+
+func (s *server) listSchedules(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.callContext(r)
+	defer cancel()
+	out := ScheduleList{Schedules: []ScheduleView{}}
+	for p := uint32(1); p <= s.cfg.Partitions; p++ {
+		list, err := s.cfg.Schedules.Schedule(ctx, p, &rpc.ScheduleRequest{Op: &rpc.ScheduleRequest_List{List: true}})
+		if err != nil {
+			s.writeCallError(w, r, fmt.Sprintf("list schedules of partition %d", p), err)
+			return
+		}
+		for _, st := range list.Schedules {
+			out.Schedules = append(out.Schedules, scheduleView(p, st))
+		}
+	}
+	slices.SortFunc(out.Schedules, func(a, b ScheduleView) int { return strings.Compare(a.ID, b.ID) })
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *server) getSchedule(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	s.scheduleCall(w, r, id, &rpc.ScheduleRequest{Op: &rpc.ScheduleRequest_Get{Get: id}})
+}
+
+func (s *server) deleteSchedule(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	ctx, cancel := s.callContext(r)
+	defer cancel()
+	req := &rpc.ScheduleRequest{Op: &rpc.ScheduleRequest_Delete{Delete: &rpc.DeleteSchedule{Id: id, RequestId: invocation.NewRequestID()}}}
+	if _, err := s.cfg.Schedules.Schedule(ctx, s.schedulePartition(id), req); err != nil {
+		s.writeCallError(w, r, fmt.Sprintf("schedule %q", id), err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// scheduleAction serves POST /schedules/{id}/pause|resume|trigger.
+func (s *server) scheduleAction(w http.ResponseWriter, r *http.Request) {
+	id, action := r.PathValue("id"), r.PathValue("action")
+	var req *rpc.ScheduleRequest
+	switch action {
+	case "pause", "resume":
+		req = &rpc.ScheduleRequest{Op: &rpc.ScheduleRequest_Pause{Pause: &rpc.PauseSchedule{Id: id, Paused: action == "pause", RequestId: invocation.NewRequestID()}}}
+	case "trigger":
+		req = &rpc.ScheduleRequest{Op: &rpc.ScheduleRequest_Trigger{Trigger: &rpc.TriggerSchedule{Id: id, RequestId: invocation.NewRequestID()}}}
+	default:
+		s.writeError(w, r, http.StatusNotFound, fmt.Sprintf("no schedule action %q (pause, resume or trigger)", action))
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		s.writeError(w, r, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: use POST", r.Method, r.URL.Path))
+		return
+	}
+	s.scheduleCall(w, r, id, req)
+}
+
+// scheduleCall sends req to schedule id's partition and answers with the
+// schedule.
+func (s *server) scheduleCall(w http.ResponseWriter, r *http.Request, id string, req *rpc.ScheduleRequest) {
+	ctx, cancel := s.callContext(r)
+	defer cancel()
+	p := s.schedulePartition(id)
+	list, err := s.cfg.Schedules.Schedule(ctx, p, req)
+	if err != nil {
+		s.writeCallError(w, r, fmt.Sprintf("schedule %q", id), err)
+		return
+	}
+	if len(list.Schedules) == 0 {
+		s.writeError(w, r, http.StatusNotFound, fmt.Sprintf("schedule %q not found", id))
+		return
+	}
+	v := scheduleView(p, list.Schedules[0])
+	if len(list.Triggered) > 0 {
+		v.TriggeredInvocationID = invocationIDText(list.Triggered)
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func scheduleView(p uint32, st *rpc.ScheduleState) ScheduleView {
+	spec := st.GetSpec()
+	v := ScheduleView{ID: spec.GetId(), Partition: p, Target: spec.GetService() + "/" + spec.GetHandler(),
+		Cron: spec.GetCron(), TimeZone: spec.GetTimeZone(), Overlap: spec.GetOverlap(),
+		CatchupWindow: msText(spec.GetCatchupWindowMs()), Paused: spec.GetPaused(),
+		NextRun: timeText(st.NextTickUnixMs), LastRun: timeText(st.LastTickUnixMs),
+		Buffered: timeText(st.BufferedTickUnixMs), Runs: st.Runs, Skipped: st.Skipped,
+		CreatedAt: timeText(st.CreatedAtUnixMs), UpdatedAt: timeText(st.UpdatedAtUnixMs)}
+	if v.Overlap == "" {
+		v.Overlap = "skip"
+	}
+	v.Every, v.Jitter = msText(spec.GetEveryMs()), msText(spec.GetJitterMs())
+	if len(spec.GetBody()) > 0 && json.Valid(spec.GetBody()) {
+		v.Body = spec.GetBody()
+	}
+	if len(st.LastInvocationId) > 0 {
+		v.LastInvocationID = invocationIDText(st.LastInvocationId)
+	}
+	if len(st.Running) > 0 {
+		v.Running = invocationIDText(st.Running)
+	}
+	return v
+}
+
+// timeText is RFC 3339 in UTC, empty for 0.
+func timeText(ms int64) string {
+	if ms == 0 {
+		return ""
+	}
+	return time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
+}
+
+func invocationIDText(b []byte) string {
+	id, err := invocation.IDFromBytes(b)
+	if err != nil {
+		return fmt.Sprintf("%x", b)
+	}
+	return id.String()
+}
