@@ -18,8 +18,9 @@ import (
 //
 // The Bulk command records the operation: its log index L and the newest
 // listing position then. Each BulkStep walks the next Chunk entries of the
-// listing index in ascending order up to that position, skipping records
-// created after L, and applies the action to those that match. A record
+// listing index in ascending order up to that position and applies the
+// action to those that match; a record created after L was marked visited
+// when it was created (markNew), so the walk passes it over. A record
 // not yet walked keeps its state at L until something changes it, so any
 // command that changes a record (Complete, Cancel, AttemptFailed, Admit, a
 // key handing over to its next invocation, another action, a retention
@@ -128,6 +129,20 @@ func purgeOperations(b *bolt.Bucket, before int64) error {
 	return err
 }
 
+// markNew marks a record created at listing position pos visited by every
+// running operation: it did not exist at their Bulks' log positions, so
+// none may act on it, even when its position is among those a walk still
+// has to reach (an older timestamp, a Bulk earlier in the same entry).
+func markNew(b *bolt.Bucket, pos []byte) error {
+	c := b.Bucket(operationsActiveBucket).Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		if err := b.Bucket(operationsVisitedBucket).Put(visitedKey(string(k[8:]), pos), nil); err != nil {
+			return fmt.Errorf("partition: bulk: %w", err)
+		}
+	}
+	return nil
+}
+
 // bulkFilter is the part of a listing request an operation filters by.
 func bulkFilter(f *rpc.ListInvocations) *rpc.ListInvocations {
 	return &rpc.ListInvocations{
@@ -212,7 +227,7 @@ func (m *machine) walk(b *bolt.Bucket, op *rpc.Operation, fx *effects) error {
 		if err != nil {
 			return err
 		}
-		if !found || rec.CreatedIndex > op.LogIndex {
+		if !found {
 			continue
 		}
 		// Older operations act first (none while steps walk the oldest,
@@ -305,10 +320,10 @@ func (m *machine) touch(b *bolt.Bucket, rec *rpc.InvocationRecord, fx *effects) 
 }
 
 // ahead reports whether op's walk has yet to reach rec (at listing
-// position pos) and rec existed when op's Bulk applied.
+// position pos); one created after op's Bulk is marked visited already
+// (markNew).
 func ahead(op *rpc.Operation, rec *rpc.InvocationRecord, pos []byte) bool {
-	return rec.CreatedIndex <= op.LogIndex &&
-		(len(op.Cursor) == 0 || bytes.Compare(pos, op.Cursor) > 0) &&
+	return (len(op.Cursor) == 0 || bytes.Compare(pos, op.Cursor) > 0) &&
 		bytes.Compare(pos, op.LastPosition) <= 0
 }
 
@@ -449,7 +464,7 @@ func countAhead(b *bolt.Bucket, op *rpc.Operation, at int64) (uint64, error) {
 		if err != nil {
 			return 0, err
 		}
-		if !found || rec.CreatedIndex > op.LogIndex || !applicable(op.Action, rec, at) {
+		if !found || !applicable(op.Action, rec, at) {
 			continue
 		}
 		ok, err := filterMatches(b, rec, op.Filter)

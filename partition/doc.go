@@ -47,7 +47,7 @@
 // BulkSteps apply, a bounded chunk per entry, to exactly the invocations
 // that matched at the Bulk's log position: any command that changes a
 // record the walk has not reached lets the operation act on it first
-// (bulk.go, touch). New records carry the log index that created them.
+// (bulk.go, touch); a record created while one runs is marked visited.
 // A retention Purge also drops the operations finished before its time.
 //
 // FenceService{name, index} raises the service's fence; from then on an

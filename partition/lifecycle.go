@@ -354,7 +354,7 @@ func (m *machine) restart(b *bolt.Bucket, term uint64, c *rpc.Restart, fx *effec
 		}
 	}
 	nrec := &rpc.InvocationRecord{Invoke: inv, State: rpc.InvocationRecord_PENDING, AcceptedAtUnixMs: c.ProposedAtUnixMs,
-		CreatedIndex: m.index, RestartedFrom: c.InvocationId, Url: rec.Url}
+		RestartedFrom: c.InvocationId, Url: rec.Url}
 	if inv.Exclusive {
 		err = m.enterKey(b, nrec, fx)
 	} else {

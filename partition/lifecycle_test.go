@@ -220,10 +220,13 @@ func TestBulkAppliesToTheSetMatchingAtItsPosition(t *testing.T) {
 	}
 	// a[0] completed before the bulk: it does not match status=pending.
 	l.add(completeCmd(&rpc.Complete{InvocationId: as[0], Result: &rpc.Result{Status: 200}, ProposedAtUnixMs: 1900}))
+	// In the same entry as the bulk, after it, with an older timestamp:
+	// created after the bulk's position, so left alone.
+	late := stamped("a", 99, 1005)
 	l.add(&rpc.Command{Cmd: &rpc.Command_Bulk{Bulk: &rpc.Bulk{OperationId: "op_1", RequestId: []byte("bulk-1"), Action: rpc.BulkAction_BULK_CANCEL,
-		Filter: &rpc.ListInvocations{Service: "a", Status: rpc.ListInvocations_PENDING}, ProposedAtUnixMs: 2000, Chunk: 3}}})
-	late := stamped("a", 99, 1005) // created after the bulk, with an older timestamp
-	l.add(invokeCmd(late))
+		Filter: &rpc.ListInvocations{Service: "a", Status: rpc.ListInvocations_PENDING}, ProposedAtUnixMs: 2000, Chunk: 3}}}, invokeCmd(late))
+	later := stamped("a", 98, 1006) // a later entry
+	l.add(invokeCmd(later))
 	// The newest a completes before the walk reaches it.
 	l.add(completeCmd(&rpc.Complete{InvocationId: as[9], Result: &rpc.Result{Status: 200}, ProposedAtUnixMs: 2001}))
 	// A second operation, newer: pause every b.
@@ -263,8 +266,10 @@ func TestBulkAppliesToTheSetMatchingAtItsPosition(t *testing.T) {
 			t.Errorf("a[%d] result %v, want error %q", i, res, want)
 		}
 	}
-	if rec, _ := recordOf(t, state, late.InvocationId); rec.State != rpc.InvocationRecord_PENDING {
-		t.Errorf("invocation created after the bulk is %v", rec.State)
+	for _, inv := range []*rpc.Invoke{late, later} {
+		if rec, _ := recordOf(t, state, inv.InvocationId); rec.State != rpc.InvocationRecord_PENDING {
+			t.Errorf("invocation created after the bulk is %v", rec.State)
+		}
 	}
 	for i, id := range bs {
 		if rec, _ := recordOf(t, state, id); rec.State != rpc.InvocationRecord_PAUSED {

@@ -67,7 +67,7 @@ func indexCreated(b *bolt.Bucket, rec *rpc.InvocationRecord) error {
 	if err := b.Bucket(createdBucket).Put(key, service); err != nil {
 		return fmt.Errorf("partition: index record: %w", err)
 	}
-	return nil
+	return markNew(b, key)
 }
 
 // unindexCreated removes id's record from the listing index; call it before

@@ -120,10 +120,10 @@ type machine struct {
 	// way (nil until a lookup needs it): its seeks reuse one search stack
 	// where each Get would allocate its own.
 	lookup *bolt.Cursor
-	// index is the log index of the entry being applied, and at the
-	// time of the command being applied (both inputs, like the entry's
-	// data): new records carry index as created_index; bulk actions that
-	// a command's change of a record triggers first are stamped at.
+	// index is the log index of the entry being applied (a Bulk's place
+	// in the log), and at the time of the command being applied (both
+	// inputs, like the entry's data): bulk actions that a command's
+	// change of a record triggers first are stamped at.
 	index uint64
 	at    int64
 	// bound: running bulk operations whose Bulk is below it act on a
@@ -322,7 +322,7 @@ func (m *machine) invoke(b *bolt.Bucket, term uint64, c *rpc.Invoke, fx *effects
 		fx.replies = append(fx.replies, r)
 		return nil
 	}
-	rec = &rpc.InvocationRecord{Invoke: c, State: rpc.InvocationRecord_PENDING, AcceptedAtUnixMs: c.ProposedAtUnixMs, CreatedIndex: m.index}
+	rec = &rpc.InvocationRecord{Invoke: c, State: rpc.InvocationRecord_PENDING, AcceptedAtUnixMs: c.ProposedAtUnixMs}
 	switch {
 	case delayedExclusive(c):
 		rec.State = rpc.InvocationRecord_SCHEDULED // enters its key when due (keys.go)

@@ -3134,9 +3134,6 @@ type InvocationRecord struct {
 	// Restart links: the new invocation, and the one this restarts.
 	RestartedAs   []byte `protobuf:"bytes,42,opt,name=restarted_as,json=restartedAs,proto3" json:"restarted_as,omitempty"`
 	RestartedFrom []byte `protobuf:"bytes,43,opt,name=restarted_from,json=restartedFrom,proto3" json:"restarted_from,omitempty"`
-	// Log index of the entry that created it (0: before this field), so a
-	// bulk operation leaves invocations created after it alone.
-	CreatedIndex  uint64 `protobuf:"varint,44,opt,name=created_index,json=createdIndex,proto3" json:"created_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3274,13 +3271,6 @@ func (x *InvocationRecord) GetRestartedFrom() []byte {
 		return x.RestartedFrom
 	}
 	return nil
-}
-
-func (x *InvocationRecord) GetCreatedIndex() uint64 {
-	if x != nil {
-		return x.CreatedIndex
-	}
-	return 0
 }
 
 // Stored state of one (service, key) of a keyed service that has a running
@@ -5905,7 +5895,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\rDeleteService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\fR\trequestId\"\x84\x06\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\"\xdf\x05\n" +
 	"\x10InvocationRecord\x12+\n" +
 	"\x06invoke\x18\x01 \x01(\v2\x13.raftgate.v1.InvokeR\x06invoke\x129\n" +
 	"\x05state\x18\x02 \x01(\x0e2#.raftgate.v1.InvocationRecord.StateR\x05state\x12\x1a\n" +
@@ -5923,8 +5913,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x03url\x18( \x01(\tR\x03url\x124\n" +
 	"\x16resumed_after_attempts\x18) \x01(\rR\x14resumedAfterAttempts\x12!\n" +
 	"\frestarted_as\x18* \x01(\fR\vrestartedAs\x12%\n" +
-	"\x0erestarted_from\x18+ \x01(\fR\rrestartedFrom\x12#\n" +
-	"\rcreated_index\x18, \x01(\x04R\fcreatedIndex\"n\n" +
+	"\x0erestarted_from\x18+ \x01(\fR\rrestartedFrom\"n\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aPENDING\x10\x01\x12\v\n" +
