@@ -3,9 +3,11 @@ package test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -489,5 +491,55 @@ func TestReusedIdempotencyKey(t *testing.T) {
 	}
 	if r := post("Lax", `{"amount":99}`); r.status != http.StatusAccepted || !strings.Contains(string(r.body), "PreviouslyAccepted") {
 		t.Fatalf("reused key, other body, default service: %d %s", r.status, r.body)
+	}
+}
+
+// The command line: resume, restart, kill and purge one invocation, and a
+// bulk action that waits and prints its progress and count.
+func TestInvocationsCLI(t *testing.T) {
+	c := startCluster(t, clusterOpts{nodes: 1})
+	n := c.nodes[0]
+	svc := newSwitchable(t)
+	svc.down.Store(true)
+	register(t, n, "Svc", `{"url":"`+svc.srv.URL+`","retry":{"maxAttempts":1}}`)
+	cli := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(binary, append(args, "--admin", n.adminURL())...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("raftgate %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, send(t, n, "/Svc/run", fmt.Sprintf(`%d`, i), nil))
+	}
+	for _, id := range ids {
+		waitStatus(t, c.nodes, id, "paused")
+	}
+	if out := cli("invocations", "list", "--status", "paused"); strings.Count(out, "paused") != 3 {
+		t.Fatalf("list --status paused:\n%s", out)
+	}
+	if out := cli("invocations", "kill", ids[0]); !strings.Contains(out, "kill "+ids[0]+": now completed") {
+		t.Fatalf("kill:\n%s", out)
+	}
+	if out := cli("invocations", "bulk", "resume", "--status", "paused", "--dry-run"); !strings.Contains(out, "would apply to 2 invocations") {
+		t.Fatalf("bulk --dry-run:\n%s", out)
+	}
+	svc.down.Store(false)
+	if out := cli("invocations", "bulk", "resume", "--status", "paused", "--service", "Svc"); !strings.Contains(out, "resume of 2 invocations") ||
+		!strings.Contains(out, "done: resume applied to 2 invocations") {
+		t.Fatalf("bulk resume:\n%s", out)
+	}
+	waitStatus(t, c.nodes, ids[1], "completed")
+	out := cli("invocations", "restart", ids[1])
+	if !strings.HasPrefix(out, "restarted "+ids[1]+" as inv_") {
+		t.Fatalf("restart:\n%s", out)
+	}
+	if out := cli("invocations", "purge", ids[0]); out != "purged "+ids[0]+"\n" {
+		t.Fatalf("purge:\n%s", out)
+	}
+	if out := cli("invocations", "show", ids[1]); !strings.Contains(out, "restarted as") {
+		t.Fatalf("show of a restarted invocation:\n%s", out)
 	}
 }
