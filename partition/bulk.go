@@ -121,12 +121,15 @@ func purgeOperations(b *bolt.Bucket, before int64) error {
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
 	for _, k := range expired {
 		if err := ob.Delete(k); err != nil {
 			return fmt.Errorf("partition: purge operation: %w", err)
 		}
 	}
-	return err
+	return nil
 }
 
 // markNew marks a record created at listing position pos visited by every
@@ -508,7 +511,7 @@ func readOperation(b *bolt.Bucket, id string, at int64, countMatched bool) (*rpc
 
 // dryRun counts what a Bulk of action and filter applied now would change.
 func dryRun(b *bolt.Bucket, action rpc.BulkAction, filter *rpc.ListInvocations, at int64) (*rpc.Operation, error) {
-	op := &rpc.Operation{Action: action, Filter: bulkFilter(filter), LogIndex: math.MaxUint64}
+	op := &rpc.Operation{Action: action, Filter: bulkFilter(filter)}
 	if idx := b.Bucket(createdBucket); idx != nil {
 		last, _ := idx.Cursor().Last()
 		op.LastPosition = bytes.Clone(last)
