@@ -72,6 +72,11 @@ type Config struct {
 	Retention time.Duration
 	// MaxBodyBytes bounds a request body; larger bodies get 413.
 	MaxBodyBytes int64
+	// RejectReusedIdempotencyKeys refuses (422) a request whose idempotency
+	// key names an invocation with another request body, for every service;
+	// a service's registration may ask for it alone. False answers the
+	// first invocation, as Restate does.
+	RejectReusedIdempotencyKeys bool
 	// BodyReadTimeout bounds the time to read a request body, from its
 	// first byte awaited to its last; a body still incomplete then gets 408
 	// and the connection is closed. Bodies are read before a request takes

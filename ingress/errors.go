@@ -137,6 +137,9 @@ func appendError(ctx, reqCtx context.Context, err error, partitionID uint32, key
 	case errors.Is(err, rpc.ErrOverloaded):
 		return &apiError{code: http.StatusServiceUnavailable, retryAfter: true, id: idText,
 			msg: fmt.Sprintf("partition %d is overloaded, nothing was done; retry later: %s", partitionID, retryAdvice(key, id))}, true
+	case errors.Is(err, rpc.ErrKeyReused):
+		return &apiError{code: http.StatusUnprocessableEntity, id: idText,
+			msg: fmt.Sprintf("idempotency key %q was already used with another request body (invocation %s); nothing was done: use a new key for a new request", key, idText)}, true
 	case errors.Is(err, rpc.ErrStaleRegistry):
 		// Refused twice: the service changed again while the second
 		// attempt was under way. Nothing was stored.

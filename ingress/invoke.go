@@ -135,6 +135,7 @@ func (h *Handler) invokeChecked(w http.ResponseWriter, r *http.Request, rt route
 
 		ServiceRegisteredIndex: svc.RegisteredIndex,
 		CallbackUrl:            cbURL,
+		RejectReusedKey:        key != "" && (h.cfg.RejectReusedIdempotencyKeys || svc.GetRejectReusedIdempotencyKeys()),
 	}
 	if hasDelay {
 		// Even ?delay=0s: the answer then carries executionTime (the

@@ -21,7 +21,8 @@
 // callback, a CallbackAttempt reschedules or removes it.
 //
 // Policy holds the retry rules (exponential backoff with jitter, Retry-After,
-// attempt limit, attempt timeout); Policy.For lays a service's registered
-// rpc.RetryPolicy over the cluster's defaults. Classify maps a service's
+// attempt limit, attempt timeout, pause or fail on exhausted attempts);
+// Policy.For lays a service's registered rpc.RetryPolicy over the cluster's
+// defaults, Policy.ForHandler a handler's over that. Classify maps a service's
 // HTTP status to an outcome.
 package outbox

@@ -63,13 +63,17 @@ type Policy struct {
 	// AttemptTimeout bounds one delivery attempt; when it passes the
 	// attempt failed (retried).
 	AttemptTimeout time.Duration
+	// PauseOnMaxAttempts keeps an invocation whose attempts are exhausted,
+	// paused until an operator acts, instead of recording a terminal
+	// failure (onMaxAttempts: pause | fail).
+	PauseOnMaxAttempts bool
 }
 
 // DefaultPolicy returns production retry settings (docs/api.md states
 // them).
 func DefaultPolicy() Policy {
 	return Policy{MaxAttempts: 10, BackoffBase: 100 * time.Millisecond, BackoffMax: 30 * time.Second,
-		MaxRetryAfter: 5 * time.Minute, AttemptTimeout: 30 * time.Second}
+		MaxRetryAfter: 5 * time.Minute, AttemptTimeout: 30 * time.Second, PauseOnMaxAttempts: true}
 }
 
 // For returns the policy of a service registered with r: each field r sets
@@ -89,17 +93,40 @@ func (p Policy) For(r *rpc.RetryPolicy) Policy {
 	if ms := r.GetAttemptTimeoutMs(); ms > 0 {
 		p.AttemptTimeout = time.Duration(ms) * time.Millisecond
 	}
+	switch r.GetOnMaxAttempts() {
+	case rpc.RetryPolicy_PAUSE:
+		p.PauseOnMaxAttempts = true
+	case rpc.RetryPolicy_FAIL:
+		p.PauseOnMaxAttempts = false
+	}
 	p.BackoffMax = max(p.BackoffMax, p.BackoffBase)
+	return p
+}
+
+// ForHandler returns the policy of handler of service svc: the service's
+// policy over p, then the handler's own fields over that.
+func (p Policy) ForHandler(svc *rpc.Service, handler string) Policy {
+	p = p.For(svc.GetRetry())
+	for _, hc := range svc.GetHandlerConfig() {
+		if hc.GetHandler() == handler {
+			return p.For(hc.GetRetry())
+		}
+	}
 	return p
 }
 
 // Proto is p in registration form, every field set.
 func (p Policy) Proto() *rpc.RetryPolicy {
+	on := rpc.RetryPolicy_FAIL
+	if p.PauseOnMaxAttempts {
+		on = rpc.RetryPolicy_PAUSE
+	}
 	return &rpc.RetryPolicy{
 		MaxAttempts:      p.MaxAttempts,
 		InitialBackoffMs: p.BackoffBase.Milliseconds(),
 		MaxBackoffMs:     p.BackoffMax.Milliseconds(),
 		AttemptTimeoutMs: p.AttemptTimeout.Milliseconds(),
+		OnMaxAttempts:    on,
 	}
 }
 

@@ -1,6 +1,8 @@
 package partition
 
 import (
+	"crypto/sha256"
+
 	"github.com/raftgate/raftgate/rpc"
 	"google.golang.org/protobuf/proto"
 )
@@ -48,6 +50,14 @@ func stampedInvokeCmd(inv *rpc.Invoke, proposedAtUnixMs int64) *rpc.Command {
 	c.Exclusive = inv.Exclusive
 	c.ServiceRegisteredIndex = inv.ServiceRegisteredIndex
 	c.ProposedAtUnixMs = proposedAtUnixMs
+	c.RejectReusedKey = inv.RejectReusedKey
+	c.BodyDigest = inv.BodyDigest
+	if c.BodyDigest == nil && c.IdempotencyKey != "" && len(c.Body) > RequestPreviewBytes {
+		// Its record keeps only a preview once completed: a reuse of its
+		// key is compared by digest (sameRequest).
+		sum := sha256.Sum256(c.Body)
+		c.BodyDigest = sum[:]
+	}
 	c.ScheduleId = inv.ScheduleId
 	c.ScheduledAtUnixMs = inv.ScheduledAtUnixMs
 	c.CallbackUrl = inv.CallbackUrl

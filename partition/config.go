@@ -100,6 +100,10 @@ type Config struct {
 	// apply (in the transaction every group shares) stays short however
 	// much expired; the sweeper proposes the next as soon as one applies.
 	PurgeLimit int
+	// BulkChunk bounds the listing entries one step of a bulk operation
+	// walks (Bulk.chunk), so that one entry's apply stays short however
+	// many invocations the operation changes.
+	BulkChunk int
 	// Invoker configures delivery to services.
 	Invoker InvokerConfig
 	// Callbacks configures the delivery of completion callbacks.
@@ -162,6 +166,7 @@ func DefaultConfig() Config {
 		Retention:     24 * time.Hour,
 		SweepInterval: time.Minute,
 		PurgeLimit:    100,
+		BulkChunk:     DefaultBulkChunk,
 		Invoker: InvokerConfig{
 			Retry:              outbox.DefaultPolicy(),
 			Concurrency:        256,
@@ -197,6 +202,8 @@ func (c Config) Validate() error {
 		return errors.New("partition: SweepInterval must be > 0")
 	case c.PurgeLimit < 1:
 		return errors.New("partition: PurgeLimit must be >= 1")
+	case c.BulkChunk < 1:
+		return errors.New("partition: BulkChunk must be >= 1")
 	case c.Invoker.Concurrency < 1:
 		return errors.New("partition: Invoker.Concurrency must be >= 1")
 	case c.Invoker.ServiceConcurrency < 1:

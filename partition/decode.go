@@ -32,23 +32,25 @@ const (
 	commandInvoke   = 10
 	commandComplete = 11
 
-	invokeInvocationID   = 1
-	invokeRequestID      = 2
-	invokeService        = 3
-	invokeHandler        = 4
-	invokeBody           = 5
-	invokeContentType    = 6
-	invokeIdempotencyKey = 8
-	invokeProposerTerm   = 9
-	invokeProposedAt     = 10
-	invokeNotBefore      = 11
-	invokeKey            = 12
-	invokeExclusive      = 13
-	invokeRegisteredAt   = 14 // service_registered_index
-	invokeDelay          = 15
-	invokeScheduleID     = 60
-	invokeScheduledAt    = 61
-	invokeCallbackURL    = 80
+	invokeInvocationID    = 1
+	invokeRequestID       = 2
+	invokeService         = 3
+	invokeHandler         = 4
+	invokeBody            = 5
+	invokeContentType     = 6
+	invokeIdempotencyKey  = 8
+	invokeProposerTerm    = 9
+	invokeProposedAt      = 10
+	invokeNotBefore       = 11
+	invokeKey             = 12
+	invokeExclusive       = 13
+	invokeRegisteredAt    = 14 // service_registered_index
+	invokeDelay           = 15
+	invokeRejectReusedKey = 40
+	invokeBodyDigest      = 41
+	invokeScheduleID      = 60
+	invokeScheduledAt     = 61
+	invokeCallbackURL     = 80
 
 	completeInvocationID = 1
 	completeResult       = 2
@@ -302,6 +304,10 @@ func decodeInvoke(data []byte, box *invokeBox, buf []byte) ([]byte, bool) {
 			buf, inv.RequestId = appendField(buf, f.bytes)
 		case f.is(protowire.BytesType, invokeBody):
 			buf, inv.Body = appendField(buf, f.bytes)
+		case f.is(protowire.BytesType, invokeBodyDigest):
+			buf, inv.BodyDigest = appendField(buf, f.bytes)
+		case f.is(protowire.VarintType, invokeRejectReusedKey):
+			inv.RejectReusedKey = protowire.DecodeBool(f.varint)
 		case f.is(protowire.BytesType, invokeService, invokeHandler, invokeContentType, invokeIdempotencyKey, invokeKey,
 			invokeScheduleID, invokeCallbackURL):
 			if !utf8.Valid(f.bytes) {

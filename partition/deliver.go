@@ -34,13 +34,16 @@ type attemptOutcome struct {
 const (
 	headerInvocationID   = "X-Restate-Id"
 	headerAttempt        = "X-Raftgate-Attempt"
+	headerAttemptID      = "X-Raftgate-Attempt-Id"
 	headerIdempotencyKey = "Idempotency-Key"
 	headerKey            = "X-Raftgate-Key"
 )
 
-// call makes one HTTP attempt of inv at service svc, as the registry
-// lookup found it (lookupErr), bounded by timeout.
-func (iv *invoker) call(ctx context.Context, inv *rpc.Invoke, attempt uint32, svc *rpc.Service, lookupErr error, timeout time.Duration) attemptOutcome {
+// call makes one HTTP attempt of rec's invocation at service svc, as the
+// registry lookup found it (lookupErr), or at the URL an operator resumed
+// it with, bounded by timeout.
+func (iv *invoker) call(ctx context.Context, rec *rpc.InvocationRecord, attempt uint32, attemptID string, svc *rpc.Service, lookupErr error, timeout time.Duration) attemptOutcome {
+	inv := rec.Invoke
 	switch {
 	case errors.Is(lookupErr, rpc.ErrNotFound):
 		// The invocation was accepted while the service was registered
@@ -61,15 +64,19 @@ func (iv *invoker) call(ctx context.Context, inv *rpc.Invoke, attempt uint32, sv
 			return terminalOutcome(http.StatusBadRequest, fmt.Sprintf("%q cannot be a path segment of the service's URL", name))
 		}
 	}
-	target, err := iv.targets.get(svc.Url, inv.Service, inv.Handler)
+	base := svc.Url
+	if rec.Url != "" {
+		base = rec.Url
+	}
+	target, err := iv.targets.get(base, inv.Service, inv.Handler)
 	if err != nil {
-		return terminalOutcome(http.StatusBadGateway, fmt.Sprintf("bad service url %q: %v", svc.Url, err))
+		return terminalOutcome(http.StatusBadGateway, fmt.Sprintf("bad service url %q: %v", base, err))
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(cctx, http.MethodPost, target, bytes.NewReader(inv.Body))
 	if err != nil {
-		return terminalOutcome(http.StatusBadGateway, fmt.Sprintf("bad service url %q: %v", svc.Url, err))
+		return terminalOutcome(http.StatusBadGateway, fmt.Sprintf("bad service url %q: %v", base, err))
 	}
 	for _, h := range inv.Headers {
 		req.Header.Add(h.Name, h.Value)
@@ -80,6 +87,7 @@ func (iv *invoker) call(ctx context.Context, inv *rpc.Invoke, attempt uint32, sv
 	id, _ := invocation.IDFromBytes(inv.InvocationId)
 	req.Header.Set(headerInvocationID, id.String())
 	req.Header.Set(headerAttempt, strconv.FormatUint(uint64(attempt), 10))
+	req.Header.Set(headerAttemptID, attemptID)
 	if inv.IdempotencyKey != "" {
 		req.Header.Set(headerIdempotencyKey, inv.IdempotencyKey)
 	}

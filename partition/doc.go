@@ -22,6 +22,8 @@
 //	keyqueue         service, key ‖ seq → id             (keys.go)
 //	created          accepted_at ‖ id → service         (listing index, listing.go)
 //	fences           service → metadata log index        (fence.go; created by the first fence)
+//	paused           service ‖ 0 ‖ id → nil               (lifecycle.go)
+//	operations…      bulk operations, their running ones and marks (bulk.go)
 //	schedules        schedule id → rpc.ScheduleState      (schedules.go; created by the first schedule)
 //	callbacks        due ‖ id → attempts                 (package outbox; created by the first callback)
 //
@@ -37,6 +39,17 @@
 // listing index entries. The leader stamps an Invoke's proposal time and,
 // for a delayed send (delay_ms), its not-before time from the same clock. A completed record keeps only
 // the first RequestPreviewBytes of its request body.
+//
+// Operators' actions are commands too (lifecycle.go): Pause (the invoker's,
+// when a retry policy with onMaxAttempts pause is exhausted) takes a
+// pending invocation out of the outbox as PAUSED; Resume, Restart, Kill and
+// PurgeInvocation act on one invocation and reply rpc.ErrConflict when its
+// state does not allow it. Bulk{filter, action} records an operation that
+// BulkSteps apply, a bounded chunk per entry, to exactly the invocations
+// that matched at the Bulk's log position: any command that changes a
+// record the walk has not reached lets the operation act on it first
+// (bulk.go, touch); a record created while one runs is marked visited.
+// A retention Purge also drops the operations finished before its time.
 //
 // FenceService{name, index} raises the service's fence; from then on an
 // Invoke checked against an older registration (0 < service_registered_index
@@ -106,8 +119,10 @@
 // # Leader-only work
 //
 // For each term this node leads, the processor runs the invoker (after a
-// ReadIndex, so it starts from everything earlier leaders committed) and
-// the retention sweeper; both stop the moment leadership is lost.
+// ReadIndex, so it starts from everything earlier leaders committed), the
+// retention sweeper and the bulk loop (it proposes the BulkSteps of a
+// running bulk operation, paced to at most half the apply time); all stop
+// the moment leadership is lost.
 //
 //   - Never pop what was not delivered. The invoker pages through the
 //     outbox without removing anything, reserves due deliveries in memory
@@ -126,7 +141,11 @@
 //   - Retries are in the log. Each failed attempt is an AttemptFailed entry
 //     with the attempt number and the next due time (backoff with jitter
 //     computed by the proposer, not in Apply), so a new leader honours the
-//     schedule and the attempt limit, and a stale report is ignored.
+//     schedule and the attempt limit, and a stale report is ignored. The
+//     policy is the handler's (outbox.Policy.ForHandler); when its attempts
+//     since the last resume are exhausted the invoker proposes Pause or a
+//     failed Complete (onMaxAttempts). Each delivery carries its attempt
+//     number and an attempt id, term.sequence, unique per invocation.
 //   - Retention is a command. The sweeper proposes Purge{now - Retention,
 //     PurgeLimit} only when the oldest stored result has expired, and the
 //     next one as soon as one that stopped at its limit applies; every

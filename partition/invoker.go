@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/raftgate/raftgate/invocation"
@@ -31,6 +33,11 @@ type invoker struct {
 
 	targets targetCache // the URLs deliveries go to
 	workers *workers    // run deliveries and admits
+
+	// term is the term run delivers for, seq numbers its deliveries:
+	// together each delivery's attempt identity (x-raftgate-attempt-id),
+	// never the same twice, as a term has one leader.
+	term, seq atomic.Uint64
 
 	mu sync.Mutex
 	// inflight holds reserved ids (delivering, or outcome proposed but not
@@ -168,6 +175,9 @@ func (iv *invoker) reserved(id []byte) bool {
 // run delivers due outbox entries until ctx ends (leadership lost).
 func (iv *invoker) run(ctx context.Context) {
 	iv.reset()
+	_, _, term := iv.p.tracker.Leadership()
+	iv.term.Store(term)
+	iv.seq.Store(0)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	// Catch up with everything earlier leaders committed before reading
@@ -352,8 +362,9 @@ func (iv *invoker) deliver(ctx context.Context, rec *rpc.InvocationRecord) {
 	// registration as this delivery starts: a changed policy applies from
 	// the next delivery on, on whichever node leads.
 	svc, lookupErr := iv.p.cfg.Services.Lookup(ctx, inv.Service)
-	policy := iv.cfg.Retry.For(svc.GetRetry())
-	out := iv.call(ctx, inv, attempt, svc, lookupErr, policy.AttemptTimeout)
+	policy := iv.cfg.Retry.ForHandler(svc, inv.Handler)
+	attemptID := strconv.FormatUint(iv.term.Load(), 10) + "." + strconv.FormatUint(iv.seq.Add(1), 10)
+	out := iv.call(ctx, rec, attempt, attemptID, svc, lookupErr, policy.AttemptTimeout)
 
 	iv.mu.Lock()
 	delete(iv.delivering, string(id))
@@ -381,7 +392,15 @@ func (iv *invoker) deliver(ctx context.Context, rec *rpc.InvocationRecord) {
 	case out.outcome == outbox.Success || out.outcome == outbox.Terminal:
 		out.result.Attempts = attempt
 		cmd = completeCmd(&rpc.Complete{InvocationId: id, Result: out.result, ProposedAtUnixMs: now.UnixMilli()})
-	case policy.Exhausted(attempt):
+	case policy.Exhausted(attempt-rec.ResumedAfterAttempts) && policy.PauseOnMaxAttempts:
+		// Kept, paused, until an operator acts (docs/operations.md).
+		cmd = &rpc.Command{Cmd: &rpc.Command_Pause{Pause: &rpc.Pause{
+			InvocationId:     id,
+			Attempt:          attempt,
+			Error:            "paused after " + itoa(attempt-rec.ResumedAfterAttempts) + " attempts: " + out.reason,
+			ProposedAtUnixMs: now.UnixMilli(),
+		}}}
+	case policy.Exhausted(attempt - rec.ResumedAfterAttempts):
 		res := out.result
 		res.Failed = true
 		res.Attempts = attempt

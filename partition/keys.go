@@ -132,7 +132,7 @@ func (m *machine) enterKey(b *bolt.Bucket, rec *rpc.InvocationRecord, fx *effect
 // other state (already admitted by an earlier leader's Admit, completed,
 // cancelled, purged) makes it a no-op.
 func (m *machine) admit(b *bolt.Bucket, c *rpc.Admit, fx *effects) error {
-	rec, found, err := m.record(b, c.InvocationId)
+	rec, found, err := m.touched(b, c.InvocationId, c.ProposedAtUnixMs, fx)
 	if err != nil || !found || rec.State != rpc.InvocationRecord_SCHEDULED {
 		return err
 	}
@@ -168,11 +168,14 @@ func (m *machine) leaveKey(b *bolt.Bucket, rec *rpc.InvocationRecord, was rpc.In
 		return nil // SCHEDULED: it never entered the key
 	}
 	ks.Running = nil
-	next, err := popQueue(b, prefix)
+	next, err := m.nextQueued(b, prefix, ks, fx)
 	if err != nil || next == nil {
-		if err == nil {
-			err = putKeyState(b, prefix, ks)
-		}
+		return err
+	}
+	if ks, err = getKeyState(b, prefix); err != nil {
+		return err
+	}
+	if _, err := popQueue(b, prefix); err != nil {
 		return err
 	}
 	ks.Queued--
@@ -190,6 +193,36 @@ func (m *machine) leaveKey(b *bolt.Bucket, rec *rpc.InvocationRecord, was rpc.In
 	nrec.State = rpc.InvocationRecord_PENDING
 	nrec.QueueSeq = 0
 	return m.startDelivery(b, nrec, fx)
+}
+
+// nextQueued stores ks (its key no longer running) and returns the head of
+// the key's queue, once the bulk operations that matched it as queued
+// acted on it: one that ended it leaves the queue, and the next is looked
+// at. Nil when the queue is empty.
+func (m *machine) nextQueued(b *bolt.Bucket, prefix []byte, ks *rpc.KeyState, fx *effects) ([]byte, error) {
+	if err := putKeyState(b, prefix, ks); err != nil {
+		return nil, err
+	}
+	for {
+		k, v := b.Bucket(keyQueueBucket).Cursor().Seek(prefix)
+		if k == nil || !bytes.HasPrefix(k, prefix) || len(k) != len(prefix)+8 {
+			return nil, nil
+		}
+		next := bytes.Clone(v)
+		rec, found, err := m.record(b, next)
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			return nil, fmt.Errorf("partition: queued invocation %x has no record", next)
+		}
+		if rec, found, err = m.touch(b, rec, fx); err != nil {
+			return nil, err
+		}
+		if found && rec.State == rpc.InvocationRecord_QUEUED {
+			return next, nil
+		}
+	}
 }
 
 // popQueue removes and returns the head of a key's queue (nil if empty).

@@ -67,7 +67,7 @@ func indexCreated(b *bolt.Bucket, rec *rpc.InvocationRecord) error {
 	if err := b.Bucket(createdBucket).Put(key, service); err != nil {
 		return fmt.Errorf("partition: index record: %w", err)
 	}
-	return nil
+	return markNew(b, key)
 }
 
 // unindexCreated removes id's record from the listing index; call it before
@@ -207,6 +207,10 @@ func matches(b *bolt.Bucket, rec *rpc.InvocationRecord, req *rpc.ListInvocations
 		}
 	case rpc.ListInvocations_SCHEDULED:
 		if rec.State != rpc.InvocationRecord_SCHEDULED {
+			return false, nil
+		}
+	case rpc.ListInvocations_PAUSED:
+		if rec.State != rpc.InvocationRecord_PAUSED {
 			return false, nil
 		}
 	case rpc.ListInvocations_COMPLETED, rpc.ListInvocations_FAILED:

@@ -227,6 +227,7 @@ func (p *Processor) leaderWork(ctx context.Context, term uint64) {
 	wg.Add(4)
 	go func() { defer wg.Done(); p.invoker.run(ctx) }()
 	go func() { defer wg.Done(); p.sweepLoop(ctx, term) }()
+	go func() { defer wg.Done(); p.bulkLoop(ctx) }()
 	go func() { defer wg.Done(); p.scheduleLoop(ctx) }()
 	go func() { defer wg.Done(); p.callbacks.run(ctx) }()
 	wg.Wait()

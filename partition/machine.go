@@ -2,6 +2,7 @@ package partition
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 
@@ -62,6 +63,11 @@ type effects struct {
 	accepted    int // new invocations recorded
 	// purgeFull: a Purge stopped at its limit, so more may have expired.
 	purgeFull bool
+	// pausedChanged: an invocation was paused or left PAUSED.
+	pausedChanged bool
+	// bulkActive: a bulk operation has chunks left (the leader proposes
+	// the next step).
+	bulkActive bool
 	// schedulesChanged wakes the leader's scheduler; ticksSkipped counts
 	// the ticks schedules skipped (schedules.go).
 	schedulesChanged bool
@@ -95,13 +101,21 @@ const (
 	kindAttemptFailed
 	kindAdmit
 	kindFenceService
+	kindResume
+	kindRestart
+	kindKill
+	kindPurgeInvocation
+	kindPause
+	kindBulk
+	kindBulkStep
 	kindSchedule
 	kindCallbackAttempt
 	numCommandKinds
 )
 
 // commandKindNames are the metric's kind labels.
-var commandKindNames = [numCommandKinds]string{"invoke", "complete", "cancel", "purge", "attempt_failed", "admit", "fence_service", "schedule", "callback_attempt"}
+var commandKindNames = [numCommandKinds]string{"invoke", "complete", "cancel", "purge", "attempt_failed", "admit", "fence_service",
+	"resume", "restart", "kill", "purge_invocation", "pause", "bulk", "bulk_step", "schedule", "callback_attempt"}
 
 // machine is the deterministic part of the processor: a function of (state
 // bucket, entries). It has no goroutine, clock, randomness or I/O besides
@@ -113,6 +127,15 @@ type machine struct {
 	// way (nil until a lookup needs it): its seeks reuse one search stack
 	// where each Get would allocate its own.
 	lookup *bolt.Cursor
+	// index is the log index of the entry being applied (a Bulk's place
+	// in the log), and at the time of the command being applied (both
+	// inputs, like the entry's data): bulk actions that a command's
+	// change of a record triggers first are stamped at.
+	index uint64
+	at    int64
+	// bound: running bulk operations whose Bulk is below it act on a
+	// record before a change (bulk.go, touch).
+	bound uint64
 }
 
 func (m *machine) apply(b *bolt.Bucket, entries []raftlog.Entry) (*effects, error) {
@@ -139,7 +162,7 @@ func (m *machine) applyEntries(b *bolt.Bucket, entries []raftlog.Entry) (*effect
 			return nil, fmt.Errorf("entry %d: %w", e.Index, err)
 		}
 		for i, c := range batch.Commands {
-			if err := m.applyCommand(b, e.Term, c, fx); err != nil {
+			if err := m.applyCommand(b, e.Term, e.Index, c, fx); err != nil {
 				return nil, fmt.Errorf("entry %d command %d: %w", e.Index, i, err)
 			}
 		}
@@ -206,15 +229,40 @@ func initBuckets(b *bolt.Bucket) error {
 	if err := initListing(b); err != nil {
 		return err
 	}
+	if err := initLifecycleBuckets(b); err != nil {
+		return err
+	}
 	return outbox.Init(b)
 }
 
-func (m *machine) applyCommand(b *bolt.Bucket, term uint64, c *rpc.Command, fx *effects) error {
+func (m *machine) applyCommand(b *bolt.Bucket, term, index uint64, c *rpc.Command, fx *effects) error {
 	fx.commands++
+	m.index = index
 	switch cmd := c.Cmd.(type) {
 	case *rpc.Command_Invoke:
 		fx.applied[kindInvoke]++
 		return m.invoke(b, term, cmd.Invoke, fx)
+	case *rpc.Command_Resume:
+		fx.applied[kindResume]++
+		return m.resume(b, term, cmd.Resume, fx)
+	case *rpc.Command_Restart:
+		fx.applied[kindRestart]++
+		return m.restart(b, term, cmd.Restart, fx)
+	case *rpc.Command_Kill:
+		fx.applied[kindKill]++
+		return m.kill(b, term, cmd.Kill, fx)
+	case *rpc.Command_PurgeInvocation:
+		fx.applied[kindPurgeInvocation]++
+		return m.purgeInvocation(b, term, cmd.PurgeInvocation, fx)
+	case *rpc.Command_Pause:
+		fx.applied[kindPause]++
+		return m.pause(b, cmd.Pause, fx)
+	case *rpc.Command_Bulk:
+		fx.applied[kindBulk]++
+		return m.bulk(b, term, cmd.Bulk, fx)
+	case *rpc.Command_BulkStep:
+		fx.applied[kindBulkStep]++
+		return m.bulkStep(b, cmd.BulkStep, fx)
 	case *rpc.Command_Complete:
 		fx.applied[kindComplete]++
 		return m.complete(b, cmd.Complete, fx)
@@ -258,6 +306,12 @@ func (m *machine) invoke(b *bolt.Bucket, term uint64, c *rpc.Invoke, fx *effects
 	if err != nil {
 		return err
 	}
+	if found && c.RejectReusedKey && c.IdempotencyKey != "" && !bytes.Equal(rec.Invoke.GetRequestId(), c.RequestId) && !sameRequest(rec, c) {
+		r.err = fmt.Errorf("partition: idempotency key %q was used with another request body by invocation %s: %w",
+			c.IdempotencyKey, idString(c.InvocationId), rpc.ErrKeyReused)
+		fx.replies = append(fx.replies, r)
+		return nil
+	}
 	if found {
 		r.appended = &rpc.Appended{
 			InvocationId: c.InvocationId,
@@ -300,11 +354,30 @@ func (m *machine) invoke(b *bolt.Bucket, term uint64, c *rpc.Invoke, fx *effects
 	return nil
 }
 
+// sameRequest reports whether c carries the request body rec was created
+// with: by digest when the record's body was cut (completed, over
+// RequestPreviewBytes), else byte for byte.
+func sameRequest(rec *rpc.InvocationRecord, c *rpc.Invoke) bool {
+	old := rec.Invoke
+	if n := rec.RequestBodyBytes; n > 0 && int(n) != len(c.Body) {
+		return false
+	}
+	if rec.RequestBodyBytes > uint32(len(old.Body)) {
+		if len(old.BodyDigest) == 0 {
+			// Cut before digests existed: what is kept matches.
+			return bytes.HasPrefix(c.Body, old.Body)
+		}
+		sum := sha256.Sum256(c.Body)
+		return bytes.Equal(sum[:], old.BodyDigest)
+	}
+	return bytes.Equal(old.Body, c.Body)
+}
+
 // complete records the result of a pending invocation and removes its
 // delivery; completing a completed (or purged) invocation is a no-op, so
 // the first Complete in log order wins.
 func (m *machine) complete(b *bolt.Bucket, c *rpc.Complete, fx *effects) error {
-	rec, found, err := m.record(b, c.InvocationId)
+	rec, found, err := m.touched(b, c.InvocationId, c.ProposedAtUnixMs, fx)
 	if err != nil || !found || rec.State == rpc.InvocationRecord_COMPLETED {
 		return err
 	}
@@ -313,19 +386,14 @@ func (m *machine) complete(b *bolt.Bucket, c *rpc.Complete, fx *effects) error {
 
 func (m *machine) cancel(b *bolt.Bucket, term uint64, c *rpc.Cancel, fx *effects) error {
 	r := reply{requestID: c.RequestId, term: term}
-	rec, found, err := m.record(b, c.InvocationId)
+	rec, found, err := m.touched(b, c.InvocationId, c.ProposedAtUnixMs, fx)
 	switch {
 	case err != nil:
 		return err
 	case !found:
 		r.err = fmt.Errorf("partition: cancel: %w", rpc.ErrNotFound)
-	case rec.State != rpc.InvocationRecord_COMPLETED:
-		attempts := rec.Attempts
-		if c.AttemptUnderWay {
-			attempts++ // delivered, and now ended by the cancellation
-		}
-		res := &rpc.Result{Status: cancelledStatus, Failed: true, Error: cancelledError, Attempts: attempts}
-		if err := m.finish(b, rec, res, c.ProposedAtUnixMs, fx); err != nil {
+	default:
+		if _, err := m.endRecord(b, rec, cancelledError, c.AttemptUnderWay, c.ProposedAtUnixMs, fx); err != nil {
 			return err
 		}
 	}
@@ -337,6 +405,12 @@ func (m *machine) finish(b *bolt.Bucket, rec *rpc.InvocationRecord, res *rpc.Res
 	id := rec.Invoke.InvocationId
 	due := dueOf(rec)
 	was := rec.State
+	if was == rpc.InvocationRecord_PAUSED {
+		if err := unindexPaused(b, rec); err != nil {
+			return err
+		}
+		fx.pausedChanged = true
+	}
 	rec.State = rpc.InvocationRecord_COMPLETED
 	rec.CompletedAtUnixMs = at
 	rec.RetryAtUnixMs = 0
@@ -377,7 +451,7 @@ func (m *machine) startDelivery(b *bolt.Bucket, rec *rpc.InvocationRecord, fx *e
 		return err
 	}
 	due := dueOf(rec)
-	if err := outbox.Put(b, outbox.Entry{ID: rec.Invoke.InvocationId, Due: due, Service: rec.Invoke.Service}); err != nil {
+	if err := outbox.Put(b, outbox.Entry{ID: rec.Invoke.InvocationId, Due: due, Attempts: rec.Attempts, Service: rec.Invoke.Service}); err != nil {
 		return err
 	}
 	fx.queued(due)
@@ -392,6 +466,10 @@ func (m *machine) startDelivery(b *bolt.Bucket, rec *rpc.InvocationRecord, fx *e
 func (m *machine) purge(b *bolt.Bucket, c *rpc.Purge, fx *effects) error {
 	inv := b.Bucket(invocationsBucket)
 	n, err := results.Purge(b, c.BeforeUnixMs, int(c.Limit), func(id []byte) error {
+		// A bulk purge that has not reached it yet counts it as its own.
+		if err := m.purgedByRetention(b, id); err != nil {
+			return err
+		}
 		if err := unindexCreated(b, id); err != nil {
 			return err
 		}
@@ -401,10 +479,13 @@ func (m *machine) purge(b *bolt.Bucket, c *rpc.Purge, fx *effects) error {
 		m.records.evict(id)
 		return nil
 	})
+	if err != nil {
+		return err
+	}
 	if c.Limit > 0 && n == int(c.Limit) {
 		fx.purgeFull = true
 	}
-	return err
+	return purgeOperations(b, c.BeforeUnixMs)
 }
 
 // attemptFailed records a failed delivery attempt and reschedules the
@@ -412,7 +493,7 @@ func (m *machine) purge(b *bolt.Bucket, c *rpc.Purge, fx *effects) error {
 // leader's report of an attempt a new leader repeated) and ignored, as is
 // any report for an invocation not being delivered (queued for its key).
 func (m *machine) attemptFailed(b *bolt.Bucket, c *rpc.AttemptFailed, fx *effects) error {
-	rec, found, err := m.record(b, c.InvocationId)
+	rec, found, err := m.touched(b, c.InvocationId, c.ProposedAtUnixMs, fx)
 	if err != nil || !found || rec.State != rpc.InvocationRecord_PENDING || c.Attempt <= rec.Attempts {
 		return err
 	}

@@ -84,6 +84,9 @@ func newMetrics(reg prometheus.Registerer, partition uint32, p *Processor) (*met
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "raftgate_partition_pending_requests", Help: "Requests waiting for their entry to apply.", ConstLabels: labels,
 		}, func() float64 { return float64(p.tracker.Len()) }),
+		pausedCollector{p: p, desc: prometheus.NewDesc("raftgate_partition_invocations_paused",
+			"Invocations paused (retries exhausted with onMaxAttempts pause, or an operator's pause), waiting for an operator, by service. Every replica holds the same.",
+			[]string{"service"}, labels)},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "raftgate_partition_attach_waiters", Help: "Attach long-polls waiting for a result.", ConstLabels: labels,
 		}, func() float64 { return float64(p.attach.Len()) }),
@@ -151,4 +154,32 @@ func (p *Processor) outboxOldestAge() float64 {
 		return 0
 	}
 	return max(0, float64(p.now().UnixMilli()-due)/1000)
+}
+
+// pausedCollector reports the paused invocations per service, read at
+// scrape time from the paused index (one read transaction; paused sets are
+// small: each waits for an operator).
+type pausedCollector struct {
+	p    *Processor
+	desc *prometheus.Desc
+}
+
+func (c pausedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c pausedCollector) Collect(ch chan<- prometheus.Metric) {
+	select {
+	case <-c.p.started:
+	default:
+		return
+	}
+	var counts map[string]int
+	if err := c.p.log.View(func(b *bolt.Bucket) error {
+		counts = countPaused(b)
+		return nil
+	}); err != nil {
+		return
+	}
+	for service, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), service)
+	}
 }

@@ -55,6 +55,9 @@ type Processor struct {
 	appliedTerm atomic.Uint64
 	// sweepCh (cap 1) wakes the sweeper when a Purge stopped at its limit.
 	sweepCh chan struct{}
+	// bulkCh (cap 1) wakes the bulk loop when a bulk step or Bulk applied
+	// that left an operation running.
+	bulkCh chan struct{}
 	// scheduleCh (cap 1) wakes the scheduler when a schedule command
 	// applies.
 	scheduleCh chan struct{}
@@ -84,19 +87,19 @@ func New(cfg Config) (*Processor, error) {
 		return nil, err
 	}
 	p := &Processor{
-		cfg:       cfg,
-		logger:    cfg.Logger.With().Str("component", "partition").Uint32("partition", cfg.Partition).Logger(),
-		now:       cfg.Clock,
-		client:    cfg.HTTPClient,
-		tracker:   proposals.NewTracker[*rpc.Appended](cfg.MaxPending),
-		attach:    results.NewWaiters(cfg.MaxAttachWaiters),
-		queue:     make(chan proposal, cfg.MaxPending),
-		leaderCh:  make(chan struct{}, 1),
-		started:   make(chan struct{}),
-		stop:      make(chan struct{}),
-		appliedCh: make(chan struct{}, 1),
-		sweepCh:   make(chan struct{}, 1),
-
+		cfg:        cfg,
+		logger:     cfg.Logger.With().Str("component", "partition").Uint32("partition", cfg.Partition).Logger(),
+		now:        cfg.Clock,
+		client:     cfg.HTTPClient,
+		tracker:    proposals.NewTracker[*rpc.Appended](cfg.MaxPending),
+		attach:     results.NewWaiters(cfg.MaxAttachWaiters),
+		queue:      make(chan proposal, cfg.MaxPending),
+		leaderCh:   make(chan struct{}, 1),
+		started:    make(chan struct{}),
+		stop:       make(chan struct{}),
+		appliedCh:  make(chan struct{}, 1),
+		sweepCh:    make(chan struct{}, 1),
+		bulkCh:     make(chan struct{}, 1),
 		scheduleCh: make(chan struct{}, 1),
 	}
 	if p.now == nil {
@@ -380,6 +383,12 @@ func (p *Processor) reveal(fx *effects, gen uint64) {
 	if fx.purgeFull {
 		select {
 		case p.sweepCh <- struct{}{}:
+		default:
+		}
+	}
+	if fx.bulkActive {
+		select {
+		case p.bulkCh <- struct{}{}:
 		default:
 		}
 	}

@@ -6,7 +6,8 @@
 // (completion time, invocation id): storing a result appends near the end
 // of the tree, and Purge{before, limit} drops expired results by walking a
 // prefix, at most limit per command, on every replica at the same log
-// position. Callers keep each result's completion time beside its id to
+// position; Delete drops one (an operator's purge of an invocation).
+// Callers keep each result's completion time beside its id to
 // look it up. Nothing in this package reads a clock: completion times come
 // from the commands.
 //

@@ -86,6 +86,19 @@ func Get(parent *bolt.Bucket, completedAt int64, id []byte) (*rpc.InvocationResu
 	return r, true, nil
 }
 
+// Delete drops the result of id completed at completedAt (an operator's
+// purge of one invocation); deleting a missing one is no error.
+func Delete(parent *bolt.Bucket, completedAt int64, id []byte) error {
+	rb := parent.Bucket(resultBucket)
+	if rb == nil {
+		return nil
+	}
+	if err := rb.Delete(timeKey(completedAt, id)); err != nil {
+		return fmt.Errorf("results: delete: %w", err)
+	}
+	return nil
+}
+
 // Purge deletes the results completed before beforeUnixMs, oldest first,
 // at most limit of them (0: every one), and calls purged with each deleted
 // id (so the caller can drop what it keeps beside the result). It returns

@@ -31,6 +31,13 @@ var (
 	// dispatch client's verdict), or a leader could not complete a request
 	// that took effect in part. Retrying the same request later is safe.
 	ErrUnavailable = errors.New("partition unavailable")
+	// ErrConflict: an operator's action does not apply to the
+	// invocation's state (resume of a completed one, purge of a pending
+	// one); nothing changed.
+	ErrConflict = errors.New("conflict")
+	// ErrKeyReused: an append's idempotency key names an invocation with
+	// another request body, and reuse was to be refused; nothing stored.
+	ErrKeyReused = errors.New("idempotency key reused with another request")
 )
 
 // NotLeaderError says that nothing was proposed because this node does not
@@ -69,6 +76,10 @@ func ToProto(err error) *DispatchError {
 		return &DispatchError{Code: DispatchError_STALE_REGISTRY, Message: err.Error()}
 	case errors.Is(err, ErrUnavailable):
 		return &DispatchError{Code: DispatchError_UNAVAILABLE, Message: err.Error()}
+	case errors.Is(err, ErrConflict):
+		return &DispatchError{Code: DispatchError_CONFLICT, Message: err.Error()}
+	case errors.Is(err, ErrKeyReused):
+		return &DispatchError{Code: DispatchError_KEY_REUSED, Message: err.Error()}
 	default:
 		return &DispatchError{Code: DispatchError_UNKNOWN, Message: err.Error()}
 	}
@@ -98,6 +109,10 @@ func FromProto(e *DispatchError) error {
 		base = ErrStaleRegistry
 	case DispatchError_UNAVAILABLE:
 		base = ErrUnavailable
+	case DispatchError_CONFLICT:
+		base = ErrConflict
+	case DispatchError_KEY_REUSED:
+		base = ErrKeyReused
 	default:
 		return errors.New(e.Message)
 	}

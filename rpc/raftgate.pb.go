@@ -25,6 +25,64 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type BulkAction int32
+
+const (
+	BulkAction_BULK_UNSPECIFIED BulkAction = 0
+	BulkAction_BULK_CANCEL      BulkAction = 1
+	BulkAction_BULK_KILL        BulkAction = 2
+	BulkAction_BULK_PAUSE       BulkAction = 3
+	BulkAction_BULK_RESUME      BulkAction = 4
+	BulkAction_BULK_PURGE       BulkAction = 5
+)
+
+// Enum value maps for BulkAction.
+var (
+	BulkAction_name = map[int32]string{
+		0: "BULK_UNSPECIFIED",
+		1: "BULK_CANCEL",
+		2: "BULK_KILL",
+		3: "BULK_PAUSE",
+		4: "BULK_RESUME",
+		5: "BULK_PURGE",
+	}
+	BulkAction_value = map[string]int32{
+		"BULK_UNSPECIFIED": 0,
+		"BULK_CANCEL":      1,
+		"BULK_KILL":        2,
+		"BULK_PAUSE":       3,
+		"BULK_RESUME":      4,
+		"BULK_PURGE":       5,
+	}
+)
+
+func (x BulkAction) Enum() *BulkAction {
+	p := new(BulkAction)
+	*p = x
+	return p
+}
+
+func (x BulkAction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BulkAction) Descriptor() protoreflect.EnumDescriptor {
+	return file_raftgate_proto_enumTypes[0].Descriptor()
+}
+
+func (BulkAction) Type() protoreflect.EnumType {
+	return &file_raftgate_proto_enumTypes[0]
+}
+
+func (x BulkAction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BulkAction.Descriptor instead.
+func (BulkAction) EnumDescriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{0}
+}
+
 type Service_Kind int32
 
 const (
@@ -64,11 +122,11 @@ func (x Service_Kind) String() string {
 }
 
 func (Service_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_raftgate_proto_enumTypes[0].Descriptor()
+	return file_raftgate_proto_enumTypes[1].Descriptor()
 }
 
 func (Service_Kind) Type() protoreflect.EnumType {
-	return &file_raftgate_proto_enumTypes[0]
+	return &file_raftgate_proto_enumTypes[1]
 }
 
 func (x Service_Kind) Number() protoreflect.EnumNumber {
@@ -77,7 +135,59 @@ func (x Service_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Service_Kind.Descriptor instead.
 func (Service_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{16, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{24, 0}
+}
+
+// What exhausted attempts do (unset: the cluster's default, pause).
+type RetryPolicy_OnMaxAttempts int32
+
+const (
+	RetryPolicy_ON_MAX_ATTEMPTS_UNSET RetryPolicy_OnMaxAttempts = 0
+	// Keep the invocation, PAUSED, until an operator acts.
+	RetryPolicy_PAUSE RetryPolicy_OnMaxAttempts = 1
+	// Record a terminal failure as its result.
+	RetryPolicy_FAIL RetryPolicy_OnMaxAttempts = 2
+)
+
+// Enum value maps for RetryPolicy_OnMaxAttempts.
+var (
+	RetryPolicy_OnMaxAttempts_name = map[int32]string{
+		0: "ON_MAX_ATTEMPTS_UNSET",
+		1: "PAUSE",
+		2: "FAIL",
+	}
+	RetryPolicy_OnMaxAttempts_value = map[string]int32{
+		"ON_MAX_ATTEMPTS_UNSET": 0,
+		"PAUSE":                 1,
+		"FAIL":                  2,
+	}
+)
+
+func (x RetryPolicy_OnMaxAttempts) Enum() *RetryPolicy_OnMaxAttempts {
+	p := new(RetryPolicy_OnMaxAttempts)
+	*p = x
+	return p
+}
+
+func (x RetryPolicy_OnMaxAttempts) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RetryPolicy_OnMaxAttempts) Descriptor() protoreflect.EnumDescriptor {
+	return file_raftgate_proto_enumTypes[2].Descriptor()
+}
+
+func (RetryPolicy_OnMaxAttempts) Type() protoreflect.EnumType {
+	return &file_raftgate_proto_enumTypes[2]
+}
+
+func (x RetryPolicy_OnMaxAttempts) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RetryPolicy_OnMaxAttempts.Descriptor instead.
+func (RetryPolicy_OnMaxAttempts) EnumDescriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{26, 0}
 }
 
 type InvocationRecord_State int32
@@ -93,6 +203,9 @@ const (
 	// A delayed exclusive invocation not yet due: in the outbox, but not
 	// yet in its key's queue (Admit puts it there).
 	InvocationRecord_SCHEDULED InvocationRecord_State = 5
+	// Out of the outbox after its retries were exhausted (or an operator's
+	// pause) until an operator acts; an exclusive one keeps its key.
+	InvocationRecord_PAUSED InvocationRecord_State = 6
 )
 
 // Enum value maps for InvocationRecord_State.
@@ -104,6 +217,7 @@ var (
 		3: "COMPLETED",
 		4: "QUEUED",
 		5: "SCHEDULED",
+		6: "PAUSED",
 	}
 	InvocationRecord_State_value = map[string]int32{
 		"STATE_UNSPECIFIED": 0,
@@ -112,6 +226,7 @@ var (
 		"COMPLETED":         3,
 		"QUEUED":            4,
 		"SCHEDULED":         5,
+		"PAUSED":            6,
 	}
 )
 
@@ -126,11 +241,11 @@ func (x InvocationRecord_State) String() string {
 }
 
 func (InvocationRecord_State) Descriptor() protoreflect.EnumDescriptor {
-	return file_raftgate_proto_enumTypes[1].Descriptor()
+	return file_raftgate_proto_enumTypes[3].Descriptor()
 }
 
 func (InvocationRecord_State) Type() protoreflect.EnumType {
-	return &file_raftgate_proto_enumTypes[1]
+	return &file_raftgate_proto_enumTypes[3]
 }
 
 func (x InvocationRecord_State) Number() protoreflect.EnumNumber {
@@ -139,7 +254,7 @@ func (x InvocationRecord_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InvocationRecord_State.Descriptor instead.
 func (InvocationRecord_State) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{20, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{29, 0}
 }
 
 type ListInvocations_Status int32
@@ -154,6 +269,7 @@ const (
 	ListInvocations_FAILED    ListInvocations_Status = 4
 	ListInvocations_QUEUED    ListInvocations_Status = 5
 	ListInvocations_SCHEDULED ListInvocations_Status = 6
+	ListInvocations_PAUSED    ListInvocations_Status = 7
 )
 
 // Enum value maps for ListInvocations_Status.
@@ -166,6 +282,7 @@ var (
 		4: "FAILED",
 		5: "QUEUED",
 		6: "SCHEDULED",
+		7: "PAUSED",
 	}
 	ListInvocations_Status_value = map[string]int32{
 		"ANY":       0,
@@ -175,6 +292,7 @@ var (
 		"FAILED":    4,
 		"QUEUED":    5,
 		"SCHEDULED": 6,
+		"PAUSED":    7,
 	}
 )
 
@@ -189,11 +307,11 @@ func (x ListInvocations_Status) String() string {
 }
 
 func (ListInvocations_Status) Descriptor() protoreflect.EnumDescriptor {
-	return file_raftgate_proto_enumTypes[2].Descriptor()
+	return file_raftgate_proto_enumTypes[4].Descriptor()
 }
 
 func (ListInvocations_Status) Type() protoreflect.EnumType {
-	return &file_raftgate_proto_enumTypes[2]
+	return &file_raftgate_proto_enumTypes[4]
 }
 
 func (x ListInvocations_Status) Number() protoreflect.EnumNumber {
@@ -202,7 +320,62 @@ func (x ListInvocations_Status) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ListInvocations_Status.Descriptor instead.
 func (ListInvocations_Status) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{33, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{42, 0}
+}
+
+type InvocationAction_Kind int32
+
+const (
+	InvocationAction_UNSPECIFIED InvocationAction_Kind = 0
+	InvocationAction_RESUME      InvocationAction_Kind = 1
+	InvocationAction_RESTART     InvocationAction_Kind = 2
+	InvocationAction_KILL        InvocationAction_Kind = 3
+	InvocationAction_PURGE       InvocationAction_Kind = 4
+)
+
+// Enum value maps for InvocationAction_Kind.
+var (
+	InvocationAction_Kind_name = map[int32]string{
+		0: "UNSPECIFIED",
+		1: "RESUME",
+		2: "RESTART",
+		3: "KILL",
+		4: "PURGE",
+	}
+	InvocationAction_Kind_value = map[string]int32{
+		"UNSPECIFIED": 0,
+		"RESUME":      1,
+		"RESTART":     2,
+		"KILL":        3,
+		"PURGE":       4,
+	}
+)
+
+func (x InvocationAction_Kind) Enum() *InvocationAction_Kind {
+	p := new(InvocationAction_Kind)
+	*p = x
+	return p
+}
+
+func (x InvocationAction_Kind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (InvocationAction_Kind) Descriptor() protoreflect.EnumDescriptor {
+	return file_raftgate_proto_enumTypes[5].Descriptor()
+}
+
+func (InvocationAction_Kind) Type() protoreflect.EnumType {
+	return &file_raftgate_proto_enumTypes[5]
+}
+
+func (x InvocationAction_Kind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use InvocationAction_Kind.Descriptor instead.
+func (InvocationAction_Kind) EnumDescriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{44, 0}
 }
 
 type DispatchError_Code int32
@@ -227,20 +400,28 @@ const (
 	// (a registry change whose partitions were not all fenced); retrying
 	// it is safe.
 	DispatchError_UNAVAILABLE DispatchError_Code = 8
+	// Lifecycle: the action does not apply to the invocation's state
+	// (purge of a pending one, resume of a completed one...).
+	DispatchError_CONFLICT DispatchError_Code = 40
+	// append: the idempotency key names an invocation with another request
+	// body, and the request asked for reuse to be refused; nothing stored.
+	DispatchError_KEY_REUSED DispatchError_Code = 41
 )
 
 // Enum value maps for DispatchError_Code.
 var (
 	DispatchError_Code_name = map[int32]string{
-		0: "UNKNOWN",
-		1: "NOT_LEADER",
-		2: "LOST_LEADERSHIP",
-		3: "NOT_FOUND",
-		4: "NOT_READY",
-		5: "INVALID",
-		6: "OVERLOADED",
-		7: "STALE_REGISTRY",
-		8: "UNAVAILABLE",
+		0:  "UNKNOWN",
+		1:  "NOT_LEADER",
+		2:  "LOST_LEADERSHIP",
+		3:  "NOT_FOUND",
+		4:  "NOT_READY",
+		5:  "INVALID",
+		6:  "OVERLOADED",
+		7:  "STALE_REGISTRY",
+		8:  "UNAVAILABLE",
+		40: "CONFLICT",
+		41: "KEY_REUSED",
 	}
 	DispatchError_Code_value = map[string]int32{
 		"UNKNOWN":         0,
@@ -252,6 +433,8 @@ var (
 		"OVERLOADED":      6,
 		"STALE_REGISTRY":  7,
 		"UNAVAILABLE":     8,
+		"CONFLICT":        40,
+		"KEY_REUSED":      41,
 	}
 )
 
@@ -266,11 +449,11 @@ func (x DispatchError_Code) String() string {
 }
 
 func (DispatchError_Code) Descriptor() protoreflect.EnumDescriptor {
-	return file_raftgate_proto_enumTypes[3].Descriptor()
+	return file_raftgate_proto_enumTypes[6].Descriptor()
 }
 
 func (DispatchError_Code) Type() protoreflect.EnumType {
-	return &file_raftgate_proto_enumTypes[3]
+	return &file_raftgate_proto_enumTypes[6]
 }
 
 func (x DispatchError_Code) Number() protoreflect.EnumNumber {
@@ -279,7 +462,7 @@ func (x DispatchError_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DispatchError_Code.Descriptor instead.
 func (DispatchError_Code) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{38, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{50, 0}
 }
 
 type CallbackState_State int32
@@ -319,11 +502,11 @@ func (x CallbackState_State) String() string {
 }
 
 func (CallbackState_State) Descriptor() protoreflect.EnumDescriptor {
-	return file_raftgate_proto_enumTypes[4].Descriptor()
+	return file_raftgate_proto_enumTypes[7].Descriptor()
 }
 
 func (CallbackState_State) Type() protoreflect.EnumType {
-	return &file_raftgate_proto_enumTypes[4]
+	return &file_raftgate_proto_enumTypes[7]
 }
 
 func (x CallbackState_State) Number() protoreflect.EnumNumber {
@@ -332,7 +515,7 @@ func (x CallbackState_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CallbackState_State.Descriptor instead.
 func (CallbackState_State) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{48, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{60, 0}
 }
 
 type RaftBatch struct {
@@ -692,6 +875,13 @@ type Command struct {
 	//	*Command_JoinNode
 	//	*Command_SetNodeState
 	//	*Command_UpdateNodeAddrs
+	//	*Command_Resume
+	//	*Command_Restart
+	//	*Command_Kill
+	//	*Command_PurgeInvocation
+	//	*Command_Pause
+	//	*Command_Bulk
+	//	*Command_BulkStep
 	//	*Command_SetPlacement
 	//	*Command_ObserveConfig
 	//	*Command_SetPlacementPolicy
@@ -860,6 +1050,69 @@ func (x *Command) GetUpdateNodeAddrs() *UpdateNodeAddrs {
 	return nil
 }
 
+func (x *Command) GetResume() *Resume {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_Resume); ok {
+			return x.Resume
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRestart() *Restart {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_Restart); ok {
+			return x.Restart
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetKill() *Kill {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_Kill); ok {
+			return x.Kill
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetPurgeInvocation() *PurgeInvocation {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_PurgeInvocation); ok {
+			return x.PurgeInvocation
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetPause() *Pause {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_Pause); ok {
+			return x.Pause
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetBulk() *Bulk {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_Bulk); ok {
+			return x.Bulk
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetBulkStep() *BulkStep {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_BulkStep); ok {
+			return x.BulkStep
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetSetPlacement() *SetPlacement {
 	if x != nil {
 		if x, ok := x.Cmd.(*Command_SetPlacement); ok {
@@ -999,6 +1252,36 @@ type Command_UpdateNodeAddrs struct {
 	UpdateNodeAddrs *UpdateNodeAddrs `protobuf:"bytes,33,opt,name=update_node_addrs,json=updateNodeAddrs,proto3,oneof"`
 }
 
+type Command_Resume struct {
+	// Invocation lifecycle (operators' actions, pause on exhausted
+	// retries): 40-59.
+	Resume *Resume `protobuf:"bytes,40,opt,name=resume,proto3,oneof"`
+}
+
+type Command_Restart struct {
+	Restart *Restart `protobuf:"bytes,41,opt,name=restart,proto3,oneof"`
+}
+
+type Command_Kill struct {
+	Kill *Kill `protobuf:"bytes,42,opt,name=kill,proto3,oneof"`
+}
+
+type Command_PurgeInvocation struct {
+	PurgeInvocation *PurgeInvocation `protobuf:"bytes,43,opt,name=purge_invocation,json=purgeInvocation,proto3,oneof"`
+}
+
+type Command_Pause struct {
+	Pause *Pause `protobuf:"bytes,44,opt,name=pause,proto3,oneof"`
+}
+
+type Command_Bulk struct {
+	Bulk *Bulk `protobuf:"bytes,45,opt,name=bulk,proto3,oneof"`
+}
+
+type Command_BulkStep struct {
+	BulkStep *BulkStep `protobuf:"bytes,46,opt,name=bulk_step,json=bulkStep,proto3,oneof"`
+}
+
 type Command_SetPlacement struct {
 	SetPlacement *SetPlacement `protobuf:"bytes,34,opt,name=set_placement,json=setPlacement,proto3,oneof"`
 }
@@ -1062,6 +1345,20 @@ func (*Command_JoinNode) isCommand_Cmd() {}
 func (*Command_SetNodeState) isCommand_Cmd() {}
 
 func (*Command_UpdateNodeAddrs) isCommand_Cmd() {}
+
+func (*Command_Resume) isCommand_Cmd() {}
+
+func (*Command_Restart) isCommand_Cmd() {}
+
+func (*Command_Kill) isCommand_Cmd() {}
+
+func (*Command_PurgeInvocation) isCommand_Cmd() {}
+
+func (*Command_Pause) isCommand_Cmd() {}
+
+func (*Command_Bulk) isCommand_Cmd() {}
+
+func (*Command_BulkStep) isCommand_Cmd() {}
 
 func (*Command_SetPlacement) isCommand_Cmd() {}
 
@@ -1238,6 +1535,13 @@ type Invoke struct {
 	// proposed_at: mixing the ingress's clock with the leader's made clock
 	// skew decide whether a delay=0 exclusive send waited for an Admit.
 	DelayMs *int64 `protobuf:"varint,15,opt,name=delay_ms,json=delayMs,proto3,oneof" json:"delay_ms,omitempty"`
+	// Lifecycle (40-59). Refuse this request (rpc.ErrKeyReused) when its
+	// idempotency key names an invocation whose request body differs; the
+	// ingress sets it from the service's registration or the cluster's flag.
+	RejectReusedKey bool `protobuf:"varint,40,opt,name=reject_reused_key,json=rejectReusedKey,proto3" json:"reject_reused_key,omitempty"`
+	// SHA-256 of body, stamped by the leader for an invocation with an
+	// idempotency key, so a reuse can be compared after the body is cut.
+	BodyDigest []byte `protobuf:"bytes,41,opt,name=body_digest,json=bodyDigest,proto3" json:"body_digest,omitempty"`
 	// A schedule's run: the schedule and the tick it runs for (sent to the
 	// service in x-raftgate-schedule and x-raftgate-scheduled-time).
 	ScheduleId        string `protobuf:"bytes,60,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
@@ -1383,6 +1687,20 @@ func (x *Invoke) GetDelayMs() int64 {
 		return *x.DelayMs
 	}
 	return 0
+}
+
+func (x *Invoke) GetRejectReusedKey() bool {
+	if x != nil {
+		return x.RejectReusedKey
+	}
+	return false
+}
+
+func (x *Invoke) GetBodyDigest() []byte {
+	if x != nil {
+		return x.BodyDigest
+	}
+	return nil
 }
 
 func (x *Invoke) GetScheduleId() string {
@@ -1728,6 +2046,645 @@ func (x *Purge) GetLimit() uint32 {
 	return 0
 }
 
+// Resume delivers a PAUSED invocation, or a PENDING one backing off after a
+// failed attempt, now; its attempt budget starts again. url, when set,
+// replaces the service's registered URL for this invocation's deliveries.
+type Resume struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	InvocationId     []byte                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	RequestId        []byte                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	ProposedAtUnixMs int64                  `protobuf:"varint,3,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	Url              string                 `protobuf:"bytes,4,opt,name=url,proto3" json:"url,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Resume) Reset() {
+	*x = Resume{}
+	mi := &file_raftgate_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Resume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Resume) ProtoMessage() {}
+
+func (x *Resume) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Resume.ProtoReflect.Descriptor instead.
+func (*Resume) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Resume) GetInvocationId() []byte {
+	if x != nil {
+		return x.InvocationId
+	}
+	return nil
+}
+
+func (x *Resume) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+func (x *Resume) GetProposedAtUnixMs() int64 {
+	if x != nil {
+		return x.ProposedAtUnixMs
+	}
+	return 0
+}
+
+func (x *Resume) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+// Restart runs a COMPLETED or PAUSED invocation again as a new invocation,
+// new_invocation_id (chosen by the proposer, same partition key), with the
+// same input; a paused original completes as killed.
+type Restart struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	InvocationId     []byte                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	RequestId        []byte                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	ProposedAtUnixMs int64                  `protobuf:"varint,3,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	NewInvocationId  []byte                 `protobuf:"bytes,4,opt,name=new_invocation_id,json=newInvocationId,proto3" json:"new_invocation_id,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Restart) Reset() {
+	*x = Restart{}
+	mi := &file_raftgate_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Restart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Restart) ProtoMessage() {}
+
+func (x *Restart) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Restart.ProtoReflect.Descriptor instead.
+func (*Restart) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Restart) GetInvocationId() []byte {
+	if x != nil {
+		return x.InvocationId
+	}
+	return nil
+}
+
+func (x *Restart) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+func (x *Restart) GetProposedAtUnixMs() int64 {
+	if x != nil {
+		return x.ProposedAtUnixMs
+	}
+	return 0
+}
+
+func (x *Restart) GetNewInvocationId() []byte {
+	if x != nil {
+		return x.NewInvocationId
+	}
+	return nil
+}
+
+// Kill completes an invocation that has not completed with a killed result,
+// without calling its service again.
+type Kill struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	InvocationId     []byte                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	RequestId        []byte                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	ProposedAtUnixMs int64                  `protobuf:"varint,3,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Kill) Reset() {
+	*x = Kill{}
+	mi := &file_raftgate_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Kill) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Kill) ProtoMessage() {}
+
+func (x *Kill) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Kill.ProtoReflect.Descriptor instead.
+func (*Kill) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Kill) GetInvocationId() []byte {
+	if x != nil {
+		return x.InvocationId
+	}
+	return nil
+}
+
+func (x *Kill) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+func (x *Kill) GetProposedAtUnixMs() int64 {
+	if x != nil {
+		return x.ProposedAtUnixMs
+	}
+	return 0
+}
+
+// PurgeInvocation drops a COMPLETED invocation's record and result.
+type PurgeInvocation struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	InvocationId     []byte                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	RequestId        []byte                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	ProposedAtUnixMs int64                  `protobuf:"varint,3,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *PurgeInvocation) Reset() {
+	*x = PurgeInvocation{}
+	mi := &file_raftgate_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeInvocation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeInvocation) ProtoMessage() {}
+
+func (x *PurgeInvocation) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeInvocation.ProtoReflect.Descriptor instead.
+func (*PurgeInvocation) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *PurgeInvocation) GetInvocationId() []byte {
+	if x != nil {
+		return x.InvocationId
+	}
+	return nil
+}
+
+func (x *PurgeInvocation) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+func (x *PurgeInvocation) GetProposedAtUnixMs() int64 {
+	if x != nil {
+		return x.ProposedAtUnixMs
+	}
+	return 0
+}
+
+// Pause takes a PENDING invocation out of the outbox until an operator
+// resumes, restarts, kills or cancels it. The invoker proposes it when the
+// retry policy says pause on exhausted attempts (attempt > 0: the failed
+// attempt, ignored when not above the recorded attempts, as AttemptFailed);
+// an operator's bulk pause applies it with attempt 0.
+type Pause struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	InvocationId     []byte                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	Attempt          uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Error            string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	ProposedAtUnixMs int64                  `protobuf:"varint,4,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Pause) Reset() {
+	*x = Pause{}
+	mi := &file_raftgate_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Pause) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Pause) ProtoMessage() {}
+
+func (x *Pause) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Pause.ProtoReflect.Descriptor instead.
+func (*Pause) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *Pause) GetInvocationId() []byte {
+	if x != nil {
+		return x.InvocationId
+	}
+	return nil
+}
+
+func (x *Pause) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *Pause) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Pause) GetProposedAtUnixMs() int64 {
+	if x != nil {
+		return x.ProposedAtUnixMs
+	}
+	return 0
+}
+
+// Bulk starts operation operation_id on the partition: action applies to
+// exactly the invocations that match filter (status, service, handler,
+// key, idempotency key, created window; paging fields ignored) when this
+// command applies, in chunks of at most chunk listing entries, each applied
+// by a BulkStep. A Bulk of an operation id the partition knows is a no-op.
+type Bulk struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	OperationId      string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	RequestId        []byte                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Action           BulkAction             `protobuf:"varint,3,opt,name=action,proto3,enum=raftgate.v1.BulkAction" json:"action,omitempty"`
+	Filter           *ListInvocations       `protobuf:"bytes,4,opt,name=filter,proto3" json:"filter,omitempty"`
+	ProposedAtUnixMs int64                  `protobuf:"varint,5,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	Chunk            uint32                 `protobuf:"varint,6,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Bulk) Reset() {
+	*x = Bulk{}
+	mi := &file_raftgate_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Bulk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Bulk) ProtoMessage() {}
+
+func (x *Bulk) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Bulk.ProtoReflect.Descriptor instead.
+func (*Bulk) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *Bulk) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *Bulk) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+func (x *Bulk) GetAction() BulkAction {
+	if x != nil {
+		return x.Action
+	}
+	return BulkAction_BULK_UNSPECIFIED
+}
+
+func (x *Bulk) GetFilter() *ListInvocations {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *Bulk) GetProposedAtUnixMs() int64 {
+	if x != nil {
+		return x.ProposedAtUnixMs
+	}
+	return 0
+}
+
+func (x *Bulk) GetChunk() uint32 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+// BulkStep applies the next chunk of a running operation; a step of a
+// finished or unknown operation is a no-op, so any leader may propose one.
+type BulkStep struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	OperationId      string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	ProposedAtUnixMs int64                  `protobuf:"varint,2,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *BulkStep) Reset() {
+	*x = BulkStep{}
+	mi := &file_raftgate_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkStep) ProtoMessage() {}
+
+func (x *BulkStep) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkStep.ProtoReflect.Descriptor instead.
+func (*BulkStep) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *BulkStep) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *BulkStep) GetProposedAtUnixMs() int64 {
+	if x != nil {
+		return x.ProposedAtUnixMs
+	}
+	return 0
+}
+
+// Operation is a partition's state of one bulk operation (partition state
+// bucket "operations"), and the answer to bulk and operation requests.
+type Operation struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Action BulkAction             `protobuf:"varint,2,opt,name=action,proto3,enum=raftgate.v1.BulkAction" json:"action,omitempty"`
+	Filter *ListInvocations       `protobuf:"bytes,3,opt,name=filter,proto3" json:"filter,omitempty"`
+	// The log index of the Bulk command: invocations created after it are
+	// never touched.
+	LogIndex uint64 `protobuf:"varint,4,opt,name=log_index,json=logIndex,proto3" json:"log_index,omitempty"`
+	// The newest listing position when the Bulk applied: the walk ends there.
+	LastPosition []byte `protobuf:"bytes,5,opt,name=last_position,json=lastPosition,proto3" json:"last_position,omitempty"`
+	// The listing position the next chunk starts after (empty: the first).
+	Cursor []byte `protobuf:"bytes,6,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	Chunk  uint32 `protobuf:"varint,7,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	// Invocations the action applied to so far, and listing entries walked.
+	Applied          uint64 `protobuf:"varint,8,opt,name=applied,proto3" json:"applied,omitempty"`
+	Scanned          uint64 `protobuf:"varint,9,opt,name=scanned,proto3" json:"scanned,omitempty"`
+	Done             bool   `protobuf:"varint,10,opt,name=done,proto3" json:"done,omitempty"`
+	StartedAtUnixMs  int64  `protobuf:"varint,11,opt,name=started_at_unix_ms,json=startedAtUnixMs,proto3" json:"started_at_unix_ms,omitempty"`
+	FinishedAtUnixMs int64  `protobuf:"varint,12,opt,name=finished_at_unix_ms,json=finishedAtUnixMs,proto3" json:"finished_at_unix_ms,omitempty"`
+	// Answers only: the partition, and the invocations that matched at the
+	// Bulk's log position: applied once done; as a Bulk's answer, applied +
+	// those still ahead of the cursor (counted by a scan); else 0.
+	Partition     uint32 `protobuf:"varint,13,opt,name=partition,proto3" json:"partition,omitempty"`
+	Matched       uint64 `protobuf:"varint,14,opt,name=matched,proto3" json:"matched,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Operation) Reset() {
+	*x = Operation{}
+	mi := &file_raftgate_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Operation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Operation) ProtoMessage() {}
+
+func (x *Operation) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Operation.ProtoReflect.Descriptor instead.
+func (*Operation) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Operation) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Operation) GetAction() BulkAction {
+	if x != nil {
+		return x.Action
+	}
+	return BulkAction_BULK_UNSPECIFIED
+}
+
+func (x *Operation) GetFilter() *ListInvocations {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *Operation) GetLogIndex() uint64 {
+	if x != nil {
+		return x.LogIndex
+	}
+	return 0
+}
+
+func (x *Operation) GetLastPosition() []byte {
+	if x != nil {
+		return x.LastPosition
+	}
+	return nil
+}
+
+func (x *Operation) GetCursor() []byte {
+	if x != nil {
+		return x.Cursor
+	}
+	return nil
+}
+
+func (x *Operation) GetChunk() uint32 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+func (x *Operation) GetApplied() uint64 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
+}
+
+func (x *Operation) GetScanned() uint64 {
+	if x != nil {
+		return x.Scanned
+	}
+	return 0
+}
+
+func (x *Operation) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *Operation) GetStartedAtUnixMs() int64 {
+	if x != nil {
+		return x.StartedAtUnixMs
+	}
+	return 0
+}
+
+func (x *Operation) GetFinishedAtUnixMs() int64 {
+	if x != nil {
+		return x.FinishedAtUnixMs
+	}
+	return 0
+}
+
+func (x *Operation) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *Operation) GetMatched() uint64 {
+	if x != nil {
+		return x.Matched
+	}
+	return 0
+}
+
 // Admit moves a delayed exclusive invocation that became due into its
 // key's queue (or starts it when the key is free). The leader's invoker
 // proposes it; its log position is the invocation's place in the queue.
@@ -1741,7 +2698,7 @@ type Admit struct {
 
 func (x *Admit) Reset() {
 	*x = Admit{}
-	mi := &file_raftgate_proto_msgTypes[14]
+	mi := &file_raftgate_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1753,7 +2710,7 @@ func (x *Admit) String() string {
 func (*Admit) ProtoMessage() {}
 
 func (x *Admit) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[14]
+	mi := &file_raftgate_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1766,7 +2723,7 @@ func (x *Admit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Admit.ProtoReflect.Descriptor instead.
 func (*Admit) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{14}
+	return file_raftgate_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Admit) GetInvocationId() []byte {
@@ -1798,7 +2755,7 @@ type AttemptFailed struct {
 
 func (x *AttemptFailed) Reset() {
 	*x = AttemptFailed{}
-	mi := &file_raftgate_proto_msgTypes[15]
+	mi := &file_raftgate_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1810,7 +2767,7 @@ func (x *AttemptFailed) String() string {
 func (*AttemptFailed) ProtoMessage() {}
 
 func (x *AttemptFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[15]
+	mi := &file_raftgate_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1823,7 +2780,7 @@ func (x *AttemptFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptFailed.ProtoReflect.Descriptor instead.
 func (*AttemptFailed) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{15}
+	return file_raftgate_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AttemptFailed) GetInvocationId() []byte {
@@ -1880,14 +2837,20 @@ type Service struct {
 	RegisteredIndex uint64 `protobuf:"varint,8,opt,name=registered_index,json=registeredIndex,proto3" json:"registered_index,omitempty"`
 	// Default completion callback URL of this service's invocations that
 	// name none (x-raftgate-callback).
-	CallbackUrl   string `protobuf:"bytes,80,opt,name=callback_url,json=callbackUrl,proto3" json:"callback_url,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CallbackUrl string `protobuf:"bytes,80,opt,name=callback_url,json=callbackUrl,proto3" json:"callback_url,omitempty"`
+	// Per-handler settings over the service's (lifecycle: retry), one per
+	// handler, sorted by handler name.
+	HandlerConfig []*HandlerConfig `protobuf:"bytes,9,rep,name=handler_config,json=handlerConfig,proto3" json:"handler_config,omitempty"`
+	// An idempotency key reused with another request body is refused (422)
+	// instead of answering the first invocation.
+	RejectReusedIdempotencyKeys bool `protobuf:"varint,10,opt,name=reject_reused_idempotency_keys,json=rejectReusedIdempotencyKeys,proto3" json:"reject_reused_idempotency_keys,omitempty"`
+	unknownFields               protoimpl.UnknownFields
+	sizeCache                   protoimpl.SizeCache
 }
 
 func (x *Service) Reset() {
 	*x = Service{}
-	mi := &file_raftgate_proto_msgTypes[16]
+	mi := &file_raftgate_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1899,7 +2862,7 @@ func (x *Service) String() string {
 func (*Service) ProtoMessage() {}
 
 func (x *Service) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[16]
+	mi := &file_raftgate_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1912,7 +2875,7 @@ func (x *Service) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Service.ProtoReflect.Descriptor instead.
 func (*Service) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{16}
+	return file_raftgate_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Service) GetName() string {
@@ -1978,6 +2941,73 @@ func (x *Service) GetCallbackUrl() string {
 	return ""
 }
 
+func (x *Service) GetHandlerConfig() []*HandlerConfig {
+	if x != nil {
+		return x.HandlerConfig
+	}
+	return nil
+}
+
+func (x *Service) GetRejectReusedIdempotencyKeys() bool {
+	if x != nil {
+		return x.RejectReusedIdempotencyKeys
+	}
+	return false
+}
+
+type HandlerConfig struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Handler string                 `protobuf:"bytes,1,opt,name=handler,proto3" json:"handler,omitempty"`
+	// Fields set here replace the service's retry policy's.
+	Retry         *RetryPolicy `protobuf:"bytes,2,opt,name=retry,proto3" json:"retry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HandlerConfig) Reset() {
+	*x = HandlerConfig{}
+	mi := &file_raftgate_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HandlerConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HandlerConfig) ProtoMessage() {}
+
+func (x *HandlerConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HandlerConfig.ProtoReflect.Descriptor instead.
+func (*HandlerConfig) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *HandlerConfig) GetHandler() string {
+	if x != nil {
+		return x.Handler
+	}
+	return ""
+}
+
+func (x *HandlerConfig) GetRetry() *RetryPolicy {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
 // Retry rule of a service's deliveries. A zero field means "the cluster's
 // default".
 type RetryPolicy struct {
@@ -1989,14 +3019,15 @@ type RetryPolicy struct {
 	InitialBackoffMs int64 `protobuf:"varint,2,opt,name=initial_backoff_ms,json=initialBackoffMs,proto3" json:"initial_backoff_ms,omitempty"`
 	MaxBackoffMs     int64 `protobuf:"varint,3,opt,name=max_backoff_ms,json=maxBackoffMs,proto3" json:"max_backoff_ms,omitempty"`
 	// Bound of one delivery attempt (the HTTP call to the service).
-	AttemptTimeoutMs int64 `protobuf:"varint,4,opt,name=attempt_timeout_ms,json=attemptTimeoutMs,proto3" json:"attempt_timeout_ms,omitempty"`
+	AttemptTimeoutMs int64                     `protobuf:"varint,4,opt,name=attempt_timeout_ms,json=attemptTimeoutMs,proto3" json:"attempt_timeout_ms,omitempty"`
+	OnMaxAttempts    RetryPolicy_OnMaxAttempts `protobuf:"varint,5,opt,name=on_max_attempts,json=onMaxAttempts,proto3,enum=raftgate.v1.RetryPolicy_OnMaxAttempts" json:"on_max_attempts,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_raftgate_proto_msgTypes[17]
+	mi := &file_raftgate_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +3039,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[17]
+	mi := &file_raftgate_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +3052,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{17}
+	return file_raftgate_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RetryPolicy) GetMaxAttempts() uint32 {
@@ -2052,6 +3083,13 @@ func (x *RetryPolicy) GetAttemptTimeoutMs() int64 {
 	return 0
 }
 
+func (x *RetryPolicy) GetOnMaxAttempts() RetryPolicy_OnMaxAttempts {
+	if x != nil {
+		return x.OnMaxAttempts
+	}
+	return RetryPolicy_ON_MAX_ATTEMPTS_UNSET
+}
+
 type PutService struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Service *Service               `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
@@ -2063,7 +3101,7 @@ type PutService struct {
 
 func (x *PutService) Reset() {
 	*x = PutService{}
-	mi := &file_raftgate_proto_msgTypes[18]
+	mi := &file_raftgate_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2075,7 +3113,7 @@ func (x *PutService) String() string {
 func (*PutService) ProtoMessage() {}
 
 func (x *PutService) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[18]
+	mi := &file_raftgate_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2088,7 +3126,7 @@ func (x *PutService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutService.ProtoReflect.Descriptor instead.
 func (*PutService) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{18}
+	return file_raftgate_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PutService) GetService() *Service {
@@ -2116,7 +3154,7 @@ type DeleteService struct {
 
 func (x *DeleteService) Reset() {
 	*x = DeleteService{}
-	mi := &file_raftgate_proto_msgTypes[19]
+	mi := &file_raftgate_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +3166,7 @@ func (x *DeleteService) String() string {
 func (*DeleteService) ProtoMessage() {}
 
 func (x *DeleteService) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[19]
+	mi := &file_raftgate_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +3179,7 @@ func (x *DeleteService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteService.ProtoReflect.Descriptor instead.
 func (*DeleteService) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{19}
+	return file_raftgate_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeleteService) GetName() string {
@@ -2179,14 +3217,23 @@ type InvocationRecord struct {
 	RequestBodyBytes uint32 `protobuf:"varint,11,opt,name=request_body_bytes,json=requestBodyBytes,proto3" json:"request_body_bytes,omitempty"`
 	// The completion callback's delivery, once the invocation completed
 	// with invoke.callback_url set.
-	Callback      *CallbackState `protobuf:"bytes,80,opt,name=callback,proto3" json:"callback,omitempty"`
+	Callback *CallbackState `protobuf:"bytes,80,opt,name=callback,proto3" json:"callback,omitempty"`
+	// Lifecycle fields (40-59).
+	// Deliveries go to this URL instead of the registered one (resume --url).
+	Url string `protobuf:"bytes,40,opt,name=url,proto3" json:"url,omitempty"`
+	// Attempts recorded when it was last resumed: the retry budget counts
+	// from there.
+	ResumedAfterAttempts uint32 `protobuf:"varint,41,opt,name=resumed_after_attempts,json=resumedAfterAttempts,proto3" json:"resumed_after_attempts,omitempty"`
+	// Restart links: the new invocation, and the one this restarts.
+	RestartedAs   []byte `protobuf:"bytes,42,opt,name=restarted_as,json=restartedAs,proto3" json:"restarted_as,omitempty"`
+	RestartedFrom []byte `protobuf:"bytes,43,opt,name=restarted_from,json=restartedFrom,proto3" json:"restarted_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InvocationRecord) Reset() {
 	*x = InvocationRecord{}
-	mi := &file_raftgate_proto_msgTypes[20]
+	mi := &file_raftgate_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2198,7 +3245,7 @@ func (x *InvocationRecord) String() string {
 func (*InvocationRecord) ProtoMessage() {}
 
 func (x *InvocationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[20]
+	mi := &file_raftgate_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2211,7 +3258,7 @@ func (x *InvocationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationRecord.ProtoReflect.Descriptor instead.
 func (*InvocationRecord) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{20}
+	return file_raftgate_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *InvocationRecord) GetInvoke() *Invoke {
@@ -2298,6 +3345,34 @@ func (x *InvocationRecord) GetCallback() *CallbackState {
 	return nil
 }
 
+func (x *InvocationRecord) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *InvocationRecord) GetResumedAfterAttempts() uint32 {
+	if x != nil {
+		return x.ResumedAfterAttempts
+	}
+	return 0
+}
+
+func (x *InvocationRecord) GetRestartedAs() []byte {
+	if x != nil {
+		return x.RestartedAs
+	}
+	return nil
+}
+
+func (x *InvocationRecord) GetRestartedFrom() []byte {
+	if x != nil {
+		return x.RestartedFrom
+	}
+	return nil
+}
+
 // Stored state of one (service, key) of a keyed service that has a running
 // or queued exclusive invocation (partition state bucket "keys").
 type KeyState struct {
@@ -2314,7 +3389,7 @@ type KeyState struct {
 
 func (x *KeyState) Reset() {
 	*x = KeyState{}
-	mi := &file_raftgate_proto_msgTypes[21]
+	mi := &file_raftgate_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2326,7 +3401,7 @@ func (x *KeyState) String() string {
 func (*KeyState) ProtoMessage() {}
 
 func (x *KeyState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[21]
+	mi := &file_raftgate_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2339,7 +3414,7 @@ func (x *KeyState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyState.ProtoReflect.Descriptor instead.
 func (*KeyState) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{21}
+	return file_raftgate_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *KeyState) GetRunning() []byte {
@@ -2372,7 +3447,7 @@ type DispatchRequestBatch struct {
 
 func (x *DispatchRequestBatch) Reset() {
 	*x = DispatchRequestBatch{}
-	mi := &file_raftgate_proto_msgTypes[22]
+	mi := &file_raftgate_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +3459,7 @@ func (x *DispatchRequestBatch) String() string {
 func (*DispatchRequestBatch) ProtoMessage() {}
 
 func (x *DispatchRequestBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[22]
+	mi := &file_raftgate_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +3472,7 @@ func (x *DispatchRequestBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchRequestBatch.ProtoReflect.Descriptor instead.
 func (*DispatchRequestBatch) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{22}
+	return file_raftgate_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DispatchRequestBatch) GetRequests() []*DispatchRequest {
@@ -2416,7 +3491,7 @@ type DispatchResponseBatch struct {
 
 func (x *DispatchResponseBatch) Reset() {
 	*x = DispatchResponseBatch{}
-	mi := &file_raftgate_proto_msgTypes[23]
+	mi := &file_raftgate_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2428,7 +3503,7 @@ func (x *DispatchResponseBatch) String() string {
 func (*DispatchResponseBatch) ProtoMessage() {}
 
 func (x *DispatchResponseBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[23]
+	mi := &file_raftgate_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2441,7 +3516,7 @@ func (x *DispatchResponseBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchResponseBatch.ProtoReflect.Descriptor instead.
 func (*DispatchResponseBatch) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{23}
+	return file_raftgate_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DispatchResponseBatch) GetResponses() []*DispatchResponse {
@@ -2476,6 +3551,9 @@ type DispatchRequest struct {
 	//	*DispatchRequest_KeyStatus
 	//	*DispatchRequest_List
 	//	*DispatchRequest_FenceService
+	//	*DispatchRequest_Action
+	//	*DispatchRequest_Bulk
+	//	*DispatchRequest_Operation
 	//	*DispatchRequest_Schedule
 	Body          isDispatchRequest_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
@@ -2484,7 +3562,7 @@ type DispatchRequest struct {
 
 func (x *DispatchRequest) Reset() {
 	*x = DispatchRequest{}
-	mi := &file_raftgate_proto_msgTypes[24]
+	mi := &file_raftgate_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2496,7 +3574,7 @@ func (x *DispatchRequest) String() string {
 func (*DispatchRequest) ProtoMessage() {}
 
 func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[24]
+	mi := &file_raftgate_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2509,7 +3587,7 @@ func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchRequest.ProtoReflect.Descriptor instead.
 func (*DispatchRequest) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{24}
+	return file_raftgate_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DispatchRequest) GetCorrelationId() uint64 {
@@ -2637,6 +3715,33 @@ func (x *DispatchRequest) GetFenceService() *FenceService {
 	return nil
 }
 
+func (x *DispatchRequest) GetAction() *InvocationAction {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchRequest_Action); ok {
+			return x.Action
+		}
+	}
+	return nil
+}
+
+func (x *DispatchRequest) GetBulk() *BulkRequest {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchRequest_Bulk); ok {
+			return x.Bulk
+		}
+	}
+	return nil
+}
+
+func (x *DispatchRequest) GetOperation() *GetOperation {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchRequest_Operation); ok {
+			return x.Operation
+		}
+	}
+	return nil
+}
+
 func (x *DispatchRequest) GetSchedule() *ScheduleRequest {
 	if x != nil {
 		if x, ok := x.Body.(*DispatchRequest_Schedule); ok {
@@ -2690,6 +3795,19 @@ type DispatchRequest_FenceService struct {
 	FenceService *FenceService `protobuf:"bytes,19,opt,name=fence_service,json=fenceService,proto3,oneof"`
 }
 
+type DispatchRequest_Action struct {
+	// Invocation lifecycle: 40-59.
+	Action *InvocationAction `protobuf:"bytes,40,opt,name=action,proto3,oneof"`
+}
+
+type DispatchRequest_Bulk struct {
+	Bulk *BulkRequest `protobuf:"bytes,41,opt,name=bulk,proto3,oneof"`
+}
+
+type DispatchRequest_Operation struct {
+	Operation *GetOperation `protobuf:"bytes,42,opt,name=operation,proto3,oneof"`
+}
+
 type DispatchRequest_Schedule struct {
 	// Schedules: 60-79.
 	Schedule *ScheduleRequest `protobuf:"bytes,60,opt,name=schedule,proto3,oneof"`
@@ -2715,6 +3833,12 @@ func (*DispatchRequest_List) isDispatchRequest_Body() {}
 
 func (*DispatchRequest_FenceService) isDispatchRequest_Body() {}
 
+func (*DispatchRequest_Action) isDispatchRequest_Body() {}
+
+func (*DispatchRequest_Bulk) isDispatchRequest_Body() {}
+
+func (*DispatchRequest_Operation) isDispatchRequest_Body() {}
+
 func (*DispatchRequest_Schedule) isDispatchRequest_Body() {}
 
 type DispatchResponse struct {
@@ -2729,6 +3853,7 @@ type DispatchResponse struct {
 	//	*DispatchResponse_KeyState
 	//	*DispatchResponse_List
 	//	*DispatchResponse_Error
+	//	*DispatchResponse_Operation
 	//	*DispatchResponse_Schedules
 	Body          isDispatchResponse_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
@@ -2737,7 +3862,7 @@ type DispatchResponse struct {
 
 func (x *DispatchResponse) Reset() {
 	*x = DispatchResponse{}
-	mi := &file_raftgate_proto_msgTypes[25]
+	mi := &file_raftgate_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2749,7 +3874,7 @@ func (x *DispatchResponse) String() string {
 func (*DispatchResponse) ProtoMessage() {}
 
 func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[25]
+	mi := &file_raftgate_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2762,7 +3887,7 @@ func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchResponse.ProtoReflect.Descriptor instead.
 func (*DispatchResponse) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{25}
+	return file_raftgate_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DispatchResponse) GetCorrelationId() uint64 {
@@ -2842,6 +3967,15 @@ func (x *DispatchResponse) GetError() *DispatchError {
 	return nil
 }
 
+func (x *DispatchResponse) GetOperation() *Operation {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchResponse_Operation); ok {
+			return x.Operation
+		}
+	}
+	return nil
+}
+
 func (x *DispatchResponse) GetSchedules() *ScheduleList {
 	if x != nil {
 		if x, ok := x.Body.(*DispatchResponse_Schedules); ok {
@@ -2883,6 +4017,11 @@ type DispatchResponse_Error struct {
 	Error *DispatchError `protobuf:"bytes,20,opt,name=error,proto3,oneof"`
 }
 
+type DispatchResponse_Operation struct {
+	// Invocation lifecycle: 40-59.
+	Operation *Operation `protobuf:"bytes,40,opt,name=operation,proto3,oneof"`
+}
+
 type DispatchResponse_Schedules struct {
 	// Schedules: 60-79.
 	Schedules *ScheduleList `protobuf:"bytes,60,opt,name=schedules,proto3,oneof"`
@@ -2902,6 +4041,8 @@ func (*DispatchResponse_List) isDispatchResponse_Body() {}
 
 func (*DispatchResponse_Error) isDispatchResponse_Body() {}
 
+func (*DispatchResponse_Operation) isDispatchResponse_Body() {}
+
 func (*DispatchResponse_Schedules) isDispatchResponse_Body() {}
 
 type AppendInvocation struct {
@@ -2913,7 +4054,7 @@ type AppendInvocation struct {
 
 func (x *AppendInvocation) Reset() {
 	*x = AppendInvocation{}
-	mi := &file_raftgate_proto_msgTypes[26]
+	mi := &file_raftgate_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2925,7 +4066,7 @@ func (x *AppendInvocation) String() string {
 func (*AppendInvocation) ProtoMessage() {}
 
 func (x *AppendInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[26]
+	mi := &file_raftgate_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2938,7 +4079,7 @@ func (x *AppendInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendInvocation.ProtoReflect.Descriptor instead.
 func (*AppendInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{26}
+	return file_raftgate_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AppendInvocation) GetInvoke() *Invoke {
@@ -2961,7 +4102,7 @@ type Appended struct {
 
 func (x *Appended) Reset() {
 	*x = Appended{}
-	mi := &file_raftgate_proto_msgTypes[27]
+	mi := &file_raftgate_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2973,7 +4114,7 @@ func (x *Appended) String() string {
 func (*Appended) ProtoMessage() {}
 
 func (x *Appended) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[27]
+	mi := &file_raftgate_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2986,7 +4127,7 @@ func (x *Appended) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Appended.ProtoReflect.Descriptor instead.
 func (*Appended) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{27}
+	return file_raftgate_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Appended) GetInvocationId() []byte {
@@ -3026,7 +4167,7 @@ type GetOutput struct {
 
 func (x *GetOutput) Reset() {
 	*x = GetOutput{}
-	mi := &file_raftgate_proto_msgTypes[28]
+	mi := &file_raftgate_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3038,7 +4179,7 @@ func (x *GetOutput) String() string {
 func (*GetOutput) ProtoMessage() {}
 
 func (x *GetOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[28]
+	mi := &file_raftgate_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3051,7 +4192,7 @@ func (x *GetOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOutput.ProtoReflect.Descriptor instead.
 func (*GetOutput) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{28}
+	return file_raftgate_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetOutput) GetInvocationId() []byte {
@@ -3070,7 +4211,7 @@ type AttachInvocation struct {
 
 func (x *AttachInvocation) Reset() {
 	*x = AttachInvocation{}
-	mi := &file_raftgate_proto_msgTypes[29]
+	mi := &file_raftgate_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3082,7 +4223,7 @@ func (x *AttachInvocation) String() string {
 func (*AttachInvocation) ProtoMessage() {}
 
 func (x *AttachInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[29]
+	mi := &file_raftgate_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3095,7 +4236,7 @@ func (x *AttachInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachInvocation.ProtoReflect.Descriptor instead.
 func (*AttachInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{29}
+	return file_raftgate_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AttachInvocation) GetInvocationId() []byte {
@@ -3117,7 +4258,7 @@ type InvocationResult struct {
 
 func (x *InvocationResult) Reset() {
 	*x = InvocationResult{}
-	mi := &file_raftgate_proto_msgTypes[30]
+	mi := &file_raftgate_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3129,7 +4270,7 @@ func (x *InvocationResult) String() string {
 func (*InvocationResult) ProtoMessage() {}
 
 func (x *InvocationResult) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[30]
+	mi := &file_raftgate_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3142,7 +4283,7 @@ func (x *InvocationResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationResult.ProtoReflect.Descriptor instead.
 func (*InvocationResult) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{30}
+	return file_raftgate_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *InvocationResult) GetInvocationId() []byte {
@@ -3182,7 +4323,7 @@ type GetStatus struct {
 
 func (x *GetStatus) Reset() {
 	*x = GetStatus{}
-	mi := &file_raftgate_proto_msgTypes[31]
+	mi := &file_raftgate_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3194,7 +4335,7 @@ func (x *GetStatus) String() string {
 func (*GetStatus) ProtoMessage() {}
 
 func (x *GetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[31]
+	mi := &file_raftgate_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3207,7 +4348,7 @@ func (x *GetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatus.ProtoReflect.Descriptor instead.
 func (*GetStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{31}
+	return file_raftgate_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetStatus) GetInvocationId() []byte {
@@ -3226,7 +4367,7 @@ type InvocationStatus struct {
 
 func (x *InvocationStatus) Reset() {
 	*x = InvocationStatus{}
-	mi := &file_raftgate_proto_msgTypes[32]
+	mi := &file_raftgate_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3238,7 +4379,7 @@ func (x *InvocationStatus) String() string {
 func (*InvocationStatus) ProtoMessage() {}
 
 func (x *InvocationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[32]
+	mi := &file_raftgate_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3251,7 +4392,7 @@ func (x *InvocationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationStatus.ProtoReflect.Descriptor instead.
 func (*InvocationStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{32}
+	return file_raftgate_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *InvocationStatus) GetRecord() *InvocationRecord {
@@ -3286,7 +4427,7 @@ type ListInvocations struct {
 
 func (x *ListInvocations) Reset() {
 	*x = ListInvocations{}
-	mi := &file_raftgate_proto_msgTypes[33]
+	mi := &file_raftgate_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3298,7 +4439,7 @@ func (x *ListInvocations) String() string {
 func (*ListInvocations) ProtoMessage() {}
 
 func (x *ListInvocations) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[33]
+	mi := &file_raftgate_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3311,7 +4452,7 @@ func (x *ListInvocations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInvocations.ProtoReflect.Descriptor instead.
 func (*ListInvocations) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{33}
+	return file_raftgate_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListInvocations) GetStatus() ListInvocations_Status {
@@ -3398,7 +4539,7 @@ type InvocationList struct {
 
 func (x *InvocationList) Reset() {
 	*x = InvocationList{}
-	mi := &file_raftgate_proto_msgTypes[34]
+	mi := &file_raftgate_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3410,7 +4551,7 @@ func (x *InvocationList) String() string {
 func (*InvocationList) ProtoMessage() {}
 
 func (x *InvocationList) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[34]
+	mi := &file_raftgate_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3423,7 +4564,7 @@ func (x *InvocationList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationList.ProtoReflect.Descriptor instead.
 func (*InvocationList) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{34}
+	return file_raftgate_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *InvocationList) GetRecords() []*InvocationRecord {
@@ -3447,6 +4588,185 @@ func (x *InvocationList) GetScanned() uint32 {
 	return 0
 }
 
+// InvocationAction is an operator's action on one invocation; answered with
+// Appended (restart: the new invocation's id) or Done.
+type InvocationAction struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Kind         InvocationAction_Kind  `protobuf:"varint,1,opt,name=kind,proto3,enum=raftgate.v1.InvocationAction_Kind" json:"kind,omitempty"`
+	InvocationId []byte                 `protobuf:"bytes,2,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	// RESUME: deliver to this URL from now on (empty: the registered one).
+	Url           string `protobuf:"bytes,3,opt,name=url,proto3" json:"url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InvocationAction) Reset() {
+	*x = InvocationAction{}
+	mi := &file_raftgate_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InvocationAction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InvocationAction) ProtoMessage() {}
+
+func (x *InvocationAction) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InvocationAction.ProtoReflect.Descriptor instead.
+func (*InvocationAction) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *InvocationAction) GetKind() InvocationAction_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return InvocationAction_UNSPECIFIED
+}
+
+func (x *InvocationAction) GetInvocationId() []byte {
+	if x != nil {
+		return x.InvocationId
+	}
+	return nil
+}
+
+func (x *InvocationAction) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+// BulkRequest starts a bulk operation on one partition (a Bulk command), or
+// with dry_run only counts what it would match; answered with Operation.
+type BulkRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OperationId   string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	Action        BulkAction             `protobuf:"varint,2,opt,name=action,proto3,enum=raftgate.v1.BulkAction" json:"action,omitempty"`
+	Filter        *ListInvocations       `protobuf:"bytes,3,opt,name=filter,proto3" json:"filter,omitempty"`
+	DryRun        bool                   `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkRequest) Reset() {
+	*x = BulkRequest{}
+	mi := &file_raftgate_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkRequest) ProtoMessage() {}
+
+func (x *BulkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkRequest.ProtoReflect.Descriptor instead.
+func (*BulkRequest) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *BulkRequest) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *BulkRequest) GetAction() BulkAction {
+	if x != nil {
+		return x.Action
+	}
+	return BulkAction_BULK_UNSPECIFIED
+}
+
+func (x *BulkRequest) GetFilter() *ListInvocations {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *BulkRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+// GetOperation reads a partition's state of a bulk operation; answered
+// with Operation, NOT_FOUND when the partition has none.
+type GetOperation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OperationId   string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOperation) Reset() {
+	*x = GetOperation{}
+	mi := &file_raftgate_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOperation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOperation) ProtoMessage() {}
+
+func (x *GetOperation) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOperation.ProtoReflect.Descriptor instead.
+func (*GetOperation) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *GetOperation) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
 type CancelInvocation struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	InvocationId  []byte                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
@@ -3456,7 +4776,7 @@ type CancelInvocation struct {
 
 func (x *CancelInvocation) Reset() {
 	*x = CancelInvocation{}
-	mi := &file_raftgate_proto_msgTypes[35]
+	mi := &file_raftgate_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3468,7 +4788,7 @@ func (x *CancelInvocation) String() string {
 func (*CancelInvocation) ProtoMessage() {}
 
 func (x *CancelInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[35]
+	mi := &file_raftgate_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3481,7 +4801,7 @@ func (x *CancelInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelInvocation.ProtoReflect.Descriptor instead.
 func (*CancelInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{35}
+	return file_raftgate_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CancelInvocation) GetInvocationId() []byte {
@@ -3499,7 +4819,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_raftgate_proto_msgTypes[36]
+	mi := &file_raftgate_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3511,7 +4831,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[36]
+	mi := &file_raftgate_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3524,7 +4844,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{36}
+	return file_raftgate_proto_rawDescGZIP(), []int{48}
 }
 
 // GetKeyStatus asks for the running invocation and queue length of one key
@@ -3539,7 +4859,7 @@ type GetKeyStatus struct {
 
 func (x *GetKeyStatus) Reset() {
 	*x = GetKeyStatus{}
-	mi := &file_raftgate_proto_msgTypes[37]
+	mi := &file_raftgate_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3551,7 +4871,7 @@ func (x *GetKeyStatus) String() string {
 func (*GetKeyStatus) ProtoMessage() {}
 
 func (x *GetKeyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[37]
+	mi := &file_raftgate_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3564,7 +4884,7 @@ func (x *GetKeyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyStatus.ProtoReflect.Descriptor instead.
 func (*GetKeyStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{37}
+	return file_raftgate_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetKeyStatus) GetService() string {
@@ -3593,7 +4913,7 @@ type DispatchError struct {
 
 func (x *DispatchError) Reset() {
 	*x = DispatchError{}
-	mi := &file_raftgate_proto_msgTypes[38]
+	mi := &file_raftgate_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3605,7 +4925,7 @@ func (x *DispatchError) String() string {
 func (*DispatchError) ProtoMessage() {}
 
 func (x *DispatchError) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[38]
+	mi := &file_raftgate_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3618,7 +4938,7 @@ func (x *DispatchError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchError.ProtoReflect.Descriptor instead.
 func (*DispatchError) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{38}
+	return file_raftgate_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DispatchError) GetCode() DispatchError_Code {
@@ -3672,7 +4992,7 @@ type ScheduleSpec struct {
 
 func (x *ScheduleSpec) Reset() {
 	*x = ScheduleSpec{}
-	mi := &file_raftgate_proto_msgTypes[39]
+	mi := &file_raftgate_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3684,7 +5004,7 @@ func (x *ScheduleSpec) String() string {
 func (*ScheduleSpec) ProtoMessage() {}
 
 func (x *ScheduleSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[39]
+	mi := &file_raftgate_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3697,7 +5017,7 @@ func (x *ScheduleSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleSpec.ProtoReflect.Descriptor instead.
 func (*ScheduleSpec) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{39}
+	return file_raftgate_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ScheduleSpec) GetId() string {
@@ -3810,7 +5130,7 @@ type ScheduleState struct {
 
 func (x *ScheduleState) Reset() {
 	*x = ScheduleState{}
-	mi := &file_raftgate_proto_msgTypes[40]
+	mi := &file_raftgate_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3822,7 +5142,7 @@ func (x *ScheduleState) String() string {
 func (*ScheduleState) ProtoMessage() {}
 
 func (x *ScheduleState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[40]
+	mi := &file_raftgate_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3835,7 +5155,7 @@ func (x *ScheduleState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleState.ProtoReflect.Descriptor instead.
 func (*ScheduleState) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{40}
+	return file_raftgate_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ScheduleState) GetSpec() *ScheduleSpec {
@@ -3923,7 +5243,7 @@ type PutSchedule struct {
 
 func (x *PutSchedule) Reset() {
 	*x = PutSchedule{}
-	mi := &file_raftgate_proto_msgTypes[41]
+	mi := &file_raftgate_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3935,7 +5255,7 @@ func (x *PutSchedule) String() string {
 func (*PutSchedule) ProtoMessage() {}
 
 func (x *PutSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[41]
+	mi := &file_raftgate_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3948,7 +5268,7 @@ func (x *PutSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSchedule.ProtoReflect.Descriptor instead.
 func (*PutSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{41}
+	return file_raftgate_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PutSchedule) GetSpec() *ScheduleSpec {
@@ -3989,7 +5309,7 @@ type DeleteSchedule struct {
 
 func (x *DeleteSchedule) Reset() {
 	*x = DeleteSchedule{}
-	mi := &file_raftgate_proto_msgTypes[42]
+	mi := &file_raftgate_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4001,7 +5321,7 @@ func (x *DeleteSchedule) String() string {
 func (*DeleteSchedule) ProtoMessage() {}
 
 func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[42]
+	mi := &file_raftgate_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4014,7 +5334,7 @@ func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSchedule.ProtoReflect.Descriptor instead.
 func (*DeleteSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{42}
+	return file_raftgate_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DeleteSchedule) GetId() string {
@@ -4046,7 +5366,7 @@ type PauseSchedule struct {
 
 func (x *PauseSchedule) Reset() {
 	*x = PauseSchedule{}
-	mi := &file_raftgate_proto_msgTypes[43]
+	mi := &file_raftgate_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4058,7 +5378,7 @@ func (x *PauseSchedule) String() string {
 func (*PauseSchedule) ProtoMessage() {}
 
 func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[43]
+	mi := &file_raftgate_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4071,7 +5391,7 @@ func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseSchedule.ProtoReflect.Descriptor instead.
 func (*PauseSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{43}
+	return file_raftgate_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PauseSchedule) GetId() string {
@@ -4122,7 +5442,7 @@ type TriggerSchedule struct {
 
 func (x *TriggerSchedule) Reset() {
 	*x = TriggerSchedule{}
-	mi := &file_raftgate_proto_msgTypes[44]
+	mi := &file_raftgate_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4134,7 +5454,7 @@ func (x *TriggerSchedule) String() string {
 func (*TriggerSchedule) ProtoMessage() {}
 
 func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[44]
+	mi := &file_raftgate_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4147,7 +5467,7 @@ func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerSchedule.ProtoReflect.Descriptor instead.
 func (*TriggerSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{44}
+	return file_raftgate_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *TriggerSchedule) GetId() string {
@@ -4189,7 +5509,7 @@ type ScheduleTick struct {
 
 func (x *ScheduleTick) Reset() {
 	*x = ScheduleTick{}
-	mi := &file_raftgate_proto_msgTypes[45]
+	mi := &file_raftgate_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4201,7 +5521,7 @@ func (x *ScheduleTick) String() string {
 func (*ScheduleTick) ProtoMessage() {}
 
 func (x *ScheduleTick) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[45]
+	mi := &file_raftgate_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4214,7 +5534,7 @@ func (x *ScheduleTick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleTick.ProtoReflect.Descriptor instead.
 func (*ScheduleTick) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{45}
+	return file_raftgate_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ScheduleTick) GetId() string {
@@ -4278,7 +5598,7 @@ type ScheduleRequest struct {
 
 func (x *ScheduleRequest) Reset() {
 	*x = ScheduleRequest{}
-	mi := &file_raftgate_proto_msgTypes[46]
+	mi := &file_raftgate_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4290,7 +5610,7 @@ func (x *ScheduleRequest) String() string {
 func (*ScheduleRequest) ProtoMessage() {}
 
 func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[46]
+	mi := &file_raftgate_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4303,7 +5623,7 @@ func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{46}
+	return file_raftgate_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ScheduleRequest) GetOp() isScheduleRequest_Op {
@@ -4417,7 +5737,7 @@ type ScheduleList struct {
 
 func (x *ScheduleList) Reset() {
 	*x = ScheduleList{}
-	mi := &file_raftgate_proto_msgTypes[47]
+	mi := &file_raftgate_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4429,7 +5749,7 @@ func (x *ScheduleList) String() string {
 func (*ScheduleList) ProtoMessage() {}
 
 func (x *ScheduleList) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[47]
+	mi := &file_raftgate_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4442,7 +5762,7 @@ func (x *ScheduleList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleList.ProtoReflect.Descriptor instead.
 func (*ScheduleList) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{47}
+	return file_raftgate_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ScheduleList) GetSchedules() []*ScheduleState {
@@ -4474,7 +5794,7 @@ type CallbackState struct {
 
 func (x *CallbackState) Reset() {
 	*x = CallbackState{}
-	mi := &file_raftgate_proto_msgTypes[48]
+	mi := &file_raftgate_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4486,7 +5806,7 @@ func (x *CallbackState) String() string {
 func (*CallbackState) ProtoMessage() {}
 
 func (x *CallbackState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[48]
+	mi := &file_raftgate_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4499,7 +5819,7 @@ func (x *CallbackState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallbackState.ProtoReflect.Descriptor instead.
 func (*CallbackState) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{48}
+	return file_raftgate_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *CallbackState) GetState() CallbackState_State {
@@ -4552,7 +5872,7 @@ type CallbackAttempt struct {
 
 func (x *CallbackAttempt) Reset() {
 	*x = CallbackAttempt{}
-	mi := &file_raftgate_proto_msgTypes[49]
+	mi := &file_raftgate_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4564,7 +5884,7 @@ func (x *CallbackAttempt) String() string {
 func (*CallbackAttempt) ProtoMessage() {}
 
 func (x *CallbackAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[49]
+	mi := &file_raftgate_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4577,7 +5897,7 @@ func (x *CallbackAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallbackAttempt.ProtoReflect.Descriptor instead.
 func (*CallbackAttempt) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{49}
+	return file_raftgate_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *CallbackAttempt) GetInvocationId() []byte {
@@ -4661,7 +5981,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"Z\n" +
 	"\fCommandBatch\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
-	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\x87\v\n" +
+	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\xe7\r\n" +
 	"\aCommand\x12-\n" +
 	"\x06invoke\x18\n" +
 	" \x01(\v2\x13.raftgate.v1.InvokeH\x00R\x06invoke\x123\n" +
@@ -4677,7 +5997,14 @@ const file_raftgate_proto_rawDesc = "" +
 	"\finit_cluster\x18\x1e \x01(\v2\x18.raftgate.v1.InitClusterH\x00R\vinitCluster\x124\n" +
 	"\tjoin_node\x18\x1f \x01(\v2\x15.raftgate.v1.JoinNodeH\x00R\bjoinNode\x12A\n" +
 	"\x0eset_node_state\x18  \x01(\v2\x19.raftgate.v1.SetNodeStateH\x00R\fsetNodeState\x12J\n" +
-	"\x11update_node_addrs\x18! \x01(\v2\x1c.raftgate.v1.UpdateNodeAddrsH\x00R\x0fupdateNodeAddrs\x12@\n" +
+	"\x11update_node_addrs\x18! \x01(\v2\x1c.raftgate.v1.UpdateNodeAddrsH\x00R\x0fupdateNodeAddrs\x12-\n" +
+	"\x06resume\x18( \x01(\v2\x13.raftgate.v1.ResumeH\x00R\x06resume\x120\n" +
+	"\arestart\x18) \x01(\v2\x14.raftgate.v1.RestartH\x00R\arestart\x12'\n" +
+	"\x04kill\x18* \x01(\v2\x11.raftgate.v1.KillH\x00R\x04kill\x12I\n" +
+	"\x10purge_invocation\x18+ \x01(\v2\x1c.raftgate.v1.PurgeInvocationH\x00R\x0fpurgeInvocation\x12*\n" +
+	"\x05pause\x18, \x01(\v2\x12.raftgate.v1.PauseH\x00R\x05pause\x12'\n" +
+	"\x04bulk\x18- \x01(\v2\x11.raftgate.v1.BulkH\x00R\x04bulk\x124\n" +
+	"\tbulk_step\x18. \x01(\v2\x15.raftgate.v1.BulkStepH\x00R\bbulkStep\x12@\n" +
 	"\rset_placement\x18\" \x01(\v2\x19.raftgate.v1.SetPlacementH\x00R\fsetPlacement\x12C\n" +
 	"\x0eobserve_config\x18# \x01(\v2\x1a.raftgate.v1.ObserveConfigH\x00R\robserveConfig\x12S\n" +
 	"\x14set_placement_policy\x18$ \x01(\v2\x1f.raftgate.v1.SetPlacementPolicyH\x00R\x12setPlacementPolicy\x12=\n" +
@@ -4695,7 +6022,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\fR\trequestId\"2\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xa0\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xed\x05\n" +
 	"\x06Invoke\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x1d\n" +
 	"\n" +
@@ -4713,7 +6040,10 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x03key\x18\f \x01(\tR\x03key\x12\x1c\n" +
 	"\texclusive\x18\r \x01(\bR\texclusive\x128\n" +
 	"\x18service_registered_index\x18\x0e \x01(\x04R\x16serviceRegisteredIndex\x12\x1e\n" +
-	"\bdelay_ms\x18\x0f \x01(\x03H\x00R\adelayMs\x88\x01\x01\x12\x1f\n" +
+	"\bdelay_ms\x18\x0f \x01(\x03H\x00R\adelayMs\x88\x01\x01\x12*\n" +
+	"\x11reject_reused_key\x18( \x01(\bR\x0frejectReusedKey\x12\x1f\n" +
+	"\vbody_digest\x18) \x01(\fR\n" +
+	"bodyDigest\x12\x1f\n" +
 	"\vschedule_id\x18< \x01(\tR\n" +
 	"scheduleId\x12/\n" +
 	"\x14scheduled_at_unix_ms\x18= \x01(\x03R\x11scheduledAtUnixMs\x12!\n" +
@@ -4742,7 +6072,61 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x0ebefore_unix_ms\x18\x01 \x01(\x03R\fbeforeUnixMs\x12'\n" +
 	"\rproposer_term\x18\x02 \x01(\x04B\x02\x18\x01R\fproposerTerm\x12-\n" +
 	"\x13proposed_at_unix_ms\x18\x03 \x01(\x03R\x10proposedAtUnixMs\x12\x14\n" +
-	"\x05limit\x18\x04 \x01(\rR\x05limit\"[\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\"\x8d\x01\n" +
+	"\x06Resume\x12#\n" +
+	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x03 \x01(\x03R\x10proposedAtUnixMs\x12\x10\n" +
+	"\x03url\x18\x04 \x01(\tR\x03url\"\xa8\x01\n" +
+	"\aRestart\x12#\n" +
+	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x03 \x01(\x03R\x10proposedAtUnixMs\x12*\n" +
+	"\x11new_invocation_id\x18\x04 \x01(\fR\x0fnewInvocationId\"y\n" +
+	"\x04Kill\x12#\n" +
+	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x03 \x01(\x03R\x10proposedAtUnixMs\"\x84\x01\n" +
+	"\x0fPurgeInvocation\x12#\n" +
+	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x03 \x01(\x03R\x10proposedAtUnixMs\"\x8b\x01\n" +
+	"\x05Pause\x12#\n" +
+	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x04 \x01(\x03R\x10proposedAtUnixMs\"\xf4\x01\n" +
+	"\x04Bulk\x12!\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\x12/\n" +
+	"\x06action\x18\x03 \x01(\x0e2\x17.raftgate.v1.BulkActionR\x06action\x124\n" +
+	"\x06filter\x18\x04 \x01(\v2\x1c.raftgate.v1.ListInvocationsR\x06filter\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x05 \x01(\x03R\x10proposedAtUnixMs\x12\x14\n" +
+	"\x05chunk\x18\x06 \x01(\rR\x05chunk\"\\\n" +
+	"\bBulkStep\x12!\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x02 \x01(\x03R\x10proposedAtUnixMs\"\xce\x03\n" +
+	"\tOperation\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12/\n" +
+	"\x06action\x18\x02 \x01(\x0e2\x17.raftgate.v1.BulkActionR\x06action\x124\n" +
+	"\x06filter\x18\x03 \x01(\v2\x1c.raftgate.v1.ListInvocationsR\x06filter\x12\x1b\n" +
+	"\tlog_index\x18\x04 \x01(\x04R\blogIndex\x12#\n" +
+	"\rlast_position\x18\x05 \x01(\fR\flastPosition\x12\x16\n" +
+	"\x06cursor\x18\x06 \x01(\fR\x06cursor\x12\x14\n" +
+	"\x05chunk\x18\a \x01(\rR\x05chunk\x12\x18\n" +
+	"\aapplied\x18\b \x01(\x04R\aapplied\x12\x18\n" +
+	"\ascanned\x18\t \x01(\x04R\ascanned\x12\x12\n" +
+	"\x04done\x18\n" +
+	" \x01(\bR\x04done\x12+\n" +
+	"\x12started_at_unix_ms\x18\v \x01(\x03R\x0fstartedAtUnixMs\x12-\n" +
+	"\x13finished_at_unix_ms\x18\f \x01(\x03R\x10finishedAtUnixMs\x12\x1c\n" +
+	"\tpartition\x18\r \x01(\rR\tpartition\x12\x18\n" +
+	"\amatched\x18\x0e \x01(\x04R\amatched\"[\n" +
 	"\x05Admit\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12-\n" +
 	"\x13proposed_at_unix_ms\x18\x02 \x01(\x03R\x10proposedAtUnixMs\"\xbc\x01\n" +
@@ -4751,7 +6135,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12'\n" +
 	"\x10retry_at_unix_ms\x18\x04 \x01(\x03R\rretryAtUnixMs\x12-\n" +
-	"\x13proposed_at_unix_ms\x18\x05 \x01(\x03R\x10proposedAtUnixMs\"\xec\x02\n" +
+	"\x13proposed_at_unix_ms\x18\x05 \x01(\x03R\x10proposedAtUnixMs\"\xf4\x03\n" +
 	"\aService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1a\n" +
@@ -4761,17 +6145,28 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x06shared\x18\x06 \x03(\tR\x06shared\x12.\n" +
 	"\x05retry\x18\a \x01(\v2\x18.raftgate.v1.RetryPolicyR\x05retry\x12)\n" +
 	"\x10registered_index\x18\b \x01(\x04R\x0fregisteredIndex\x12!\n" +
-	"\fcallback_url\x18P \x01(\tR\vcallbackUrl\"-\n" +
+	"\fcallback_url\x18P \x01(\tR\vcallbackUrl\x12A\n" +
+	"\x0ehandler_config\x18\t \x03(\v2\x1a.raftgate.v1.HandlerConfigR\rhandlerConfig\x12C\n" +
+	"\x1ereject_reused_idempotency_keys\x18\n" +
+	" \x01(\bR\x1brejectReusedIdempotencyKeys\"-\n" +
 	"\x04Kind\x12\v\n" +
 	"\aSERVICE\x10\x00\x12\n" +
 	"\n" +
 	"\x06OBJECT\x10\x01\x12\f\n" +
-	"\bWORKFLOW\x10\x02\"\xb2\x01\n" +
+	"\bWORKFLOW\x10\x02\"Y\n" +
+	"\rHandlerConfig\x12\x18\n" +
+	"\ahandler\x18\x01 \x01(\tR\ahandler\x12.\n" +
+	"\x05retry\x18\x02 \x01(\v2\x18.raftgate.v1.RetryPolicyR\x05retry\"\xc3\x02\n" +
 	"\vRetryPolicy\x12!\n" +
 	"\fmax_attempts\x18\x01 \x01(\rR\vmaxAttempts\x12,\n" +
 	"\x12initial_backoff_ms\x18\x02 \x01(\x03R\x10initialBackoffMs\x12$\n" +
 	"\x0emax_backoff_ms\x18\x03 \x01(\x03R\fmaxBackoffMs\x12,\n" +
-	"\x12attempt_timeout_ms\x18\x04 \x01(\x03R\x10attemptTimeoutMs\"[\n" +
+	"\x12attempt_timeout_ms\x18\x04 \x01(\x03R\x10attemptTimeoutMs\x12N\n" +
+	"\x0fon_max_attempts\x18\x05 \x01(\x0e2&.raftgate.v1.RetryPolicy.OnMaxAttemptsR\ronMaxAttempts\"?\n" +
+	"\rOnMaxAttempts\x12\x19\n" +
+	"\x15ON_MAX_ATTEMPTS_UNSET\x10\x00\x12\t\n" +
+	"\x05PAUSE\x10\x01\x12\b\n" +
+	"\x04FAIL\x10\x02\"[\n" +
 	"\n" +
 	"PutService\x12.\n" +
 	"\aservice\x18\x01 \x01(\v2\x14.raftgate.v1.ServiceR\aservice\x12\x1d\n" +
@@ -4780,7 +6175,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\rDeleteService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\fR\trequestId\"\xf9\x04\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\"\x97\x06\n" +
 	"\x10InvocationRecord\x12+\n" +
 	"\x06invoke\x18\x01 \x01(\v2\x13.raftgate.v1.InvokeR\x06invoke\x129\n" +
 	"\x05state\x18\x02 \x01(\x0e2#.raftgate.v1.InvocationRecord.StateR\x05state\x12\x1a\n" +
@@ -4795,7 +6190,11 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x0equeue_position\x18\n" +
 	" \x01(\x04R\rqueuePosition\x12,\n" +
 	"\x12request_body_bytes\x18\v \x01(\rR\x10requestBodyBytes\x126\n" +
-	"\bcallback\x18P \x01(\v2\x1a.raftgate.v1.CallbackStateR\bcallback\"b\n" +
+	"\bcallback\x18P \x01(\v2\x1a.raftgate.v1.CallbackStateR\bcallback\x12\x10\n" +
+	"\x03url\x18( \x01(\tR\x03url\x124\n" +
+	"\x16resumed_after_attempts\x18) \x01(\rR\x14resumedAfterAttempts\x12!\n" +
+	"\frestarted_as\x18* \x01(\fR\vrestartedAs\x12%\n" +
+	"\x0erestarted_from\x18+ \x01(\fR\rrestartedFrom\"n\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aPENDING\x10\x01\x12\v\n" +
@@ -4803,7 +6202,9 @@ const file_raftgate_proto_rawDesc = "" +
 	"\tCOMPLETED\x10\x03\x12\n" +
 	"\n" +
 	"\x06QUEUED\x10\x04\x12\r\n" +
-	"\tSCHEDULED\x10\x05\"W\n" +
+	"\tSCHEDULED\x10\x05\x12\n" +
+	"\n" +
+	"\x06PAUSED\x10\x06\"W\n" +
 	"\bKeyState\x12\x18\n" +
 	"\arunning\x18\x01 \x01(\fR\arunning\x12\x19\n" +
 	"\bnext_seq\x18\x02 \x01(\x04R\anextSeq\x12\x16\n" +
@@ -4811,7 +6212,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x14DispatchRequestBatch\x128\n" +
 	"\brequests\x18\x01 \x03(\v2\x1c.raftgate.v1.DispatchRequestR\brequests\"T\n" +
 	"\x15DispatchResponseBatch\x12;\n" +
-	"\tresponses\x18\x01 \x03(\v2\x1d.raftgate.v1.DispatchResponseR\tresponses\"\x9a\x06\n" +
+	"\tresponses\x18\x01 \x03(\v2\x1d.raftgate.v1.DispatchResponseR\tresponses\"\xbe\a\n" +
 	"\x0fDispatchRequest\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x04R\rcorrelationId\x12\x1d\n" +
 	"\n" +
@@ -4831,9 +6232,12 @@ const file_raftgate_proto_rawDesc = "" +
 	"\n" +
 	"key_status\x18\x11 \x01(\v2\x19.raftgate.v1.GetKeyStatusH\x00R\tkeyStatus\x122\n" +
 	"\x04list\x18\x12 \x01(\v2\x1c.raftgate.v1.ListInvocationsH\x00R\x04list\x12@\n" +
-	"\rfence_service\x18\x13 \x01(\v2\x19.raftgate.v1.FenceServiceH\x00R\ffenceService\x12:\n" +
+	"\rfence_service\x18\x13 \x01(\v2\x19.raftgate.v1.FenceServiceH\x00R\ffenceService\x127\n" +
+	"\x06action\x18( \x01(\v2\x1d.raftgate.v1.InvocationActionH\x00R\x06action\x12.\n" +
+	"\x04bulk\x18) \x01(\v2\x18.raftgate.v1.BulkRequestH\x00R\x04bulk\x129\n" +
+	"\toperation\x18* \x01(\v2\x19.raftgate.v1.GetOperationH\x00R\toperation\x12:\n" +
 	"\bschedule\x18< \x01(\v2\x1c.raftgate.v1.ScheduleRequestH\x00R\bscheduleB\x06\n" +
-	"\x04body\"\xe9\x03\n" +
+	"\x04body\"\xa1\x04\n" +
 	"\x10DispatchResponse\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x04R\rcorrelationId\x123\n" +
 	"\bappended\x18\n" +
@@ -4843,7 +6247,8 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x04done\x18\r \x01(\v2\x11.raftgate.v1.DoneH\x00R\x04done\x124\n" +
 	"\tkey_state\x18\x0e \x01(\v2\x15.raftgate.v1.KeyStateH\x00R\bkeyState\x121\n" +
 	"\x04list\x18\x0f \x01(\v2\x1b.raftgate.v1.InvocationListH\x00R\x04list\x122\n" +
-	"\x05error\x18\x14 \x01(\v2\x1a.raftgate.v1.DispatchErrorH\x00R\x05error\x129\n" +
+	"\x05error\x18\x14 \x01(\v2\x1a.raftgate.v1.DispatchErrorH\x00R\x05error\x126\n" +
+	"\toperation\x18( \x01(\v2\x16.raftgate.v1.OperationH\x00R\toperation\x129\n" +
 	"\tschedules\x18< \x01(\v2\x19.raftgate.v1.ScheduleListH\x00R\tschedulesB\x06\n" +
 	"\x04body\"?\n" +
 	"\x10AppendInvocation\x12+\n" +
@@ -4865,7 +6270,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\tGetStatus\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\"I\n" +
 	"\x10InvocationStatus\x125\n" +
-	"\x06record\x18\x01 \x01(\v2\x1d.raftgate.v1.InvocationRecordR\x06record\"\xd1\x03\n" +
+	"\x06record\x18\x01 \x01(\v2\x1d.raftgate.v1.InvocationRecordR\x06record\"\xdd\x03\n" +
 	"\x0fListInvocations\x12;\n" +
 	"\x06status\x18\x01 \x01(\x0e2#.raftgate.v1.ListInvocations.StatusR\x06status\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x18\n" +
@@ -4877,7 +6282,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x05limit\x18\b \x01(\rR\x05limit\x12\x19\n" +
 	"\bmax_scan\x18\t \x01(\rR\amaxScan\x12\x10\n" +
 	"\x03key\x18\n" +
-	" \x01(\tR\x03key\"a\n" +
+	" \x01(\tR\x03key\"m\n" +
 	"\x06Status\x12\a\n" +
 	"\x03ANY\x10\x00\x12\v\n" +
 	"\aPENDING\x10\x01\x12\v\n" +
@@ -4887,22 +6292,42 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x06FAILED\x10\x04\x12\n" +
 	"\n" +
 	"\x06QUEUED\x10\x05\x12\r\n" +
-	"\tSCHEDULED\x10\x06\"{\n" +
+	"\tSCHEDULED\x10\x06\x12\n" +
+	"\n" +
+	"\x06PAUSED\x10\a\"{\n" +
 	"\x0eInvocationList\x127\n" +
 	"\arecords\x18\x01 \x03(\v2\x1d.raftgate.v1.InvocationRecordR\arecords\x12\x16\n" +
 	"\x06resume\x18\x02 \x01(\fR\x06resume\x12\x18\n" +
-	"\ascanned\x18\x03 \x01(\rR\ascanned\"7\n" +
+	"\ascanned\x18\x03 \x01(\rR\ascanned\"\xc8\x01\n" +
+	"\x10InvocationAction\x126\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\".raftgate.v1.InvocationAction.KindR\x04kind\x12#\n" +
+	"\rinvocation_id\x18\x02 \x01(\fR\finvocationId\x12\x10\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url\"E\n" +
+	"\x04Kind\x12\x0f\n" +
+	"\vUNSPECIFIED\x10\x00\x12\n" +
+	"\n" +
+	"\x06RESUME\x10\x01\x12\v\n" +
+	"\aRESTART\x10\x02\x12\b\n" +
+	"\x04KILL\x10\x03\x12\t\n" +
+	"\x05PURGE\x10\x04\"\xb0\x01\n" +
+	"\vBulkRequest\x12!\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12/\n" +
+	"\x06action\x18\x02 \x01(\x0e2\x17.raftgate.v1.BulkActionR\x06action\x124\n" +
+	"\x06filter\x18\x03 \x01(\v2\x1c.raftgate.v1.ListInvocationsR\x06filter\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"1\n" +
+	"\fGetOperation\x12!\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\"7\n" +
 	"\x10CancelInvocation\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\"\x06\n" +
 	"\x04Done\":\n" +
 	"\fGetKeyStatus\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"\xa5\x02\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"\xc3\x02\n" +
 	"\rDispatchError\x123\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1f.raftgate.v1.DispatchError.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
 	"\x06leader\x18\x03 \x01(\x04R\x06leader\x12\x12\n" +
-	"\x04term\x18\x04 \x01(\x04R\x04term\"\x98\x01\n" +
+	"\x04term\x18\x04 \x01(\x04R\x04term\"\xb6\x01\n" +
 	"\x04Code\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -4914,7 +6339,10 @@ const file_raftgate_proto_rawDesc = "" +
 	"\n" +
 	"OVERLOADED\x10\x06\x12\x12\n" +
 	"\x0eSTALE_REGISTRY\x10\a\x12\x0f\n" +
-	"\vUNAVAILABLE\x10\b\"\xd0\x02\n" +
+	"\vUNAVAILABLE\x10\b\x12\f\n" +
+	"\bCONFLICT\x10(\x12\x0e\n" +
+	"\n" +
+	"KEY_REUSED\x10)\"\xd0\x02\n" +
 	"\fScheduleSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x18\n" +
@@ -5003,7 +6431,17 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12'\n" +
 	"\x10retry_at_unix_ms\x18\x06 \x01(\x03R\rretryAtUnixMs\x12-\n" +
 	"\x13proposed_at_unix_ms\x18\a \x01(\x03R\x10proposedAtUnixMs\x12\x1e\n" +
-	"\vdue_unix_ms\x18\b \x01(\x03R\tdueUnixMs2\x82\x01\n" +
+	"\vdue_unix_ms\x18\b \x01(\x03R\tdueUnixMs*s\n" +
+	"\n" +
+	"BulkAction\x12\x14\n" +
+	"\x10BULK_UNSPECIFIED\x10\x00\x12\x0f\n" +
+	"\vBULK_CANCEL\x10\x01\x12\r\n" +
+	"\tBULK_KILL\x10\x02\x12\x0e\n" +
+	"\n" +
+	"BULK_PAUSE\x10\x03\x12\x0f\n" +
+	"\vBULK_RESUME\x10\x04\x12\x0e\n" +
+	"\n" +
+	"BULK_PURGE\x10\x052\x82\x01\n" +
 	"\x04Raft\x126\n" +
 	"\x04Send\x12\x16.raftgate.v1.RaftBatch\x1a\x14.raftgate.v1.RaftAck(\x01\x12B\n" +
 	"\bSnapshot\x12\x1a.raftgate.v1.SnapshotChunk\x1a\x18.raftgate.v1.SnapshotAck(\x012\xab\x01\n" +
@@ -5023,154 +6461,190 @@ func file_raftgate_proto_rawDescGZIP() []byte {
 	return file_raftgate_proto_rawDescData
 }
 
-var file_raftgate_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_raftgate_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
+var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_raftgate_proto_goTypes = []any{
-	(Service_Kind)(0),             // 0: raftgate.v1.Service.Kind
-	(InvocationRecord_State)(0),   // 1: raftgate.v1.InvocationRecord.State
-	(ListInvocations_Status)(0),   // 2: raftgate.v1.ListInvocations.Status
-	(DispatchError_Code)(0),       // 3: raftgate.v1.DispatchError.Code
-	(CallbackState_State)(0),      // 4: raftgate.v1.CallbackState.State
-	(*RaftBatch)(nil),             // 5: raftgate.v1.RaftBatch
-	(*RaftEnvelope)(nil),          // 6: raftgate.v1.RaftEnvelope
-	(*RaftAck)(nil),               // 7: raftgate.v1.RaftAck
-	(*SnapshotChunk)(nil),         // 8: raftgate.v1.SnapshotChunk
-	(*SnapshotAck)(nil),           // 9: raftgate.v1.SnapshotAck
-	(*CommandBatch)(nil),          // 10: raftgate.v1.CommandBatch
-	(*Command)(nil),               // 11: raftgate.v1.Command
-	(*FenceService)(nil),          // 12: raftgate.v1.FenceService
-	(*Header)(nil),                // 13: raftgate.v1.Header
-	(*Invoke)(nil),                // 14: raftgate.v1.Invoke
-	(*Result)(nil),                // 15: raftgate.v1.Result
-	(*Complete)(nil),              // 16: raftgate.v1.Complete
-	(*Cancel)(nil),                // 17: raftgate.v1.Cancel
-	(*Purge)(nil),                 // 18: raftgate.v1.Purge
-	(*Admit)(nil),                 // 19: raftgate.v1.Admit
-	(*AttemptFailed)(nil),         // 20: raftgate.v1.AttemptFailed
-	(*Service)(nil),               // 21: raftgate.v1.Service
-	(*RetryPolicy)(nil),           // 22: raftgate.v1.RetryPolicy
-	(*PutService)(nil),            // 23: raftgate.v1.PutService
-	(*DeleteService)(nil),         // 24: raftgate.v1.DeleteService
-	(*InvocationRecord)(nil),      // 25: raftgate.v1.InvocationRecord
-	(*KeyState)(nil),              // 26: raftgate.v1.KeyState
-	(*DispatchRequestBatch)(nil),  // 27: raftgate.v1.DispatchRequestBatch
-	(*DispatchResponseBatch)(nil), // 28: raftgate.v1.DispatchResponseBatch
-	(*DispatchRequest)(nil),       // 29: raftgate.v1.DispatchRequest
-	(*DispatchResponse)(nil),      // 30: raftgate.v1.DispatchResponse
-	(*AppendInvocation)(nil),      // 31: raftgate.v1.AppendInvocation
-	(*Appended)(nil),              // 32: raftgate.v1.Appended
-	(*GetOutput)(nil),             // 33: raftgate.v1.GetOutput
-	(*AttachInvocation)(nil),      // 34: raftgate.v1.AttachInvocation
-	(*InvocationResult)(nil),      // 35: raftgate.v1.InvocationResult
-	(*GetStatus)(nil),             // 36: raftgate.v1.GetStatus
-	(*InvocationStatus)(nil),      // 37: raftgate.v1.InvocationStatus
-	(*ListInvocations)(nil),       // 38: raftgate.v1.ListInvocations
-	(*InvocationList)(nil),        // 39: raftgate.v1.InvocationList
-	(*CancelInvocation)(nil),      // 40: raftgate.v1.CancelInvocation
-	(*Done)(nil),                  // 41: raftgate.v1.Done
-	(*GetKeyStatus)(nil),          // 42: raftgate.v1.GetKeyStatus
-	(*DispatchError)(nil),         // 43: raftgate.v1.DispatchError
-	(*ScheduleSpec)(nil),          // 44: raftgate.v1.ScheduleSpec
-	(*ScheduleState)(nil),         // 45: raftgate.v1.ScheduleState
-	(*PutSchedule)(nil),           // 46: raftgate.v1.PutSchedule
-	(*DeleteSchedule)(nil),        // 47: raftgate.v1.DeleteSchedule
-	(*PauseSchedule)(nil),         // 48: raftgate.v1.PauseSchedule
-	(*TriggerSchedule)(nil),       // 49: raftgate.v1.TriggerSchedule
-	(*ScheduleTick)(nil),          // 50: raftgate.v1.ScheduleTick
-	(*ScheduleRequest)(nil),       // 51: raftgate.v1.ScheduleRequest
-	(*ScheduleList)(nil),          // 52: raftgate.v1.ScheduleList
-	(*CallbackState)(nil),         // 53: raftgate.v1.CallbackState
-	(*CallbackAttempt)(nil),       // 54: raftgate.v1.CallbackAttempt
-	(*InitCluster)(nil),           // 55: raftgate.v1.InitCluster
-	(*JoinNode)(nil),              // 56: raftgate.v1.JoinNode
-	(*SetNodeState)(nil),          // 57: raftgate.v1.SetNodeState
-	(*UpdateNodeAddrs)(nil),       // 58: raftgate.v1.UpdateNodeAddrs
-	(*SetPlacement)(nil),          // 59: raftgate.v1.SetPlacement
-	(*ObserveConfig)(nil),         // 60: raftgate.v1.ObserveConfig
-	(*SetPlacementPolicy)(nil),    // 61: raftgate.v1.SetPlacementPolicy
+	(BulkAction)(0),                // 0: raftgate.v1.BulkAction
+	(Service_Kind)(0),              // 1: raftgate.v1.Service.Kind
+	(RetryPolicy_OnMaxAttempts)(0), // 2: raftgate.v1.RetryPolicy.OnMaxAttempts
+	(InvocationRecord_State)(0),    // 3: raftgate.v1.InvocationRecord.State
+	(ListInvocations_Status)(0),    // 4: raftgate.v1.ListInvocations.Status
+	(InvocationAction_Kind)(0),     // 5: raftgate.v1.InvocationAction.Kind
+	(DispatchError_Code)(0),        // 6: raftgate.v1.DispatchError.Code
+	(CallbackState_State)(0),       // 7: raftgate.v1.CallbackState.State
+	(*RaftBatch)(nil),              // 8: raftgate.v1.RaftBatch
+	(*RaftEnvelope)(nil),           // 9: raftgate.v1.RaftEnvelope
+	(*RaftAck)(nil),                // 10: raftgate.v1.RaftAck
+	(*SnapshotChunk)(nil),          // 11: raftgate.v1.SnapshotChunk
+	(*SnapshotAck)(nil),            // 12: raftgate.v1.SnapshotAck
+	(*CommandBatch)(nil),           // 13: raftgate.v1.CommandBatch
+	(*Command)(nil),                // 14: raftgate.v1.Command
+	(*FenceService)(nil),           // 15: raftgate.v1.FenceService
+	(*Header)(nil),                 // 16: raftgate.v1.Header
+	(*Invoke)(nil),                 // 17: raftgate.v1.Invoke
+	(*Result)(nil),                 // 18: raftgate.v1.Result
+	(*Complete)(nil),               // 19: raftgate.v1.Complete
+	(*Cancel)(nil),                 // 20: raftgate.v1.Cancel
+	(*Purge)(nil),                  // 21: raftgate.v1.Purge
+	(*Resume)(nil),                 // 22: raftgate.v1.Resume
+	(*Restart)(nil),                // 23: raftgate.v1.Restart
+	(*Kill)(nil),                   // 24: raftgate.v1.Kill
+	(*PurgeInvocation)(nil),        // 25: raftgate.v1.PurgeInvocation
+	(*Pause)(nil),                  // 26: raftgate.v1.Pause
+	(*Bulk)(nil),                   // 27: raftgate.v1.Bulk
+	(*BulkStep)(nil),               // 28: raftgate.v1.BulkStep
+	(*Operation)(nil),              // 29: raftgate.v1.Operation
+	(*Admit)(nil),                  // 30: raftgate.v1.Admit
+	(*AttemptFailed)(nil),          // 31: raftgate.v1.AttemptFailed
+	(*Service)(nil),                // 32: raftgate.v1.Service
+	(*HandlerConfig)(nil),          // 33: raftgate.v1.HandlerConfig
+	(*RetryPolicy)(nil),            // 34: raftgate.v1.RetryPolicy
+	(*PutService)(nil),             // 35: raftgate.v1.PutService
+	(*DeleteService)(nil),          // 36: raftgate.v1.DeleteService
+	(*InvocationRecord)(nil),       // 37: raftgate.v1.InvocationRecord
+	(*KeyState)(nil),               // 38: raftgate.v1.KeyState
+	(*DispatchRequestBatch)(nil),   // 39: raftgate.v1.DispatchRequestBatch
+	(*DispatchResponseBatch)(nil),  // 40: raftgate.v1.DispatchResponseBatch
+	(*DispatchRequest)(nil),        // 41: raftgate.v1.DispatchRequest
+	(*DispatchResponse)(nil),       // 42: raftgate.v1.DispatchResponse
+	(*AppendInvocation)(nil),       // 43: raftgate.v1.AppendInvocation
+	(*Appended)(nil),               // 44: raftgate.v1.Appended
+	(*GetOutput)(nil),              // 45: raftgate.v1.GetOutput
+	(*AttachInvocation)(nil),       // 46: raftgate.v1.AttachInvocation
+	(*InvocationResult)(nil),       // 47: raftgate.v1.InvocationResult
+	(*GetStatus)(nil),              // 48: raftgate.v1.GetStatus
+	(*InvocationStatus)(nil),       // 49: raftgate.v1.InvocationStatus
+	(*ListInvocations)(nil),        // 50: raftgate.v1.ListInvocations
+	(*InvocationList)(nil),         // 51: raftgate.v1.InvocationList
+	(*InvocationAction)(nil),       // 52: raftgate.v1.InvocationAction
+	(*BulkRequest)(nil),            // 53: raftgate.v1.BulkRequest
+	(*GetOperation)(nil),           // 54: raftgate.v1.GetOperation
+	(*CancelInvocation)(nil),       // 55: raftgate.v1.CancelInvocation
+	(*Done)(nil),                   // 56: raftgate.v1.Done
+	(*GetKeyStatus)(nil),           // 57: raftgate.v1.GetKeyStatus
+	(*DispatchError)(nil),          // 58: raftgate.v1.DispatchError
+	(*ScheduleSpec)(nil),           // 59: raftgate.v1.ScheduleSpec
+	(*ScheduleState)(nil),          // 60: raftgate.v1.ScheduleState
+	(*PutSchedule)(nil),            // 61: raftgate.v1.PutSchedule
+	(*DeleteSchedule)(nil),         // 62: raftgate.v1.DeleteSchedule
+	(*PauseSchedule)(nil),          // 63: raftgate.v1.PauseSchedule
+	(*TriggerSchedule)(nil),        // 64: raftgate.v1.TriggerSchedule
+	(*ScheduleTick)(nil),           // 65: raftgate.v1.ScheduleTick
+	(*ScheduleRequest)(nil),        // 66: raftgate.v1.ScheduleRequest
+	(*ScheduleList)(nil),           // 67: raftgate.v1.ScheduleList
+	(*CallbackState)(nil),          // 68: raftgate.v1.CallbackState
+	(*CallbackAttempt)(nil),        // 69: raftgate.v1.CallbackAttempt
+	(*InitCluster)(nil),            // 70: raftgate.v1.InitCluster
+	(*JoinNode)(nil),               // 71: raftgate.v1.JoinNode
+	(*SetNodeState)(nil),           // 72: raftgate.v1.SetNodeState
+	(*UpdateNodeAddrs)(nil),        // 73: raftgate.v1.UpdateNodeAddrs
+	(*SetPlacement)(nil),           // 74: raftgate.v1.SetPlacement
+	(*ObserveConfig)(nil),          // 75: raftgate.v1.ObserveConfig
+	(*SetPlacementPolicy)(nil),     // 76: raftgate.v1.SetPlacementPolicy
 }
 var file_raftgate_proto_depIdxs = []int32{
-	6,  // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
-	11, // 1: raftgate.v1.CommandBatch.commands:type_name -> raftgate.v1.Command
-	14, // 2: raftgate.v1.Command.invoke:type_name -> raftgate.v1.Invoke
-	16, // 3: raftgate.v1.Command.complete:type_name -> raftgate.v1.Complete
-	17, // 4: raftgate.v1.Command.cancel:type_name -> raftgate.v1.Cancel
-	18, // 5: raftgate.v1.Command.purge:type_name -> raftgate.v1.Purge
-	20, // 6: raftgate.v1.Command.attempt_failed:type_name -> raftgate.v1.AttemptFailed
-	19, // 7: raftgate.v1.Command.admit:type_name -> raftgate.v1.Admit
-	12, // 8: raftgate.v1.Command.fence_service:type_name -> raftgate.v1.FenceService
-	23, // 9: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
-	24, // 10: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
-	55, // 11: raftgate.v1.Command.init_cluster:type_name -> raftgate.v1.InitCluster
-	56, // 12: raftgate.v1.Command.join_node:type_name -> raftgate.v1.JoinNode
-	57, // 13: raftgate.v1.Command.set_node_state:type_name -> raftgate.v1.SetNodeState
-	58, // 14: raftgate.v1.Command.update_node_addrs:type_name -> raftgate.v1.UpdateNodeAddrs
-	59, // 15: raftgate.v1.Command.set_placement:type_name -> raftgate.v1.SetPlacement
-	60, // 16: raftgate.v1.Command.observe_config:type_name -> raftgate.v1.ObserveConfig
-	61, // 17: raftgate.v1.Command.set_placement_policy:type_name -> raftgate.v1.SetPlacementPolicy
-	46, // 18: raftgate.v1.Command.put_schedule:type_name -> raftgate.v1.PutSchedule
-	47, // 19: raftgate.v1.Command.delete_schedule:type_name -> raftgate.v1.DeleteSchedule
-	48, // 20: raftgate.v1.Command.pause_schedule:type_name -> raftgate.v1.PauseSchedule
-	49, // 21: raftgate.v1.Command.trigger_schedule:type_name -> raftgate.v1.TriggerSchedule
-	50, // 22: raftgate.v1.Command.schedule_tick:type_name -> raftgate.v1.ScheduleTick
-	54, // 23: raftgate.v1.Command.callback_attempt:type_name -> raftgate.v1.CallbackAttempt
-	13, // 24: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
-	15, // 25: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
-	0,  // 26: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
-	22, // 27: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
-	21, // 28: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
-	14, // 29: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
-	1,  // 30: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
-	15, // 31: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
-	53, // 32: raftgate.v1.InvocationRecord.callback:type_name -> raftgate.v1.CallbackState
-	29, // 33: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
-	30, // 34: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
-	31, // 35: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
-	33, // 36: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
-	34, // 37: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
-	36, // 38: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
-	40, // 39: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
-	23, // 40: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
-	24, // 41: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
-	42, // 42: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
-	38, // 43: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
-	12, // 44: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
-	51, // 45: raftgate.v1.DispatchRequest.schedule:type_name -> raftgate.v1.ScheduleRequest
-	32, // 46: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
-	35, // 47: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
-	37, // 48: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
-	41, // 49: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
-	26, // 50: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
-	39, // 51: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
-	43, // 52: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
-	52, // 53: raftgate.v1.DispatchResponse.schedules:type_name -> raftgate.v1.ScheduleList
-	14, // 54: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
-	15, // 55: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
-	25, // 56: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
-	2,  // 57: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
-	25, // 58: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
-	3,  // 59: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
-	44, // 60: raftgate.v1.ScheduleState.spec:type_name -> raftgate.v1.ScheduleSpec
-	44, // 61: raftgate.v1.PutSchedule.spec:type_name -> raftgate.v1.ScheduleSpec
-	46, // 62: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
-	47, // 63: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
-	48, // 64: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
-	49, // 65: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
-	45, // 66: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
-	4,  // 67: raftgate.v1.CallbackState.state:type_name -> raftgate.v1.CallbackState.State
-	5,  // 68: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
-	8,  // 69: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
-	29, // 70: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
-	27, // 71: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
-	7,  // 72: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
-	9,  // 73: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
-	30, // 74: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
-	28, // 75: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
-	72, // [72:76] is the sub-list for method output_type
-	68, // [68:72] is the sub-list for method input_type
-	68, // [68:68] is the sub-list for extension type_name
-	68, // [68:68] is the sub-list for extension extendee
-	0,  // [0:68] is the sub-list for field type_name
+	9,  // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
+	14, // 1: raftgate.v1.CommandBatch.commands:type_name -> raftgate.v1.Command
+	17, // 2: raftgate.v1.Command.invoke:type_name -> raftgate.v1.Invoke
+	19, // 3: raftgate.v1.Command.complete:type_name -> raftgate.v1.Complete
+	20, // 4: raftgate.v1.Command.cancel:type_name -> raftgate.v1.Cancel
+	21, // 5: raftgate.v1.Command.purge:type_name -> raftgate.v1.Purge
+	31, // 6: raftgate.v1.Command.attempt_failed:type_name -> raftgate.v1.AttemptFailed
+	30, // 7: raftgate.v1.Command.admit:type_name -> raftgate.v1.Admit
+	15, // 8: raftgate.v1.Command.fence_service:type_name -> raftgate.v1.FenceService
+	35, // 9: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
+	36, // 10: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
+	70, // 11: raftgate.v1.Command.init_cluster:type_name -> raftgate.v1.InitCluster
+	71, // 12: raftgate.v1.Command.join_node:type_name -> raftgate.v1.JoinNode
+	72, // 13: raftgate.v1.Command.set_node_state:type_name -> raftgate.v1.SetNodeState
+	73, // 14: raftgate.v1.Command.update_node_addrs:type_name -> raftgate.v1.UpdateNodeAddrs
+	22, // 15: raftgate.v1.Command.resume:type_name -> raftgate.v1.Resume
+	23, // 16: raftgate.v1.Command.restart:type_name -> raftgate.v1.Restart
+	24, // 17: raftgate.v1.Command.kill:type_name -> raftgate.v1.Kill
+	25, // 18: raftgate.v1.Command.purge_invocation:type_name -> raftgate.v1.PurgeInvocation
+	26, // 19: raftgate.v1.Command.pause:type_name -> raftgate.v1.Pause
+	27, // 20: raftgate.v1.Command.bulk:type_name -> raftgate.v1.Bulk
+	28, // 21: raftgate.v1.Command.bulk_step:type_name -> raftgate.v1.BulkStep
+	74, // 22: raftgate.v1.Command.set_placement:type_name -> raftgate.v1.SetPlacement
+	75, // 23: raftgate.v1.Command.observe_config:type_name -> raftgate.v1.ObserveConfig
+	76, // 24: raftgate.v1.Command.set_placement_policy:type_name -> raftgate.v1.SetPlacementPolicy
+	61, // 25: raftgate.v1.Command.put_schedule:type_name -> raftgate.v1.PutSchedule
+	62, // 26: raftgate.v1.Command.delete_schedule:type_name -> raftgate.v1.DeleteSchedule
+	63, // 27: raftgate.v1.Command.pause_schedule:type_name -> raftgate.v1.PauseSchedule
+	64, // 28: raftgate.v1.Command.trigger_schedule:type_name -> raftgate.v1.TriggerSchedule
+	65, // 29: raftgate.v1.Command.schedule_tick:type_name -> raftgate.v1.ScheduleTick
+	69, // 30: raftgate.v1.Command.callback_attempt:type_name -> raftgate.v1.CallbackAttempt
+	16, // 31: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
+	18, // 32: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
+	0,  // 33: raftgate.v1.Bulk.action:type_name -> raftgate.v1.BulkAction
+	50, // 34: raftgate.v1.Bulk.filter:type_name -> raftgate.v1.ListInvocations
+	0,  // 35: raftgate.v1.Operation.action:type_name -> raftgate.v1.BulkAction
+	50, // 36: raftgate.v1.Operation.filter:type_name -> raftgate.v1.ListInvocations
+	1,  // 37: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
+	34, // 38: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
+	33, // 39: raftgate.v1.Service.handler_config:type_name -> raftgate.v1.HandlerConfig
+	34, // 40: raftgate.v1.HandlerConfig.retry:type_name -> raftgate.v1.RetryPolicy
+	2,  // 41: raftgate.v1.RetryPolicy.on_max_attempts:type_name -> raftgate.v1.RetryPolicy.OnMaxAttempts
+	32, // 42: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
+	17, // 43: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
+	3,  // 44: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
+	18, // 45: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
+	68, // 46: raftgate.v1.InvocationRecord.callback:type_name -> raftgate.v1.CallbackState
+	41, // 47: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
+	42, // 48: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
+	43, // 49: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
+	45, // 50: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
+	46, // 51: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
+	48, // 52: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
+	55, // 53: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
+	35, // 54: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
+	36, // 55: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
+	57, // 56: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
+	50, // 57: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
+	15, // 58: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
+	52, // 59: raftgate.v1.DispatchRequest.action:type_name -> raftgate.v1.InvocationAction
+	53, // 60: raftgate.v1.DispatchRequest.bulk:type_name -> raftgate.v1.BulkRequest
+	54, // 61: raftgate.v1.DispatchRequest.operation:type_name -> raftgate.v1.GetOperation
+	66, // 62: raftgate.v1.DispatchRequest.schedule:type_name -> raftgate.v1.ScheduleRequest
+	44, // 63: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
+	47, // 64: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
+	49, // 65: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
+	56, // 66: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
+	38, // 67: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
+	51, // 68: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
+	58, // 69: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
+	29, // 70: raftgate.v1.DispatchResponse.operation:type_name -> raftgate.v1.Operation
+	67, // 71: raftgate.v1.DispatchResponse.schedules:type_name -> raftgate.v1.ScheduleList
+	17, // 72: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
+	18, // 73: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
+	37, // 74: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
+	4,  // 75: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
+	37, // 76: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
+	5,  // 77: raftgate.v1.InvocationAction.kind:type_name -> raftgate.v1.InvocationAction.Kind
+	0,  // 78: raftgate.v1.BulkRequest.action:type_name -> raftgate.v1.BulkAction
+	50, // 79: raftgate.v1.BulkRequest.filter:type_name -> raftgate.v1.ListInvocations
+	6,  // 80: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
+	59, // 81: raftgate.v1.ScheduleState.spec:type_name -> raftgate.v1.ScheduleSpec
+	59, // 82: raftgate.v1.PutSchedule.spec:type_name -> raftgate.v1.ScheduleSpec
+	61, // 83: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
+	62, // 84: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
+	63, // 85: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
+	64, // 86: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
+	60, // 87: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
+	7,  // 88: raftgate.v1.CallbackState.state:type_name -> raftgate.v1.CallbackState.State
+	8,  // 89: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
+	11, // 90: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
+	41, // 91: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
+	39, // 92: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
+	10, // 93: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
+	12, // 94: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
+	42, // 95: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
+	40, // 96: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
+	93, // [93:97] is the sub-list for method output_type
+	89, // [89:93] is the sub-list for method input_type
+	89, // [89:89] is the sub-list for extension type_name
+	89, // [89:89] is the sub-list for extension extendee
+	0,  // [0:89] is the sub-list for field type_name
 }
 
 func init() { file_raftgate_proto_init() }
@@ -5193,6 +6667,13 @@ func file_raftgate_proto_init() {
 		(*Command_JoinNode)(nil),
 		(*Command_SetNodeState)(nil),
 		(*Command_UpdateNodeAddrs)(nil),
+		(*Command_Resume)(nil),
+		(*Command_Restart)(nil),
+		(*Command_Kill)(nil),
+		(*Command_PurgeInvocation)(nil),
+		(*Command_Pause)(nil),
+		(*Command_Bulk)(nil),
+		(*Command_BulkStep)(nil),
 		(*Command_SetPlacement)(nil),
 		(*Command_ObserveConfig)(nil),
 		(*Command_SetPlacementPolicy)(nil),
@@ -5204,7 +6685,7 @@ func file_raftgate_proto_init() {
 		(*Command_CallbackAttempt)(nil),
 	}
 	file_raftgate_proto_msgTypes[9].OneofWrappers = []any{}
-	file_raftgate_proto_msgTypes[24].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[33].OneofWrappers = []any{
 		(*DispatchRequest_Append)(nil),
 		(*DispatchRequest_Output)(nil),
 		(*DispatchRequest_Attach)(nil),
@@ -5215,9 +6696,12 @@ func file_raftgate_proto_init() {
 		(*DispatchRequest_KeyStatus)(nil),
 		(*DispatchRequest_List)(nil),
 		(*DispatchRequest_FenceService)(nil),
+		(*DispatchRequest_Action)(nil),
+		(*DispatchRequest_Bulk)(nil),
+		(*DispatchRequest_Operation)(nil),
 		(*DispatchRequest_Schedule)(nil),
 	}
-	file_raftgate_proto_msgTypes[25].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[34].OneofWrappers = []any{
 		(*DispatchResponse_Appended)(nil),
 		(*DispatchResponse_Result)(nil),
 		(*DispatchResponse_Status)(nil),
@@ -5225,9 +6709,10 @@ func file_raftgate_proto_init() {
 		(*DispatchResponse_KeyState)(nil),
 		(*DispatchResponse_List)(nil),
 		(*DispatchResponse_Error)(nil),
+		(*DispatchResponse_Operation)(nil),
 		(*DispatchResponse_Schedules)(nil),
 	}
-	file_raftgate_proto_msgTypes[46].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[58].OneofWrappers = []any{
 		(*ScheduleRequest_Put)(nil),
 		(*ScheduleRequest_Delete)(nil),
 		(*ScheduleRequest_Pause)(nil),
@@ -5240,8 +6725,8 @@ func file_raftgate_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftgate_proto_rawDesc), len(file_raftgate_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   50,
+			NumEnums:      8,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -27,10 +27,10 @@ type backend struct {
 }
 
 var (
-	_ dispatch.Backend    = backend{}
-	_ dispatch.KeyBackend = backend{}
-
-	_ dispatch.ScheduleBackend = backend{}
+	_ dispatch.Backend          = backend{}
+	_ dispatch.KeyBackend       = backend{}
+	_ dispatch.LifecycleBackend = backend{}
+	_ dispatch.ScheduleBackend  = backend{}
 )
 
 // processor returns partition p's processor after checking that p owns the
@@ -107,6 +107,39 @@ func (b backend) Cancel(ctx context.Context, p uint32, requestID, id []byte) err
 		return err
 	}
 	return proc.Cancel(ctx, requestID, id)
+}
+
+func (b backend) Action(ctx context.Context, p uint32, requestID []byte, a *rpc.InvocationAction) (*rpc.Appended, error) {
+	proc, err := b.processor(p, a.GetInvocationId())
+	if err != nil {
+		return nil, err
+	}
+	return proc.Action(ctx, requestID, a)
+}
+
+// partition returns partition p's processor here (bulk operations name
+// no invocation), or where to go.
+func (b backend) partition(p uint32) (*partition.Processor, error) {
+	if err := b.checkPartition(p); err != nil {
+		return nil, err
+	}
+	return b.local(p)
+}
+
+func (b backend) Bulk(ctx context.Context, p uint32, requestID []byte, req *rpc.BulkRequest) (*rpc.Operation, error) {
+	proc, err := b.partition(p)
+	if err != nil {
+		return nil, err
+	}
+	return proc.Bulk(ctx, requestID, req)
+}
+
+func (b backend) Operation(ctx context.Context, p uint32, id string) (*rpc.Operation, error) {
+	proc, err := b.partition(p)
+	if err != nil {
+		return nil, err
+	}
+	return proc.Operation(ctx, id)
 }
 
 func (b backend) KeyStatus(ctx context.Context, p uint32, service, key string) (*rpc.KeyState, error) {

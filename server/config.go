@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"github.com/raftgate/raftgate/partition"
 	"maps"
 	"net"
 	"slices"
@@ -87,6 +88,17 @@ type Config struct {
 	RetryInitialBackoff time.Duration
 	RetryMaxBackoff     time.Duration
 	RetryAttemptTimeout time.Duration
+	// RetryOnMaxAttempts is what exhausted attempts do by default: "pause"
+	// (keep the invocation, paused, for an operator) or "fail" (record a
+	// terminal failure) (--retry-on-max-attempts).
+	RetryOnMaxAttempts string
+	// BulkChunk bounds the invocations one step of a bulk operation walks
+	// (--bulk-chunk; partition.Config.BulkChunk).
+	BulkChunk int
+	// RejectReusedIdempotencyKeys answers 422 to a request whose
+	// idempotency key names an invocation with another body, for every
+	// service (--reject-reused-idempotency-keys).
+	RejectReusedIdempotencyKeys bool
 
 	// CallbackAllow lists the origins (scheme://host[:port]) completion
 	// callbacks may be POSTed to (--callback-allow); a send naming another
@@ -208,6 +220,8 @@ func DefaultConfig() Config {
 		RetryInitialBackoff: 100 * time.Millisecond,
 		RetryMaxBackoff:     30 * time.Second,
 		RetryAttemptTimeout: 30 * time.Second,
+		RetryOnMaxAttempts:  "pause",
+		BulkChunk:           partition.DefaultBulkChunk,
 		RequestTimeout:      30 * time.Second,
 		MaxConcurrent:       1024,
 		MaxBodyBytes:        10 << 20,
@@ -301,6 +315,12 @@ func (c Config) Validate() error {
 	}
 	if c.RetryAttemptTimeout < time.Millisecond {
 		return invalid("retry-attempt-timeout", "must be at least 1ms")
+	}
+	if c.RetryOnMaxAttempts != "pause" && c.RetryOnMaxAttempts != "fail" {
+		return invalid("retry-on-max-attempts", "must be pause or fail, not %q", c.RetryOnMaxAttempts)
+	}
+	if c.BulkChunk < 1 {
+		return invalid("bulk-chunk", "must be at least 1")
 	}
 	if c.ShutdownGrace < 0 {
 		return invalid("shutdown-grace", "must not be negative")

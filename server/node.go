@@ -372,6 +372,7 @@ func (n *Server) Start() (err error) {
 	icfg.Services = registry.IngressLookup{Registry: n.registry}
 	icfg.Retention = cfg.Retention
 	icfg.MaxBodyBytes = cfg.MaxBodyBytes
+	icfg.RejectReusedIdempotencyKeys = cfg.RejectReusedIdempotencyKeys
 	icfg.MaxConcurrent = cfg.MaxConcurrent
 	icfg.BodyReadTimeout = cfg.BodyReadTimeout
 	icfg.RequestTimeout = cfg.RequestTimeout
@@ -396,6 +397,7 @@ func (n *Server) Start() (err error) {
 		Placement:      placementView{n: n, svc: membership},
 		Invocations:    n.dispatchClient,
 		Keys:           n.dispatchClient,
+		Lifecycle:      n.dispatchClient,
 		Schedules:      n.dispatchClient,
 		Registry:       registryView{client: n.dispatchClient, registry: n.registry},
 		Partitions:     cfg.Partitions,
@@ -472,6 +474,7 @@ func defaultRetry(cfg Config) outbox.Policy {
 	p.BackoffBase = cfg.RetryInitialBackoff
 	p.BackoffMax = cfg.RetryMaxBackoff
 	p.AttemptTimeout = cfg.RetryAttemptTimeout
+	p.PauseOnMaxAttempts = cfg.RetryOnMaxAttempts == "pause"
 	return p
 }
 

@@ -88,6 +88,7 @@ func (n *Server) openPartition(p uint32, how openHow) error {
 	pc.Invoker.Retry = defaultRetry(n.cfg)
 	pc.Callbacks.Allow = callbackAllowList(n.cfg)
 	pc.Callbacks.Secret = []byte(n.cfg.CallbackSecret)
+	pc.BulkChunk = n.cfg.BulkChunk
 	pc.Services = registry.InvokerLookup{Registry: n.registry}
 	pc.Logger = n.log
 	pc.Registerer = reg

@@ -27,7 +27,7 @@ func TestServiceRetryPolicy(t *testing.T) {
 	t.Cleanup(failing.Close)
 	ctx := context.Background()
 
-	body := `{"url":"` + failing.URL + `","retry":{"maxAttempts":3,"maxBackoff":"10ms"}}`
+	body := `{"url":"` + failing.URL + `","retry":{"maxAttempts":3,"maxBackoff":"10ms","onMaxAttempts":"fail"}}`
 	if r, err := do(ctx, http.MethodPut, n.adminURL()+"/services/Flaky", []byte(body), nil); err != nil || r.status != http.StatusCreated {
 		t.Fatalf("PUT /services/Flaky: %v %+v", err, r)
 	}

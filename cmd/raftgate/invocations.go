@@ -18,7 +18,7 @@ func newInvocationsCmd(env cliEnv) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "invocations",
 		Aliases: []string{"inv"},
-		Short:   "list, show and cancel invocations (list, show ID, cancel ID)",
+		Short:   "list, show and act on invocations (list, show, cancel, resume, restart, kill, purge, bulk)",
 	}
 	client := addAdminFlags(cmd)
 	var asJSON bool
@@ -48,7 +48,7 @@ func newInvocationsCmd(env cliEnv) *cobra.Command {
 		},
 	}
 	fl := list.Flags()
-	fl.StringVar(&f.status, "status", "", "pending, running, queued, scheduled, completed or failed")
+	fl.StringVar(&f.status, "status", "", "pending, running, queued, scheduled, paused, completed or failed")
 	fl.StringVar(&f.service, "service", "", "only this service")
 	fl.StringVar(&f.handler, "handler", "", "only this handler")
 	fl.StringVar(&f.key, "key", "", "only this idempotency key")
@@ -117,6 +117,7 @@ func newInvocationsCmd(env cliEnv) *cobra.Command {
 		},
 	}
 	cmd.AddCommand(list, show, cancel)
+	cmd.AddCommand(lifecycleCmds(env, client, &asJSON)...)
 	return cmd
 }
 
@@ -218,6 +219,11 @@ func printInvocation(out io.Writer, v admin.InvocationView) error {
 		{"execution time", dash(v.ExecutionTime)},
 		{"next retry", dash(v.NextRetryAt)},
 		{"completed", dash(v.CompletedAt)},
+	}
+	for _, link := range [][2]string{{"restarted as", v.RestartedAs}, {"restarted from", v.RestartedFrom}, {"delivered to", v.URL}} {
+		if link[1] != "" {
+			rows = append(rows, link)
+		}
 	}
 	if v.QueuePosition != nil {
 		rows = append(rows, [2]string{"queue position", fmt.Sprintf("%d ahead of it", *v.QueuePosition)})

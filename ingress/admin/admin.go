@@ -91,6 +91,10 @@ type Config struct {
 	Backup func(w io.Writer, size func(int64)) (int64, error)
 	// Keys, when set, serves GET /objects/{object}/{key}. Nil answers 404.
 	Keys Keys
+	// Lifecycle, when set, serves the invocation actions and bulk
+	// operations (POST /invocations/{id}/{action}, POST
+	// /invocations/bulk, GET /operations/{op}). Nil answers 404.
+	Lifecycle Lifecycle
 	// Nodes serves GET /nodes and DELETE /nodes/{id}. Nil answers 501
 	// (a node without cluster membership).
 	Nodes Nodes
@@ -168,6 +172,11 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("/cluster", s.methods(route{get: s.getCluster}))
 	mux.HandleFunc("/invocations", s.methods(route{get: s.listInvocations}))
 	mux.HandleFunc("/invocations/{id}", s.methods(route{get: s.getInvocation, delete: s.cancelInvocation}))
+	if cfg.Lifecycle != nil {
+		mux.HandleFunc("/invocations/bulk", s.methods(route{post: s.bulkInvocations}))
+		mux.HandleFunc("/invocations/{id}/{action}", s.methods(route{post: s.invocationAction}))
+		mux.HandleFunc("/operations/{op}", s.methods(route{get: s.getOperation}))
+	}
 	mux.HandleFunc("/nodes", s.methods(route{get: s.listNodes}))
 	mux.HandleFunc("/nodes/{id}", s.methods(route{delete: s.removeNode}))
 	mux.HandleFunc("/placement", s.methods(route{get: s.getPlacement}))

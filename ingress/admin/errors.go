@@ -58,6 +58,8 @@ func callErrorStatus(what string, err error) (int, string) {
 		return http.StatusNotFound, fmt.Sprintf("%s not found (or its result was already purged)", what)
 	case errors.Is(err, rpc.ErrInvalid):
 		return http.StatusBadRequest, fmt.Sprintf("%s: %v", what, err)
+	case errors.Is(err, rpc.ErrConflict):
+		return http.StatusConflict, fmt.Sprintf("%s: %v", what, err)
 	case errors.Is(err, rpc.ErrOverloaded):
 		return http.StatusTooManyRequests, fmt.Sprintf("%s: cluster is overloaded, nothing was done; retry later", what)
 	case errors.As(err, &notLeader), errors.Is(err, rpc.ErrUnavailable), errors.Is(err, rpc.ErrLostLeadership),

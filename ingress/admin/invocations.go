@@ -26,8 +26,10 @@ type InvocationView struct {
 	// Key is the object key or workflow id of a keyed service's handler.
 	Key string `json:"key,omitempty"`
 	// Status is pending, running, completed, queued (an exclusive handler
-	// waiting for its key) or scheduled (a delayed exclusive handler, not
-	// yet due, so not yet queued).
+	// waiting for its key), scheduled (a delayed exclusive handler, not
+	// yet due, so not yet queued) or paused (its retries were exhausted,
+	// or an operator paused it: it waits for an operator; LastError says
+	// why).
 	Status string `json:"status"`
 	// QueuePosition, when queued, counts the invocations ahead of it (the
 	// running one not counted: 0 runs next).
@@ -46,6 +48,12 @@ type InvocationView struct {
 	// Callback is the completion callback's delivery, when the invocation
 	// has a callback URL.
 	Callback *CallbackView `json:"callback,omitempty"`
+	// Restart links: the invocation this one was restarted as, and the one
+	// it restarts.
+	RestartedAs   string `json:"restartedAs,omitempty"`
+	RestartedFrom string `json:"restartedFrom,omitempty"`
+	// URL is where deliveries go when an operator resumed it with one.
+	URL string `json:"url,omitempty"`
 }
 
 // CallbackView is the delivery state of an invocation's completion
@@ -112,6 +120,8 @@ func stateName(s rpc.InvocationRecord_State) string {
 		return "queued"
 	case rpc.InvocationRecord_SCHEDULED:
 		return "scheduled"
+	case rpc.InvocationRecord_PAUSED:
+		return "paused"
 	default:
 		return "unknown"
 	}
@@ -146,6 +156,13 @@ func invocationView(id invocation.ID, p uint32, rec *rpc.InvocationRecord, full 
 		v.NextRetryAt = optionalTime(rec.GetRetryAtUnixMs())
 	}
 	v.CompletedAt = optionalTime(rec.GetCompletedAtUnixMs())
+	if as, err := invocation.IDFromBytes(rec.GetRestartedAs()); err == nil {
+		v.RestartedAs = as.String()
+	}
+	if from, err := invocation.IDFromBytes(rec.GetRestartedFrom()); err == nil {
+		v.RestartedFrom = from.String()
+	}
+	v.URL = rec.GetUrl()
 	req := bodyView(inv.GetBody(), inv.GetContentType(), full)
 	if n := int(rec.GetRequestBodyBytes()); n > req.BodyBytes {
 		req.BodyBytes, req.BodyTruncated = n, true

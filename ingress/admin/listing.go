@@ -63,6 +63,7 @@ var listStatuses = map[string]rpc.ListInvocations_Status{
 	"failed":    rpc.ListInvocations_FAILED,
 	"queued":    rpc.ListInvocations_QUEUED,
 	"scheduled": rpc.ListInvocations_SCHEDULED,
+	"paused":    rpc.ListInvocations_PAUSED,
 }
 
 // parseListQuery reads GET /invocations' parameters into one partition
@@ -70,7 +71,7 @@ var listStatuses = map[string]rpc.ListInvocations_Status{
 func parseListQuery(q url.Values) (*rpc.ListInvocations, error) {
 	status, ok := listStatuses[q.Get("status")]
 	if !ok {
-		return nil, fmt.Errorf("status %q: want pending, running, queued, scheduled, completed or failed", q.Get("status"))
+		return nil, fmt.Errorf("status %q: want pending, running, queued, scheduled, paused, completed or failed", q.Get("status"))
 	}
 	req := &rpc.ListInvocations{
 		Status:         status,

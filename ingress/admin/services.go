@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/raftgate/raftgate/registry"
 	"github.com/raftgate/raftgate/rpc"
+	"google.golang.org/protobuf/proto"
 )
 
 // maxServiceBody bounds a PUT /services body; a registration is tiny.
@@ -47,6 +49,10 @@ type ServiceView struct {
 	// CallbackURL is the default completion callback of the service's
 	// invocations that name none (x-raftgate-callback).
 	CallbackURL string `json:"callbackUrl,omitempty"`
+	// HandlerConfig is each configured handler's retry policy in force.
+	HandlerConfig map[string]HandlerConfigView `json:"handlerConfig,omitempty"`
+	// RejectReusedIdempotencyKeys: see ServiceRequest.
+	RejectReusedIdempotencyKeys bool `json:"rejectReusedIdempotencyKeys,omitempty"`
 }
 
 // RetryView is a retry policy in JSON; durations in Go syntax ("100ms").
@@ -55,6 +61,9 @@ type RetryView struct {
 	InitialBackoff string `json:"initialBackoff"`
 	MaxBackoff     string `json:"maxBackoff"`
 	AttemptTimeout string `json:"attemptTimeout"`
+	// OnMaxAttempts is pause (keep the invocation, paused, for an
+	// operator) or fail (record a terminal failure).
+	OnMaxAttempts string `json:"onMaxAttempts"`
 }
 
 // RetryRequest is the "retry" object of PUT /services/{name}; every field
@@ -64,6 +73,23 @@ type RetryRequest struct {
 	InitialBackoff string  `json:"initialBackoff,omitempty"`
 	MaxBackoff     string  `json:"maxBackoff,omitempty"`
 	AttemptTimeout string  `json:"attemptTimeout,omitempty"`
+	OnMaxAttempts  string  `json:"onMaxAttempts,omitempty"`
+}
+
+// HandlerConfigRequest is one handler's entry of "handlerConfig": fields
+// set in its retry replace the service's.
+type HandlerConfigRequest struct {
+	Retry *RetryRequest `json:"retry,omitempty"`
+}
+
+// HandlerConfigView is one handler's policy in force.
+type HandlerConfigView struct {
+	Retry RetryView `json:"retry"`
+}
+
+var onMaxAttemptsNames = map[rpc.RetryPolicy_OnMaxAttempts]string{
+	rpc.RetryPolicy_PAUSE: "pause",
+	rpc.RetryPolicy_FAIL:  "fail",
 }
 
 // Bounds of a registered retry policy: a typo should not retry for a year.
@@ -94,6 +120,11 @@ type ServiceRequest struct {
 	// invocations; optional, checked against the cluster's
 	// --callback-allow.
 	CallbackURL string `json:"callbackUrl,omitempty"`
+	// HandlerConfig overrides the service's retry policy per handler.
+	HandlerConfig map[string]HandlerConfigRequest `json:"handlerConfig,omitempty"`
+	// RejectReusedIdempotencyKeys answers 422 to a request whose
+	// idempotency key was used with another body.
+	RejectReusedIdempotencyKeys bool `json:"rejectReusedIdempotencyKeys,omitempty"`
 }
 
 // Service kinds as the admin API spells them.
@@ -118,12 +149,13 @@ func parseKind(s string) (rpc.Service_Kind, error) {
 func (s *server) serviceView(svc *rpc.Service) ServiceView {
 	v := ServiceView{Name: svc.GetName(), URL: svc.GetUrl(), Handlers: svc.GetHandlers(), Kind: kindNames[svc.GetKind()], Shared: svc.GetShared()}
 	v.CallbackURL = svc.GetCallbackUrl()
-	r := s.retryInForce(svc.GetRetry())
-	v.Retry = RetryView{
-		MaxAttempts:    r.GetMaxAttempts(),
-		InitialBackoff: msText(r.GetInitialBackoffMs()),
-		MaxBackoff:     msText(r.GetMaxBackoffMs()),
-		AttemptTimeout: msText(r.GetAttemptTimeoutMs()),
+	v.Retry = retryView(s.retryInForce(svc.GetRetry()))
+	v.RejectReusedIdempotencyKeys = svc.GetRejectReusedIdempotencyKeys()
+	for _, hc := range svc.GetHandlerConfig() {
+		if v.HandlerConfig == nil {
+			v.HandlerConfig = map[string]HandlerConfigView{}
+		}
+		v.HandlerConfig[hc.GetHandler()] = HandlerConfigView{Retry: retryView(s.retryInForce(overlay(svc.GetRetry(), hc.GetRetry())))}
 	}
 	if v.Handlers == nil {
 		v.Handlers = []string{}
@@ -132,6 +164,40 @@ func (s *server) serviceView(svc *rpc.Service) ServiceView {
 		v.UpdatedAt = formatTime(ms)
 	}
 	return v
+}
+
+func retryView(r *rpc.RetryPolicy) RetryView {
+	return RetryView{
+		MaxAttempts:    r.GetMaxAttempts(),
+		InitialBackoff: msText(r.GetInitialBackoffMs()),
+		MaxBackoff:     msText(r.GetMaxBackoffMs()),
+		AttemptTimeout: msText(r.GetAttemptTimeoutMs()),
+		OnMaxAttempts:  onMaxAttemptsNames[r.GetOnMaxAttempts()],
+	}
+}
+
+// overlay returns the fields h sets over base (neither changed).
+func overlay(base, h *rpc.RetryPolicy) *rpc.RetryPolicy {
+	out := &rpc.RetryPolicy{}
+	if base != nil {
+		out = proto.Clone(base).(*rpc.RetryPolicy)
+	}
+	if n := h.GetMaxAttempts(); n > 0 {
+		out.MaxAttempts = n
+	}
+	if ms := h.GetInitialBackoffMs(); ms > 0 {
+		out.InitialBackoffMs = ms
+	}
+	if ms := h.GetMaxBackoffMs(); ms > 0 {
+		out.MaxBackoffMs = ms
+	}
+	if ms := h.GetAttemptTimeoutMs(); ms > 0 {
+		out.AttemptTimeoutMs = ms
+	}
+	if o := h.GetOnMaxAttempts(); o != rpc.RetryPolicy_ON_MAX_ATTEMPTS_UNSET {
+		out.OnMaxAttempts = o
+	}
+	return out
 }
 
 // catchUp lets this node's registry replica catch up with the metadata
@@ -281,7 +347,21 @@ func validateService(name string, req ServiceRequest) (*rpc.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	svc := &rpc.Service{Name: name, Url: base, Handlers: slices.Clone(req.Handlers), Kind: kind, Shared: slices.Clone(req.Shared), Retry: retry}
+	svc := &rpc.Service{Name: name, Url: base, Handlers: slices.Clone(req.Handlers), Kind: kind, Shared: slices.Clone(req.Shared), Retry: retry,
+		RejectReusedIdempotencyKeys: req.RejectReusedIdempotencyKeys}
+	for _, h := range slices.Sorted(maps.Keys(req.HandlerConfig)) {
+		if err := ValidateHandlerName(h); err != nil {
+			return nil, fmt.Errorf("handlerConfig: %w", err)
+		}
+		if len(req.Handlers) > 0 && !seen[h] {
+			return nil, fmt.Errorf("handlerConfig: handler %q is not in handlers", h)
+		}
+		hr, err := validateRetry(req.HandlerConfig[h].Retry)
+		if err != nil {
+			return nil, fmt.Errorf("handlerConfig.%s.%w", h, err)
+		}
+		svc.HandlerConfig = append(svc.HandlerConfig, &rpc.HandlerConfig{Handler: h, Retry: hr})
+	}
 	if err := registry.CheckKind(svc); err != nil {
 		return nil, err
 	}
@@ -316,6 +396,15 @@ func validateRetry(req *RetryRequest) (*rpc.RetryPolicy, error) {
 			return nil, fmt.Errorf("retry.%s %q must be a duration from 1ms to %v, like \"500ms\" or \"30s\"", f.name, f.text, maxRetryDuration)
 		}
 		*f.ms = d.Milliseconds()
+	}
+	switch req.OnMaxAttempts {
+	case "":
+	case "pause":
+		p.OnMaxAttempts = rpc.RetryPolicy_PAUSE
+	case "fail":
+		p.OnMaxAttempts = rpc.RetryPolicy_FAIL
+	default:
+		return nil, fmt.Errorf(`retry.onMaxAttempts %q: want "pause" or "fail"`, req.OnMaxAttempts)
 	}
 	if p.InitialBackoffMs > 0 && p.MaxBackoffMs > 0 && p.InitialBackoffMs > p.MaxBackoffMs {
 		return nil, fmt.Errorf("retry.initialBackoff %s is above retry.maxBackoff %s", req.InitialBackoff, req.MaxBackoff)

@@ -54,6 +54,7 @@ func tuneNode(c *server.Config) {
 	c.RetryMaxAttempts = 2
 	c.RetryInitialBackoff = 10 * time.Millisecond
 	c.RetryMaxBackoff = 10 * time.Millisecond
+	c.RetryOnMaxAttempts = "fail" // the client reports the exhausted failure
 }
 
 // register puts a service through the admin API at adminAddr.

@@ -36,6 +36,18 @@ type KeyBackend interface {
 	KeyStatus(ctx context.Context, partition uint32, service, key string) (*rpc.KeyState, error)
 }
 
+// LifecycleBackend is a Backend that also serves operators' actions on
+// invocations; a Backend without it answers them INVALID.
+type LifecycleBackend interface {
+	// Action applies an action to one invocation (restart answers the new
+	// invocation's id).
+	Action(ctx context.Context, partition uint32, requestID []byte, a *rpc.InvocationAction) (*rpc.Appended, error)
+	// Bulk starts (or dry-runs) a bulk operation on partition.
+	Bulk(ctx context.Context, partition uint32, requestID []byte, req *rpc.BulkRequest) (*rpc.Operation, error)
+	// Operation reads partition's state of a bulk operation.
+	Operation(ctx context.Context, partition uint32, id string) (*rpc.Operation, error)
+}
+
 // ScheduleBackend is a Backend that also serves schedule requests (admin
 // /schedules); a Backend without it answers them INVALID.
 type ScheduleBackend interface {

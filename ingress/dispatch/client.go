@@ -392,6 +392,55 @@ func (c *Client) FenceService(ctx context.Context, partitionID uint32, service s
 	})
 }
 
+// Action applies an operator's action to one invocation; restart answers
+// the new invocation's id, the others nil. Retrying is safe: the request
+// id is the same on every retry.
+func (c *Client) Action(ctx context.Context, partitionID uint32, a *rpc.InvocationAction) (*rpc.Appended, error) {
+	resp, err := c.call(ctx, opAction, &rpc.DispatchRequest{
+		RequestId: invocation.NewRequestID(),
+		Partition: partitionID,
+		Body:      &rpc.DispatchRequest_Action{Action: a},
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case resp.GetAppended() != nil:
+		return resp.GetAppended(), nil
+	case resp.GetDone() != nil:
+		return nil, nil
+	}
+	return nil, unexpected(opAction, resp)
+}
+
+// Bulk starts (or with req.DryRun counts) a bulk operation on one
+// partition; retrying is safe (a known operation id is a no-op).
+func (c *Client) Bulk(ctx context.Context, partitionID uint32, req *rpc.BulkRequest) (*rpc.Operation, error) {
+	return operationOf(c.call(ctx, opBulk, &rpc.DispatchRequest{
+		RequestId: invocation.NewRequestID(),
+		Partition: partitionID,
+		Body:      &rpc.DispatchRequest_Bulk{Bulk: req},
+	}))
+}
+
+// Operation reads one partition's state of a bulk operation.
+func (c *Client) Operation(ctx context.Context, partitionID uint32, id string) (*rpc.Operation, error) {
+	return operationOf(c.call(ctx, opOperation, &rpc.DispatchRequest{
+		RequestId: invocation.NewRequestID(),
+		Partition: partitionID,
+		Body:      &rpc.DispatchRequest_Operation{Operation: &rpc.GetOperation{OperationId: id}},
+	}))
+}
+
+func operationOf(resp *rpc.DispatchResponse, err error) (*rpc.Operation, error) {
+	if err != nil {
+		return nil, err
+	}
+	if op := resp.GetOperation(); op != nil {
+		return op, nil
+	}
+	return nil, unexpected(opOperation, resp)
+}
+
 // Schedule sends a schedule request to the partition's leader (the request
 // ids of changes are inside req, the same on every retry).
 func (c *Client) Schedule(ctx context.Context, partitionID uint32, req *rpc.ScheduleRequest) (*rpc.ScheduleList, error) {

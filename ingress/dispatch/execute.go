@@ -20,6 +20,9 @@ const (
 	opDeleteService = "delete_service"
 	opKeyStatus     = "key_status"
 	opFenceService  = "fence_service"
+	opAction        = "action"
+	opBulk          = "bulk"
+	opOperation     = "operation"
 	opSchedule      = "schedule"
 	opUnknown       = "unknown"
 )
@@ -50,6 +53,12 @@ func opOf(req *rpc.DispatchRequest) string {
 		return opKeyStatus
 	case *rpc.DispatchRequest_FenceService:
 		return opFenceService
+	case *rpc.DispatchRequest_Action:
+		return opAction
+	case *rpc.DispatchRequest_Bulk:
+		return opBulk
+	case *rpc.DispatchRequest_Operation:
+		return opOperation
 	case *rpc.DispatchRequest_Schedule:
 		return opSchedule
 	default:
@@ -117,6 +126,12 @@ func execute(ctx context.Context, b Backend, req *rpc.DispatchRequest) *rpc.Disp
 		if ks, err = kb.KeyStatus(ctx, p, r.KeyStatus.GetService(), r.KeyStatus.GetKey()); ks != nil {
 			resp = &rpc.DispatchResponse{Body: &rpc.DispatchResponse_KeyState{KeyState: ks}}
 		}
+	case *rpc.DispatchRequest_Action, *rpc.DispatchRequest_Bulk, *rpc.DispatchRequest_Operation:
+		lb, ok := b.(LifecycleBackend)
+		if !ok {
+			return errorResponse(fmt.Errorf("%w: this node does not serve invocation actions", rpc.ErrInvalid))
+		}
+		resp, err = executeLifecycle(ctx, lb, req)
 	case *rpc.DispatchRequest_Schedule:
 		sb, ok := b.(ScheduleBackend)
 		if !ok {
@@ -136,6 +151,31 @@ func execute(ctx context.Context, b Backend, req *rpc.DispatchRequest) *rpc.Disp
 		return errorResponse(errEmptyAnswer)
 	}
 	return resp
+}
+
+// executeLifecycle runs an operator's action or bulk request.
+func executeLifecycle(ctx context.Context, b LifecycleBackend, req *rpc.DispatchRequest) (*rpc.DispatchResponse, error) {
+	var op *rpc.Operation
+	var err error
+	switch r := req.Body.(type) {
+	case *rpc.DispatchRequest_Action:
+		a, err := b.Action(ctx, req.Partition, req.RequestId, r.Action)
+		if err != nil {
+			return nil, err
+		}
+		if a != nil {
+			return &rpc.DispatchResponse{Body: &rpc.DispatchResponse_Appended{Appended: a}}, nil
+		}
+		return doneResponse(), nil
+	case *rpc.DispatchRequest_Bulk:
+		op, err = b.Bulk(ctx, req.Partition, req.RequestId, r.Bulk)
+	case *rpc.DispatchRequest_Operation:
+		op, err = b.Operation(ctx, req.Partition, r.Operation.GetOperationId())
+	}
+	if err != nil || op == nil {
+		return nil, err
+	}
+	return &rpc.DispatchResponse{Body: &rpc.DispatchResponse_Operation{Operation: op}}, nil
 }
 
 func resultResponse(r *rpc.InvocationResult) *rpc.DispatchResponse {

@@ -110,7 +110,7 @@ function localTime(rfc3339) {
 }
 
 function statusBadge(status, failed) {
-  const cls = status === "completed" ? (failed ? "bad" : "ok") : status === "running" ? "warn" : "";
+  const cls = status === "completed" ? (failed ? "bad" : "ok") : status === "running" || status === "paused" ? "warn" : "";
   return el("span", { class: "badge " + cls, "data-status": status }, failed ? "failed" : status);
 }
 
@@ -715,6 +715,9 @@ async function loadInvocation(id, full) {
     ["next retry", localTime(v.nextRetryAt)],
     ["completed", localTime(v.completedAt)],
     ["result", r ? `${r.status}${r.failed ? " failed" : ""}${r.error ? ": " + r.error : ""}` : "–"],
+    ...(v.restartedAs ? [["restarted as", el("a", { href: "#/invocations/" + v.restartedAs }, v.restartedAs)]] : []),
+    ...(v.restartedFrom ? [["restarted from", el("a", { href: "#/invocations/" + v.restartedFrom }, v.restartedFrom)]] : []),
+    ...(v.url ? [["delivered to", v.url]] : []),
   ];
   fill($("table.fields tbody", root), rows.map(([k, val]) =>
     el("tr", { "data-row": k }, el("th", {}, k), el("td", {}, val))));
@@ -731,6 +734,17 @@ async function loadInvocation(id, full) {
     $("#confirm-id").textContent = v.id;
     $("#confirm-cancel").showModal();
   };
+  // Operators' actions, each where it applies (docs/operations.md).
+  const applies = {
+    resume: v.status === "paused" || (v.status === "pending" && !!v.nextRetryAt && v.attempts > 0),
+    restart: (v.status === "completed" || v.status === "paused") && !v.restartedAs,
+    kill: v.status !== "completed",
+    purge: v.status === "completed",
+  };
+  for (const b of document.querySelectorAll("#inv-detail .action-btn")) {
+    b.hidden = !applies[b.dataset.action];
+    b.onclick = () => confirmAction(b.dataset.action, v.id);
+  }
   $("#inv-refresh").textContent = v.status === "completed" ? "" : "refreshed every 2 s until it completes";
   return v.status;
 }
@@ -742,6 +756,40 @@ $("#confirm-cancel").addEventListener("close", () => {
   run("cancel", async () => {
     await api("DELETE", "/invocations/" + encodeURIComponent(id));
     await loadInvocation(id, false);
+  });
+});
+
+const actionTexts = {
+  resume: ["Resume", "It is delivered now and its attempts start again; give a URL to deliver it elsewhere from now on."],
+  restart: ["Restart", "A new invocation runs with the same input (a paused original completes as killed)."],
+  kill: ["Kill", "It completes now with a killed result (409), without calling its service again. This cannot be undone."],
+  purge: ["Purge", "Its record and result are dropped now; its idempotency key becomes free. This cannot be undone."],
+};
+
+function confirmAction(action, id) {
+  const [verb, text] = actionTexts[action];
+  $("#action-verb").textContent = verb;
+  $("#action-id").textContent = id;
+  $("#action-text").textContent = text;
+  $("#action-url-row").hidden = action !== "resume";
+  $("#action-url").value = "";
+  $("#action-yes").textContent = verb;
+  const dlg = $("#confirm-action");
+  dlg.dataset.action = action;
+  dlg.showModal();
+}
+
+$("#confirm-action").addEventListener("close", () => {
+  const dlg = $("#confirm-action");
+  if (dlg.returnValue !== "yes") return;
+  const action = dlg.dataset.action, id = $("#action-id").textContent;
+  const url = $("#action-url").value.trim();
+  run(action, async () => {
+    const v = await api("POST", `/invocations/${encodeURIComponent(id)}/${action}`,
+      action === "resume" && url ? { url } : undefined);
+    if (action === "restart") location.hash = "#/invocations/" + v.id;
+    else if (action === "purge") location.hash = "#/invocations";
+    else await loadInvocation(id, false);
   });
 });
 
