@@ -224,11 +224,10 @@ func (p *Processor) leaderLoop() {
 
 func (p *Processor) leaderWork(ctx context.Context, term uint64) {
 	var wg sync.WaitGroup
-	wg.Add(4)
-	go func() { defer wg.Done(); p.invoker.run(ctx) }()
-	go func() { defer wg.Done(); p.sweepLoop(ctx, term) }()
-	go func() { defer wg.Done(); p.bulkLoop(ctx) }()
-	go func() { defer wg.Done(); p.scheduleLoop(ctx) }()
-	go func() { defer wg.Done(); p.callbacks.run(ctx) }()
+	wg.Go(func() { p.invoker.run(ctx) })
+	wg.Go(func() { p.sweepLoop(ctx, term) })
+	wg.Go(func() { p.bulkLoop(ctx) })
+	wg.Go(func() { p.scheduleLoop(ctx) })
+	wg.Go(func() { p.callbacks.run(ctx) })
 	wg.Wait()
 }
