@@ -335,7 +335,9 @@ func (n *Server) cannotSpare(st *cluster.State, id uint64) string {
 			continue
 		}
 		rest++
-		if mem, ok := n.members.Node(m.Id); ok && mem.Alive {
+		// Live: the metadata group's leader (this node) heard from it
+		// lately, which gossip, slower to see a restarted node, may not say.
+		if st := n.meta.Status(); st.Active[m.Id] {
 			alive++
 		}
 	}
