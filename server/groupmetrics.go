@@ -91,6 +91,9 @@ func (m *groupMetrics) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		for _, voter := range st.Voters {
+			if !st.Active[voter] {
+				continue // down: its lag is unknown, and the series is absent
+			}
 			match := st.Match[voter]
 			ch <- prometheus.MustNewConstMetric(m.replicaLag, prometheus.GaugeValue, float64(st.Committed-min(match, st.Committed)),
 				label, strconv.FormatUint(voter, 10))
