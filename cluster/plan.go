@@ -66,6 +66,13 @@ func wantedIn(s *State, group uint32, node uint64) bool {
 	return !ok || len(pl.Replicas) == 0 || slices.Contains(pl.Replicas, node)
 }
 
+// MaxMetaVoters caps the metadata group's voters: every node keeps a
+// replica of it (each reads the registry and the record locally), but a
+// quorum of five is enough, and a larger one costs every write more. The
+// other nodes are learners, promoted as voters leave. Voters are never
+// demoted to make room: a configuration only grows to the cap.
+const MaxMetaVoters = 5
+
 // wantedReplica reports whether replica r should be in group: its node is
 // wanted there, in the generation the target gives it.
 func wantedReplica(s *State, group uint32, r uint64) bool {
@@ -96,6 +103,9 @@ func PlanGroup(s *State, group uint32, m raftlog.Membership) GroupStep {
 		}
 	}
 	for _, r := range m.Learners {
+		if group == 0 && len(m.Voters) >= MaxMetaVoters {
+			break // the metadata group keeps its voters to five, learners beyond
+		}
 		return GroupStep{Kind: StepPromote, Replica: r} // wanted: the others went first
 	}
 	if len(m.Voters) > 1 {
@@ -130,7 +140,13 @@ func PlanNodes(s *State) []NodeStep {
 		switch n.State {
 		case rpc.NodeState_NODE_STATE_JOINING:
 			if !slices.ContainsFunc(s.Placements, func(pl *rpc.PartitionPlacement) bool {
-				return wantedIn(s, pl.Partition, n.Id) && (pl.ObservedJoint || !slices.Contains(pl.ObservedVoters, n.Id))
+				if !wantedIn(s, pl.Partition, n.Id) {
+					return false
+				}
+				if pl.Partition == 0 && len(pl.ObservedVoters) >= MaxMetaVoters && slices.Contains(pl.ObservedLearners, n.Id) {
+					return false // a learner of a metadata group at its cap is a full member
+				}
+				return pl.ObservedJoint || !slices.Contains(pl.ObservedVoters, n.Id)
 			}) {
 				steps = append(steps, NodeStep{n.Id, n.State, rpc.NodeState_NODE_STATE_ACTIVE})
 			}

@@ -79,6 +79,28 @@ func nodesOf(replicas []uint64) []uint64 {
 	return out
 }
 
+// TestPlanMetaGroupCap: the metadata group grows to five voters and keeps
+// further nodes as learners, promoting one when a voter leaves; a joiner
+// that is a learner of a capped metadata group becomes active.
+func TestPlanMetaGroupCap(t *testing.T) {
+	s := record(map[uint64]rpc.NodeState{1: active, 2: active, 3: active, 4: active, 5: active, 6: joining}, nil)
+	capped := conf([]uint64{1, 2, 3, 4, 5}, []uint64{6})
+	if got := PlanGroup(s, 0, capped); got != (GroupStep{}) {
+		t.Fatalf("a sixth node promoted: %+v", got)
+	}
+	if got := PlanGroup(s, 1, capped); got.Kind != StepPromote {
+		t.Fatalf("a partition is not capped: %+v", got)
+	}
+	observe(s, 0, capped)
+	if got := PlanNodes(s); !slices.Equal(got, []NodeStep{{6, joining, active}}) {
+		t.Fatalf("the learner of a capped metadata group: %+v", got)
+	}
+	s = record(map[uint64]rpc.NodeState{1: active, 2: active, 3: active, 4: active, 5: removed, 6: active}, nil)
+	if got := PlanGroup(s, 0, conf([]uint64{1, 2, 3, 4}, []uint64{6})); got != (GroupStep{StepPromote, raftlog.ReplicaID(6, 0)}) {
+		t.Fatalf("a learner not promoted when a voter left: %+v", got)
+	}
+}
+
 func TestPlanNodes(t *testing.T) {
 	s := record(map[uint64]rpc.NodeState{1: active, 2: active, 3: active, 4: joining}, nil)
 	s.setPlacement(&rpc.PartitionPlacement{Partition: 1}) // placed on every node, not observed yet
@@ -186,7 +208,7 @@ func planConverges(t *testing.T, seed uint64) {
 		}
 	}
 	for i, m := range groups {
-		if m.Joint() || len(m.Learners) > 0 {
+		if m.Joint() || len(m.Learners) > 0 && !(i == 0 && len(m.Voters) == MaxMetaVoters) {
 			t.Fatalf("seed %d: group %d ends %+v", seed, i, m)
 		}
 		for _, r := range m.Voters {
