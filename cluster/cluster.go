@@ -43,6 +43,11 @@ type Cluster struct {
 
 	state   atomic.Pointer[State]
 	tracker *proposals.Tracker[Result]
+	// applied is the state after the last Apply, which its Reveal has not
+	// published yet: the applier may apply a group's next entries in the
+	// same batch, before that Reveal, and they must build on it (applier
+	// goroutine only; nil when state is current).
+	applied *State
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced at each change; guarded by mu
@@ -199,7 +204,11 @@ func (c *Cluster) applyEntries(root *bolt.Bucket, entries []decoded) (raftlog.Ap
 	if err != nil {
 		return raftlog.Applied{}, fmt.Errorf("cluster: create bucket: %w", err)
 	}
-	t := &tx{b: b, next: c.state.Load()}
+	base := c.applied
+	if base == nil {
+		base = c.state.Load()
+	}
+	t := &tx{b: b, next: base}
 	var outcomes []outcome
 	for _, e := range entries {
 		for _, cmd := range e.batch.Commands {
@@ -211,8 +220,14 @@ func (c *Cluster) applyEntries(root *bolt.Bucket, entries []decoded) (raftlog.Ap
 		}
 	}
 	next, changed := t.next, t.dirty
+	if changed {
+		c.applied = next
+	}
 	return raftlog.Applied{Reveal: func() {
 		if changed {
+			if c.applied == next {
+				c.applied = nil
+			}
 			c.state.Store(next)
 			c.mu.Lock()
 			close(c.changed)
@@ -231,6 +246,7 @@ func (c *Cluster) restore(root *bolt.Bucket) error {
 	if err != nil {
 		return err
 	}
+	c.applied = nil
 	c.state.Store(s)
 	c.mu.Lock()
 	close(c.changed)

@@ -1,12 +1,14 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/raftlog"
@@ -129,5 +131,47 @@ func TestIdentityFile(t *testing.T) {
 	}
 	if _, _, err := LoadIdentity(dir); err == nil {
 		t.Fatal("a bad cluster id read without error")
+	}
+}
+
+// TestApplyBuildsOnUnrevealedApply: the applier may apply a group's next
+// entries before the Reveal of the previous ones (one batch, one
+// transaction); the second Apply must see the first's changes, as every
+// replica's bucket does, or replicas diverge.
+func TestApplyBuildsOnUnrevealedApply(t *testing.T) {
+	db := openDB(t)
+	reg := registry.New(zerolog.Nop())
+	m := &Machine{Registry: reg, Cluster: New(zerolog.Nop())}
+	cid := bytes.Repeat([]byte{3}, ClusterIDLen)
+	entry := func(index uint64, c *rpc.Command) raftlog.Entry {
+		data, err := rpc.EncodeBatch(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raftlog.Entry{Index: index, Term: 1, Data: data}
+	}
+	var reveals []func()
+	err := db.Update(func(btx *bolt.Tx) error {
+		b, err := btx.CreateBucketIfNotExists([]byte("meta"))
+		if err != nil {
+			return err
+		}
+		for i, c := range []*rpc.Command{initCmd(cid, 1), joinCmd("n", "127.0.0.1:9", 0, cid)} {
+			applied, err := m.Apply(b, []raftlog.Entry{entry(uint64(i+1), c)})
+			if err != nil {
+				return err
+			}
+			reveals = append(reveals, applied.Reveal)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range reveals {
+		r()
+	}
+	if n, ok := m.Cluster.State().Node(2); !ok || n.State != joining {
+		t.Fatalf("the join applied before the init's Reveal was lost: %+v", m.Cluster.State())
 	}
 }
