@@ -139,7 +139,7 @@ func (x InvocationRecord_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InvocationRecord_State.Descriptor instead.
 func (InvocationRecord_State) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{20, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{25, 0}
 }
 
 type ListInvocations_Status int32
@@ -202,7 +202,7 @@ func (x ListInvocations_Status) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ListInvocations_Status.Descriptor instead.
 func (ListInvocations_Status) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{33, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{38, 0}
 }
 
 type DispatchError_Code int32
@@ -279,7 +279,7 @@ func (x DispatchError_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DispatchError_Code.Descriptor instead.
 func (DispatchError_Code) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{38, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{43, 0}
 }
 
 type CallbackState_State int32
@@ -332,7 +332,7 @@ func (x CallbackState_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CallbackState_State.Descriptor instead.
 func (CallbackState_State) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{48, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{53, 0}
 }
 
 type RaftBatch struct {
@@ -701,6 +701,8 @@ type Command struct {
 	//	*Command_TriggerSchedule
 	//	*Command_ScheduleTick
 	//	*Command_CallbackAttempt
+	//	*Command_PutRule
+	//	*Command_DeleteRule
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -941,6 +943,24 @@ func (x *Command) GetCallbackAttempt() *CallbackAttempt {
 	return nil
 }
 
+func (x *Command) GetPutRule() *PutRule {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_PutRule); ok {
+			return x.PutRule
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetDeleteRule() *DeleteRule {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_DeleteRule); ok {
+			return x.DeleteRule
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -1037,6 +1057,15 @@ type Command_CallbackAttempt struct {
 	CallbackAttempt *CallbackAttempt `protobuf:"bytes,80,opt,name=callback_attempt,json=callbackAttempt,proto3,oneof"`
 }
 
+type Command_PutRule struct {
+	// Metadata group only: scope rules (registry/rules.go): 90-99.
+	PutRule *PutRule `protobuf:"bytes,90,opt,name=put_rule,json=putRule,proto3,oneof"`
+}
+
+type Command_DeleteRule struct {
+	DeleteRule *DeleteRule `protobuf:"bytes,91,opt,name=delete_rule,json=deleteRule,proto3,oneof"`
+}
+
 func (*Command_Invoke) isCommand_Cmd() {}
 
 func (*Command_Complete) isCommand_Cmd() {}
@@ -1080,6 +1109,10 @@ func (*Command_TriggerSchedule) isCommand_Cmd() {}
 func (*Command_ScheduleTick) isCommand_Cmd() {}
 
 func (*Command_CallbackAttempt) isCommand_Cmd() {}
+
+func (*Command_PutRule) isCommand_Cmd() {}
+
+func (*Command_DeleteRule) isCommand_Cmd() {}
 
 // A partition command, proposed to every partition once a service's
 // registration changed (put or delete) at metadata log index `index`, before
@@ -1244,7 +1277,10 @@ type Invoke struct {
 	ScheduledAtUnixMs int64  `protobuf:"varint,61,opt,name=scheduled_at_unix_ms,json=scheduledAtUnixMs,proto3" json:"scheduled_at_unix_ms,omitempty"`
 	// Where the result is POSTed once the invocation completes: the send's
 	// x-raftgate-callback, else the service's default callback URL.
-	CallbackUrl   string `protobuf:"bytes,80,opt,name=callback_url,json=callbackUrl,proto3" json:"callback_url,omitempty"`
+	CallbackUrl string `protobuf:"bytes,80,opt,name=callback_url,json=callbackUrl,proto3" json:"callback_url,omitempty"`
+	// The scope the invocation was sent in (POST /restate/scope/{scope}/…);
+	// empty when none. It selects the scope rules that apply to it.
+	Scope         string `protobuf:"bytes,90,opt,name=scope,proto3" json:"scope,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1402,6 +1438,13 @@ func (x *Invoke) GetScheduledAtUnixMs() int64 {
 func (x *Invoke) GetCallbackUrl() string {
 	if x != nil {
 		return x.CallbackUrl
+	}
+	return ""
+}
+
+func (x *Invoke) GetScope() string {
+	if x != nil {
+		return x.Scope
 	}
 	return ""
 }
@@ -1880,9 +1923,16 @@ type Service struct {
 	RegisteredIndex uint64 `protobuf:"varint,8,opt,name=registered_index,json=registeredIndex,proto3" json:"registered_index,omitempty"`
 	// Default completion callback URL of this service's invocations that
 	// name none (x-raftgate-callback).
-	CallbackUrl   string `protobuf:"bytes,80,opt,name=callback_url,json=callbackUrl,proto3" json:"callback_url,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CallbackUrl string `protobuf:"bytes,80,opt,name=callback_url,json=callbackUrl,proto3" json:"callback_url,omitempty"`
+	// Flow control (90-99): stored and shown; not yet enforced.
+	Limits *Limits `protobuf:"bytes,90,opt,name=limits,proto3" json:"limits,omitempty"`
+	// Per-handler overrides, by handler name.
+	HandlerConfig map[string]*HandlerConfig `protobuf:"bytes,91,rep,name=handler_config,json=handlerConfig,proto3" json:"handler_config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// In-flight deliveries per key of a keyed service's shared handlers (0:
+	// no limit).
+	PerKeyConcurrency uint32 `protobuf:"varint,92,opt,name=per_key_concurrency,json=perKeyConcurrency,proto3" json:"per_key_concurrency,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Service) Reset() {
@@ -1978,6 +2028,347 @@ func (x *Service) GetCallbackUrl() string {
 	return ""
 }
 
+func (x *Service) GetLimits() *Limits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *Service) GetHandlerConfig() map[string]*HandlerConfig {
+	if x != nil {
+		return x.HandlerConfig
+	}
+	return nil
+}
+
+func (x *Service) GetPerKeyConcurrency() uint32 {
+	if x != nil {
+		return x.PerKeyConcurrency
+	}
+	return 0
+}
+
+// Flow-control limits of a service or handler; 0 means no limit.
+type Limits struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Deliveries in flight, cluster-wide.
+	Concurrency uint32 `protobuf:"varint,1,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	// A cluster-wide token bucket: deliveries started per second, and the
+	// bucket's size.
+	RatePerSecond float64 `protobuf:"fixed64,2,opt,name=rate_per_second,json=ratePerSecond,proto3" json:"rate_per_second,omitempty"`
+	Burst         uint32  `protobuf:"varint,3,opt,name=burst,proto3" json:"burst,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Limits) Reset() {
+	*x = Limits{}
+	mi := &file_raftgate_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Limits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Limits) ProtoMessage() {}
+
+func (x *Limits) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Limits.ProtoReflect.Descriptor instead.
+func (*Limits) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *Limits) GetConcurrency() uint32 {
+	if x != nil {
+		return x.Concurrency
+	}
+	return 0
+}
+
+func (x *Limits) GetRatePerSecond() float64 {
+	if x != nil {
+		return x.RatePerSecond
+	}
+	return 0
+}
+
+func (x *Limits) GetBurst() uint32 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+// What one handler of a service overrides.
+type HandlerConfig struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Limits        *Limits                `protobuf:"bytes,1,opt,name=limits,proto3" json:"limits,omitempty"`
+	Retry         *RetryPolicy           `protobuf:"bytes,2,opt,name=retry,proto3" json:"retry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HandlerConfig) Reset() {
+	*x = HandlerConfig{}
+	mi := &file_raftgate_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HandlerConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HandlerConfig) ProtoMessage() {}
+
+func (x *HandlerConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HandlerConfig.ProtoReflect.Descriptor instead.
+func (*HandlerConfig) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *HandlerConfig) GetLimits() *Limits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *HandlerConfig) GetRetry() *RetryPolicy {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
+// A scope rule: a concurrency limit for the invocations of the scopes
+// pattern matches ("*": every scope; an exact scope wins over "*").
+type Rule struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Pattern     string                 `protobuf:"bytes,1,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	Concurrency uint32                 `protobuf:"varint,2,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	Enabled     bool                   `protobuf:"varint,3,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	// Bumped by every change; the first version is 1.
+	Version         uint64 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	UpdatedAtUnixMs int64  `protobuf:"varint,5,opt,name=updated_at_unix_ms,json=updatedAtUnixMs,proto3" json:"updated_at_unix_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Rule) Reset() {
+	*x = Rule{}
+	mi := &file_raftgate_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Rule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Rule) ProtoMessage() {}
+
+func (x *Rule) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Rule.ProtoReflect.Descriptor instead.
+func (*Rule) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *Rule) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
+func (x *Rule) GetConcurrency() uint32 {
+	if x != nil {
+		return x.Concurrency
+	}
+	return 0
+}
+
+func (x *Rule) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *Rule) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *Rule) GetUpdatedAtUnixMs() int64 {
+	if x != nil {
+		return x.UpdatedAtUnixMs
+	}
+	return 0
+}
+
+// Creates or replaces a rule if its version is expected_version (0: the
+// rule must not exist).
+type PutRule struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Rule            *Rule                  `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	ExpectedVersion uint64                 `protobuf:"varint,2,opt,name=expected_version,json=expectedVersion,proto3" json:"expected_version,omitempty"`
+	// Matches the applied entry to the waiting call (fresh per call).
+	RequestId     []byte `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutRule) Reset() {
+	*x = PutRule{}
+	mi := &file_raftgate_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutRule) ProtoMessage() {}
+
+func (x *PutRule) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutRule.ProtoReflect.Descriptor instead.
+func (*PutRule) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PutRule) GetRule() *Rule {
+	if x != nil {
+		return x.Rule
+	}
+	return nil
+}
+
+func (x *PutRule) GetExpectedVersion() uint64 {
+	if x != nil {
+		return x.ExpectedVersion
+	}
+	return 0
+}
+
+func (x *PutRule) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+// Deletes a rule if its version is expected_version (0: any version).
+type DeleteRule struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Pattern         string                 `protobuf:"bytes,1,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	ExpectedVersion uint64                 `protobuf:"varint,2,opt,name=expected_version,json=expectedVersion,proto3" json:"expected_version,omitempty"`
+	RequestId       []byte                 `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *DeleteRule) Reset() {
+	*x = DeleteRule{}
+	mi := &file_raftgate_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRule) ProtoMessage() {}
+
+func (x *DeleteRule) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRule.ProtoReflect.Descriptor instead.
+func (*DeleteRule) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *DeleteRule) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
+func (x *DeleteRule) GetExpectedVersion() uint64 {
+	if x != nil {
+		return x.ExpectedVersion
+	}
+	return 0
+}
+
+func (x *DeleteRule) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
 // Retry rule of a service's deliveries. A zero field means "the cluster's
 // default".
 type RetryPolicy struct {
@@ -1996,7 +2387,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_raftgate_proto_msgTypes[17]
+	mi := &file_raftgate_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2399,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[17]
+	mi := &file_raftgate_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2412,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{17}
+	return file_raftgate_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RetryPolicy) GetMaxAttempts() uint32 {
@@ -2063,7 +2454,7 @@ type PutService struct {
 
 func (x *PutService) Reset() {
 	*x = PutService{}
-	mi := &file_raftgate_proto_msgTypes[18]
+	mi := &file_raftgate_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2075,7 +2466,7 @@ func (x *PutService) String() string {
 func (*PutService) ProtoMessage() {}
 
 func (x *PutService) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[18]
+	mi := &file_raftgate_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2088,7 +2479,7 @@ func (x *PutService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutService.ProtoReflect.Descriptor instead.
 func (*PutService) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{18}
+	return file_raftgate_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PutService) GetService() *Service {
@@ -2116,7 +2507,7 @@ type DeleteService struct {
 
 func (x *DeleteService) Reset() {
 	*x = DeleteService{}
-	mi := &file_raftgate_proto_msgTypes[19]
+	mi := &file_raftgate_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2519,7 @@ func (x *DeleteService) String() string {
 func (*DeleteService) ProtoMessage() {}
 
 func (x *DeleteService) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[19]
+	mi := &file_raftgate_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2532,7 @@ func (x *DeleteService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteService.ProtoReflect.Descriptor instead.
 func (*DeleteService) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{19}
+	return file_raftgate_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteService) GetName() string {
@@ -2186,7 +2577,7 @@ type InvocationRecord struct {
 
 func (x *InvocationRecord) Reset() {
 	*x = InvocationRecord{}
-	mi := &file_raftgate_proto_msgTypes[20]
+	mi := &file_raftgate_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2198,7 +2589,7 @@ func (x *InvocationRecord) String() string {
 func (*InvocationRecord) ProtoMessage() {}
 
 func (x *InvocationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[20]
+	mi := &file_raftgate_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2211,7 +2602,7 @@ func (x *InvocationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationRecord.ProtoReflect.Descriptor instead.
 func (*InvocationRecord) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{20}
+	return file_raftgate_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *InvocationRecord) GetInvoke() *Invoke {
@@ -2314,7 +2705,7 @@ type KeyState struct {
 
 func (x *KeyState) Reset() {
 	*x = KeyState{}
-	mi := &file_raftgate_proto_msgTypes[21]
+	mi := &file_raftgate_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2326,7 +2717,7 @@ func (x *KeyState) String() string {
 func (*KeyState) ProtoMessage() {}
 
 func (x *KeyState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[21]
+	mi := &file_raftgate_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2339,7 +2730,7 @@ func (x *KeyState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyState.ProtoReflect.Descriptor instead.
 func (*KeyState) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{21}
+	return file_raftgate_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *KeyState) GetRunning() []byte {
@@ -2372,7 +2763,7 @@ type DispatchRequestBatch struct {
 
 func (x *DispatchRequestBatch) Reset() {
 	*x = DispatchRequestBatch{}
-	mi := &file_raftgate_proto_msgTypes[22]
+	mi := &file_raftgate_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +2775,7 @@ func (x *DispatchRequestBatch) String() string {
 func (*DispatchRequestBatch) ProtoMessage() {}
 
 func (x *DispatchRequestBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[22]
+	mi := &file_raftgate_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +2788,7 @@ func (x *DispatchRequestBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchRequestBatch.ProtoReflect.Descriptor instead.
 func (*DispatchRequestBatch) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{22}
+	return file_raftgate_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DispatchRequestBatch) GetRequests() []*DispatchRequest {
@@ -2416,7 +2807,7 @@ type DispatchResponseBatch struct {
 
 func (x *DispatchResponseBatch) Reset() {
 	*x = DispatchResponseBatch{}
-	mi := &file_raftgate_proto_msgTypes[23]
+	mi := &file_raftgate_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2428,7 +2819,7 @@ func (x *DispatchResponseBatch) String() string {
 func (*DispatchResponseBatch) ProtoMessage() {}
 
 func (x *DispatchResponseBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[23]
+	mi := &file_raftgate_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2441,7 +2832,7 @@ func (x *DispatchResponseBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchResponseBatch.ProtoReflect.Descriptor instead.
 func (*DispatchResponseBatch) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{23}
+	return file_raftgate_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DispatchResponseBatch) GetResponses() []*DispatchResponse {
@@ -2477,6 +2868,8 @@ type DispatchRequest struct {
 	//	*DispatchRequest_List
 	//	*DispatchRequest_FenceService
 	//	*DispatchRequest_Schedule
+	//	*DispatchRequest_PutRule
+	//	*DispatchRequest_DeleteRule
 	Body          isDispatchRequest_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2484,7 +2877,7 @@ type DispatchRequest struct {
 
 func (x *DispatchRequest) Reset() {
 	*x = DispatchRequest{}
-	mi := &file_raftgate_proto_msgTypes[24]
+	mi := &file_raftgate_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2496,7 +2889,7 @@ func (x *DispatchRequest) String() string {
 func (*DispatchRequest) ProtoMessage() {}
 
 func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[24]
+	mi := &file_raftgate_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2509,7 +2902,7 @@ func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchRequest.ProtoReflect.Descriptor instead.
 func (*DispatchRequest) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{24}
+	return file_raftgate_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DispatchRequest) GetCorrelationId() uint64 {
@@ -2646,6 +3039,24 @@ func (x *DispatchRequest) GetSchedule() *ScheduleRequest {
 	return nil
 }
 
+func (x *DispatchRequest) GetPutRule() *PutRule {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchRequest_PutRule); ok {
+			return x.PutRule
+		}
+	}
+	return nil
+}
+
+func (x *DispatchRequest) GetDeleteRule() *DeleteRule {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchRequest_DeleteRule); ok {
+			return x.DeleteRule
+		}
+	}
+	return nil
+}
+
 type isDispatchRequest_Body interface {
 	isDispatchRequest_Body()
 }
@@ -2695,6 +3106,15 @@ type DispatchRequest_Schedule struct {
 	Schedule *ScheduleRequest `protobuf:"bytes,60,opt,name=schedule,proto3,oneof"`
 }
 
+type DispatchRequest_PutRule struct {
+	// Scope rules (metadata group): 90-99.
+	PutRule *PutRule `protobuf:"bytes,90,opt,name=put_rule,json=putRule,proto3,oneof"`
+}
+
+type DispatchRequest_DeleteRule struct {
+	DeleteRule *DeleteRule `protobuf:"bytes,91,opt,name=delete_rule,json=deleteRule,proto3,oneof"`
+}
+
 func (*DispatchRequest_Append) isDispatchRequest_Body() {}
 
 func (*DispatchRequest_Output) isDispatchRequest_Body() {}
@@ -2717,6 +3137,10 @@ func (*DispatchRequest_FenceService) isDispatchRequest_Body() {}
 
 func (*DispatchRequest_Schedule) isDispatchRequest_Body() {}
 
+func (*DispatchRequest_PutRule) isDispatchRequest_Body() {}
+
+func (*DispatchRequest_DeleteRule) isDispatchRequest_Body() {}
+
 type DispatchResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	CorrelationId uint64                 `protobuf:"varint,1,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
@@ -2730,6 +3154,7 @@ type DispatchResponse struct {
 	//	*DispatchResponse_List
 	//	*DispatchResponse_Error
 	//	*DispatchResponse_Schedules
+	//	*DispatchResponse_Rule
 	Body          isDispatchResponse_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2737,7 +3162,7 @@ type DispatchResponse struct {
 
 func (x *DispatchResponse) Reset() {
 	*x = DispatchResponse{}
-	mi := &file_raftgate_proto_msgTypes[25]
+	mi := &file_raftgate_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2749,7 +3174,7 @@ func (x *DispatchResponse) String() string {
 func (*DispatchResponse) ProtoMessage() {}
 
 func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[25]
+	mi := &file_raftgate_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2762,7 +3187,7 @@ func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchResponse.ProtoReflect.Descriptor instead.
 func (*DispatchResponse) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{25}
+	return file_raftgate_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DispatchResponse) GetCorrelationId() uint64 {
@@ -2851,6 +3276,15 @@ func (x *DispatchResponse) GetSchedules() *ScheduleList {
 	return nil
 }
 
+func (x *DispatchResponse) GetRule() *Rule {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchResponse_Rule); ok {
+			return x.Rule
+		}
+	}
+	return nil
+}
+
 type isDispatchResponse_Body interface {
 	isDispatchResponse_Body()
 }
@@ -2888,6 +3322,11 @@ type DispatchResponse_Schedules struct {
 	Schedules *ScheduleList `protobuf:"bytes,60,opt,name=schedules,proto3,oneof"`
 }
 
+type DispatchResponse_Rule struct {
+	// Scope rules: 90-99. The rule as stored by a PutRule.
+	Rule *Rule `protobuf:"bytes,90,opt,name=rule,proto3,oneof"`
+}
+
 func (*DispatchResponse_Appended) isDispatchResponse_Body() {}
 
 func (*DispatchResponse_Result) isDispatchResponse_Body() {}
@@ -2904,6 +3343,8 @@ func (*DispatchResponse_Error) isDispatchResponse_Body() {}
 
 func (*DispatchResponse_Schedules) isDispatchResponse_Body() {}
 
+func (*DispatchResponse_Rule) isDispatchResponse_Body() {}
+
 type AppendInvocation struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Invoke        *Invoke                `protobuf:"bytes,1,opt,name=invoke,proto3" json:"invoke,omitempty"`
@@ -2913,7 +3354,7 @@ type AppendInvocation struct {
 
 func (x *AppendInvocation) Reset() {
 	*x = AppendInvocation{}
-	mi := &file_raftgate_proto_msgTypes[26]
+	mi := &file_raftgate_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2925,7 +3366,7 @@ func (x *AppendInvocation) String() string {
 func (*AppendInvocation) ProtoMessage() {}
 
 func (x *AppendInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[26]
+	mi := &file_raftgate_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2938,7 +3379,7 @@ func (x *AppendInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendInvocation.ProtoReflect.Descriptor instead.
 func (*AppendInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{26}
+	return file_raftgate_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AppendInvocation) GetInvoke() *Invoke {
@@ -2961,7 +3402,7 @@ type Appended struct {
 
 func (x *Appended) Reset() {
 	*x = Appended{}
-	mi := &file_raftgate_proto_msgTypes[27]
+	mi := &file_raftgate_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2973,7 +3414,7 @@ func (x *Appended) String() string {
 func (*Appended) ProtoMessage() {}
 
 func (x *Appended) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[27]
+	mi := &file_raftgate_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2986,7 +3427,7 @@ func (x *Appended) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Appended.ProtoReflect.Descriptor instead.
 func (*Appended) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{27}
+	return file_raftgate_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Appended) GetInvocationId() []byte {
@@ -3026,7 +3467,7 @@ type GetOutput struct {
 
 func (x *GetOutput) Reset() {
 	*x = GetOutput{}
-	mi := &file_raftgate_proto_msgTypes[28]
+	mi := &file_raftgate_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3038,7 +3479,7 @@ func (x *GetOutput) String() string {
 func (*GetOutput) ProtoMessage() {}
 
 func (x *GetOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[28]
+	mi := &file_raftgate_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3051,7 +3492,7 @@ func (x *GetOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOutput.ProtoReflect.Descriptor instead.
 func (*GetOutput) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{28}
+	return file_raftgate_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetOutput) GetInvocationId() []byte {
@@ -3070,7 +3511,7 @@ type AttachInvocation struct {
 
 func (x *AttachInvocation) Reset() {
 	*x = AttachInvocation{}
-	mi := &file_raftgate_proto_msgTypes[29]
+	mi := &file_raftgate_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3082,7 +3523,7 @@ func (x *AttachInvocation) String() string {
 func (*AttachInvocation) ProtoMessage() {}
 
 func (x *AttachInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[29]
+	mi := &file_raftgate_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3095,7 +3536,7 @@ func (x *AttachInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachInvocation.ProtoReflect.Descriptor instead.
 func (*AttachInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{29}
+	return file_raftgate_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AttachInvocation) GetInvocationId() []byte {
@@ -3117,7 +3558,7 @@ type InvocationResult struct {
 
 func (x *InvocationResult) Reset() {
 	*x = InvocationResult{}
-	mi := &file_raftgate_proto_msgTypes[30]
+	mi := &file_raftgate_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3129,7 +3570,7 @@ func (x *InvocationResult) String() string {
 func (*InvocationResult) ProtoMessage() {}
 
 func (x *InvocationResult) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[30]
+	mi := &file_raftgate_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3142,7 +3583,7 @@ func (x *InvocationResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationResult.ProtoReflect.Descriptor instead.
 func (*InvocationResult) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{30}
+	return file_raftgate_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *InvocationResult) GetInvocationId() []byte {
@@ -3182,7 +3623,7 @@ type GetStatus struct {
 
 func (x *GetStatus) Reset() {
 	*x = GetStatus{}
-	mi := &file_raftgate_proto_msgTypes[31]
+	mi := &file_raftgate_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3194,7 +3635,7 @@ func (x *GetStatus) String() string {
 func (*GetStatus) ProtoMessage() {}
 
 func (x *GetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[31]
+	mi := &file_raftgate_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3207,7 +3648,7 @@ func (x *GetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatus.ProtoReflect.Descriptor instead.
 func (*GetStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{31}
+	return file_raftgate_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetStatus) GetInvocationId() []byte {
@@ -3226,7 +3667,7 @@ type InvocationStatus struct {
 
 func (x *InvocationStatus) Reset() {
 	*x = InvocationStatus{}
-	mi := &file_raftgate_proto_msgTypes[32]
+	mi := &file_raftgate_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3238,7 +3679,7 @@ func (x *InvocationStatus) String() string {
 func (*InvocationStatus) ProtoMessage() {}
 
 func (x *InvocationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[32]
+	mi := &file_raftgate_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3251,7 +3692,7 @@ func (x *InvocationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationStatus.ProtoReflect.Descriptor instead.
 func (*InvocationStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{32}
+	return file_raftgate_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *InvocationStatus) GetRecord() *InvocationRecord {
@@ -3286,7 +3727,7 @@ type ListInvocations struct {
 
 func (x *ListInvocations) Reset() {
 	*x = ListInvocations{}
-	mi := &file_raftgate_proto_msgTypes[33]
+	mi := &file_raftgate_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3298,7 +3739,7 @@ func (x *ListInvocations) String() string {
 func (*ListInvocations) ProtoMessage() {}
 
 func (x *ListInvocations) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[33]
+	mi := &file_raftgate_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3311,7 +3752,7 @@ func (x *ListInvocations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInvocations.ProtoReflect.Descriptor instead.
 func (*ListInvocations) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{33}
+	return file_raftgate_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListInvocations) GetStatus() ListInvocations_Status {
@@ -3398,7 +3839,7 @@ type InvocationList struct {
 
 func (x *InvocationList) Reset() {
 	*x = InvocationList{}
-	mi := &file_raftgate_proto_msgTypes[34]
+	mi := &file_raftgate_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3410,7 +3851,7 @@ func (x *InvocationList) String() string {
 func (*InvocationList) ProtoMessage() {}
 
 func (x *InvocationList) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[34]
+	mi := &file_raftgate_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3423,7 +3864,7 @@ func (x *InvocationList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationList.ProtoReflect.Descriptor instead.
 func (*InvocationList) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{34}
+	return file_raftgate_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *InvocationList) GetRecords() []*InvocationRecord {
@@ -3456,7 +3897,7 @@ type CancelInvocation struct {
 
 func (x *CancelInvocation) Reset() {
 	*x = CancelInvocation{}
-	mi := &file_raftgate_proto_msgTypes[35]
+	mi := &file_raftgate_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3468,7 +3909,7 @@ func (x *CancelInvocation) String() string {
 func (*CancelInvocation) ProtoMessage() {}
 
 func (x *CancelInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[35]
+	mi := &file_raftgate_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3481,7 +3922,7 @@ func (x *CancelInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelInvocation.ProtoReflect.Descriptor instead.
 func (*CancelInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{35}
+	return file_raftgate_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CancelInvocation) GetInvocationId() []byte {
@@ -3499,7 +3940,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_raftgate_proto_msgTypes[36]
+	mi := &file_raftgate_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3511,7 +3952,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[36]
+	mi := &file_raftgate_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3524,7 +3965,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{36}
+	return file_raftgate_proto_rawDescGZIP(), []int{41}
 }
 
 // GetKeyStatus asks for the running invocation and queue length of one key
@@ -3539,7 +3980,7 @@ type GetKeyStatus struct {
 
 func (x *GetKeyStatus) Reset() {
 	*x = GetKeyStatus{}
-	mi := &file_raftgate_proto_msgTypes[37]
+	mi := &file_raftgate_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3551,7 +3992,7 @@ func (x *GetKeyStatus) String() string {
 func (*GetKeyStatus) ProtoMessage() {}
 
 func (x *GetKeyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[37]
+	mi := &file_raftgate_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3564,7 +4005,7 @@ func (x *GetKeyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyStatus.ProtoReflect.Descriptor instead.
 func (*GetKeyStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{37}
+	return file_raftgate_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetKeyStatus) GetService() string {
@@ -3593,7 +4034,7 @@ type DispatchError struct {
 
 func (x *DispatchError) Reset() {
 	*x = DispatchError{}
-	mi := &file_raftgate_proto_msgTypes[38]
+	mi := &file_raftgate_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3605,7 +4046,7 @@ func (x *DispatchError) String() string {
 func (*DispatchError) ProtoMessage() {}
 
 func (x *DispatchError) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[38]
+	mi := &file_raftgate_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3618,7 +4059,7 @@ func (x *DispatchError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchError.ProtoReflect.Descriptor instead.
 func (*DispatchError) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{38}
+	return file_raftgate_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DispatchError) GetCode() DispatchError_Code {
@@ -3672,7 +4113,7 @@ type ScheduleSpec struct {
 
 func (x *ScheduleSpec) Reset() {
 	*x = ScheduleSpec{}
-	mi := &file_raftgate_proto_msgTypes[39]
+	mi := &file_raftgate_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3684,7 +4125,7 @@ func (x *ScheduleSpec) String() string {
 func (*ScheduleSpec) ProtoMessage() {}
 
 func (x *ScheduleSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[39]
+	mi := &file_raftgate_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3697,7 +4138,7 @@ func (x *ScheduleSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleSpec.ProtoReflect.Descriptor instead.
 func (*ScheduleSpec) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{39}
+	return file_raftgate_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ScheduleSpec) GetId() string {
@@ -3810,7 +4251,7 @@ type ScheduleState struct {
 
 func (x *ScheduleState) Reset() {
 	*x = ScheduleState{}
-	mi := &file_raftgate_proto_msgTypes[40]
+	mi := &file_raftgate_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3822,7 +4263,7 @@ func (x *ScheduleState) String() string {
 func (*ScheduleState) ProtoMessage() {}
 
 func (x *ScheduleState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[40]
+	mi := &file_raftgate_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3835,7 +4276,7 @@ func (x *ScheduleState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleState.ProtoReflect.Descriptor instead.
 func (*ScheduleState) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{40}
+	return file_raftgate_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ScheduleState) GetSpec() *ScheduleSpec {
@@ -3923,7 +4364,7 @@ type PutSchedule struct {
 
 func (x *PutSchedule) Reset() {
 	*x = PutSchedule{}
-	mi := &file_raftgate_proto_msgTypes[41]
+	mi := &file_raftgate_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3935,7 +4376,7 @@ func (x *PutSchedule) String() string {
 func (*PutSchedule) ProtoMessage() {}
 
 func (x *PutSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[41]
+	mi := &file_raftgate_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3948,7 +4389,7 @@ func (x *PutSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSchedule.ProtoReflect.Descriptor instead.
 func (*PutSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{41}
+	return file_raftgate_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PutSchedule) GetSpec() *ScheduleSpec {
@@ -3989,7 +4430,7 @@ type DeleteSchedule struct {
 
 func (x *DeleteSchedule) Reset() {
 	*x = DeleteSchedule{}
-	mi := &file_raftgate_proto_msgTypes[42]
+	mi := &file_raftgate_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4001,7 +4442,7 @@ func (x *DeleteSchedule) String() string {
 func (*DeleteSchedule) ProtoMessage() {}
 
 func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[42]
+	mi := &file_raftgate_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4014,7 +4455,7 @@ func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSchedule.ProtoReflect.Descriptor instead.
 func (*DeleteSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{42}
+	return file_raftgate_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DeleteSchedule) GetId() string {
@@ -4046,7 +4487,7 @@ type PauseSchedule struct {
 
 func (x *PauseSchedule) Reset() {
 	*x = PauseSchedule{}
-	mi := &file_raftgate_proto_msgTypes[43]
+	mi := &file_raftgate_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4058,7 +4499,7 @@ func (x *PauseSchedule) String() string {
 func (*PauseSchedule) ProtoMessage() {}
 
 func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[43]
+	mi := &file_raftgate_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4071,7 +4512,7 @@ func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseSchedule.ProtoReflect.Descriptor instead.
 func (*PauseSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{43}
+	return file_raftgate_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PauseSchedule) GetId() string {
@@ -4122,7 +4563,7 @@ type TriggerSchedule struct {
 
 func (x *TriggerSchedule) Reset() {
 	*x = TriggerSchedule{}
-	mi := &file_raftgate_proto_msgTypes[44]
+	mi := &file_raftgate_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4134,7 +4575,7 @@ func (x *TriggerSchedule) String() string {
 func (*TriggerSchedule) ProtoMessage() {}
 
 func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[44]
+	mi := &file_raftgate_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4147,7 +4588,7 @@ func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerSchedule.ProtoReflect.Descriptor instead.
 func (*TriggerSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{44}
+	return file_raftgate_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *TriggerSchedule) GetId() string {
@@ -4189,7 +4630,7 @@ type ScheduleTick struct {
 
 func (x *ScheduleTick) Reset() {
 	*x = ScheduleTick{}
-	mi := &file_raftgate_proto_msgTypes[45]
+	mi := &file_raftgate_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4201,7 +4642,7 @@ func (x *ScheduleTick) String() string {
 func (*ScheduleTick) ProtoMessage() {}
 
 func (x *ScheduleTick) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[45]
+	mi := &file_raftgate_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4214,7 +4655,7 @@ func (x *ScheduleTick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleTick.ProtoReflect.Descriptor instead.
 func (*ScheduleTick) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{45}
+	return file_raftgate_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ScheduleTick) GetId() string {
@@ -4278,7 +4719,7 @@ type ScheduleRequest struct {
 
 func (x *ScheduleRequest) Reset() {
 	*x = ScheduleRequest{}
-	mi := &file_raftgate_proto_msgTypes[46]
+	mi := &file_raftgate_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4290,7 +4731,7 @@ func (x *ScheduleRequest) String() string {
 func (*ScheduleRequest) ProtoMessage() {}
 
 func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[46]
+	mi := &file_raftgate_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4303,7 +4744,7 @@ func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{46}
+	return file_raftgate_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ScheduleRequest) GetOp() isScheduleRequest_Op {
@@ -4417,7 +4858,7 @@ type ScheduleList struct {
 
 func (x *ScheduleList) Reset() {
 	*x = ScheduleList{}
-	mi := &file_raftgate_proto_msgTypes[47]
+	mi := &file_raftgate_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4429,7 +4870,7 @@ func (x *ScheduleList) String() string {
 func (*ScheduleList) ProtoMessage() {}
 
 func (x *ScheduleList) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[47]
+	mi := &file_raftgate_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4442,7 +4883,7 @@ func (x *ScheduleList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleList.ProtoReflect.Descriptor instead.
 func (*ScheduleList) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{47}
+	return file_raftgate_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ScheduleList) GetSchedules() []*ScheduleState {
@@ -4474,7 +4915,7 @@ type CallbackState struct {
 
 func (x *CallbackState) Reset() {
 	*x = CallbackState{}
-	mi := &file_raftgate_proto_msgTypes[48]
+	mi := &file_raftgate_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4486,7 +4927,7 @@ func (x *CallbackState) String() string {
 func (*CallbackState) ProtoMessage() {}
 
 func (x *CallbackState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[48]
+	mi := &file_raftgate_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4499,7 +4940,7 @@ func (x *CallbackState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallbackState.ProtoReflect.Descriptor instead.
 func (*CallbackState) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{48}
+	return file_raftgate_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CallbackState) GetState() CallbackState_State {
@@ -4552,7 +4993,7 @@ type CallbackAttempt struct {
 
 func (x *CallbackAttempt) Reset() {
 	*x = CallbackAttempt{}
-	mi := &file_raftgate_proto_msgTypes[49]
+	mi := &file_raftgate_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4564,7 +5005,7 @@ func (x *CallbackAttempt) String() string {
 func (*CallbackAttempt) ProtoMessage() {}
 
 func (x *CallbackAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[49]
+	mi := &file_raftgate_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4577,7 +5018,7 @@ func (x *CallbackAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallbackAttempt.ProtoReflect.Descriptor instead.
 func (*CallbackAttempt) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{49}
+	return file_raftgate_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CallbackAttempt) GetInvocationId() []byte {
@@ -4661,7 +5102,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"Z\n" +
 	"\fCommandBatch\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
-	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\x87\v\n" +
+	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\xf6\v\n" +
 	"\aCommand\x12-\n" +
 	"\x06invoke\x18\n" +
 	" \x01(\v2\x13.raftgate.v1.InvokeH\x00R\x06invoke\x123\n" +
@@ -4686,7 +5127,10 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x0epause_schedule\x18> \x01(\v2\x1a.raftgate.v1.PauseScheduleH\x00R\rpauseSchedule\x12I\n" +
 	"\x10trigger_schedule\x18? \x01(\v2\x1c.raftgate.v1.TriggerScheduleH\x00R\x0ftriggerSchedule\x12@\n" +
 	"\rschedule_tick\x18@ \x01(\v2\x19.raftgate.v1.ScheduleTickH\x00R\fscheduleTick\x12I\n" +
-	"\x10callback_attempt\x18P \x01(\v2\x1c.raftgate.v1.CallbackAttemptH\x00R\x0fcallbackAttemptB\x05\n" +
+	"\x10callback_attempt\x18P \x01(\v2\x1c.raftgate.v1.CallbackAttemptH\x00R\x0fcallbackAttempt\x121\n" +
+	"\bput_rule\x18Z \x01(\v2\x14.raftgate.v1.PutRuleH\x00R\aputRule\x12:\n" +
+	"\vdelete_rule\x18[ \x01(\v2\x17.raftgate.v1.DeleteRuleH\x00R\n" +
+	"deleteRuleB\x05\n" +
 	"\x03cmd\"W\n" +
 	"\fFenceService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -4695,7 +5139,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\fR\trequestId\"2\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xa0\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xb6\x05\n" +
 	"\x06Invoke\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x1d\n" +
 	"\n" +
@@ -4717,7 +5161,8 @@ const file_raftgate_proto_rawDesc = "" +
 	"\vschedule_id\x18< \x01(\tR\n" +
 	"scheduleId\x12/\n" +
 	"\x14scheduled_at_unix_ms\x18= \x01(\x03R\x11scheduledAtUnixMs\x12!\n" +
-	"\fcallback_url\x18P \x01(\tR\vcallbackUrlB\v\n" +
+	"\fcallback_url\x18P \x01(\tR\vcallbackUrl\x12\x14\n" +
+	"\x05scope\x18Z \x01(\tR\x05scopeB\v\n" +
 	"\t_delay_ms\"\xa1\x01\n" +
 	"\x06Result\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\rR\x06status\x12\x12\n" +
@@ -4751,7 +5196,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12'\n" +
 	"\x10retry_at_unix_ms\x18\x04 \x01(\x03R\rretryAtUnixMs\x12-\n" +
-	"\x13proposed_at_unix_ms\x18\x05 \x01(\x03R\x10proposedAtUnixMs\"\xec\x02\n" +
+	"\x13proposed_at_unix_ms\x18\x05 \x01(\x03R\x10proposedAtUnixMs\"\xf7\x04\n" +
 	"\aService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1a\n" +
@@ -4761,12 +5206,42 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x06shared\x18\x06 \x03(\tR\x06shared\x12.\n" +
 	"\x05retry\x18\a \x01(\v2\x18.raftgate.v1.RetryPolicyR\x05retry\x12)\n" +
 	"\x10registered_index\x18\b \x01(\x04R\x0fregisteredIndex\x12!\n" +
-	"\fcallback_url\x18P \x01(\tR\vcallbackUrl\"-\n" +
+	"\fcallback_url\x18P \x01(\tR\vcallbackUrl\x12+\n" +
+	"\x06limits\x18Z \x01(\v2\x13.raftgate.v1.LimitsR\x06limits\x12N\n" +
+	"\x0ehandler_config\x18[ \x03(\v2'.raftgate.v1.Service.HandlerConfigEntryR\rhandlerConfig\x12.\n" +
+	"\x13per_key_concurrency\x18\\ \x01(\rR\x11perKeyConcurrency\x1a\\\n" +
+	"\x12HandlerConfigEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
+	"\x05value\x18\x02 \x01(\v2\x1a.raftgate.v1.HandlerConfigR\x05value:\x028\x01\"-\n" +
 	"\x04Kind\x12\v\n" +
 	"\aSERVICE\x10\x00\x12\n" +
 	"\n" +
 	"\x06OBJECT\x10\x01\x12\f\n" +
-	"\bWORKFLOW\x10\x02\"\xb2\x01\n" +
+	"\bWORKFLOW\x10\x02\"h\n" +
+	"\x06Limits\x12 \n" +
+	"\vconcurrency\x18\x01 \x01(\rR\vconcurrency\x12&\n" +
+	"\x0frate_per_second\x18\x02 \x01(\x01R\rratePerSecond\x12\x14\n" +
+	"\x05burst\x18\x03 \x01(\rR\x05burst\"l\n" +
+	"\rHandlerConfig\x12+\n" +
+	"\x06limits\x18\x01 \x01(\v2\x13.raftgate.v1.LimitsR\x06limits\x12.\n" +
+	"\x05retry\x18\x02 \x01(\v2\x18.raftgate.v1.RetryPolicyR\x05retry\"\xa3\x01\n" +
+	"\x04Rule\x12\x18\n" +
+	"\apattern\x18\x01 \x01(\tR\apattern\x12 \n" +
+	"\vconcurrency\x18\x02 \x01(\rR\vconcurrency\x12\x18\n" +
+	"\aenabled\x18\x03 \x01(\bR\aenabled\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\x12+\n" +
+	"\x12updated_at_unix_ms\x18\x05 \x01(\x03R\x0fupdatedAtUnixMs\"z\n" +
+	"\aPutRule\x12%\n" +
+	"\x04rule\x18\x01 \x01(\v2\x11.raftgate.v1.RuleR\x04rule\x12)\n" +
+	"\x10expected_version\x18\x02 \x01(\x04R\x0fexpectedVersion\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\fR\trequestId\"p\n" +
+	"\n" +
+	"DeleteRule\x12\x18\n" +
+	"\apattern\x18\x01 \x01(\tR\apattern\x12)\n" +
+	"\x10expected_version\x18\x02 \x01(\x04R\x0fexpectedVersion\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\fR\trequestId\"\xb2\x01\n" +
 	"\vRetryPolicy\x12!\n" +
 	"\fmax_attempts\x18\x01 \x01(\rR\vmaxAttempts\x12,\n" +
 	"\x12initial_backoff_ms\x18\x02 \x01(\x03R\x10initialBackoffMs\x12$\n" +
@@ -4811,7 +5286,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x14DispatchRequestBatch\x128\n" +
 	"\brequests\x18\x01 \x03(\v2\x1c.raftgate.v1.DispatchRequestR\brequests\"T\n" +
 	"\x15DispatchResponseBatch\x12;\n" +
-	"\tresponses\x18\x01 \x03(\v2\x1d.raftgate.v1.DispatchResponseR\tresponses\"\x9a\x06\n" +
+	"\tresponses\x18\x01 \x03(\v2\x1d.raftgate.v1.DispatchResponseR\tresponses\"\x89\a\n" +
 	"\x0fDispatchRequest\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x04R\rcorrelationId\x12\x1d\n" +
 	"\n" +
@@ -4832,8 +5307,11 @@ const file_raftgate_proto_rawDesc = "" +
 	"key_status\x18\x11 \x01(\v2\x19.raftgate.v1.GetKeyStatusH\x00R\tkeyStatus\x122\n" +
 	"\x04list\x18\x12 \x01(\v2\x1c.raftgate.v1.ListInvocationsH\x00R\x04list\x12@\n" +
 	"\rfence_service\x18\x13 \x01(\v2\x19.raftgate.v1.FenceServiceH\x00R\ffenceService\x12:\n" +
-	"\bschedule\x18< \x01(\v2\x1c.raftgate.v1.ScheduleRequestH\x00R\bscheduleB\x06\n" +
-	"\x04body\"\xe9\x03\n" +
+	"\bschedule\x18< \x01(\v2\x1c.raftgate.v1.ScheduleRequestH\x00R\bschedule\x121\n" +
+	"\bput_rule\x18Z \x01(\v2\x14.raftgate.v1.PutRuleH\x00R\aputRule\x12:\n" +
+	"\vdelete_rule\x18[ \x01(\v2\x17.raftgate.v1.DeleteRuleH\x00R\n" +
+	"deleteRuleB\x06\n" +
+	"\x04body\"\x92\x04\n" +
 	"\x10DispatchResponse\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x04R\rcorrelationId\x123\n" +
 	"\bappended\x18\n" +
@@ -4844,7 +5322,8 @@ const file_raftgate_proto_rawDesc = "" +
 	"\tkey_state\x18\x0e \x01(\v2\x15.raftgate.v1.KeyStateH\x00R\bkeyState\x121\n" +
 	"\x04list\x18\x0f \x01(\v2\x1b.raftgate.v1.InvocationListH\x00R\x04list\x122\n" +
 	"\x05error\x18\x14 \x01(\v2\x1a.raftgate.v1.DispatchErrorH\x00R\x05error\x129\n" +
-	"\tschedules\x18< \x01(\v2\x19.raftgate.v1.ScheduleListH\x00R\tschedulesB\x06\n" +
+	"\tschedules\x18< \x01(\v2\x19.raftgate.v1.ScheduleListH\x00R\tschedules\x12'\n" +
+	"\x04rule\x18Z \x01(\v2\x11.raftgate.v1.RuleH\x00R\x04ruleB\x06\n" +
 	"\x04body\"?\n" +
 	"\x10AppendInvocation\x12+\n" +
 	"\x06invoke\x18\x01 \x01(\v2\x13.raftgate.v1.InvokeR\x06invoke\"\xbe\x01\n" +
@@ -5024,7 +5503,7 @@ func file_raftgate_proto_rawDescGZIP() []byte {
 }
 
 var file_raftgate_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_raftgate_proto_goTypes = []any{
 	(Service_Kind)(0),             // 0: raftgate.v1.Service.Kind
 	(InvocationRecord_State)(0),   // 1: raftgate.v1.InvocationRecord.State
@@ -5048,46 +5527,52 @@ var file_raftgate_proto_goTypes = []any{
 	(*Admit)(nil),                 // 19: raftgate.v1.Admit
 	(*AttemptFailed)(nil),         // 20: raftgate.v1.AttemptFailed
 	(*Service)(nil),               // 21: raftgate.v1.Service
-	(*RetryPolicy)(nil),           // 22: raftgate.v1.RetryPolicy
-	(*PutService)(nil),            // 23: raftgate.v1.PutService
-	(*DeleteService)(nil),         // 24: raftgate.v1.DeleteService
-	(*InvocationRecord)(nil),      // 25: raftgate.v1.InvocationRecord
-	(*KeyState)(nil),              // 26: raftgate.v1.KeyState
-	(*DispatchRequestBatch)(nil),  // 27: raftgate.v1.DispatchRequestBatch
-	(*DispatchResponseBatch)(nil), // 28: raftgate.v1.DispatchResponseBatch
-	(*DispatchRequest)(nil),       // 29: raftgate.v1.DispatchRequest
-	(*DispatchResponse)(nil),      // 30: raftgate.v1.DispatchResponse
-	(*AppendInvocation)(nil),      // 31: raftgate.v1.AppendInvocation
-	(*Appended)(nil),              // 32: raftgate.v1.Appended
-	(*GetOutput)(nil),             // 33: raftgate.v1.GetOutput
-	(*AttachInvocation)(nil),      // 34: raftgate.v1.AttachInvocation
-	(*InvocationResult)(nil),      // 35: raftgate.v1.InvocationResult
-	(*GetStatus)(nil),             // 36: raftgate.v1.GetStatus
-	(*InvocationStatus)(nil),      // 37: raftgate.v1.InvocationStatus
-	(*ListInvocations)(nil),       // 38: raftgate.v1.ListInvocations
-	(*InvocationList)(nil),        // 39: raftgate.v1.InvocationList
-	(*CancelInvocation)(nil),      // 40: raftgate.v1.CancelInvocation
-	(*Done)(nil),                  // 41: raftgate.v1.Done
-	(*GetKeyStatus)(nil),          // 42: raftgate.v1.GetKeyStatus
-	(*DispatchError)(nil),         // 43: raftgate.v1.DispatchError
-	(*ScheduleSpec)(nil),          // 44: raftgate.v1.ScheduleSpec
-	(*ScheduleState)(nil),         // 45: raftgate.v1.ScheduleState
-	(*PutSchedule)(nil),           // 46: raftgate.v1.PutSchedule
-	(*DeleteSchedule)(nil),        // 47: raftgate.v1.DeleteSchedule
-	(*PauseSchedule)(nil),         // 48: raftgate.v1.PauseSchedule
-	(*TriggerSchedule)(nil),       // 49: raftgate.v1.TriggerSchedule
-	(*ScheduleTick)(nil),          // 50: raftgate.v1.ScheduleTick
-	(*ScheduleRequest)(nil),       // 51: raftgate.v1.ScheduleRequest
-	(*ScheduleList)(nil),          // 52: raftgate.v1.ScheduleList
-	(*CallbackState)(nil),         // 53: raftgate.v1.CallbackState
-	(*CallbackAttempt)(nil),       // 54: raftgate.v1.CallbackAttempt
-	(*InitCluster)(nil),           // 55: raftgate.v1.InitCluster
-	(*JoinNode)(nil),              // 56: raftgate.v1.JoinNode
-	(*SetNodeState)(nil),          // 57: raftgate.v1.SetNodeState
-	(*UpdateNodeAddrs)(nil),       // 58: raftgate.v1.UpdateNodeAddrs
-	(*SetPlacement)(nil),          // 59: raftgate.v1.SetPlacement
-	(*ObserveConfig)(nil),         // 60: raftgate.v1.ObserveConfig
-	(*SetPlacementPolicy)(nil),    // 61: raftgate.v1.SetPlacementPolicy
+	(*Limits)(nil),                // 22: raftgate.v1.Limits
+	(*HandlerConfig)(nil),         // 23: raftgate.v1.HandlerConfig
+	(*Rule)(nil),                  // 24: raftgate.v1.Rule
+	(*PutRule)(nil),               // 25: raftgate.v1.PutRule
+	(*DeleteRule)(nil),            // 26: raftgate.v1.DeleteRule
+	(*RetryPolicy)(nil),           // 27: raftgate.v1.RetryPolicy
+	(*PutService)(nil),            // 28: raftgate.v1.PutService
+	(*DeleteService)(nil),         // 29: raftgate.v1.DeleteService
+	(*InvocationRecord)(nil),      // 30: raftgate.v1.InvocationRecord
+	(*KeyState)(nil),              // 31: raftgate.v1.KeyState
+	(*DispatchRequestBatch)(nil),  // 32: raftgate.v1.DispatchRequestBatch
+	(*DispatchResponseBatch)(nil), // 33: raftgate.v1.DispatchResponseBatch
+	(*DispatchRequest)(nil),       // 34: raftgate.v1.DispatchRequest
+	(*DispatchResponse)(nil),      // 35: raftgate.v1.DispatchResponse
+	(*AppendInvocation)(nil),      // 36: raftgate.v1.AppendInvocation
+	(*Appended)(nil),              // 37: raftgate.v1.Appended
+	(*GetOutput)(nil),             // 38: raftgate.v1.GetOutput
+	(*AttachInvocation)(nil),      // 39: raftgate.v1.AttachInvocation
+	(*InvocationResult)(nil),      // 40: raftgate.v1.InvocationResult
+	(*GetStatus)(nil),             // 41: raftgate.v1.GetStatus
+	(*InvocationStatus)(nil),      // 42: raftgate.v1.InvocationStatus
+	(*ListInvocations)(nil),       // 43: raftgate.v1.ListInvocations
+	(*InvocationList)(nil),        // 44: raftgate.v1.InvocationList
+	(*CancelInvocation)(nil),      // 45: raftgate.v1.CancelInvocation
+	(*Done)(nil),                  // 46: raftgate.v1.Done
+	(*GetKeyStatus)(nil),          // 47: raftgate.v1.GetKeyStatus
+	(*DispatchError)(nil),         // 48: raftgate.v1.DispatchError
+	(*ScheduleSpec)(nil),          // 49: raftgate.v1.ScheduleSpec
+	(*ScheduleState)(nil),         // 50: raftgate.v1.ScheduleState
+	(*PutSchedule)(nil),           // 51: raftgate.v1.PutSchedule
+	(*DeleteSchedule)(nil),        // 52: raftgate.v1.DeleteSchedule
+	(*PauseSchedule)(nil),         // 53: raftgate.v1.PauseSchedule
+	(*TriggerSchedule)(nil),       // 54: raftgate.v1.TriggerSchedule
+	(*ScheduleTick)(nil),          // 55: raftgate.v1.ScheduleTick
+	(*ScheduleRequest)(nil),       // 56: raftgate.v1.ScheduleRequest
+	(*ScheduleList)(nil),          // 57: raftgate.v1.ScheduleList
+	(*CallbackState)(nil),         // 58: raftgate.v1.CallbackState
+	(*CallbackAttempt)(nil),       // 59: raftgate.v1.CallbackAttempt
+	nil,                           // 60: raftgate.v1.Service.HandlerConfigEntry
+	(*InitCluster)(nil),           // 61: raftgate.v1.InitCluster
+	(*JoinNode)(nil),              // 62: raftgate.v1.JoinNode
+	(*SetNodeState)(nil),          // 63: raftgate.v1.SetNodeState
+	(*UpdateNodeAddrs)(nil),       // 64: raftgate.v1.UpdateNodeAddrs
+	(*SetPlacement)(nil),          // 65: raftgate.v1.SetPlacement
+	(*ObserveConfig)(nil),         // 66: raftgate.v1.ObserveConfig
+	(*SetPlacementPolicy)(nil),    // 67: raftgate.v1.SetPlacementPolicy
 }
 var file_raftgate_proto_depIdxs = []int32{
 	6,  // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
@@ -5099,78 +5584,89 @@ var file_raftgate_proto_depIdxs = []int32{
 	20, // 6: raftgate.v1.Command.attempt_failed:type_name -> raftgate.v1.AttemptFailed
 	19, // 7: raftgate.v1.Command.admit:type_name -> raftgate.v1.Admit
 	12, // 8: raftgate.v1.Command.fence_service:type_name -> raftgate.v1.FenceService
-	23, // 9: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
-	24, // 10: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
-	55, // 11: raftgate.v1.Command.init_cluster:type_name -> raftgate.v1.InitCluster
-	56, // 12: raftgate.v1.Command.join_node:type_name -> raftgate.v1.JoinNode
-	57, // 13: raftgate.v1.Command.set_node_state:type_name -> raftgate.v1.SetNodeState
-	58, // 14: raftgate.v1.Command.update_node_addrs:type_name -> raftgate.v1.UpdateNodeAddrs
-	59, // 15: raftgate.v1.Command.set_placement:type_name -> raftgate.v1.SetPlacement
-	60, // 16: raftgate.v1.Command.observe_config:type_name -> raftgate.v1.ObserveConfig
-	61, // 17: raftgate.v1.Command.set_placement_policy:type_name -> raftgate.v1.SetPlacementPolicy
-	46, // 18: raftgate.v1.Command.put_schedule:type_name -> raftgate.v1.PutSchedule
-	47, // 19: raftgate.v1.Command.delete_schedule:type_name -> raftgate.v1.DeleteSchedule
-	48, // 20: raftgate.v1.Command.pause_schedule:type_name -> raftgate.v1.PauseSchedule
-	49, // 21: raftgate.v1.Command.trigger_schedule:type_name -> raftgate.v1.TriggerSchedule
-	50, // 22: raftgate.v1.Command.schedule_tick:type_name -> raftgate.v1.ScheduleTick
-	54, // 23: raftgate.v1.Command.callback_attempt:type_name -> raftgate.v1.CallbackAttempt
-	13, // 24: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
-	15, // 25: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
-	0,  // 26: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
-	22, // 27: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
-	21, // 28: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
-	14, // 29: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
-	1,  // 30: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
-	15, // 31: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
-	53, // 32: raftgate.v1.InvocationRecord.callback:type_name -> raftgate.v1.CallbackState
-	29, // 33: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
-	30, // 34: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
-	31, // 35: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
-	33, // 36: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
-	34, // 37: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
-	36, // 38: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
-	40, // 39: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
-	23, // 40: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
-	24, // 41: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
-	42, // 42: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
-	38, // 43: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
-	12, // 44: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
-	51, // 45: raftgate.v1.DispatchRequest.schedule:type_name -> raftgate.v1.ScheduleRequest
-	32, // 46: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
-	35, // 47: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
-	37, // 48: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
-	41, // 49: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
-	26, // 50: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
-	39, // 51: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
-	43, // 52: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
-	52, // 53: raftgate.v1.DispatchResponse.schedules:type_name -> raftgate.v1.ScheduleList
-	14, // 54: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
-	15, // 55: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
-	25, // 56: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
-	2,  // 57: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
-	25, // 58: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
-	3,  // 59: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
-	44, // 60: raftgate.v1.ScheduleState.spec:type_name -> raftgate.v1.ScheduleSpec
-	44, // 61: raftgate.v1.PutSchedule.spec:type_name -> raftgate.v1.ScheduleSpec
-	46, // 62: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
-	47, // 63: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
-	48, // 64: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
-	49, // 65: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
-	45, // 66: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
-	4,  // 67: raftgate.v1.CallbackState.state:type_name -> raftgate.v1.CallbackState.State
-	5,  // 68: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
-	8,  // 69: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
-	29, // 70: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
-	27, // 71: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
-	7,  // 72: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
-	9,  // 73: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
-	30, // 74: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
-	28, // 75: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
-	72, // [72:76] is the sub-list for method output_type
-	68, // [68:72] is the sub-list for method input_type
-	68, // [68:68] is the sub-list for extension type_name
-	68, // [68:68] is the sub-list for extension extendee
-	0,  // [0:68] is the sub-list for field type_name
+	28, // 9: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
+	29, // 10: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
+	61, // 11: raftgate.v1.Command.init_cluster:type_name -> raftgate.v1.InitCluster
+	62, // 12: raftgate.v1.Command.join_node:type_name -> raftgate.v1.JoinNode
+	63, // 13: raftgate.v1.Command.set_node_state:type_name -> raftgate.v1.SetNodeState
+	64, // 14: raftgate.v1.Command.update_node_addrs:type_name -> raftgate.v1.UpdateNodeAddrs
+	65, // 15: raftgate.v1.Command.set_placement:type_name -> raftgate.v1.SetPlacement
+	66, // 16: raftgate.v1.Command.observe_config:type_name -> raftgate.v1.ObserveConfig
+	67, // 17: raftgate.v1.Command.set_placement_policy:type_name -> raftgate.v1.SetPlacementPolicy
+	51, // 18: raftgate.v1.Command.put_schedule:type_name -> raftgate.v1.PutSchedule
+	52, // 19: raftgate.v1.Command.delete_schedule:type_name -> raftgate.v1.DeleteSchedule
+	53, // 20: raftgate.v1.Command.pause_schedule:type_name -> raftgate.v1.PauseSchedule
+	54, // 21: raftgate.v1.Command.trigger_schedule:type_name -> raftgate.v1.TriggerSchedule
+	55, // 22: raftgate.v1.Command.schedule_tick:type_name -> raftgate.v1.ScheduleTick
+	59, // 23: raftgate.v1.Command.callback_attempt:type_name -> raftgate.v1.CallbackAttempt
+	25, // 24: raftgate.v1.Command.put_rule:type_name -> raftgate.v1.PutRule
+	26, // 25: raftgate.v1.Command.delete_rule:type_name -> raftgate.v1.DeleteRule
+	13, // 26: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
+	15, // 27: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
+	0,  // 28: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
+	27, // 29: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
+	22, // 30: raftgate.v1.Service.limits:type_name -> raftgate.v1.Limits
+	60, // 31: raftgate.v1.Service.handler_config:type_name -> raftgate.v1.Service.HandlerConfigEntry
+	22, // 32: raftgate.v1.HandlerConfig.limits:type_name -> raftgate.v1.Limits
+	27, // 33: raftgate.v1.HandlerConfig.retry:type_name -> raftgate.v1.RetryPolicy
+	24, // 34: raftgate.v1.PutRule.rule:type_name -> raftgate.v1.Rule
+	21, // 35: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
+	14, // 36: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
+	1,  // 37: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
+	15, // 38: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
+	58, // 39: raftgate.v1.InvocationRecord.callback:type_name -> raftgate.v1.CallbackState
+	34, // 40: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
+	35, // 41: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
+	36, // 42: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
+	38, // 43: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
+	39, // 44: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
+	41, // 45: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
+	45, // 46: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
+	28, // 47: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
+	29, // 48: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
+	47, // 49: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
+	43, // 50: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
+	12, // 51: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
+	56, // 52: raftgate.v1.DispatchRequest.schedule:type_name -> raftgate.v1.ScheduleRequest
+	25, // 53: raftgate.v1.DispatchRequest.put_rule:type_name -> raftgate.v1.PutRule
+	26, // 54: raftgate.v1.DispatchRequest.delete_rule:type_name -> raftgate.v1.DeleteRule
+	37, // 55: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
+	40, // 56: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
+	42, // 57: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
+	46, // 58: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
+	31, // 59: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
+	44, // 60: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
+	48, // 61: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
+	57, // 62: raftgate.v1.DispatchResponse.schedules:type_name -> raftgate.v1.ScheduleList
+	24, // 63: raftgate.v1.DispatchResponse.rule:type_name -> raftgate.v1.Rule
+	14, // 64: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
+	15, // 65: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
+	30, // 66: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
+	2,  // 67: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
+	30, // 68: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
+	3,  // 69: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
+	49, // 70: raftgate.v1.ScheduleState.spec:type_name -> raftgate.v1.ScheduleSpec
+	49, // 71: raftgate.v1.PutSchedule.spec:type_name -> raftgate.v1.ScheduleSpec
+	51, // 72: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
+	52, // 73: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
+	53, // 74: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
+	54, // 75: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
+	50, // 76: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
+	4,  // 77: raftgate.v1.CallbackState.state:type_name -> raftgate.v1.CallbackState.State
+	23, // 78: raftgate.v1.Service.HandlerConfigEntry.value:type_name -> raftgate.v1.HandlerConfig
+	5,  // 79: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
+	8,  // 80: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
+	34, // 81: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
+	32, // 82: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
+	7,  // 83: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
+	9,  // 84: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
+	35, // 85: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
+	33, // 86: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
+	83, // [83:87] is the sub-list for method output_type
+	79, // [79:83] is the sub-list for method input_type
+	79, // [79:79] is the sub-list for extension type_name
+	79, // [79:79] is the sub-list for extension extendee
+	0,  // [0:79] is the sub-list for field type_name
 }
 
 func init() { file_raftgate_proto_init() }
@@ -5202,9 +5698,11 @@ func file_raftgate_proto_init() {
 		(*Command_TriggerSchedule)(nil),
 		(*Command_ScheduleTick)(nil),
 		(*Command_CallbackAttempt)(nil),
+		(*Command_PutRule)(nil),
+		(*Command_DeleteRule)(nil),
 	}
 	file_raftgate_proto_msgTypes[9].OneofWrappers = []any{}
-	file_raftgate_proto_msgTypes[24].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[29].OneofWrappers = []any{
 		(*DispatchRequest_Append)(nil),
 		(*DispatchRequest_Output)(nil),
 		(*DispatchRequest_Attach)(nil),
@@ -5216,8 +5714,10 @@ func file_raftgate_proto_init() {
 		(*DispatchRequest_List)(nil),
 		(*DispatchRequest_FenceService)(nil),
 		(*DispatchRequest_Schedule)(nil),
+		(*DispatchRequest_PutRule)(nil),
+		(*DispatchRequest_DeleteRule)(nil),
 	}
-	file_raftgate_proto_msgTypes[25].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[30].OneofWrappers = []any{
 		(*DispatchResponse_Appended)(nil),
 		(*DispatchResponse_Result)(nil),
 		(*DispatchResponse_Status)(nil),
@@ -5226,8 +5726,9 @@ func file_raftgate_proto_init() {
 		(*DispatchResponse_List)(nil),
 		(*DispatchResponse_Error)(nil),
 		(*DispatchResponse_Schedules)(nil),
+		(*DispatchResponse_Rule)(nil),
 	}
-	file_raftgate_proto_msgTypes[46].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[51].OneofWrappers = []any{
 		(*ScheduleRequest_Put)(nil),
 		(*ScheduleRequest_Delete)(nil),
 		(*ScheduleRequest_Pause)(nil),
@@ -5241,7 +5742,7 @@ func file_raftgate_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftgate_proto_rawDesc), len(file_raftgate_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   50,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
