@@ -31,6 +31,9 @@ var (
 	// dispatch client's verdict), or a leader could not complete a request
 	// that took effect in part. Retrying the same request later is safe.
 	ErrUnavailable = errors.New("partition unavailable")
+	// ErrConflict: a change named an expected version that is not the
+	// current one; nothing changed. Read again and decide.
+	ErrConflict = errors.New("version conflict")
 )
 
 // NotLeaderError says that nothing was proposed because this node does not
@@ -69,6 +72,8 @@ func ToProto(err error) *DispatchError {
 		return &DispatchError{Code: DispatchError_STALE_REGISTRY, Message: err.Error()}
 	case errors.Is(err, ErrUnavailable):
 		return &DispatchError{Code: DispatchError_UNAVAILABLE, Message: err.Error()}
+	case errors.Is(err, ErrConflict):
+		return &DispatchError{Code: DispatchError_CONFLICT, Message: err.Error()}
 	default:
 		return &DispatchError{Code: DispatchError_UNKNOWN, Message: err.Error()}
 	}
@@ -98,6 +103,8 @@ func FromProto(e *DispatchError) error {
 		base = ErrStaleRegistry
 	case DispatchError_UNAVAILABLE:
 		base = ErrUnavailable
+	case DispatchError_CONFLICT:
+		base = ErrConflict
 	default:
 		return errors.New(e.Message)
 	}

@@ -227,20 +227,24 @@ const (
 	// (a registry change whose partitions were not all fenced); retrying
 	// it is safe.
 	DispatchError_UNAVAILABLE DispatchError_Code = 8
+	// A change named a version that is not the current one (scope rules'
+	// compare-and-swap); nothing changed.
+	DispatchError_CONFLICT DispatchError_Code = 90
 )
 
 // Enum value maps for DispatchError_Code.
 var (
 	DispatchError_Code_name = map[int32]string{
-		0: "UNKNOWN",
-		1: "NOT_LEADER",
-		2: "LOST_LEADERSHIP",
-		3: "NOT_FOUND",
-		4: "NOT_READY",
-		5: "INVALID",
-		6: "OVERLOADED",
-		7: "STALE_REGISTRY",
-		8: "UNAVAILABLE",
+		0:  "UNKNOWN",
+		1:  "NOT_LEADER",
+		2:  "LOST_LEADERSHIP",
+		3:  "NOT_FOUND",
+		4:  "NOT_READY",
+		5:  "INVALID",
+		6:  "OVERLOADED",
+		7:  "STALE_REGISTRY",
+		8:  "UNAVAILABLE",
+		90: "CONFLICT",
 	}
 	DispatchError_Code_value = map[string]int32{
 		"UNKNOWN":         0,
@@ -252,6 +256,7 @@ var (
 		"OVERLOADED":      6,
 		"STALE_REGISTRY":  7,
 		"UNAVAILABLE":     8,
+		"CONFLICT":        90,
 	}
 )
 
@@ -5376,12 +5381,12 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x04Done\":\n" +
 	"\fGetKeyStatus\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"\xa5\x02\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"\xb3\x02\n" +
 	"\rDispatchError\x123\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1f.raftgate.v1.DispatchError.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
 	"\x06leader\x18\x03 \x01(\x04R\x06leader\x12\x12\n" +
-	"\x04term\x18\x04 \x01(\x04R\x04term\"\x98\x01\n" +
+	"\x04term\x18\x04 \x01(\x04R\x04term\"\xa6\x01\n" +
 	"\x04Code\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -5393,7 +5398,8 @@ const file_raftgate_proto_rawDesc = "" +
 	"\n" +
 	"OVERLOADED\x10\x06\x12\x12\n" +
 	"\x0eSTALE_REGISTRY\x10\a\x12\x0f\n" +
-	"\vUNAVAILABLE\x10\b\"\xd0\x02\n" +
+	"\vUNAVAILABLE\x10\b\x12\f\n" +
+	"\bCONFLICT\x10Z\"\xd0\x02\n" +
 	"\fScheduleSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x18\n" +
