@@ -680,7 +680,8 @@ function showKey(kind, service, key) {
 
 // target names what an invocation calls as its ingress path does.
 function target(inv) {
-  return inv.key ? `${inv.service} / ${inv.key} / ${inv.handler}` : `${inv.service} / ${inv.handler}`;
+  const t = inv.key ? `${inv.service} / ${inv.key} / ${inv.handler}` : `${inv.service} / ${inv.handler}`;
+  return inv.scope ? `${t} · scope ${inv.scope}` : t;
 }
 
 function bodyText(b) {
@@ -706,6 +707,7 @@ async function loadInvocation(id, full) {
     ["status", statusBadge(v.status, r?.failed)],
     ["service / handler", target(v)],
     ["idempotency key", dash(v.idempotencyKey)],
+    ["scope", dash(v.scope)],
     ["partition", `${v.partition} · leader: ${leader}`],
     ...(v.queuePosition !== undefined ? [["queue position", `${v.queuePosition} ahead of it`]] : []),
     ["attempts", String(v.attempts)],
