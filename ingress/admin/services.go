@@ -47,6 +47,26 @@ type ServiceView struct {
 	// CallbackURL is the default completion callback of the service's
 	// invocations that name none (x-raftgate-callback).
 	CallbackURL string `json:"callbackUrl,omitempty"`
+	// Limits, HandlerConfig and PerKeyConcurrency are the flow-control
+	// fields as registered (stored; not yet enforced).
+	Limits            *LimitsView                  `json:"limits,omitempty"`
+	HandlerConfig     map[string]HandlerConfigView `json:"handlerConfig,omitempty"`
+	PerKeyConcurrency uint32                       `json:"perKeyConcurrency,omitempty"`
+}
+
+// LimitsView is a service's or handler's flow-control limits; 0 (or
+// absent) means no limit.
+type LimitsView struct {
+	Concurrency   uint32  `json:"concurrency,omitempty"`
+	RatePerSecond float64 `json:"ratePerSecond,omitempty"`
+	Burst         uint32  `json:"burst,omitempty"`
+}
+
+// HandlerConfigView is what one handler overrides: its limits, and its
+// retry policy's registered fields.
+type HandlerConfigView struct {
+	Limits *LimitsView   `json:"limits,omitempty"`
+	Retry  *RetryRequest `json:"retry,omitempty"`
 }
 
 // RetryView is a retry policy in JSON; durations in Go syntax ("100ms").
@@ -94,6 +114,11 @@ type ServiceRequest struct {
 	// invocations; optional, checked against the cluster's
 	// --callback-allow.
 	CallbackURL string `json:"callbackUrl,omitempty"`
+	// Limits, HandlerConfig (by handler name) and PerKeyConcurrency (keyed
+	// services' shared handlers) are flow control; optional.
+	Limits            *LimitsView                  `json:"limits,omitempty"`
+	HandlerConfig     map[string]HandlerConfigView `json:"handlerConfig,omitempty"`
+	PerKeyConcurrency uint32                       `json:"perKeyConcurrency,omitempty"`
 }
 
 // Service kinds as the admin API spells them.
@@ -127,6 +152,14 @@ func (s *server) serviceView(svc *rpc.Service) ServiceView {
 	}
 	if v.Handlers == nil {
 		v.Handlers = []string{}
+	}
+	v.Limits = limitsView(svc.GetLimits())
+	v.PerKeyConcurrency = svc.GetPerKeyConcurrency()
+	for name, hc := range svc.GetHandlerConfig() {
+		if v.HandlerConfig == nil {
+			v.HandlerConfig = make(map[string]HandlerConfigView)
+		}
+		v.HandlerConfig[name] = HandlerConfigView{Limits: limitsView(hc.GetLimits()), Retry: retryRequest(hc.GetRetry())}
 	}
 	if ms := svc.GetUpdatedAtUnixMs(); ms != 0 {
 		v.UpdatedAt = formatTime(ms)
@@ -283,6 +316,9 @@ func validateService(name string, req ServiceRequest) (*rpc.Service, error) {
 	}
 	svc := &rpc.Service{Name: name, Url: base, Handlers: slices.Clone(req.Handlers), Kind: kind, Shared: slices.Clone(req.Shared), Retry: retry}
 	if err := registry.CheckKind(svc); err != nil {
+		return nil, err
+	}
+	if err := validateFlowControl(svc, req); err != nil {
 		return nil, err
 	}
 	return svc, nil
