@@ -120,3 +120,29 @@ func TestRulesCommands(t *testing.T) {
 		t.Fatalf("delete again: %+v", res)
 	}
 }
+
+func TestServicesShowLimits(t *testing.T) {
+	reg := &testRegistry{svcs: map[string]*rpc.Service{}}
+	url := startAdmin(t, "", reg)
+	res := runCLI(t, "", "services", "add", "Shop", "http://127.0.0.1:9080", "--kind", "object", "--shared", "get",
+		"--concurrency", "3", "--rate", "50", "--burst", "10", "--per-key-concurrency", "2", "--admin", url)
+	if res.code != 0 {
+		t.Fatalf("add: %+v", res)
+	}
+	if l := reg.svcs["Shop"].GetLimits(); l.GetConcurrency() != 3 || l.GetRatePerSecond() != 50 || l.GetBurst() != 10 {
+		t.Fatalf("stored %v", reg.svcs["Shop"])
+	}
+	res = runCLI(t, "", "services", "show", "Shop", "--admin", url)
+	for _, want := range []string{"limits               3 in flight, 50/s (burst 10)", "per-key concurrency  2", "not yet"} {
+		if res.code != 0 || !strings.Contains(res.stdout, want) {
+			t.Fatalf("show lacks %q: %+v", want, res)
+		}
+	}
+	if res := runCLI(t, "", "services", "add", "Bad", "http://127.0.0.1:9080", "--burst", "3", "--admin", url); res.code == 0 ||
+		!strings.Contains(res.stderr, "needs a ratePerSecond") {
+		t.Fatalf("burst without rate: %+v", res)
+	}
+	if res := runCLI(t, "", "services", "show", "Nope", "--admin", url); res.code == 0 || !strings.Contains(res.stderr, "404") {
+		t.Fatalf("show unknown: %+v", res)
+	}
+}
