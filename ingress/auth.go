@@ -237,7 +237,7 @@ func authorize(g *Grant, rt route) *apiError {
 		flag, what = true, "call"
 	case routeAttach:
 		flag, what = g.Attach, "attach"
-	case routeOutput:
+	case routeOutput, routeLookup:
 		flag, what = g.Output, "output"
 	case routeCancel:
 		flag, what = g.Cancel, "cancel"

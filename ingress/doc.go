@@ -3,7 +3,10 @@
 //
 // It owns:
 //   - routing and parsing of the ingress paths (call, send, attach, output,
-//     health), the delay/timeout duration syntax (Go and ISO-8601), the
+//     health; and Restate 1.7's /restate/call|send/…, scoped
+//     /restate/scope/{scope}/…, /restate/attach|output/{id} and POST
+//     /restate/attach|output|lookup with a JSON target, target.go, each
+//     answering as the older path it stands for), the delay/timeout duration syntax (Go and ISO-8601), the
 //     idempotency-key header and the JSON error format;
 //   - choosing the invocation id and the request id before the first attempt,
 //     so that every retry of one HTTP request inside the cluster is the same

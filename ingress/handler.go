@@ -123,6 +123,9 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) (routeKind, int)
 		return routeHealth, h.health(w, r)
 	}
 	grant, e := h.authenticate(r)
+	if e == nil && rt.target {
+		rt, e = h.readTarget(w, r, rt)
+	}
 	if e == nil {
 		e = authorize(grant, rt)
 	}
@@ -157,8 +160,8 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) (routeKind, int)
 	switch rt.kind {
 	case routeCall, routeSend:
 		return rt.kind, h.invoke(w, r, rt, body)
-	case routeAttach, routeOutput:
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+	case routeAttach, routeOutput, routeLookup:
+		if !rt.target && r.Method != http.MethodGet && r.Method != http.MethodHead {
 			return rt.kind, h.writeError(w, errMethod("GET, HEAD"))
 		}
 		return rt.kind, h.lookup(w, r, rt, grant)

@@ -21,7 +21,8 @@ import (
 const maxObjectKeyLen = 1024
 
 // invoke serves POST /{service}/{handler}, /{object}/{key}/{handler},
-// /{workflow}/{id}/{handler} and their .../send, whose body was read.
+// /{workflow}/{id}/{handler} and their .../send, and Restate 1.7's
+// /restate/[scope/{scope}/]call|send/…, whose body was read.
 func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, rt route, body []byte) int {
 	return h.invokeChecked(w, r, rt, body, h.cfg.Services.Lookup, true)
 }
@@ -136,6 +137,7 @@ func (h *Handler) invokeChecked(w http.ResponseWriter, r *http.Request, rt route
 		ServiceRegisteredIndex: svc.RegisteredIndex,
 		CallbackUrl:            cbURL,
 		RejectReusedKey:        key != "" && (h.cfg.RejectReusedIdempotencyKeys || svc.GetRejectReusedIdempotencyKeys()),
+		Scope:                  rt.scope,
 	}
 	if hasDelay {
 		// Even ?delay=0s: the answer then carries executionTime (the

@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -26,8 +27,9 @@ func parseInvocationID(s string) (invocation.ID, error) {
 	return id, nil
 }
 
-// lookup serves GET /restate/invocation/.../attach and .../output, and
-// /restate/workflow/{workflow}/{id}/attach and .../output, for a caller
+// lookup serves GET /restate/invocation/.../attach and .../output,
+// /restate/workflow/{workflow}/{id}/attach and .../output, and Restate
+// 1.7's /restate/attach|output|lookup (by id, or a target), for a caller
 // holding grant (nil: authentication is off).
 func (h *Handler) lookup(w http.ResponseWriter, r *http.Request, rt route, grant *Grant) int {
 	start := time.Now()
@@ -68,10 +70,24 @@ func (h *Handler) lookup(w http.ResponseWriter, r *http.Request, rt route, grant
 	ctx, cancel := context.WithTimeoutCause(r.Context(), h.cfg.RequestTimeout, errAppendDeadline)
 	defer cancel()
 	res, err := h.cfg.Dispatcher.Output(ctx, part, id[:])
+	if rt.kind == routeLookup && (err == nil || errors.Is(err, rpc.ErrNotReady)) {
+		return h.writeLookup(w, id)
+	}
 	if err != nil {
 		return h.lookupFailed(w, ctx, r.Context(), err, part, id)
 	}
 	return h.writeResult(w, id, "", res)
+}
+
+// writeLookup answers POST /restate/lookup: the target's invocation id,
+// which exists (completed or not).
+func (h *Handler) writeLookup(w http.ResponseWriter, id invocation.ID) int {
+	hdr := w.Header()
+	hdr.Set(headerContentType, "application/json")
+	hdr.Set(headerInvocationID, id.String())
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte(`{"invocationId":"` + id.String() + `"}`))
+	return http.StatusOK
 }
 
 // parsePathID parses the invocation id of an /restate/invocation/{id}/…

@@ -3,6 +3,8 @@ package ingress
 import (
 	"net/url"
 	"strings"
+
+	"github.com/raftgate/raftgate/registry"
 )
 
 // routeKind is what a request path asks for.
@@ -16,6 +18,8 @@ const (
 	routeOutput
 	routeCancel
 	routeHealth
+	// routeLookup: POST /restate/lookup, the invocation id of a target.
+	routeLookup
 )
 
 // label names the route in metrics.
@@ -33,6 +37,8 @@ func (k routeKind) label() string {
 		return "cancel"
 	case routeHealth:
 		return "health"
+	case routeLookup:
+		return "lookup"
 	default:
 		return "other"
 	}
@@ -59,6 +65,11 @@ type route struct {
 	// id is the printed invocation id of attach/output by id (not yet
 	// validated: parseInvocationID does that).
 	id string
+	// scope: a call or send under /restate/scope/{scope}/ (Restate 1.7).
+	scope string
+	// target: POST /restate/attach|output|lookup, whose body names the
+	// invocation (readTarget fills the fields above from it).
+	target bool
 }
 
 // byKey reports whether an attach/output route addresses the invocation by
@@ -85,6 +96,8 @@ const (
 	msgBadServicePath    = "bad path: expected POST /{service}/{handler} (call), POST /{service}/{handler}/send (send), or for a virtual object or workflow POST /{name}/{key}/{handler} and .../send"
 	msgBadInvocationPath = "bad path: expected GET /restate/invocation/{invocationId}/attach, /restate/invocation/{invocationId}/output, /restate/invocation/{service}/{handler}/{idempotencyKey}/attach or /output, or /restate/invocation/{object}/{key}/{handler}/{idempotencyKey}/attach or /output, or PATCH /restate/invocation/{invocationId}/cancel"
 	msgBadWorkflowPath   = "bad path: expected GET /restate/workflow/{workflow}/{id}/attach or /restate/workflow/{workflow}/{id}/output"
+	msgBadCallPath       = "bad path: expected POST /restate/call|send/{service}/{handler}, /restate/call|send/{service}/{key}/{handler}, or the same under /restate/scope/{scope}/"
+	msgBadAttachPath     = "bad path: expected GET /restate/attach|output/{invocationId}, or POST /restate/attach|output|lookup with a JSON target"
 )
 
 // maxSegments bounds the segments the parser looks at; no route has more
@@ -169,8 +182,61 @@ func parseRestatePath(seg []string) (route, *apiError) {
 		return parseInvocationPath(seg[2:])
 	case "workflow":
 		return parseWorkflowPath(seg[2:])
+	case "call", "send":
+		return parseCallPath(seg[1], seg[2:], "")
+	case "scope":
+		if len(seg) < 4 || (seg[3] != "call" && seg[3] != "send") {
+			return route{}, errBadRequest(msgBadCallPath)
+		}
+		if err := registry.ValidateScope(seg[2]); err != nil {
+			return route{}, errBadRequest("bad path: " + err.Error())
+		}
+		return parseCallPath(seg[3], seg[4:], seg[2])
+	case "attach", "output", "lookup":
+		return parseAttachPath(seg[1], seg[2:])
 	}
-	return route{}, errNotFound("no endpoint at /restate/" + seg[1] + ": the ingress serves /restate/health, /restate/invocation/... and /restate/workflow/...")
+	return route{}, errNotFound("no endpoint at /restate/" + seg[1] + ": the ingress serves /restate/health, /restate/call/..., /restate/send/..., /restate/scope/..., /restate/attach, /restate/output, /restate/lookup, /restate/invocation/... and /restate/workflow/...")
+}
+
+// parseCallPath parses what follows /restate/call/ or /restate/send/ (verb
+// names which), in scope ("" for none). Unlike the older paths, the verb
+// says call or send, so {service}/{key}/{handler} is never ambiguous.
+func parseCallPath(verb string, seg []string, scope string) (route, *apiError) {
+	r := route{kind: routeCall, scope: scope}
+	if verb == "send" {
+		r.kind = routeSend
+	}
+	switch len(seg) {
+	case 2:
+		r.service, r.handler = seg[0], seg[1]
+	case 3:
+		r.service, r.objectKey, r.handler, r.keyed = seg[0], seg[1], seg[2], true
+	default:
+		return route{}, errBadRequest(msgBadCallPath)
+	}
+	return r, nil
+}
+
+// parseAttachPath parses what follows /restate/attach, /restate/output and
+// /restate/lookup: an invocation id, or nothing (the target is in the
+// body; lookup has only that form).
+func parseAttachPath(verb string, seg []string) (route, *apiError) {
+	r := route{kind: routeAttach}
+	switch verb {
+	case "output":
+		r.kind = routeOutput
+	case "lookup":
+		r.kind = routeLookup
+	}
+	switch {
+	case len(seg) == 0:
+		r.target = true
+	case len(seg) == 1 && r.kind != routeLookup:
+		r.id = seg[0]
+	default:
+		return route{}, errBadRequest(msgBadAttachPath)
+	}
+	return r, nil
 }
 
 // parseInvocationPath parses what follows /restate/invocation/.

@@ -61,6 +61,7 @@ func stampedInvokeCmd(inv *rpc.Invoke, proposedAtUnixMs int64) *rpc.Command {
 	c.ScheduleId = inv.ScheduleId
 	c.ScheduledAtUnixMs = inv.ScheduledAtUnixMs
 	c.CallbackUrl = inv.CallbackUrl
+	c.Scope = inv.Scope
 	if inv.DelayMs != nil {
 		b.delay = *inv.DelayMs
 		c.DelayMs = &b.delay

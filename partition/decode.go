@@ -51,6 +51,7 @@ const (
 	invokeScheduleID      = 60
 	invokeScheduledAt     = 61
 	invokeCallbackURL     = 80
+	invokeScope           = 90
 
 	completeInvocationID = 1
 	completeResult       = 2
@@ -309,7 +310,7 @@ func decodeInvoke(data []byte, box *invokeBox, buf []byte) ([]byte, bool) {
 		case f.is(protowire.VarintType, invokeRejectReusedKey):
 			inv.RejectReusedKey = protowire.DecodeBool(f.varint)
 		case f.is(protowire.BytesType, invokeService, invokeHandler, invokeContentType, invokeIdempotencyKey, invokeKey,
-			invokeScheduleID, invokeCallbackURL):
+			invokeScheduleID, invokeCallbackURL, invokeScope):
 			if !utf8.Valid(f.bytes) {
 				return buf, false // proto refuses it
 			}
@@ -351,6 +352,8 @@ func invokeString(inv *rpc.Invoke, num protowire.Number) *string {
 		return &inv.ScheduleId
 	case invokeCallbackURL:
 		return &inv.CallbackUrl
+	case invokeScope:
+		return &inv.Scope
 	default:
 		return &inv.Key
 	}

@@ -1,6 +1,7 @@
 // Package registry is the metadata group's state machine: the service
 // registry. Registry implements raftlog.StateMachine for raftlog.MetaGroup;
-// its log entries are rpc.CommandBatches of PutService and DeleteService.
+// its log entries are rpc.CommandBatches of PutService and DeleteService
+// (and PutRule and DeleteRule).
 //
 // Put and Delete are leader-only: they propose the command with a fresh
 // request id and return, with the entry's index, once it applied and is
@@ -25,7 +26,14 @@
 // workflow. Exclusive says which handlers of a keyed service hold their key
 // while they run (package partition queues them per key).
 //
+// The registry also holds the cluster's scope rules (rules.go): per-scope
+// concurrency limits, "*" for every scope, an exact scope winning over
+// "*" (RuleFor). Every PutRule and DeleteRule names the version it
+// replaces and is refused with rpc.ErrConflict when another change came
+// first, so two operators cannot overwrite each other silently.
+//
 // State in the group's bucket:
 //
 //	services   name → rpc.Service
+//	rules      pattern → rpc.Rule
 package registry

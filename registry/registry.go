@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"sort"
@@ -37,6 +38,7 @@ type Registry struct {
 
 	mu       sync.RWMutex
 	services map[string]*rpc.Service // guarded by mu; replaced, never mutated
+	rules    map[string]*rpc.Rule    // guarded by mu; replaced, never mutated
 
 	// tracker matches each Put and Delete to its applied entry by request
 	// id and term; the reply is the entry's index.
@@ -57,6 +59,7 @@ func New(logger zerolog.Logger) *Registry {
 		now:      time.Now,
 		ready:    make(chan struct{}),
 		services: make(map[string]*rpc.Service),
+		rules:    make(map[string]*rpc.Rule),
 		tracker:  proposals.NewTracker[uint64](maxPending),
 	}
 }
@@ -237,10 +240,19 @@ func (r *Registry) Apply(b *bolt.Bucket, entries []raftlog.Entry) (raftlog.Appli
 	if err != nil {
 		return raftlog.Applied{}, fmt.Errorf("registry: create bucket: %w", err)
 	}
+	rb, err := b.CreateBucketIfNotExists(rulesBucket)
+	if err != nil {
+		return raftlog.Applied{}, fmt.Errorf("registry: create bucket: %w", err)
+	}
 	type change struct {
 		name string
 		svc  *rpc.Service // nil: deleted
 	}
+	type ruleChange struct {
+		pattern string
+		rule    *rpc.Rule // nil: deleted
+	}
+	var ruleChanges []ruleChange
 	type outcome struct {
 		requestID []byte
 		term      uint64
@@ -284,6 +296,20 @@ func (r *Registry) Apply(b *bolt.Bucket, entries []raftlog.Entry) (raftlog.Appli
 					return raftlog.Applied{}, fmt.Errorf("registry: delete: %w", err)
 				}
 				changes = append(changes, change{name: cmd.DeleteService.Name})
+			case *rpc.Command_PutRule, *rpc.Command_DeleteRule:
+				if p, ok := c.Cmd.(*rpc.Command_PutRule); ok {
+					o.requestID = p.PutRule.RequestId
+				} else {
+					o.requestID = c.GetDeleteRule().RequestId
+				}
+				pattern, rule, changed, refused, err := applyRule(rb, c, e.Index)
+				if err != nil {
+					return raftlog.Applied{}, err
+				}
+				o.err = refused
+				if changed {
+					ruleChanges = append(ruleChanges, ruleChange{pattern, rule})
+				}
 			default:
 				return raftlog.Applied{}, fmt.Errorf("registry: entry %d: unexpected command %T", e.Index, c.Cmd)
 			}
@@ -309,6 +335,19 @@ func (r *Registry) Apply(b *bolt.Bucket, entries []raftlog.Entry) (raftlog.Appli
 			r.services = next
 			r.mu.Unlock()
 		}
+		if len(ruleChanges) > 0 {
+			r.mu.Lock()
+			next := maps.Clone(r.rules)
+			for _, c := range ruleChanges {
+				if c.rule == nil {
+					delete(next, c.pattern)
+				} else {
+					next[c.pattern] = c.rule
+				}
+			}
+			r.rules = next
+			r.mu.Unlock()
+		}
 		for _, o := range outcomes {
 			r.tracker.Resolve(o.requestID, o.term, proposals.Reply[uint64]{Value: o.index, Err: o.err})
 		}
@@ -332,8 +371,13 @@ func (r *Registry) Restore(b *bolt.Bucket) error {
 			return err
 		}
 	}
+	rules, err := restoreRules(b)
+	if err != nil {
+		return err
+	}
 	r.mu.Lock()
 	r.services = next
+	r.rules = rules
 	r.mu.Unlock()
 	return nil
 }

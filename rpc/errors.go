@@ -31,9 +31,10 @@ var (
 	// dispatch client's verdict), or a leader could not complete a request
 	// that took effect in part. Retrying the same request later is safe.
 	ErrUnavailable = errors.New("partition unavailable")
-	// ErrConflict: an operator's action does not apply to the
-	// invocation's state (resume of a completed one, purge of a pending
-	// one); nothing changed.
+	// ErrConflict: the change does not apply to the current state: an
+	// operator's action on an invocation in another state (resume of a
+	// completed one, purge of a pending one), or a scope rule's expected
+	// version that is not the current one; nothing changed.
 	ErrConflict = errors.New("conflict")
 	// ErrKeyReused: an append's idempotency key names an invocation with
 	// another request body, and reuse was to be refused; nothing stored.

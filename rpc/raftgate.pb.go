@@ -187,7 +187,7 @@ func (x RetryPolicy_OnMaxAttempts) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RetryPolicy_OnMaxAttempts.Descriptor instead.
 func (RetryPolicy_OnMaxAttempts) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{26, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{30, 0}
 }
 
 type InvocationRecord_State int32
@@ -254,7 +254,7 @@ func (x InvocationRecord_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InvocationRecord_State.Descriptor instead.
 func (InvocationRecord_State) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{29, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{33, 0}
 }
 
 type ListInvocations_Status int32
@@ -320,7 +320,7 @@ func (x ListInvocations_Status) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ListInvocations_Status.Descriptor instead.
 func (ListInvocations_Status) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{42, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{46, 0}
 }
 
 type InvocationAction_Kind int32
@@ -375,7 +375,7 @@ func (x InvocationAction_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InvocationAction_Kind.Descriptor instead.
 func (InvocationAction_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{44, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{48, 0}
 }
 
 type DispatchError_Code int32
@@ -400,8 +400,10 @@ const (
 	// (a registry change whose partitions were not all fenced); retrying
 	// it is safe.
 	DispatchError_UNAVAILABLE DispatchError_Code = 8
-	// Lifecycle: the action does not apply to the invocation's state
-	// (purge of a pending one, resume of a completed one...).
+	// The change does not apply to the current state: a lifecycle action
+	// on an invocation in another state (purge of a pending one, resume of
+	// a completed one...), or a scope rule's expected version is not the
+	// current one; nothing changed.
 	DispatchError_CONFLICT DispatchError_Code = 40
 	// append: the idempotency key names an invocation with another request
 	// body, and the request asked for reuse to be refused; nothing stored.
@@ -462,7 +464,7 @@ func (x DispatchError_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DispatchError_Code.Descriptor instead.
 func (DispatchError_Code) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{50, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{54, 0}
 }
 
 type CallbackState_State int32
@@ -515,7 +517,7 @@ func (x CallbackState_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CallbackState_State.Descriptor instead.
 func (CallbackState_State) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{60, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{64, 0}
 }
 
 type RaftBatch struct {
@@ -891,6 +893,8 @@ type Command struct {
 	//	*Command_TriggerSchedule
 	//	*Command_ScheduleTick
 	//	*Command_CallbackAttempt
+	//	*Command_PutRule
+	//	*Command_DeleteRule
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1194,6 +1198,24 @@ func (x *Command) GetCallbackAttempt() *CallbackAttempt {
 	return nil
 }
 
+func (x *Command) GetPutRule() *PutRule {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_PutRule); ok {
+			return x.PutRule
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetDeleteRule() *DeleteRule {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_DeleteRule); ok {
+			return x.DeleteRule
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -1320,6 +1342,15 @@ type Command_CallbackAttempt struct {
 	CallbackAttempt *CallbackAttempt `protobuf:"bytes,80,opt,name=callback_attempt,json=callbackAttempt,proto3,oneof"`
 }
 
+type Command_PutRule struct {
+	// Metadata group only: scope rules (registry/rules.go): 90-99.
+	PutRule *PutRule `protobuf:"bytes,90,opt,name=put_rule,json=putRule,proto3,oneof"`
+}
+
+type Command_DeleteRule struct {
+	DeleteRule *DeleteRule `protobuf:"bytes,91,opt,name=delete_rule,json=deleteRule,proto3,oneof"`
+}
+
 func (*Command_Invoke) isCommand_Cmd() {}
 
 func (*Command_Complete) isCommand_Cmd() {}
@@ -1377,6 +1408,10 @@ func (*Command_TriggerSchedule) isCommand_Cmd() {}
 func (*Command_ScheduleTick) isCommand_Cmd() {}
 
 func (*Command_CallbackAttempt) isCommand_Cmd() {}
+
+func (*Command_PutRule) isCommand_Cmd() {}
+
+func (*Command_DeleteRule) isCommand_Cmd() {}
 
 // A partition command, proposed to every partition once a service's
 // registration changed (put or delete) at metadata log index `index`, before
@@ -1548,7 +1583,10 @@ type Invoke struct {
 	ScheduledAtUnixMs int64  `protobuf:"varint,61,opt,name=scheduled_at_unix_ms,json=scheduledAtUnixMs,proto3" json:"scheduled_at_unix_ms,omitempty"`
 	// Where the result is POSTed once the invocation completes: the send's
 	// x-raftgate-callback, else the service's default callback URL.
-	CallbackUrl   string `protobuf:"bytes,80,opt,name=callback_url,json=callbackUrl,proto3" json:"callback_url,omitempty"`
+	CallbackUrl string `protobuf:"bytes,80,opt,name=callback_url,json=callbackUrl,proto3" json:"callback_url,omitempty"`
+	// The scope the invocation was sent in (POST /restate/scope/{scope}/…);
+	// empty when none. It selects the scope rules that apply to it.
+	Scope         string `protobuf:"bytes,90,opt,name=scope,proto3" json:"scope,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1720,6 +1758,13 @@ func (x *Invoke) GetScheduledAtUnixMs() int64 {
 func (x *Invoke) GetCallbackUrl() string {
 	if x != nil {
 		return x.CallbackUrl
+	}
+	return ""
+}
+
+func (x *Invoke) GetScope() string {
+	if x != nil {
+		return x.Scope
 	}
 	return ""
 }
@@ -2844,8 +2889,13 @@ type Service struct {
 	// An idempotency key reused with another request body is refused (422)
 	// instead of answering the first invocation.
 	RejectReusedIdempotencyKeys bool `protobuf:"varint,10,opt,name=reject_reused_idempotency_keys,json=rejectReusedIdempotencyKeys,proto3" json:"reject_reused_idempotency_keys,omitempty"`
-	unknownFields               protoimpl.UnknownFields
-	sizeCache                   protoimpl.SizeCache
+	// Flow control (90-99): stored and shown; not yet enforced.
+	Limits *Limits `protobuf:"bytes,90,opt,name=limits,proto3" json:"limits,omitempty"`
+	// In-flight deliveries per key of a keyed service's shared handlers (0:
+	// no limit).
+	PerKeyConcurrency uint32 `protobuf:"varint,92,opt,name=per_key_concurrency,json=perKeyConcurrency,proto3" json:"per_key_concurrency,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Service) Reset() {
@@ -2955,18 +3005,301 @@ func (x *Service) GetRejectReusedIdempotencyKeys() bool {
 	return false
 }
 
+func (x *Service) GetLimits() *Limits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *Service) GetPerKeyConcurrency() uint32 {
+	if x != nil {
+		return x.PerKeyConcurrency
+	}
+	return 0
+}
+
+// Flow-control limits of a service or handler; 0 means no limit.
+type Limits struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Deliveries in flight, cluster-wide.
+	Concurrency uint32 `protobuf:"varint,1,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	// A cluster-wide token bucket: deliveries started per second, and the
+	// bucket's size.
+	RatePerSecond float64 `protobuf:"fixed64,2,opt,name=rate_per_second,json=ratePerSecond,proto3" json:"rate_per_second,omitempty"`
+	Burst         uint32  `protobuf:"varint,3,opt,name=burst,proto3" json:"burst,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Limits) Reset() {
+	*x = Limits{}
+	mi := &file_raftgate_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Limits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Limits) ProtoMessage() {}
+
+func (x *Limits) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Limits.ProtoReflect.Descriptor instead.
+func (*Limits) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *Limits) GetConcurrency() uint32 {
+	if x != nil {
+		return x.Concurrency
+	}
+	return 0
+}
+
+func (x *Limits) GetRatePerSecond() float64 {
+	if x != nil {
+		return x.RatePerSecond
+	}
+	return 0
+}
+
+func (x *Limits) GetBurst() uint32 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+// A scope rule: a concurrency limit for the invocations of the scopes
+// pattern matches ("*": every scope; an exact scope wins over "*").
+type Rule struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Pattern     string                 `protobuf:"bytes,1,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	Concurrency uint32                 `protobuf:"varint,2,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	Enabled     bool                   `protobuf:"varint,3,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	// Bumped by every change; the first version is 1.
+	Version         uint64 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	UpdatedAtUnixMs int64  `protobuf:"varint,5,opt,name=updated_at_unix_ms,json=updatedAtUnixMs,proto3" json:"updated_at_unix_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Rule) Reset() {
+	*x = Rule{}
+	mi := &file_raftgate_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Rule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Rule) ProtoMessage() {}
+
+func (x *Rule) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Rule.ProtoReflect.Descriptor instead.
+func (*Rule) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *Rule) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
+func (x *Rule) GetConcurrency() uint32 {
+	if x != nil {
+		return x.Concurrency
+	}
+	return 0
+}
+
+func (x *Rule) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *Rule) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *Rule) GetUpdatedAtUnixMs() int64 {
+	if x != nil {
+		return x.UpdatedAtUnixMs
+	}
+	return 0
+}
+
+// Creates or replaces a rule if its version is expected_version (0: the
+// rule must not exist).
+type PutRule struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Rule            *Rule                  `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	ExpectedVersion uint64                 `protobuf:"varint,2,opt,name=expected_version,json=expectedVersion,proto3" json:"expected_version,omitempty"`
+	// Matches the applied entry to the waiting call (fresh per call).
+	RequestId     []byte `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutRule) Reset() {
+	*x = PutRule{}
+	mi := &file_raftgate_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutRule) ProtoMessage() {}
+
+func (x *PutRule) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutRule.ProtoReflect.Descriptor instead.
+func (*PutRule) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *PutRule) GetRule() *Rule {
+	if x != nil {
+		return x.Rule
+	}
+	return nil
+}
+
+func (x *PutRule) GetExpectedVersion() uint64 {
+	if x != nil {
+		return x.ExpectedVersion
+	}
+	return 0
+}
+
+func (x *PutRule) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+// Deletes a rule if its version is expected_version (0: any version).
+type DeleteRule struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Pattern         string                 `protobuf:"bytes,1,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	ExpectedVersion uint64                 `protobuf:"varint,2,opt,name=expected_version,json=expectedVersion,proto3" json:"expected_version,omitempty"`
+	RequestId       []byte                 `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *DeleteRule) Reset() {
+	*x = DeleteRule{}
+	mi := &file_raftgate_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRule) ProtoMessage() {}
+
+func (x *DeleteRule) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRule.ProtoReflect.Descriptor instead.
+func (*DeleteRule) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *DeleteRule) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
+func (x *DeleteRule) GetExpectedVersion() uint64 {
+	if x != nil {
+		return x.ExpectedVersion
+	}
+	return 0
+}
+
+func (x *DeleteRule) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
 type HandlerConfig struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Handler string                 `protobuf:"bytes,1,opt,name=handler,proto3" json:"handler,omitempty"`
 	// Fields set here replace the service's retry policy's.
-	Retry         *RetryPolicy `protobuf:"bytes,2,opt,name=retry,proto3" json:"retry,omitempty"`
+	Retry *RetryPolicy `protobuf:"bytes,2,opt,name=retry,proto3" json:"retry,omitempty"`
+	// Flow control of this handler (stored and shown; not yet enforced).
+	Limits        *Limits `protobuf:"bytes,3,opt,name=limits,proto3" json:"limits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HandlerConfig) Reset() {
 	*x = HandlerConfig{}
-	mi := &file_raftgate_proto_msgTypes[25]
+	mi := &file_raftgate_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2978,7 +3311,7 @@ func (x *HandlerConfig) String() string {
 func (*HandlerConfig) ProtoMessage() {}
 
 func (x *HandlerConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[25]
+	mi := &file_raftgate_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2991,7 +3324,7 @@ func (x *HandlerConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandlerConfig.ProtoReflect.Descriptor instead.
 func (*HandlerConfig) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{25}
+	return file_raftgate_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *HandlerConfig) GetHandler() string {
@@ -3004,6 +3337,13 @@ func (x *HandlerConfig) GetHandler() string {
 func (x *HandlerConfig) GetRetry() *RetryPolicy {
 	if x != nil {
 		return x.Retry
+	}
+	return nil
+}
+
+func (x *HandlerConfig) GetLimits() *Limits {
+	if x != nil {
+		return x.Limits
 	}
 	return nil
 }
@@ -3027,7 +3367,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_raftgate_proto_msgTypes[26]
+	mi := &file_raftgate_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3039,7 +3379,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[26]
+	mi := &file_raftgate_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3052,7 +3392,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{26}
+	return file_raftgate_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RetryPolicy) GetMaxAttempts() uint32 {
@@ -3101,7 +3441,7 @@ type PutService struct {
 
 func (x *PutService) Reset() {
 	*x = PutService{}
-	mi := &file_raftgate_proto_msgTypes[27]
+	mi := &file_raftgate_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3113,7 +3453,7 @@ func (x *PutService) String() string {
 func (*PutService) ProtoMessage() {}
 
 func (x *PutService) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[27]
+	mi := &file_raftgate_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3126,7 +3466,7 @@ func (x *PutService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutService.ProtoReflect.Descriptor instead.
 func (*PutService) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{27}
+	return file_raftgate_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PutService) GetService() *Service {
@@ -3154,7 +3494,7 @@ type DeleteService struct {
 
 func (x *DeleteService) Reset() {
 	*x = DeleteService{}
-	mi := &file_raftgate_proto_msgTypes[28]
+	mi := &file_raftgate_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3166,7 +3506,7 @@ func (x *DeleteService) String() string {
 func (*DeleteService) ProtoMessage() {}
 
 func (x *DeleteService) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[28]
+	mi := &file_raftgate_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3179,7 +3519,7 @@ func (x *DeleteService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteService.ProtoReflect.Descriptor instead.
 func (*DeleteService) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{28}
+	return file_raftgate_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteService) GetName() string {
@@ -3233,7 +3573,7 @@ type InvocationRecord struct {
 
 func (x *InvocationRecord) Reset() {
 	*x = InvocationRecord{}
-	mi := &file_raftgate_proto_msgTypes[29]
+	mi := &file_raftgate_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3245,7 +3585,7 @@ func (x *InvocationRecord) String() string {
 func (*InvocationRecord) ProtoMessage() {}
 
 func (x *InvocationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[29]
+	mi := &file_raftgate_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3258,7 +3598,7 @@ func (x *InvocationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationRecord.ProtoReflect.Descriptor instead.
 func (*InvocationRecord) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{29}
+	return file_raftgate_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *InvocationRecord) GetInvoke() *Invoke {
@@ -3389,7 +3729,7 @@ type KeyState struct {
 
 func (x *KeyState) Reset() {
 	*x = KeyState{}
-	mi := &file_raftgate_proto_msgTypes[30]
+	mi := &file_raftgate_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3401,7 +3741,7 @@ func (x *KeyState) String() string {
 func (*KeyState) ProtoMessage() {}
 
 func (x *KeyState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[30]
+	mi := &file_raftgate_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3414,7 +3754,7 @@ func (x *KeyState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyState.ProtoReflect.Descriptor instead.
 func (*KeyState) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{30}
+	return file_raftgate_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *KeyState) GetRunning() []byte {
@@ -3447,7 +3787,7 @@ type DispatchRequestBatch struct {
 
 func (x *DispatchRequestBatch) Reset() {
 	*x = DispatchRequestBatch{}
-	mi := &file_raftgate_proto_msgTypes[31]
+	mi := &file_raftgate_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3459,7 +3799,7 @@ func (x *DispatchRequestBatch) String() string {
 func (*DispatchRequestBatch) ProtoMessage() {}
 
 func (x *DispatchRequestBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[31]
+	mi := &file_raftgate_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3472,7 +3812,7 @@ func (x *DispatchRequestBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchRequestBatch.ProtoReflect.Descriptor instead.
 func (*DispatchRequestBatch) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{31}
+	return file_raftgate_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DispatchRequestBatch) GetRequests() []*DispatchRequest {
@@ -3491,7 +3831,7 @@ type DispatchResponseBatch struct {
 
 func (x *DispatchResponseBatch) Reset() {
 	*x = DispatchResponseBatch{}
-	mi := &file_raftgate_proto_msgTypes[32]
+	mi := &file_raftgate_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3503,7 +3843,7 @@ func (x *DispatchResponseBatch) String() string {
 func (*DispatchResponseBatch) ProtoMessage() {}
 
 func (x *DispatchResponseBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[32]
+	mi := &file_raftgate_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3516,7 +3856,7 @@ func (x *DispatchResponseBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchResponseBatch.ProtoReflect.Descriptor instead.
 func (*DispatchResponseBatch) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{32}
+	return file_raftgate_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DispatchResponseBatch) GetResponses() []*DispatchResponse {
@@ -3555,6 +3895,8 @@ type DispatchRequest struct {
 	//	*DispatchRequest_Bulk
 	//	*DispatchRequest_Operation
 	//	*DispatchRequest_Schedule
+	//	*DispatchRequest_PutRule
+	//	*DispatchRequest_DeleteRule
 	Body          isDispatchRequest_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3562,7 +3904,7 @@ type DispatchRequest struct {
 
 func (x *DispatchRequest) Reset() {
 	*x = DispatchRequest{}
-	mi := &file_raftgate_proto_msgTypes[33]
+	mi := &file_raftgate_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3574,7 +3916,7 @@ func (x *DispatchRequest) String() string {
 func (*DispatchRequest) ProtoMessage() {}
 
 func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[33]
+	mi := &file_raftgate_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3587,7 +3929,7 @@ func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchRequest.ProtoReflect.Descriptor instead.
 func (*DispatchRequest) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{33}
+	return file_raftgate_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DispatchRequest) GetCorrelationId() uint64 {
@@ -3751,6 +4093,24 @@ func (x *DispatchRequest) GetSchedule() *ScheduleRequest {
 	return nil
 }
 
+func (x *DispatchRequest) GetPutRule() *PutRule {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchRequest_PutRule); ok {
+			return x.PutRule
+		}
+	}
+	return nil
+}
+
+func (x *DispatchRequest) GetDeleteRule() *DeleteRule {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchRequest_DeleteRule); ok {
+			return x.DeleteRule
+		}
+	}
+	return nil
+}
+
 type isDispatchRequest_Body interface {
 	isDispatchRequest_Body()
 }
@@ -3813,6 +4173,15 @@ type DispatchRequest_Schedule struct {
 	Schedule *ScheduleRequest `protobuf:"bytes,60,opt,name=schedule,proto3,oneof"`
 }
 
+type DispatchRequest_PutRule struct {
+	// Scope rules (metadata group): 90-99.
+	PutRule *PutRule `protobuf:"bytes,90,opt,name=put_rule,json=putRule,proto3,oneof"`
+}
+
+type DispatchRequest_DeleteRule struct {
+	DeleteRule *DeleteRule `protobuf:"bytes,91,opt,name=delete_rule,json=deleteRule,proto3,oneof"`
+}
+
 func (*DispatchRequest_Append) isDispatchRequest_Body() {}
 
 func (*DispatchRequest_Output) isDispatchRequest_Body() {}
@@ -3841,6 +4210,10 @@ func (*DispatchRequest_Operation) isDispatchRequest_Body() {}
 
 func (*DispatchRequest_Schedule) isDispatchRequest_Body() {}
 
+func (*DispatchRequest_PutRule) isDispatchRequest_Body() {}
+
+func (*DispatchRequest_DeleteRule) isDispatchRequest_Body() {}
+
 type DispatchResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	CorrelationId uint64                 `protobuf:"varint,1,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
@@ -3855,6 +4228,7 @@ type DispatchResponse struct {
 	//	*DispatchResponse_Error
 	//	*DispatchResponse_Operation
 	//	*DispatchResponse_Schedules
+	//	*DispatchResponse_Rule
 	Body          isDispatchResponse_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3862,7 +4236,7 @@ type DispatchResponse struct {
 
 func (x *DispatchResponse) Reset() {
 	*x = DispatchResponse{}
-	mi := &file_raftgate_proto_msgTypes[34]
+	mi := &file_raftgate_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3874,7 +4248,7 @@ func (x *DispatchResponse) String() string {
 func (*DispatchResponse) ProtoMessage() {}
 
 func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[34]
+	mi := &file_raftgate_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3887,7 +4261,7 @@ func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchResponse.ProtoReflect.Descriptor instead.
 func (*DispatchResponse) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{34}
+	return file_raftgate_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DispatchResponse) GetCorrelationId() uint64 {
@@ -3985,6 +4359,15 @@ func (x *DispatchResponse) GetSchedules() *ScheduleList {
 	return nil
 }
 
+func (x *DispatchResponse) GetRule() *Rule {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchResponse_Rule); ok {
+			return x.Rule
+		}
+	}
+	return nil
+}
+
 type isDispatchResponse_Body interface {
 	isDispatchResponse_Body()
 }
@@ -4027,6 +4410,11 @@ type DispatchResponse_Schedules struct {
 	Schedules *ScheduleList `protobuf:"bytes,60,opt,name=schedules,proto3,oneof"`
 }
 
+type DispatchResponse_Rule struct {
+	// Scope rules: 90-99. The rule as stored by a PutRule.
+	Rule *Rule `protobuf:"bytes,90,opt,name=rule,proto3,oneof"`
+}
+
 func (*DispatchResponse_Appended) isDispatchResponse_Body() {}
 
 func (*DispatchResponse_Result) isDispatchResponse_Body() {}
@@ -4045,6 +4433,8 @@ func (*DispatchResponse_Operation) isDispatchResponse_Body() {}
 
 func (*DispatchResponse_Schedules) isDispatchResponse_Body() {}
 
+func (*DispatchResponse_Rule) isDispatchResponse_Body() {}
+
 type AppendInvocation struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Invoke        *Invoke                `protobuf:"bytes,1,opt,name=invoke,proto3" json:"invoke,omitempty"`
@@ -4054,7 +4444,7 @@ type AppendInvocation struct {
 
 func (x *AppendInvocation) Reset() {
 	*x = AppendInvocation{}
-	mi := &file_raftgate_proto_msgTypes[35]
+	mi := &file_raftgate_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4066,7 +4456,7 @@ func (x *AppendInvocation) String() string {
 func (*AppendInvocation) ProtoMessage() {}
 
 func (x *AppendInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[35]
+	mi := &file_raftgate_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4079,7 +4469,7 @@ func (x *AppendInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendInvocation.ProtoReflect.Descriptor instead.
 func (*AppendInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{35}
+	return file_raftgate_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AppendInvocation) GetInvoke() *Invoke {
@@ -4102,7 +4492,7 @@ type Appended struct {
 
 func (x *Appended) Reset() {
 	*x = Appended{}
-	mi := &file_raftgate_proto_msgTypes[36]
+	mi := &file_raftgate_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4114,7 +4504,7 @@ func (x *Appended) String() string {
 func (*Appended) ProtoMessage() {}
 
 func (x *Appended) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[36]
+	mi := &file_raftgate_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4127,7 +4517,7 @@ func (x *Appended) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Appended.ProtoReflect.Descriptor instead.
 func (*Appended) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{36}
+	return file_raftgate_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Appended) GetInvocationId() []byte {
@@ -4167,7 +4557,7 @@ type GetOutput struct {
 
 func (x *GetOutput) Reset() {
 	*x = GetOutput{}
-	mi := &file_raftgate_proto_msgTypes[37]
+	mi := &file_raftgate_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4179,7 +4569,7 @@ func (x *GetOutput) String() string {
 func (*GetOutput) ProtoMessage() {}
 
 func (x *GetOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[37]
+	mi := &file_raftgate_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4192,7 +4582,7 @@ func (x *GetOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOutput.ProtoReflect.Descriptor instead.
 func (*GetOutput) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{37}
+	return file_raftgate_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetOutput) GetInvocationId() []byte {
@@ -4211,7 +4601,7 @@ type AttachInvocation struct {
 
 func (x *AttachInvocation) Reset() {
 	*x = AttachInvocation{}
-	mi := &file_raftgate_proto_msgTypes[38]
+	mi := &file_raftgate_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4223,7 +4613,7 @@ func (x *AttachInvocation) String() string {
 func (*AttachInvocation) ProtoMessage() {}
 
 func (x *AttachInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[38]
+	mi := &file_raftgate_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4236,7 +4626,7 @@ func (x *AttachInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachInvocation.ProtoReflect.Descriptor instead.
 func (*AttachInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{38}
+	return file_raftgate_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *AttachInvocation) GetInvocationId() []byte {
@@ -4258,7 +4648,7 @@ type InvocationResult struct {
 
 func (x *InvocationResult) Reset() {
 	*x = InvocationResult{}
-	mi := &file_raftgate_proto_msgTypes[39]
+	mi := &file_raftgate_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4270,7 +4660,7 @@ func (x *InvocationResult) String() string {
 func (*InvocationResult) ProtoMessage() {}
 
 func (x *InvocationResult) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[39]
+	mi := &file_raftgate_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4283,7 +4673,7 @@ func (x *InvocationResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationResult.ProtoReflect.Descriptor instead.
 func (*InvocationResult) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{39}
+	return file_raftgate_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *InvocationResult) GetInvocationId() []byte {
@@ -4323,7 +4713,7 @@ type GetStatus struct {
 
 func (x *GetStatus) Reset() {
 	*x = GetStatus{}
-	mi := &file_raftgate_proto_msgTypes[40]
+	mi := &file_raftgate_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4335,7 +4725,7 @@ func (x *GetStatus) String() string {
 func (*GetStatus) ProtoMessage() {}
 
 func (x *GetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[40]
+	mi := &file_raftgate_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4348,7 +4738,7 @@ func (x *GetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatus.ProtoReflect.Descriptor instead.
 func (*GetStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{40}
+	return file_raftgate_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetStatus) GetInvocationId() []byte {
@@ -4367,7 +4757,7 @@ type InvocationStatus struct {
 
 func (x *InvocationStatus) Reset() {
 	*x = InvocationStatus{}
-	mi := &file_raftgate_proto_msgTypes[41]
+	mi := &file_raftgate_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4379,7 +4769,7 @@ func (x *InvocationStatus) String() string {
 func (*InvocationStatus) ProtoMessage() {}
 
 func (x *InvocationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[41]
+	mi := &file_raftgate_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4392,7 +4782,7 @@ func (x *InvocationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationStatus.ProtoReflect.Descriptor instead.
 func (*InvocationStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{41}
+	return file_raftgate_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *InvocationStatus) GetRecord() *InvocationRecord {
@@ -4427,7 +4817,7 @@ type ListInvocations struct {
 
 func (x *ListInvocations) Reset() {
 	*x = ListInvocations{}
-	mi := &file_raftgate_proto_msgTypes[42]
+	mi := &file_raftgate_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4439,7 +4829,7 @@ func (x *ListInvocations) String() string {
 func (*ListInvocations) ProtoMessage() {}
 
 func (x *ListInvocations) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[42]
+	mi := &file_raftgate_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4452,7 +4842,7 @@ func (x *ListInvocations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInvocations.ProtoReflect.Descriptor instead.
 func (*ListInvocations) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{42}
+	return file_raftgate_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListInvocations) GetStatus() ListInvocations_Status {
@@ -4539,7 +4929,7 @@ type InvocationList struct {
 
 func (x *InvocationList) Reset() {
 	*x = InvocationList{}
-	mi := &file_raftgate_proto_msgTypes[43]
+	mi := &file_raftgate_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4551,7 +4941,7 @@ func (x *InvocationList) String() string {
 func (*InvocationList) ProtoMessage() {}
 
 func (x *InvocationList) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[43]
+	mi := &file_raftgate_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4564,7 +4954,7 @@ func (x *InvocationList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationList.ProtoReflect.Descriptor instead.
 func (*InvocationList) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{43}
+	return file_raftgate_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *InvocationList) GetRecords() []*InvocationRecord {
@@ -4602,7 +4992,7 @@ type InvocationAction struct {
 
 func (x *InvocationAction) Reset() {
 	*x = InvocationAction{}
-	mi := &file_raftgate_proto_msgTypes[44]
+	mi := &file_raftgate_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4614,7 +5004,7 @@ func (x *InvocationAction) String() string {
 func (*InvocationAction) ProtoMessage() {}
 
 func (x *InvocationAction) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[44]
+	mi := &file_raftgate_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4627,7 +5017,7 @@ func (x *InvocationAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationAction.ProtoReflect.Descriptor instead.
 func (*InvocationAction) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{44}
+	return file_raftgate_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *InvocationAction) GetKind() InvocationAction_Kind {
@@ -4665,7 +5055,7 @@ type BulkRequest struct {
 
 func (x *BulkRequest) Reset() {
 	*x = BulkRequest{}
-	mi := &file_raftgate_proto_msgTypes[45]
+	mi := &file_raftgate_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4677,7 +5067,7 @@ func (x *BulkRequest) String() string {
 func (*BulkRequest) ProtoMessage() {}
 
 func (x *BulkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[45]
+	mi := &file_raftgate_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4690,7 +5080,7 @@ func (x *BulkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRequest.ProtoReflect.Descriptor instead.
 func (*BulkRequest) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{45}
+	return file_raftgate_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *BulkRequest) GetOperationId() string {
@@ -4732,7 +5122,7 @@ type GetOperation struct {
 
 func (x *GetOperation) Reset() {
 	*x = GetOperation{}
-	mi := &file_raftgate_proto_msgTypes[46]
+	mi := &file_raftgate_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4744,7 +5134,7 @@ func (x *GetOperation) String() string {
 func (*GetOperation) ProtoMessage() {}
 
 func (x *GetOperation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[46]
+	mi := &file_raftgate_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4757,7 +5147,7 @@ func (x *GetOperation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperation.ProtoReflect.Descriptor instead.
 func (*GetOperation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{46}
+	return file_raftgate_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetOperation) GetOperationId() string {
@@ -4776,7 +5166,7 @@ type CancelInvocation struct {
 
 func (x *CancelInvocation) Reset() {
 	*x = CancelInvocation{}
-	mi := &file_raftgate_proto_msgTypes[47]
+	mi := &file_raftgate_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4788,7 +5178,7 @@ func (x *CancelInvocation) String() string {
 func (*CancelInvocation) ProtoMessage() {}
 
 func (x *CancelInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[47]
+	mi := &file_raftgate_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4801,7 +5191,7 @@ func (x *CancelInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelInvocation.ProtoReflect.Descriptor instead.
 func (*CancelInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{47}
+	return file_raftgate_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CancelInvocation) GetInvocationId() []byte {
@@ -4819,7 +5209,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_raftgate_proto_msgTypes[48]
+	mi := &file_raftgate_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4831,7 +5221,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[48]
+	mi := &file_raftgate_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4844,7 +5234,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{48}
+	return file_raftgate_proto_rawDescGZIP(), []int{52}
 }
 
 // GetKeyStatus asks for the running invocation and queue length of one key
@@ -4859,7 +5249,7 @@ type GetKeyStatus struct {
 
 func (x *GetKeyStatus) Reset() {
 	*x = GetKeyStatus{}
-	mi := &file_raftgate_proto_msgTypes[49]
+	mi := &file_raftgate_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4871,7 +5261,7 @@ func (x *GetKeyStatus) String() string {
 func (*GetKeyStatus) ProtoMessage() {}
 
 func (x *GetKeyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[49]
+	mi := &file_raftgate_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4884,7 +5274,7 @@ func (x *GetKeyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyStatus.ProtoReflect.Descriptor instead.
 func (*GetKeyStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{49}
+	return file_raftgate_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetKeyStatus) GetService() string {
@@ -4913,7 +5303,7 @@ type DispatchError struct {
 
 func (x *DispatchError) Reset() {
 	*x = DispatchError{}
-	mi := &file_raftgate_proto_msgTypes[50]
+	mi := &file_raftgate_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4925,7 +5315,7 @@ func (x *DispatchError) String() string {
 func (*DispatchError) ProtoMessage() {}
 
 func (x *DispatchError) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[50]
+	mi := &file_raftgate_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4938,7 +5328,7 @@ func (x *DispatchError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchError.ProtoReflect.Descriptor instead.
 func (*DispatchError) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{50}
+	return file_raftgate_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DispatchError) GetCode() DispatchError_Code {
@@ -4992,7 +5382,7 @@ type ScheduleSpec struct {
 
 func (x *ScheduleSpec) Reset() {
 	*x = ScheduleSpec{}
-	mi := &file_raftgate_proto_msgTypes[51]
+	mi := &file_raftgate_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5004,7 +5394,7 @@ func (x *ScheduleSpec) String() string {
 func (*ScheduleSpec) ProtoMessage() {}
 
 func (x *ScheduleSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[51]
+	mi := &file_raftgate_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5017,7 +5407,7 @@ func (x *ScheduleSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleSpec.ProtoReflect.Descriptor instead.
 func (*ScheduleSpec) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{51}
+	return file_raftgate_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ScheduleSpec) GetId() string {
@@ -5130,7 +5520,7 @@ type ScheduleState struct {
 
 func (x *ScheduleState) Reset() {
 	*x = ScheduleState{}
-	mi := &file_raftgate_proto_msgTypes[52]
+	mi := &file_raftgate_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5142,7 +5532,7 @@ func (x *ScheduleState) String() string {
 func (*ScheduleState) ProtoMessage() {}
 
 func (x *ScheduleState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[52]
+	mi := &file_raftgate_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5155,7 +5545,7 @@ func (x *ScheduleState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleState.ProtoReflect.Descriptor instead.
 func (*ScheduleState) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{52}
+	return file_raftgate_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ScheduleState) GetSpec() *ScheduleSpec {
@@ -5243,7 +5633,7 @@ type PutSchedule struct {
 
 func (x *PutSchedule) Reset() {
 	*x = PutSchedule{}
-	mi := &file_raftgate_proto_msgTypes[53]
+	mi := &file_raftgate_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5255,7 +5645,7 @@ func (x *PutSchedule) String() string {
 func (*PutSchedule) ProtoMessage() {}
 
 func (x *PutSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[53]
+	mi := &file_raftgate_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5268,7 +5658,7 @@ func (x *PutSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSchedule.ProtoReflect.Descriptor instead.
 func (*PutSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{53}
+	return file_raftgate_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PutSchedule) GetSpec() *ScheduleSpec {
@@ -5309,7 +5699,7 @@ type DeleteSchedule struct {
 
 func (x *DeleteSchedule) Reset() {
 	*x = DeleteSchedule{}
-	mi := &file_raftgate_proto_msgTypes[54]
+	mi := &file_raftgate_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5321,7 +5711,7 @@ func (x *DeleteSchedule) String() string {
 func (*DeleteSchedule) ProtoMessage() {}
 
 func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[54]
+	mi := &file_raftgate_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5334,7 +5724,7 @@ func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSchedule.ProtoReflect.Descriptor instead.
 func (*DeleteSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{54}
+	return file_raftgate_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *DeleteSchedule) GetId() string {
@@ -5366,7 +5756,7 @@ type PauseSchedule struct {
 
 func (x *PauseSchedule) Reset() {
 	*x = PauseSchedule{}
-	mi := &file_raftgate_proto_msgTypes[55]
+	mi := &file_raftgate_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5378,7 +5768,7 @@ func (x *PauseSchedule) String() string {
 func (*PauseSchedule) ProtoMessage() {}
 
 func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[55]
+	mi := &file_raftgate_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5391,7 +5781,7 @@ func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseSchedule.ProtoReflect.Descriptor instead.
 func (*PauseSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{55}
+	return file_raftgate_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PauseSchedule) GetId() string {
@@ -5442,7 +5832,7 @@ type TriggerSchedule struct {
 
 func (x *TriggerSchedule) Reset() {
 	*x = TriggerSchedule{}
-	mi := &file_raftgate_proto_msgTypes[56]
+	mi := &file_raftgate_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5454,7 +5844,7 @@ func (x *TriggerSchedule) String() string {
 func (*TriggerSchedule) ProtoMessage() {}
 
 func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[56]
+	mi := &file_raftgate_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5467,7 +5857,7 @@ func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerSchedule.ProtoReflect.Descriptor instead.
 func (*TriggerSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{56}
+	return file_raftgate_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *TriggerSchedule) GetId() string {
@@ -5509,7 +5899,7 @@ type ScheduleTick struct {
 
 func (x *ScheduleTick) Reset() {
 	*x = ScheduleTick{}
-	mi := &file_raftgate_proto_msgTypes[57]
+	mi := &file_raftgate_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5521,7 +5911,7 @@ func (x *ScheduleTick) String() string {
 func (*ScheduleTick) ProtoMessage() {}
 
 func (x *ScheduleTick) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[57]
+	mi := &file_raftgate_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5534,7 +5924,7 @@ func (x *ScheduleTick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleTick.ProtoReflect.Descriptor instead.
 func (*ScheduleTick) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{57}
+	return file_raftgate_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ScheduleTick) GetId() string {
@@ -5598,7 +5988,7 @@ type ScheduleRequest struct {
 
 func (x *ScheduleRequest) Reset() {
 	*x = ScheduleRequest{}
-	mi := &file_raftgate_proto_msgTypes[58]
+	mi := &file_raftgate_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5610,7 +6000,7 @@ func (x *ScheduleRequest) String() string {
 func (*ScheduleRequest) ProtoMessage() {}
 
 func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[58]
+	mi := &file_raftgate_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5623,7 +6013,7 @@ func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{58}
+	return file_raftgate_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ScheduleRequest) GetOp() isScheduleRequest_Op {
@@ -5737,7 +6127,7 @@ type ScheduleList struct {
 
 func (x *ScheduleList) Reset() {
 	*x = ScheduleList{}
-	mi := &file_raftgate_proto_msgTypes[59]
+	mi := &file_raftgate_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5749,7 +6139,7 @@ func (x *ScheduleList) String() string {
 func (*ScheduleList) ProtoMessage() {}
 
 func (x *ScheduleList) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[59]
+	mi := &file_raftgate_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5762,7 +6152,7 @@ func (x *ScheduleList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleList.ProtoReflect.Descriptor instead.
 func (*ScheduleList) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{59}
+	return file_raftgate_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ScheduleList) GetSchedules() []*ScheduleState {
@@ -5794,7 +6184,7 @@ type CallbackState struct {
 
 func (x *CallbackState) Reset() {
 	*x = CallbackState{}
-	mi := &file_raftgate_proto_msgTypes[60]
+	mi := &file_raftgate_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5806,7 +6196,7 @@ func (x *CallbackState) String() string {
 func (*CallbackState) ProtoMessage() {}
 
 func (x *CallbackState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[60]
+	mi := &file_raftgate_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5819,7 +6209,7 @@ func (x *CallbackState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallbackState.ProtoReflect.Descriptor instead.
 func (*CallbackState) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{60}
+	return file_raftgate_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *CallbackState) GetState() CallbackState_State {
@@ -5872,7 +6262,7 @@ type CallbackAttempt struct {
 
 func (x *CallbackAttempt) Reset() {
 	*x = CallbackAttempt{}
-	mi := &file_raftgate_proto_msgTypes[61]
+	mi := &file_raftgate_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5884,7 +6274,7 @@ func (x *CallbackAttempt) String() string {
 func (*CallbackAttempt) ProtoMessage() {}
 
 func (x *CallbackAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[61]
+	mi := &file_raftgate_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5897,7 +6287,7 @@ func (x *CallbackAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallbackAttempt.ProtoReflect.Descriptor instead.
 func (*CallbackAttempt) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{61}
+	return file_raftgate_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *CallbackAttempt) GetInvocationId() []byte {
@@ -5981,7 +6371,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"Z\n" +
 	"\fCommandBatch\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
-	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\xe7\r\n" +
+	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\xd6\x0e\n" +
 	"\aCommand\x12-\n" +
 	"\x06invoke\x18\n" +
 	" \x01(\v2\x13.raftgate.v1.InvokeH\x00R\x06invoke\x123\n" +
@@ -6013,7 +6403,10 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x0epause_schedule\x18> \x01(\v2\x1a.raftgate.v1.PauseScheduleH\x00R\rpauseSchedule\x12I\n" +
 	"\x10trigger_schedule\x18? \x01(\v2\x1c.raftgate.v1.TriggerScheduleH\x00R\x0ftriggerSchedule\x12@\n" +
 	"\rschedule_tick\x18@ \x01(\v2\x19.raftgate.v1.ScheduleTickH\x00R\fscheduleTick\x12I\n" +
-	"\x10callback_attempt\x18P \x01(\v2\x1c.raftgate.v1.CallbackAttemptH\x00R\x0fcallbackAttemptB\x05\n" +
+	"\x10callback_attempt\x18P \x01(\v2\x1c.raftgate.v1.CallbackAttemptH\x00R\x0fcallbackAttempt\x121\n" +
+	"\bput_rule\x18Z \x01(\v2\x14.raftgate.v1.PutRuleH\x00R\aputRule\x12:\n" +
+	"\vdelete_rule\x18[ \x01(\v2\x17.raftgate.v1.DeleteRuleH\x00R\n" +
+	"deleteRuleB\x05\n" +
 	"\x03cmd\"W\n" +
 	"\fFenceService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -6022,7 +6415,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\fR\trequestId\"2\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xed\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\x83\x06\n" +
 	"\x06Invoke\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x1d\n" +
 	"\n" +
@@ -6047,7 +6440,8 @@ const file_raftgate_proto_rawDesc = "" +
 	"\vschedule_id\x18< \x01(\tR\n" +
 	"scheduleId\x12/\n" +
 	"\x14scheduled_at_unix_ms\x18= \x01(\x03R\x11scheduledAtUnixMs\x12!\n" +
-	"\fcallback_url\x18P \x01(\tR\vcallbackUrlB\v\n" +
+	"\fcallback_url\x18P \x01(\tR\vcallbackUrl\x12\x14\n" +
+	"\x05scope\x18Z \x01(\tR\x05scopeB\v\n" +
 	"\t_delay_ms\"\xa1\x01\n" +
 	"\x06Result\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\rR\x06status\x12\x12\n" +
@@ -6135,7 +6529,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12'\n" +
 	"\x10retry_at_unix_ms\x18\x04 \x01(\x03R\rretryAtUnixMs\x12-\n" +
-	"\x13proposed_at_unix_ms\x18\x05 \x01(\x03R\x10proposedAtUnixMs\"\xf4\x03\n" +
+	"\x13proposed_at_unix_ms\x18\x05 \x01(\x03R\x10proposedAtUnixMs\"\xd1\x04\n" +
 	"\aService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1a\n" +
@@ -6148,15 +6542,39 @@ const file_raftgate_proto_rawDesc = "" +
 	"\fcallback_url\x18P \x01(\tR\vcallbackUrl\x12A\n" +
 	"\x0ehandler_config\x18\t \x03(\v2\x1a.raftgate.v1.HandlerConfigR\rhandlerConfig\x12C\n" +
 	"\x1ereject_reused_idempotency_keys\x18\n" +
-	" \x01(\bR\x1brejectReusedIdempotencyKeys\"-\n" +
+	" \x01(\bR\x1brejectReusedIdempotencyKeys\x12+\n" +
+	"\x06limits\x18Z \x01(\v2\x13.raftgate.v1.LimitsR\x06limits\x12.\n" +
+	"\x13per_key_concurrency\x18\\ \x01(\rR\x11perKeyConcurrency\"-\n" +
 	"\x04Kind\x12\v\n" +
 	"\aSERVICE\x10\x00\x12\n" +
 	"\n" +
 	"\x06OBJECT\x10\x01\x12\f\n" +
-	"\bWORKFLOW\x10\x02\"Y\n" +
+	"\bWORKFLOW\x10\x02\"h\n" +
+	"\x06Limits\x12 \n" +
+	"\vconcurrency\x18\x01 \x01(\rR\vconcurrency\x12&\n" +
+	"\x0frate_per_second\x18\x02 \x01(\x01R\rratePerSecond\x12\x14\n" +
+	"\x05burst\x18\x03 \x01(\rR\x05burst\"\xa3\x01\n" +
+	"\x04Rule\x12\x18\n" +
+	"\apattern\x18\x01 \x01(\tR\apattern\x12 \n" +
+	"\vconcurrency\x18\x02 \x01(\rR\vconcurrency\x12\x18\n" +
+	"\aenabled\x18\x03 \x01(\bR\aenabled\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\x12+\n" +
+	"\x12updated_at_unix_ms\x18\x05 \x01(\x03R\x0fupdatedAtUnixMs\"z\n" +
+	"\aPutRule\x12%\n" +
+	"\x04rule\x18\x01 \x01(\v2\x11.raftgate.v1.RuleR\x04rule\x12)\n" +
+	"\x10expected_version\x18\x02 \x01(\x04R\x0fexpectedVersion\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\fR\trequestId\"p\n" +
+	"\n" +
+	"DeleteRule\x12\x18\n" +
+	"\apattern\x18\x01 \x01(\tR\apattern\x12)\n" +
+	"\x10expected_version\x18\x02 \x01(\x04R\x0fexpectedVersion\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\fR\trequestId\"\x86\x01\n" +
 	"\rHandlerConfig\x12\x18\n" +
 	"\ahandler\x18\x01 \x01(\tR\ahandler\x12.\n" +
-	"\x05retry\x18\x02 \x01(\v2\x18.raftgate.v1.RetryPolicyR\x05retry\"\xc3\x02\n" +
+	"\x05retry\x18\x02 \x01(\v2\x18.raftgate.v1.RetryPolicyR\x05retry\x12+\n" +
+	"\x06limits\x18\x03 \x01(\v2\x13.raftgate.v1.LimitsR\x06limits\"\xc3\x02\n" +
 	"\vRetryPolicy\x12!\n" +
 	"\fmax_attempts\x18\x01 \x01(\rR\vmaxAttempts\x12,\n" +
 	"\x12initial_backoff_ms\x18\x02 \x01(\x03R\x10initialBackoffMs\x12$\n" +
@@ -6212,7 +6630,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x14DispatchRequestBatch\x128\n" +
 	"\brequests\x18\x01 \x03(\v2\x1c.raftgate.v1.DispatchRequestR\brequests\"T\n" +
 	"\x15DispatchResponseBatch\x12;\n" +
-	"\tresponses\x18\x01 \x03(\v2\x1d.raftgate.v1.DispatchResponseR\tresponses\"\xbe\a\n" +
+	"\tresponses\x18\x01 \x03(\v2\x1d.raftgate.v1.DispatchResponseR\tresponses\"\xad\b\n" +
 	"\x0fDispatchRequest\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x04R\rcorrelationId\x12\x1d\n" +
 	"\n" +
@@ -6236,8 +6654,11 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x06action\x18( \x01(\v2\x1d.raftgate.v1.InvocationActionH\x00R\x06action\x12.\n" +
 	"\x04bulk\x18) \x01(\v2\x18.raftgate.v1.BulkRequestH\x00R\x04bulk\x129\n" +
 	"\toperation\x18* \x01(\v2\x19.raftgate.v1.GetOperationH\x00R\toperation\x12:\n" +
-	"\bschedule\x18< \x01(\v2\x1c.raftgate.v1.ScheduleRequestH\x00R\bscheduleB\x06\n" +
-	"\x04body\"\xa1\x04\n" +
+	"\bschedule\x18< \x01(\v2\x1c.raftgate.v1.ScheduleRequestH\x00R\bschedule\x121\n" +
+	"\bput_rule\x18Z \x01(\v2\x14.raftgate.v1.PutRuleH\x00R\aputRule\x12:\n" +
+	"\vdelete_rule\x18[ \x01(\v2\x17.raftgate.v1.DeleteRuleH\x00R\n" +
+	"deleteRuleB\x06\n" +
+	"\x04body\"\xca\x04\n" +
 	"\x10DispatchResponse\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x04R\rcorrelationId\x123\n" +
 	"\bappended\x18\n" +
@@ -6249,7 +6670,8 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x04list\x18\x0f \x01(\v2\x1b.raftgate.v1.InvocationListH\x00R\x04list\x122\n" +
 	"\x05error\x18\x14 \x01(\v2\x1a.raftgate.v1.DispatchErrorH\x00R\x05error\x126\n" +
 	"\toperation\x18( \x01(\v2\x16.raftgate.v1.OperationH\x00R\toperation\x129\n" +
-	"\tschedules\x18< \x01(\v2\x19.raftgate.v1.ScheduleListH\x00R\tschedulesB\x06\n" +
+	"\tschedules\x18< \x01(\v2\x19.raftgate.v1.ScheduleListH\x00R\tschedules\x12'\n" +
+	"\x04rule\x18Z \x01(\v2\x11.raftgate.v1.RuleH\x00R\x04ruleB\x06\n" +
 	"\x04body\"?\n" +
 	"\x10AppendInvocation\x12+\n" +
 	"\x06invoke\x18\x01 \x01(\v2\x13.raftgate.v1.InvokeR\x06invoke\"\xbe\x01\n" +
@@ -6462,7 +6884,7 @@ func file_raftgate_proto_rawDescGZIP() []byte {
 }
 
 var file_raftgate_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_raftgate_proto_goTypes = []any{
 	(BulkAction)(0),                // 0: raftgate.v1.BulkAction
 	(Service_Kind)(0),              // 1: raftgate.v1.Service.Kind
@@ -6497,154 +6919,166 @@ var file_raftgate_proto_goTypes = []any{
 	(*Admit)(nil),                  // 30: raftgate.v1.Admit
 	(*AttemptFailed)(nil),          // 31: raftgate.v1.AttemptFailed
 	(*Service)(nil),                // 32: raftgate.v1.Service
-	(*HandlerConfig)(nil),          // 33: raftgate.v1.HandlerConfig
-	(*RetryPolicy)(nil),            // 34: raftgate.v1.RetryPolicy
-	(*PutService)(nil),             // 35: raftgate.v1.PutService
-	(*DeleteService)(nil),          // 36: raftgate.v1.DeleteService
-	(*InvocationRecord)(nil),       // 37: raftgate.v1.InvocationRecord
-	(*KeyState)(nil),               // 38: raftgate.v1.KeyState
-	(*DispatchRequestBatch)(nil),   // 39: raftgate.v1.DispatchRequestBatch
-	(*DispatchResponseBatch)(nil),  // 40: raftgate.v1.DispatchResponseBatch
-	(*DispatchRequest)(nil),        // 41: raftgate.v1.DispatchRequest
-	(*DispatchResponse)(nil),       // 42: raftgate.v1.DispatchResponse
-	(*AppendInvocation)(nil),       // 43: raftgate.v1.AppendInvocation
-	(*Appended)(nil),               // 44: raftgate.v1.Appended
-	(*GetOutput)(nil),              // 45: raftgate.v1.GetOutput
-	(*AttachInvocation)(nil),       // 46: raftgate.v1.AttachInvocation
-	(*InvocationResult)(nil),       // 47: raftgate.v1.InvocationResult
-	(*GetStatus)(nil),              // 48: raftgate.v1.GetStatus
-	(*InvocationStatus)(nil),       // 49: raftgate.v1.InvocationStatus
-	(*ListInvocations)(nil),        // 50: raftgate.v1.ListInvocations
-	(*InvocationList)(nil),         // 51: raftgate.v1.InvocationList
-	(*InvocationAction)(nil),       // 52: raftgate.v1.InvocationAction
-	(*BulkRequest)(nil),            // 53: raftgate.v1.BulkRequest
-	(*GetOperation)(nil),           // 54: raftgate.v1.GetOperation
-	(*CancelInvocation)(nil),       // 55: raftgate.v1.CancelInvocation
-	(*Done)(nil),                   // 56: raftgate.v1.Done
-	(*GetKeyStatus)(nil),           // 57: raftgate.v1.GetKeyStatus
-	(*DispatchError)(nil),          // 58: raftgate.v1.DispatchError
-	(*ScheduleSpec)(nil),           // 59: raftgate.v1.ScheduleSpec
-	(*ScheduleState)(nil),          // 60: raftgate.v1.ScheduleState
-	(*PutSchedule)(nil),            // 61: raftgate.v1.PutSchedule
-	(*DeleteSchedule)(nil),         // 62: raftgate.v1.DeleteSchedule
-	(*PauseSchedule)(nil),          // 63: raftgate.v1.PauseSchedule
-	(*TriggerSchedule)(nil),        // 64: raftgate.v1.TriggerSchedule
-	(*ScheduleTick)(nil),           // 65: raftgate.v1.ScheduleTick
-	(*ScheduleRequest)(nil),        // 66: raftgate.v1.ScheduleRequest
-	(*ScheduleList)(nil),           // 67: raftgate.v1.ScheduleList
-	(*CallbackState)(nil),          // 68: raftgate.v1.CallbackState
-	(*CallbackAttempt)(nil),        // 69: raftgate.v1.CallbackAttempt
-	(*InitCluster)(nil),            // 70: raftgate.v1.InitCluster
-	(*JoinNode)(nil),               // 71: raftgate.v1.JoinNode
-	(*SetNodeState)(nil),           // 72: raftgate.v1.SetNodeState
-	(*UpdateNodeAddrs)(nil),        // 73: raftgate.v1.UpdateNodeAddrs
-	(*SetPlacement)(nil),           // 74: raftgate.v1.SetPlacement
-	(*ObserveConfig)(nil),          // 75: raftgate.v1.ObserveConfig
-	(*SetPlacementPolicy)(nil),     // 76: raftgate.v1.SetPlacementPolicy
+	(*Limits)(nil),                 // 33: raftgate.v1.Limits
+	(*Rule)(nil),                   // 34: raftgate.v1.Rule
+	(*PutRule)(nil),                // 35: raftgate.v1.PutRule
+	(*DeleteRule)(nil),             // 36: raftgate.v1.DeleteRule
+	(*HandlerConfig)(nil),          // 37: raftgate.v1.HandlerConfig
+	(*RetryPolicy)(nil),            // 38: raftgate.v1.RetryPolicy
+	(*PutService)(nil),             // 39: raftgate.v1.PutService
+	(*DeleteService)(nil),          // 40: raftgate.v1.DeleteService
+	(*InvocationRecord)(nil),       // 41: raftgate.v1.InvocationRecord
+	(*KeyState)(nil),               // 42: raftgate.v1.KeyState
+	(*DispatchRequestBatch)(nil),   // 43: raftgate.v1.DispatchRequestBatch
+	(*DispatchResponseBatch)(nil),  // 44: raftgate.v1.DispatchResponseBatch
+	(*DispatchRequest)(nil),        // 45: raftgate.v1.DispatchRequest
+	(*DispatchResponse)(nil),       // 46: raftgate.v1.DispatchResponse
+	(*AppendInvocation)(nil),       // 47: raftgate.v1.AppendInvocation
+	(*Appended)(nil),               // 48: raftgate.v1.Appended
+	(*GetOutput)(nil),              // 49: raftgate.v1.GetOutput
+	(*AttachInvocation)(nil),       // 50: raftgate.v1.AttachInvocation
+	(*InvocationResult)(nil),       // 51: raftgate.v1.InvocationResult
+	(*GetStatus)(nil),              // 52: raftgate.v1.GetStatus
+	(*InvocationStatus)(nil),       // 53: raftgate.v1.InvocationStatus
+	(*ListInvocations)(nil),        // 54: raftgate.v1.ListInvocations
+	(*InvocationList)(nil),         // 55: raftgate.v1.InvocationList
+	(*InvocationAction)(nil),       // 56: raftgate.v1.InvocationAction
+	(*BulkRequest)(nil),            // 57: raftgate.v1.BulkRequest
+	(*GetOperation)(nil),           // 58: raftgate.v1.GetOperation
+	(*CancelInvocation)(nil),       // 59: raftgate.v1.CancelInvocation
+	(*Done)(nil),                   // 60: raftgate.v1.Done
+	(*GetKeyStatus)(nil),           // 61: raftgate.v1.GetKeyStatus
+	(*DispatchError)(nil),          // 62: raftgate.v1.DispatchError
+	(*ScheduleSpec)(nil),           // 63: raftgate.v1.ScheduleSpec
+	(*ScheduleState)(nil),          // 64: raftgate.v1.ScheduleState
+	(*PutSchedule)(nil),            // 65: raftgate.v1.PutSchedule
+	(*DeleteSchedule)(nil),         // 66: raftgate.v1.DeleteSchedule
+	(*PauseSchedule)(nil),          // 67: raftgate.v1.PauseSchedule
+	(*TriggerSchedule)(nil),        // 68: raftgate.v1.TriggerSchedule
+	(*ScheduleTick)(nil),           // 69: raftgate.v1.ScheduleTick
+	(*ScheduleRequest)(nil),        // 70: raftgate.v1.ScheduleRequest
+	(*ScheduleList)(nil),           // 71: raftgate.v1.ScheduleList
+	(*CallbackState)(nil),          // 72: raftgate.v1.CallbackState
+	(*CallbackAttempt)(nil),        // 73: raftgate.v1.CallbackAttempt
+	(*InitCluster)(nil),            // 74: raftgate.v1.InitCluster
+	(*JoinNode)(nil),               // 75: raftgate.v1.JoinNode
+	(*SetNodeState)(nil),           // 76: raftgate.v1.SetNodeState
+	(*UpdateNodeAddrs)(nil),        // 77: raftgate.v1.UpdateNodeAddrs
+	(*SetPlacement)(nil),           // 78: raftgate.v1.SetPlacement
+	(*ObserveConfig)(nil),          // 79: raftgate.v1.ObserveConfig
+	(*SetPlacementPolicy)(nil),     // 80: raftgate.v1.SetPlacementPolicy
 }
 var file_raftgate_proto_depIdxs = []int32{
-	9,  // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
-	14, // 1: raftgate.v1.CommandBatch.commands:type_name -> raftgate.v1.Command
-	17, // 2: raftgate.v1.Command.invoke:type_name -> raftgate.v1.Invoke
-	19, // 3: raftgate.v1.Command.complete:type_name -> raftgate.v1.Complete
-	20, // 4: raftgate.v1.Command.cancel:type_name -> raftgate.v1.Cancel
-	21, // 5: raftgate.v1.Command.purge:type_name -> raftgate.v1.Purge
-	31, // 6: raftgate.v1.Command.attempt_failed:type_name -> raftgate.v1.AttemptFailed
-	30, // 7: raftgate.v1.Command.admit:type_name -> raftgate.v1.Admit
-	15, // 8: raftgate.v1.Command.fence_service:type_name -> raftgate.v1.FenceService
-	35, // 9: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
-	36, // 10: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
-	70, // 11: raftgate.v1.Command.init_cluster:type_name -> raftgate.v1.InitCluster
-	71, // 12: raftgate.v1.Command.join_node:type_name -> raftgate.v1.JoinNode
-	72, // 13: raftgate.v1.Command.set_node_state:type_name -> raftgate.v1.SetNodeState
-	73, // 14: raftgate.v1.Command.update_node_addrs:type_name -> raftgate.v1.UpdateNodeAddrs
-	22, // 15: raftgate.v1.Command.resume:type_name -> raftgate.v1.Resume
-	23, // 16: raftgate.v1.Command.restart:type_name -> raftgate.v1.Restart
-	24, // 17: raftgate.v1.Command.kill:type_name -> raftgate.v1.Kill
-	25, // 18: raftgate.v1.Command.purge_invocation:type_name -> raftgate.v1.PurgeInvocation
-	26, // 19: raftgate.v1.Command.pause:type_name -> raftgate.v1.Pause
-	27, // 20: raftgate.v1.Command.bulk:type_name -> raftgate.v1.Bulk
-	28, // 21: raftgate.v1.Command.bulk_step:type_name -> raftgate.v1.BulkStep
-	74, // 22: raftgate.v1.Command.set_placement:type_name -> raftgate.v1.SetPlacement
-	75, // 23: raftgate.v1.Command.observe_config:type_name -> raftgate.v1.ObserveConfig
-	76, // 24: raftgate.v1.Command.set_placement_policy:type_name -> raftgate.v1.SetPlacementPolicy
-	61, // 25: raftgate.v1.Command.put_schedule:type_name -> raftgate.v1.PutSchedule
-	62, // 26: raftgate.v1.Command.delete_schedule:type_name -> raftgate.v1.DeleteSchedule
-	63, // 27: raftgate.v1.Command.pause_schedule:type_name -> raftgate.v1.PauseSchedule
-	64, // 28: raftgate.v1.Command.trigger_schedule:type_name -> raftgate.v1.TriggerSchedule
-	65, // 29: raftgate.v1.Command.schedule_tick:type_name -> raftgate.v1.ScheduleTick
-	69, // 30: raftgate.v1.Command.callback_attempt:type_name -> raftgate.v1.CallbackAttempt
-	16, // 31: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
-	18, // 32: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
-	0,  // 33: raftgate.v1.Bulk.action:type_name -> raftgate.v1.BulkAction
-	50, // 34: raftgate.v1.Bulk.filter:type_name -> raftgate.v1.ListInvocations
-	0,  // 35: raftgate.v1.Operation.action:type_name -> raftgate.v1.BulkAction
-	50, // 36: raftgate.v1.Operation.filter:type_name -> raftgate.v1.ListInvocations
-	1,  // 37: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
-	34, // 38: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
-	33, // 39: raftgate.v1.Service.handler_config:type_name -> raftgate.v1.HandlerConfig
-	34, // 40: raftgate.v1.HandlerConfig.retry:type_name -> raftgate.v1.RetryPolicy
-	2,  // 41: raftgate.v1.RetryPolicy.on_max_attempts:type_name -> raftgate.v1.RetryPolicy.OnMaxAttempts
-	32, // 42: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
-	17, // 43: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
-	3,  // 44: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
-	18, // 45: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
-	68, // 46: raftgate.v1.InvocationRecord.callback:type_name -> raftgate.v1.CallbackState
-	41, // 47: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
-	42, // 48: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
-	43, // 49: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
-	45, // 50: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
-	46, // 51: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
-	48, // 52: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
-	55, // 53: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
-	35, // 54: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
-	36, // 55: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
-	57, // 56: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
-	50, // 57: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
-	15, // 58: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
-	52, // 59: raftgate.v1.DispatchRequest.action:type_name -> raftgate.v1.InvocationAction
-	53, // 60: raftgate.v1.DispatchRequest.bulk:type_name -> raftgate.v1.BulkRequest
-	54, // 61: raftgate.v1.DispatchRequest.operation:type_name -> raftgate.v1.GetOperation
-	66, // 62: raftgate.v1.DispatchRequest.schedule:type_name -> raftgate.v1.ScheduleRequest
-	44, // 63: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
-	47, // 64: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
-	49, // 65: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
-	56, // 66: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
-	38, // 67: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
-	51, // 68: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
-	58, // 69: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
-	29, // 70: raftgate.v1.DispatchResponse.operation:type_name -> raftgate.v1.Operation
-	67, // 71: raftgate.v1.DispatchResponse.schedules:type_name -> raftgate.v1.ScheduleList
-	17, // 72: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
-	18, // 73: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
-	37, // 74: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
-	4,  // 75: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
-	37, // 76: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
-	5,  // 77: raftgate.v1.InvocationAction.kind:type_name -> raftgate.v1.InvocationAction.Kind
-	0,  // 78: raftgate.v1.BulkRequest.action:type_name -> raftgate.v1.BulkAction
-	50, // 79: raftgate.v1.BulkRequest.filter:type_name -> raftgate.v1.ListInvocations
-	6,  // 80: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
-	59, // 81: raftgate.v1.ScheduleState.spec:type_name -> raftgate.v1.ScheduleSpec
-	59, // 82: raftgate.v1.PutSchedule.spec:type_name -> raftgate.v1.ScheduleSpec
-	61, // 83: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
-	62, // 84: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
-	63, // 85: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
-	64, // 86: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
-	60, // 87: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
-	7,  // 88: raftgate.v1.CallbackState.state:type_name -> raftgate.v1.CallbackState.State
-	8,  // 89: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
-	11, // 90: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
-	41, // 91: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
-	39, // 92: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
-	10, // 93: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
-	12, // 94: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
-	42, // 95: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
-	40, // 96: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
-	93, // [93:97] is the sub-list for method output_type
-	89, // [89:93] is the sub-list for method input_type
-	89, // [89:89] is the sub-list for extension type_name
-	89, // [89:89] is the sub-list for extension extendee
-	0,  // [0:89] is the sub-list for field type_name
+	9,   // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
+	14,  // 1: raftgate.v1.CommandBatch.commands:type_name -> raftgate.v1.Command
+	17,  // 2: raftgate.v1.Command.invoke:type_name -> raftgate.v1.Invoke
+	19,  // 3: raftgate.v1.Command.complete:type_name -> raftgate.v1.Complete
+	20,  // 4: raftgate.v1.Command.cancel:type_name -> raftgate.v1.Cancel
+	21,  // 5: raftgate.v1.Command.purge:type_name -> raftgate.v1.Purge
+	31,  // 6: raftgate.v1.Command.attempt_failed:type_name -> raftgate.v1.AttemptFailed
+	30,  // 7: raftgate.v1.Command.admit:type_name -> raftgate.v1.Admit
+	15,  // 8: raftgate.v1.Command.fence_service:type_name -> raftgate.v1.FenceService
+	39,  // 9: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
+	40,  // 10: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
+	74,  // 11: raftgate.v1.Command.init_cluster:type_name -> raftgate.v1.InitCluster
+	75,  // 12: raftgate.v1.Command.join_node:type_name -> raftgate.v1.JoinNode
+	76,  // 13: raftgate.v1.Command.set_node_state:type_name -> raftgate.v1.SetNodeState
+	77,  // 14: raftgate.v1.Command.update_node_addrs:type_name -> raftgate.v1.UpdateNodeAddrs
+	22,  // 15: raftgate.v1.Command.resume:type_name -> raftgate.v1.Resume
+	23,  // 16: raftgate.v1.Command.restart:type_name -> raftgate.v1.Restart
+	24,  // 17: raftgate.v1.Command.kill:type_name -> raftgate.v1.Kill
+	25,  // 18: raftgate.v1.Command.purge_invocation:type_name -> raftgate.v1.PurgeInvocation
+	26,  // 19: raftgate.v1.Command.pause:type_name -> raftgate.v1.Pause
+	27,  // 20: raftgate.v1.Command.bulk:type_name -> raftgate.v1.Bulk
+	28,  // 21: raftgate.v1.Command.bulk_step:type_name -> raftgate.v1.BulkStep
+	78,  // 22: raftgate.v1.Command.set_placement:type_name -> raftgate.v1.SetPlacement
+	79,  // 23: raftgate.v1.Command.observe_config:type_name -> raftgate.v1.ObserveConfig
+	80,  // 24: raftgate.v1.Command.set_placement_policy:type_name -> raftgate.v1.SetPlacementPolicy
+	65,  // 25: raftgate.v1.Command.put_schedule:type_name -> raftgate.v1.PutSchedule
+	66,  // 26: raftgate.v1.Command.delete_schedule:type_name -> raftgate.v1.DeleteSchedule
+	67,  // 27: raftgate.v1.Command.pause_schedule:type_name -> raftgate.v1.PauseSchedule
+	68,  // 28: raftgate.v1.Command.trigger_schedule:type_name -> raftgate.v1.TriggerSchedule
+	69,  // 29: raftgate.v1.Command.schedule_tick:type_name -> raftgate.v1.ScheduleTick
+	73,  // 30: raftgate.v1.Command.callback_attempt:type_name -> raftgate.v1.CallbackAttempt
+	35,  // 31: raftgate.v1.Command.put_rule:type_name -> raftgate.v1.PutRule
+	36,  // 32: raftgate.v1.Command.delete_rule:type_name -> raftgate.v1.DeleteRule
+	16,  // 33: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
+	18,  // 34: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
+	0,   // 35: raftgate.v1.Bulk.action:type_name -> raftgate.v1.BulkAction
+	54,  // 36: raftgate.v1.Bulk.filter:type_name -> raftgate.v1.ListInvocations
+	0,   // 37: raftgate.v1.Operation.action:type_name -> raftgate.v1.BulkAction
+	54,  // 38: raftgate.v1.Operation.filter:type_name -> raftgate.v1.ListInvocations
+	1,   // 39: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
+	38,  // 40: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
+	37,  // 41: raftgate.v1.Service.handler_config:type_name -> raftgate.v1.HandlerConfig
+	33,  // 42: raftgate.v1.Service.limits:type_name -> raftgate.v1.Limits
+	34,  // 43: raftgate.v1.PutRule.rule:type_name -> raftgate.v1.Rule
+	38,  // 44: raftgate.v1.HandlerConfig.retry:type_name -> raftgate.v1.RetryPolicy
+	33,  // 45: raftgate.v1.HandlerConfig.limits:type_name -> raftgate.v1.Limits
+	2,   // 46: raftgate.v1.RetryPolicy.on_max_attempts:type_name -> raftgate.v1.RetryPolicy.OnMaxAttempts
+	32,  // 47: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
+	17,  // 48: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
+	3,   // 49: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
+	18,  // 50: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
+	72,  // 51: raftgate.v1.InvocationRecord.callback:type_name -> raftgate.v1.CallbackState
+	45,  // 52: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
+	46,  // 53: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
+	47,  // 54: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
+	49,  // 55: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
+	50,  // 56: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
+	52,  // 57: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
+	59,  // 58: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
+	39,  // 59: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
+	40,  // 60: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
+	61,  // 61: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
+	54,  // 62: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
+	15,  // 63: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
+	56,  // 64: raftgate.v1.DispatchRequest.action:type_name -> raftgate.v1.InvocationAction
+	57,  // 65: raftgate.v1.DispatchRequest.bulk:type_name -> raftgate.v1.BulkRequest
+	58,  // 66: raftgate.v1.DispatchRequest.operation:type_name -> raftgate.v1.GetOperation
+	70,  // 67: raftgate.v1.DispatchRequest.schedule:type_name -> raftgate.v1.ScheduleRequest
+	35,  // 68: raftgate.v1.DispatchRequest.put_rule:type_name -> raftgate.v1.PutRule
+	36,  // 69: raftgate.v1.DispatchRequest.delete_rule:type_name -> raftgate.v1.DeleteRule
+	48,  // 70: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
+	51,  // 71: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
+	53,  // 72: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
+	60,  // 73: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
+	42,  // 74: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
+	55,  // 75: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
+	62,  // 76: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
+	29,  // 77: raftgate.v1.DispatchResponse.operation:type_name -> raftgate.v1.Operation
+	71,  // 78: raftgate.v1.DispatchResponse.schedules:type_name -> raftgate.v1.ScheduleList
+	34,  // 79: raftgate.v1.DispatchResponse.rule:type_name -> raftgate.v1.Rule
+	17,  // 80: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
+	18,  // 81: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
+	41,  // 82: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
+	4,   // 83: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
+	41,  // 84: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
+	5,   // 85: raftgate.v1.InvocationAction.kind:type_name -> raftgate.v1.InvocationAction.Kind
+	0,   // 86: raftgate.v1.BulkRequest.action:type_name -> raftgate.v1.BulkAction
+	54,  // 87: raftgate.v1.BulkRequest.filter:type_name -> raftgate.v1.ListInvocations
+	6,   // 88: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
+	63,  // 89: raftgate.v1.ScheduleState.spec:type_name -> raftgate.v1.ScheduleSpec
+	63,  // 90: raftgate.v1.PutSchedule.spec:type_name -> raftgate.v1.ScheduleSpec
+	65,  // 91: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
+	66,  // 92: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
+	67,  // 93: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
+	68,  // 94: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
+	64,  // 95: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
+	7,   // 96: raftgate.v1.CallbackState.state:type_name -> raftgate.v1.CallbackState.State
+	8,   // 97: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
+	11,  // 98: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
+	45,  // 99: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
+	43,  // 100: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
+	10,  // 101: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
+	12,  // 102: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
+	46,  // 103: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
+	44,  // 104: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
+	101, // [101:105] is the sub-list for method output_type
+	97,  // [97:101] is the sub-list for method input_type
+	97,  // [97:97] is the sub-list for extension type_name
+	97,  // [97:97] is the sub-list for extension extendee
+	0,   // [0:97] is the sub-list for field type_name
 }
 
 func init() { file_raftgate_proto_init() }
@@ -6683,9 +7117,11 @@ func file_raftgate_proto_init() {
 		(*Command_TriggerSchedule)(nil),
 		(*Command_ScheduleTick)(nil),
 		(*Command_CallbackAttempt)(nil),
+		(*Command_PutRule)(nil),
+		(*Command_DeleteRule)(nil),
 	}
 	file_raftgate_proto_msgTypes[9].OneofWrappers = []any{}
-	file_raftgate_proto_msgTypes[33].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[37].OneofWrappers = []any{
 		(*DispatchRequest_Append)(nil),
 		(*DispatchRequest_Output)(nil),
 		(*DispatchRequest_Attach)(nil),
@@ -6700,8 +7136,10 @@ func file_raftgate_proto_init() {
 		(*DispatchRequest_Bulk)(nil),
 		(*DispatchRequest_Operation)(nil),
 		(*DispatchRequest_Schedule)(nil),
+		(*DispatchRequest_PutRule)(nil),
+		(*DispatchRequest_DeleteRule)(nil),
 	}
-	file_raftgate_proto_msgTypes[34].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[38].OneofWrappers = []any{
 		(*DispatchResponse_Appended)(nil),
 		(*DispatchResponse_Result)(nil),
 		(*DispatchResponse_Status)(nil),
@@ -6711,8 +7149,9 @@ func file_raftgate_proto_init() {
 		(*DispatchResponse_Error)(nil),
 		(*DispatchResponse_Operation)(nil),
 		(*DispatchResponse_Schedules)(nil),
+		(*DispatchResponse_Rule)(nil),
 	}
-	file_raftgate_proto_msgTypes[58].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[62].OneofWrappers = []any{
 		(*ScheduleRequest_Put)(nil),
 		(*ScheduleRequest_Delete)(nil),
 		(*ScheduleRequest_Pause)(nil),
@@ -6726,7 +7165,7 @@ func file_raftgate_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftgate_proto_rawDesc), len(file_raftgate_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   62,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -31,6 +31,7 @@ var (
 	_ dispatch.KeyBackend       = backend{}
 	_ dispatch.LifecycleBackend = backend{}
 	_ dispatch.ScheduleBackend  = backend{}
+	_ dispatch.RuleBackend      = backend{}
 )
 
 // processor returns partition p's processor after checking that p owns the
@@ -197,6 +198,14 @@ func (b backend) FenceService(ctx context.Context, p uint32, requestID []byte, s
 	return proc.Fence(ctx, requestID, service, index)
 }
 
+func (b backend) PutRule(ctx context.Context, rule *rpc.Rule, expected uint64) (*rpc.Rule, error) {
+	return b.writes.Registry.PutRule(ctx, rule, expected)
+}
+
+func (b backend) DeleteRule(ctx context.Context, pattern string, expected uint64) error {
+	return b.writes.Registry.DeleteRule(ctx, pattern, expected)
+}
+
 // registryView is the admin API's service registry: writes go through the
 // dispatch client to the metadata group's leader, reads are local.
 type registryView struct {
@@ -223,6 +232,16 @@ func (r registryView) CatchUp(ctx context.Context) error {
 
 func (r registryView) Lookup(name string) (*rpc.Service, bool) { return r.registry.Lookup(name) }
 func (r registryView) List() []*rpc.Service                    { return r.registry.List() }
+
+func (r registryView) PutRule(ctx context.Context, rule *rpc.Rule, expected uint64) (*rpc.Rule, error) {
+	return r.client.PutRule(ctx, rule, expected)
+}
+
+func (r registryView) DeleteRule(ctx context.Context, pattern string, expected uint64) error {
+	return r.client.DeleteRule(ctx, pattern, expected)
+}
+
+func (r registryView) Rules() []*rpc.Rule { return r.registry.Rules() }
 
 // clusterView is the admin API's view of the cluster from this node.
 type clusterView struct{ n *Server }

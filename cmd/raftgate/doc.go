@@ -2,7 +2,7 @@
 // runs a local cluster with example services (examples.go: a service, a
 // virtual object and a workflow), `echo` serves example services on its
 // own, `status`, `backup`, `services`, `invocations`, `nodes`,
-// `placement`, `invoke` and `bench` talk to a running cluster over its admin and ingress HTTP
+// `placement`, `rules`, `invoke` and `bench` talk to a running cluster over its admin and ingress HTTP
 // APIs (see API.md, "Command line"), and `version` says which build it is
 // (version.go).
 //

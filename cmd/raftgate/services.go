@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -14,13 +16,15 @@ import (
 func newServicesCmd(env cliEnv) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "services",
-		Short: "manage the service registry (add, list, rm)",
+		Short: "manage the service registry (add, list, show, rm)",
 	}
 	client := addAdminFlags(cmd)
 
 	var handlers, shared []string
 	var kind string
 	var retry retryFlags
+	var limits admin.LimitsView
+	var perKey uint32
 	add := &cobra.Command{
 		Use:   "add NAME URL",
 		Short: "register or update a service at its base URL",
@@ -30,7 +34,11 @@ func newServicesCmd(env cliEnv) *cobra.Command {
     # POST /Counter/{key}/add runs one at a time per key; get runs alongside`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req := admin.ServiceRequest{URL: args[1], Handlers: handlers, Kind: kind, Shared: shared, Retry: retry.request(cmd)}
+			req := admin.ServiceRequest{URL: args[1], Handlers: handlers, Kind: kind, Shared: shared, Retry: retry.request(cmd),
+				PerKeyConcurrency: perKey}
+			if limits != (admin.LimitsView{}) {
+				req.Limits = &limits
+			}
 			var v admin.ServiceView
 			if err := client().do(cmd.Context(), "PUT", "/services/"+url.PathEscape(args[0]), req, &v); err != nil {
 				return fmt.Errorf("add service %s: %w", args[0], err)
@@ -46,6 +54,10 @@ func newServicesCmd(env cliEnv) *cobra.Command {
 	add.Flags().StringVar(&retry.initialBackoff, "initial-backoff", "", "delay after a first failed delivery, like 500ms (default: the cluster's)")
 	add.Flags().StringVar(&retry.maxBackoff, "max-backoff", "", "longest delay between deliveries, like 1m (default: the cluster's)")
 	add.Flags().StringVar(&retry.attemptTimeout, "attempt-timeout", "", "bound of one delivery, like 10s (default: the cluster's)")
+	add.Flags().Uint32Var(&limits.Concurrency, "concurrency", 0, "deliveries in flight at once, cluster-wide (stored; not yet enforced)")
+	add.Flags().Float64Var(&limits.RatePerSecond, "rate", 0, "deliveries started per second, cluster-wide (stored; not yet enforced)")
+	add.Flags().Uint32Var(&limits.Burst, "burst", 0, "the rate's token bucket size")
+	add.Flags().Uint32Var(&perKey, "per-key-concurrency", 0, "in flight per key of an object's or workflow's shared handlers (stored; not yet enforced)")
 
 	var asJSON bool
 	list := &cobra.Command{
@@ -76,6 +88,45 @@ func newServicesCmd(env cliEnv) *cobra.Command {
 	}
 	list.Flags().BoolVar(&asJSON, "json", false, "print the admin API's JSON answer")
 
+	var showJSON bool
+	show := &cobra.Command{
+		Use:   "show NAME",
+		Short: "show one service's registration: kind, handlers, retry and limits",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var v admin.ServiceView
+			if err := client().do(cmd.Context(), "GET", "/services/"+url.PathEscape(args[0]), nil, &v); err != nil {
+				return fmt.Errorf("show service %s: %w", args[0], err)
+			}
+			if showJSON {
+				return printJSON(env.stdout, v)
+			}
+			tw := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintf(tw, "name\t%s\nkind\t%s\nurl\t%s\nhandlers\t%s\nshared\t%s\nretry\t%s\nlimits\t%s\nper-key concurrency\t%s\n",
+				v.Name, dash(v.Kind), v.URL, handlerText(v.Handlers), dash(strings.Join(v.Shared, ",")), retryText(v.Retry),
+				limitsText(v.Limits), countText(v.PerKeyConcurrency))
+			names := make([]string, 0, len(v.HandlerConfig))
+			for name := range v.HandlerConfig {
+				names = append(names, name)
+			}
+			slices.Sort(names)
+			for _, name := range names {
+				hc := v.HandlerConfig[name]
+				line := fmt.Sprintf("limits %s, retry %s", limitsText(hc.Limits), retryText(hc.Retry))
+				fmt.Fprintf(tw, "handler %s\t%s\n", name, line)
+			}
+			fmt.Fprintf(tw, "updated\t%s\n", dash(v.UpdatedAt))
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if v.Limits != nil || v.PerKeyConcurrency != 0 || len(v.HandlerConfig) > 0 {
+				fmt.Fprintln(env.stdout, "(limits are stored; enforcement is not yet in this version)")
+			}
+			return nil
+		},
+	}
+	show.Flags().BoolVar(&showJSON, "json", false, "print the admin API's JSON answer")
+
 	rm := &cobra.Command{
 		Use:     "rm NAME",
 		Aliases: []string{"remove"},
@@ -89,7 +140,7 @@ func newServicesCmd(env cliEnv) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(add, list, rm)
+	cmd.AddCommand(add, list, show, rm)
 	return cmd
 }
 
@@ -135,4 +186,30 @@ func retryText(r admin.RetryView) string {
 		return "-"
 	}
 	return fmt.Sprintf("%dx %s..%s, %s each", r.MaxAttempts, r.InitialBackoff, r.MaxBackoff, r.AttemptTimeout)
+}
+
+// limitsText prints limits: "3 in flight, 50/s (burst 10)", or "none".
+func limitsText(l *admin.LimitsView) string {
+	if l == nil {
+		return "none"
+	}
+	var parts []string
+	if l.Concurrency > 0 {
+		parts = append(parts, fmt.Sprintf("%d in flight", l.Concurrency))
+	}
+	if l.RatePerSecond > 0 {
+		r := strconv.FormatFloat(l.RatePerSecond, 'f', -1, 64) + "/s"
+		if l.Burst > 0 {
+			r += fmt.Sprintf(" (burst %d)", l.Burst)
+		}
+		parts = append(parts, r)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func countText(n uint32) string {
+	if n == 0 {
+		return "none"
+	}
+	return strconv.FormatUint(uint64(n), 10)
 }

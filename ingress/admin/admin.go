@@ -169,6 +169,8 @@ func New(cfg Config) (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/services", s.methods(route{get: s.listServices}))
 	mux.HandleFunc("/services/{name}", s.methods(route{get: s.getService, put: s.putService, delete: s.deleteService}))
+	mux.HandleFunc("/rules", s.methods(route{get: s.listRules}))
+	mux.HandleFunc("/rules/{pattern}", s.methods(route{get: s.getRule, put: s.putRule, delete: s.deleteRule}))
 	mux.HandleFunc("/cluster", s.methods(route{get: s.getCluster}))
 	mux.HandleFunc("/invocations", s.methods(route{get: s.listInvocations}))
 	mux.HandleFunc("/invocations/{id}", s.methods(route{get: s.getInvocation, delete: s.cancelInvocation}))

@@ -1,7 +1,9 @@
 // Package admin serves raftgate's admin HTTP API for operators (see API.md,
 // "Admin"): the service registry (PUT/GET/DELETE /services/{name},
 // GET /services; a registration's retry policy is shown with the cluster's
-// defaults filled in), the cluster view (GET /cluster, ?leaders=1 filling in
+// defaults filled in, and its flow-control limits as stored, limits.go),
+// scope rules (GET /rules, GET/PUT/DELETE /rules/{pattern}, each change at
+// an expected version: 409 when stale, rules.go), the cluster view (GET /cluster, ?leaders=1 filling in
 // what only other leaders know), the invocation listing (GET /invocations:
 // every partition leader's page, merged newest first), invocation status
 // with body previews and cancellation (GET/DELETE /invocations/{id}), the

@@ -25,6 +25,8 @@ type InvocationView struct {
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 	// Key is the object key or workflow id of a keyed service's handler.
 	Key string `json:"key,omitempty"`
+	// Scope is the scope it was sent in (POST /restate/scope/{scope}/…).
+	Scope string `json:"scope,omitempty"`
 	// Status is pending, running, completed, queued (an exclusive handler
 	// waiting for its key), scheduled (a delayed exclusive handler, not
 	// yet due, so not yet queued) or paused (its retries were exhausted,
@@ -138,6 +140,7 @@ func invocationView(id invocation.ID, p uint32, rec *rpc.InvocationRecord, full 
 		Handler:        inv.GetHandler(),
 		IdempotencyKey: inv.GetIdempotencyKey(),
 		Key:            inv.GetKey(),
+		Scope:          inv.GetScope(),
 		Status:         stateName(rec.GetState()),
 		Attempts:       rec.GetAttempts(),
 		LastError:      rec.GetLastError(),

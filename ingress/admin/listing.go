@@ -37,7 +37,9 @@ type InvocationSummary struct {
 	Handler        string `json:"handler"`
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 	// Key is the object key or workflow id of a keyed service's handler.
-	Key           string `json:"key,omitempty"`
+	Key string `json:"key,omitempty"`
+	// Scope is the scope it was sent in (POST /restate/scope/{scope}/…).
+	Scope         string `json:"scope,omitempty"`
 	Status        string `json:"status"`
 	Attempts      uint32 `json:"attempts"`
 	LastError     string `json:"lastError,omitempty"`
@@ -204,6 +206,7 @@ func invocationSummary(p uint32, rec *rpc.InvocationRecord) InvocationSummary {
 		Handler:        inv.GetHandler(),
 		IdempotencyKey: inv.GetIdempotencyKey(),
 		Key:            inv.GetKey(),
+		Scope:          inv.GetScope(),
 		Status:         stateName(rec.GetState()),
 		Attempts:       rec.GetAttempts(),
 		LastError:      rec.GetLastError(),

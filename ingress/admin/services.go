@@ -53,6 +53,18 @@ type ServiceView struct {
 	HandlerConfig map[string]HandlerConfigView `json:"handlerConfig,omitempty"`
 	// RejectReusedIdempotencyKeys: see ServiceRequest.
 	RejectReusedIdempotencyKeys bool `json:"rejectReusedIdempotencyKeys,omitempty"`
+	// Limits and PerKeyConcurrency are flow control as registered (stored;
+	// not yet enforced); a handler's limits are in HandlerConfig.
+	Limits            *LimitsView `json:"limits,omitempty"`
+	PerKeyConcurrency uint32      `json:"perKeyConcurrency,omitempty"`
+}
+
+// LimitsView is a service's or handler's flow-control limits; 0 (or
+// absent) means no limit.
+type LimitsView struct {
+	Concurrency   uint32  `json:"concurrency,omitempty"`
+	RatePerSecond float64 `json:"ratePerSecond,omitempty"`
+	Burst         uint32  `json:"burst,omitempty"`
 }
 
 // RetryView is a retry policy in JSON; durations in Go syntax ("100ms").
@@ -79,12 +91,14 @@ type RetryRequest struct {
 // HandlerConfigRequest is one handler's entry of "handlerConfig": fields
 // set in its retry replace the service's.
 type HandlerConfigRequest struct {
-	Retry *RetryRequest `json:"retry,omitempty"`
+	Retry  *RetryRequest `json:"retry,omitempty"`
+	Limits *LimitsView   `json:"limits,omitempty"`
 }
 
 // HandlerConfigView is one handler's policy in force.
 type HandlerConfigView struct {
-	Retry RetryView `json:"retry"`
+	Retry  RetryView   `json:"retry"`
+	Limits *LimitsView `json:"limits,omitempty"`
 }
 
 var onMaxAttemptsNames = map[rpc.RetryPolicy_OnMaxAttempts]string{
@@ -125,6 +139,10 @@ type ServiceRequest struct {
 	// RejectReusedIdempotencyKeys answers 422 to a request whose
 	// idempotency key was used with another body.
 	RejectReusedIdempotencyKeys bool `json:"rejectReusedIdempotencyKeys,omitempty"`
+	// Limits and PerKeyConcurrency (keyed services' shared handlers) are
+	// flow control; optional. A handler's limits go in HandlerConfig.
+	Limits            *LimitsView `json:"limits,omitempty"`
+	PerKeyConcurrency uint32      `json:"perKeyConcurrency,omitempty"`
 }
 
 // Service kinds as the admin API spells them.
@@ -155,11 +173,13 @@ func (s *server) serviceView(svc *rpc.Service) ServiceView {
 		if v.HandlerConfig == nil {
 			v.HandlerConfig = map[string]HandlerConfigView{}
 		}
-		v.HandlerConfig[hc.GetHandler()] = HandlerConfigView{Retry: retryView(s.retryInForce(overlay(svc.GetRetry(), hc.GetRetry())))}
+		v.HandlerConfig[hc.GetHandler()] = HandlerConfigView{Retry: retryView(s.retryInForce(overlay(svc.GetRetry(), hc.GetRetry()))), Limits: limitsView(hc.GetLimits())}
 	}
 	if v.Handlers == nil {
 		v.Handlers = []string{}
 	}
+	v.Limits = limitsView(svc.GetLimits())
+	v.PerKeyConcurrency = svc.GetPerKeyConcurrency()
 	if ms := svc.GetUpdatedAtUnixMs(); ms != 0 {
 		v.UpdatedAt = formatTime(ms)
 	}
@@ -363,6 +383,9 @@ func validateService(name string, req ServiceRequest) (*rpc.Service, error) {
 		svc.HandlerConfig = append(svc.HandlerConfig, &rpc.HandlerConfig{Handler: h, Retry: hr})
 	}
 	if err := registry.CheckKind(svc); err != nil {
+		return nil, err
+	}
+	if err := validateFlowControl(svc, req); err != nil {
 		return nil, err
 	}
 	return svc, nil

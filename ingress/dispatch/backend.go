@@ -55,3 +55,14 @@ type ScheduleBackend interface {
 	// rpc.ScheduleRequest); a change returns once applied.
 	Schedule(ctx context.Context, partition uint32, req *rpc.ScheduleRequest) (*rpc.ScheduleList, error)
 }
+
+// RuleBackend is a Backend that also changes scope rules (admin /rules,
+// metadata group); a Backend without it answers them INVALID.
+type RuleBackend interface {
+	// PutRule stores rule if its version is expected (0: new) and returns
+	// it as stored; rpc.ErrConflict otherwise.
+	PutRule(ctx context.Context, rule *rpc.Rule, expected uint64) (*rpc.Rule, error)
+	// DeleteRule removes the rule of pattern if its version is expected
+	// (0: any); rpc.ErrNotFound or rpc.ErrConflict otherwise.
+	DeleteRule(ctx context.Context, pattern string, expected uint64) error
+}

@@ -382,6 +382,30 @@ func (c *Client) DeleteService(ctx context.Context, name string) error {
 	})
 }
 
+// PutRule stores a scope rule if its version is expected (0: new) and
+// returns it as stored (metadata group); rpc.ErrConflict when another
+// change came first.
+func (c *Client) PutRule(ctx context.Context, rule *rpc.Rule, expected uint64) (*rpc.Rule, error) {
+	resp, err := c.call(ctx, opPutRule, &rpc.DispatchRequest{
+		RequestId: invocation.NewRequestID(),
+		Body:      &rpc.DispatchRequest_PutRule{PutRule: &rpc.PutRule{Rule: rule, ExpectedVersion: expected}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if r := resp.GetRule(); r != nil {
+		return r, nil
+	}
+	return nil, unexpected(opPutRule, resp)
+}
+
+// DeleteRule removes a scope rule if its version is expected (0: any).
+func (c *Client) DeleteRule(ctx context.Context, pattern string, expected uint64) error {
+	return c.callDone(ctx, opDeleteRule, &rpc.DispatchRequest{
+		Body: &rpc.DispatchRequest_DeleteRule{DeleteRule: &rpc.DeleteRule{Pattern: pattern, ExpectedVersion: expected}},
+	})
+}
+
 // FenceService makes a partition refuse invocations of service checked
 // against a registration older than index, and returns once its leader
 // applied that (rpc.FenceService). Retrying is safe.

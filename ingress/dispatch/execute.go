@@ -24,6 +24,8 @@ const (
 	opBulk          = "bulk"
 	opOperation     = "operation"
 	opSchedule      = "schedule"
+	opPutRule       = "put_rule"
+	opDeleteRule    = "delete_rule"
 	opUnknown       = "unknown"
 )
 
@@ -61,6 +63,10 @@ func opOf(req *rpc.DispatchRequest) string {
 		return opOperation
 	case *rpc.DispatchRequest_Schedule:
 		return opSchedule
+	case *rpc.DispatchRequest_PutRule:
+		return opPutRule
+	case *rpc.DispatchRequest_DeleteRule:
+		return opDeleteRule
 	default:
 		return opUnknown
 	}
@@ -140,6 +146,21 @@ func execute(ctx context.Context, b Backend, req *rpc.DispatchRequest) *rpc.Disp
 		var list *rpc.ScheduleList
 		if list, err = sb.Schedule(ctx, p, r.Schedule); list != nil {
 			resp = &rpc.DispatchResponse{Body: &rpc.DispatchResponse_Schedules{Schedules: list}}
+		}
+	case *rpc.DispatchRequest_PutRule, *rpc.DispatchRequest_DeleteRule:
+		rb, ok := b.(RuleBackend)
+		if !ok {
+			return errorResponse(fmt.Errorf("%w: this node does not serve scope rules", rpc.ErrInvalid))
+		}
+		if put := req.GetPutRule(); put != nil {
+			var rule *rpc.Rule
+			if rule, err = rb.PutRule(ctx, put.GetRule(), put.GetExpectedVersion()); rule != nil {
+				resp = &rpc.DispatchResponse{Body: &rpc.DispatchResponse_Rule{Rule: rule}}
+			}
+		} else {
+			del := req.GetDeleteRule()
+			err = rb.DeleteRule(ctx, del.GetPattern(), del.GetExpectedVersion())
+			resp = doneResponse()
 		}
 	default:
 		return errorResponse(fmt.Errorf("%w: empty or unknown request body", rpc.ErrInvalid))

@@ -447,6 +447,7 @@ async function loadServices() {
     el("td", {}, s.handlers.length ? s.handlers.join(", ") : "any"),
     el("td", { "data-field": "shared" }, (s.shared || []).join(", ") || "–"),
     el("td", { "data-field": "retry" }, retryText(s.retry)),
+    el("td", { "data-field": "limits" }, limitsText(s)),
     el("td", {}, localTime(s.updatedAt)),
     el("td", {}, el("button", {
       type: "button", class: "danger", "data-remove": s.name,
@@ -457,13 +458,35 @@ async function loadServices() {
       }),
     }, "Remove")))));
   if (l.services.length === 0) {
-    fill($("#services tbody"), [el("tr", {}, el("td", { colspan: 8, class: "muted" }, "no services registered"))]);
+    fill($("#services tbody"), [el("tr", {}, el("td", { colspan: 9, class: "muted" }, "no services registered"))]);
   }
 }
 
 function retryText(r) {
   if (!r || !r.maxAttempts) return "–";
   return `${r.maxAttempts}× ${r.initialBackoff}…${r.maxBackoff}, ${r.attemptTimeout} each`;
+}
+
+// limitsText prints a registration's flow-control fields (stored; not
+// yet enforced).
+function limitsText(s) {
+  const l = s.limits || {};
+  const parts = [];
+  if (l.concurrency) parts.push(`${l.concurrency} in flight`);
+  if (l.ratePerSecond) parts.push(`${l.ratePerSecond}/s` + (l.burst ? ` (burst ${l.burst})` : ""));
+  if (s.perKeyConcurrency) parts.push(`${s.perKeyConcurrency} per key`);
+  const handlers = Object.keys(s.handlerConfig || {});
+  if (handlers.length) parts.push(`overrides: ${handlers.sort().join(", ")}`);
+  return parts.join(", ") || "–";
+}
+
+// limitsRequest is the form's limits, undefined when none is given.
+function limitsRequest() {
+  const l = {};
+  for (const [k, sel] of [["concurrency", "#svc-concurrency"], ["ratePerSecond", "#svc-rate"], ["burst", "#svc-burst"]]) {
+    if ($(sel).value) l[k] = Number($(sel).value);
+  }
+  return Object.keys(l).length ? l : undefined;
 }
 
 function listField(sel) { return $(sel).value.split(",").map(h => h.trim()).filter(Boolean); }
@@ -488,6 +511,9 @@ $("#svc-form").addEventListener("submit", ev => {
     if (shared.length) body.shared = shared;
     const retry = retryRequest();
     if (retry) body.retry = retry;
+    const limits = limitsRequest();
+    if (limits) body.limits = limits;
+    if ($("#svc-per-key").value) body.perKeyConcurrency = Number($("#svc-per-key").value);
     await api("PUT", "/services/" + encodeURIComponent(name), body);
     $("#svc-form").reset();
     await loadServices();
@@ -680,7 +706,8 @@ function showKey(kind, service, key) {
 
 // target names what an invocation calls as its ingress path does.
 function target(inv) {
-  return inv.key ? `${inv.service} / ${inv.key} / ${inv.handler}` : `${inv.service} / ${inv.handler}`;
+  const t = inv.key ? `${inv.service} / ${inv.key} / ${inv.handler}` : `${inv.service} / ${inv.handler}`;
+  return inv.scope ? `${t} · scope ${inv.scope}` : t;
 }
 
 function bodyText(b) {
@@ -706,6 +733,7 @@ async function loadInvocation(id, full) {
     ["status", statusBadge(v.status, r?.failed)],
     ["service / handler", target(v)],
     ["idempotency key", dash(v.idempotencyKey)],
+    ["scope", dash(v.scope)],
     ["partition", `${v.partition} · leader: ${leader}`],
     ...(v.queuePosition !== undefined ? [["queue position", `${v.queuePosition} ahead of it`]] : []),
     ["attempts", String(v.attempts)],
