@@ -145,3 +145,70 @@ func spreadOK(count map[uint64]int) bool {
 	}
 	return hi-lo <= 1
 }
+
+// TestPlacementLosesTwoNodes: five nodes bootstrapped with R = 3 (every
+// partition starts on all five, then the planner takes two off each) lose
+// two nodes one after the other, under client load; after each loss the
+// lost node's replicas are placed on the others once it was gone for
+// --dead-node-timeout, so the second loss costs no partition its quorum.
+// Nothing acknowledged is lost.
+func TestPlacementLosesTwoNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-level test skipped in -short mode")
+	}
+	const partitions = 5
+	c := startCluster(t, clusterOpts{nodes: 5, partitions: partitions,
+		extraArgs: func(int) []string { return []string{"--dead-node-timeout", "2s"} }})
+	svc := newRecorderTagging(t, true)
+	c.registerService(c.nodes[0], "Echo", svc.srv.URL)
+	seed := robustnessSeed(t)
+	// settled waits until every partition has three voters, none on a
+	// node of gone, and no move is in flight.
+	settled := func(what string, gone ...int) {
+		t.Helper()
+		var last string
+		testutil.WaitFor(t, 90*time.Second, what, func() bool {
+			v, err := readPlacement(c.nodes[len(c.nodes)-1])
+			if err != nil {
+				last = err.Error()
+				return false
+			}
+			b, _ := json.Marshal(v)
+			last = string(b)
+			for _, p := range v.Partitions {
+				if p.Move != nil || len(p.Replicas) != 3 {
+					return false
+				}
+				for _, r := range p.Replicas {
+					if r.Role != "voter" || slices.Contains(gone, int(r.Node)) {
+						return false
+					}
+				}
+			}
+			return true
+		})
+		t.Logf("%s: %s", what, last)
+	}
+	settled("five nodes, three replicas each")
+	rt := startRoundTraffic(t, c, seed, 60*time.Second)
+	rt.progress(30)
+	var gone []int
+	for _, victim := range []*node{c.nodes[0], c.nodes[1]} {
+		c.kill(victim)
+		gone = append(gone, victim.id)
+		settled(fmt.Sprintf("node %d's replicas placed elsewhere", victim.id), gone...)
+		rt.progress(30)
+	}
+	rt.end()
+	c.nodes = slices.DeleteFunc(c.nodes, func(n *node) bool { return slices.Contains(gone, n.id) })
+	if applied, err := c.waitConverged(30 * time.Second); err != nil {
+		t.Errorf("%v", err)
+	} else {
+		t.Logf("replicas converged at %v", applied)
+	}
+	out := row{failpoint: "lose two of five nodes", v: validate(c, rt.rec, svc, "Echo")}
+	report(t, out.failpoint, out)
+	if out.v.linearizable != "Ok" {
+		t.Errorf("linearizable: %s", out.v.linearizable)
+	}
+}
