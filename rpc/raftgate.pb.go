@@ -517,7 +517,7 @@ func (x CallbackState_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CallbackState_State.Descriptor instead.
 func (CallbackState_State) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{64, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{65, 0}
 }
 
 type RaftBatch struct {
@@ -895,6 +895,7 @@ type Command struct {
 	//	*Command_CallbackAttempt
 	//	*Command_PutRule
 	//	*Command_DeleteRule
+	//	*Command_BackfillSchedule
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1216,6 +1217,15 @@ func (x *Command) GetDeleteRule() *DeleteRule {
 	return nil
 }
 
+func (x *Command) GetBackfillSchedule() *BackfillSchedule {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_BackfillSchedule); ok {
+			return x.BackfillSchedule
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -1351,6 +1361,11 @@ type Command_DeleteRule struct {
 	DeleteRule *DeleteRule `protobuf:"bytes,91,opt,name=delete_rule,json=deleteRule,proto3,oneof"`
 }
 
+type Command_BackfillSchedule struct {
+	// Schedules, continued (partition/schedules.go): 100-109.
+	BackfillSchedule *BackfillSchedule `protobuf:"bytes,100,opt,name=backfill_schedule,json=backfillSchedule,proto3,oneof"`
+}
+
 func (*Command_Invoke) isCommand_Cmd() {}
 
 func (*Command_Complete) isCommand_Cmd() {}
@@ -1412,6 +1427,8 @@ func (*Command_CallbackAttempt) isCommand_Cmd() {}
 func (*Command_PutRule) isCommand_Cmd() {}
 
 func (*Command_DeleteRule) isCommand_Cmd() {}
+
+func (*Command_BackfillSchedule) isCommand_Cmd() {}
 
 // A partition command, proposed to every partition once a service's
 // registration changed (put or delete) at metadata log index `index`, before
@@ -4486,8 +4503,10 @@ type Appended struct {
 	NotBeforeUnixMs    int64                  `protobuf:"varint,3,opt,name=not_before_unix_ms,json=notBeforeUnixMs,proto3" json:"not_before_unix_ms,omitempty"`
 	// Set when the invocation had already completed.
 	CompletedAtUnixMs int64 `protobuf:"varint,4,opt,name=completed_at_unix_ms,json=completedAtUnixMs,proto3" json:"completed_at_unix_ms,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// BackfillSchedule: the runs it started (ticks without a run yet).
+	Started       uint64 `protobuf:"varint,100,opt,name=started,proto3" json:"started,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Appended) Reset() {
@@ -4544,6 +4563,13 @@ func (x *Appended) GetNotBeforeUnixMs() int64 {
 func (x *Appended) GetCompletedAtUnixMs() int64 {
 	if x != nil {
 		return x.CompletedAtUnixMs
+	}
+	return 0
+}
+
+func (x *Appended) GetStarted() uint64 {
+	if x != nil {
+		return x.Started
 	}
 	return 0
 }
@@ -5376,8 +5402,14 @@ type ScheduleSpec struct {
 	CatchupWindowMs int64  `protobuf:"varint,10,opt,name=catchup_window_ms,json=catchupWindowMs,proto3" json:"catchup_window_ms,omitempty"`
 	JitterMs        int64  `protobuf:"varint,11,opt,name=jitter_ms,json=jitterMs,proto3" json:"jitter_ms,omitempty"`
 	Paused          bool   `protobuf:"varint,12,opt,name=paused,proto3" json:"paused,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// No tick before start or after end (0: unbounded).
+	StartUnixMs int64 `protobuf:"varint,100,opt,name=start_unix_ms,json=startUnixMs,proto3" json:"start_unix_ms,omitempty"`
+	EndUnixMs   int64 `protobuf:"varint,101,opt,name=end_unix_ms,json=endUnixMs,proto3" json:"end_unix_ms,omitempty"`
+	// An ISO 8601 repeating interval (R/PT5M, R5/2026-12-01T00:00:00Z/PT1H),
+	// instead of every_ms and cron.
+	Repeat        string `protobuf:"bytes,102,opt,name=repeat,proto3" json:"repeat,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScheduleSpec) Reset() {
@@ -5492,6 +5524,27 @@ func (x *ScheduleSpec) GetPaused() bool {
 		return x.Paused
 	}
 	return false
+}
+
+func (x *ScheduleSpec) GetStartUnixMs() int64 {
+	if x != nil {
+		return x.StartUnixMs
+	}
+	return 0
+}
+
+func (x *ScheduleSpec) GetEndUnixMs() int64 {
+	if x != nil {
+		return x.EndUnixMs
+	}
+	return 0
+}
+
+func (x *ScheduleSpec) GetRepeat() string {
+	if x != nil {
+		return x.Repeat
+	}
+	return ""
 }
 
 // Stored state of one schedule (partition state bucket "schedules").
@@ -5969,6 +6022,96 @@ func (x *ScheduleTick) GetProposedAtUnixMs() int64 {
 	return 0
 }
 
+// BackfillSchedule starts one run for each of the ticks, the past ticks
+// of a range that the leader listed (so that Apply needs no time zone
+// database); each run's id is its tick's, so a tick that has a run
+// already, a backfill repeated included, starts nothing.
+type BackfillSchedule struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Id               string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RequestId        []byte                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	ProposedAtUnixMs int64                  `protobuf:"varint,3,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	// Admin request: the range, both ends included.
+	FromUnixMs int64 `protobuf:"varint,4,opt,name=from_unix_ms,json=fromUnixMs,proto3" json:"from_unix_ms,omitempty"`
+	ToUnixMs   int64 `protobuf:"varint,5,opt,name=to_unix_ms,json=toUnixMs,proto3" json:"to_unix_ms,omitempty"`
+	// Stamped by the leader: the range's ticks, oldest first.
+	TicksUnixMs   []int64 `protobuf:"varint,6,rep,packed,name=ticks_unix_ms,json=ticksUnixMs,proto3" json:"ticks_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackfillSchedule) Reset() {
+	*x = BackfillSchedule{}
+	mi := &file_raftgate_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackfillSchedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackfillSchedule) ProtoMessage() {}
+
+func (x *BackfillSchedule) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackfillSchedule.ProtoReflect.Descriptor instead.
+func (*BackfillSchedule) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *BackfillSchedule) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *BackfillSchedule) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+func (x *BackfillSchedule) GetProposedAtUnixMs() int64 {
+	if x != nil {
+		return x.ProposedAtUnixMs
+	}
+	return 0
+}
+
+func (x *BackfillSchedule) GetFromUnixMs() int64 {
+	if x != nil {
+		return x.FromUnixMs
+	}
+	return 0
+}
+
+func (x *BackfillSchedule) GetToUnixMs() int64 {
+	if x != nil {
+		return x.ToUnixMs
+	}
+	return 0
+}
+
+func (x *BackfillSchedule) GetTicksUnixMs() []int64 {
+	if x != nil {
+		return x.TicksUnixMs
+	}
+	return nil
+}
+
 // An admin request about schedules, answered with a ScheduleList (the
 // changed or read schedules; triggered: the run a trigger started).
 type ScheduleRequest struct {
@@ -5981,6 +6124,7 @@ type ScheduleRequest struct {
 	//	*ScheduleRequest_Trigger
 	//	*ScheduleRequest_Get
 	//	*ScheduleRequest_List
+	//	*ScheduleRequest_Backfill
 	Op            isScheduleRequest_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -5988,7 +6132,7 @@ type ScheduleRequest struct {
 
 func (x *ScheduleRequest) Reset() {
 	*x = ScheduleRequest{}
-	mi := &file_raftgate_proto_msgTypes[62]
+	mi := &file_raftgate_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6000,7 +6144,7 @@ func (x *ScheduleRequest) String() string {
 func (*ScheduleRequest) ProtoMessage() {}
 
 func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[62]
+	mi := &file_raftgate_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6013,7 +6157,7 @@ func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{62}
+	return file_raftgate_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ScheduleRequest) GetOp() isScheduleRequest_Op {
@@ -6077,6 +6221,15 @@ func (x *ScheduleRequest) GetList() bool {
 	return false
 }
 
+func (x *ScheduleRequest) GetBackfill() *BackfillSchedule {
+	if x != nil {
+		if x, ok := x.Op.(*ScheduleRequest_Backfill); ok {
+			return x.Backfill
+		}
+	}
+	return nil
+}
+
 type isScheduleRequest_Op interface {
 	isScheduleRequest_Op()
 }
@@ -6105,6 +6258,10 @@ type ScheduleRequest_List struct {
 	List bool `protobuf:"varint,6,opt,name=list,proto3,oneof"`
 }
 
+type ScheduleRequest_Backfill struct {
+	Backfill *BackfillSchedule `protobuf:"bytes,100,opt,name=backfill,proto3,oneof"`
+}
+
 func (*ScheduleRequest_Put) isScheduleRequest_Op() {}
 
 func (*ScheduleRequest_Delete) isScheduleRequest_Op() {}
@@ -6117,17 +6274,22 @@ func (*ScheduleRequest_Get) isScheduleRequest_Op() {}
 
 func (*ScheduleRequest_List) isScheduleRequest_Op() {}
 
+func (*ScheduleRequest_Backfill) isScheduleRequest_Op() {}
+
 type ScheduleList struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Schedules     []*ScheduleState       `protobuf:"bytes,1,rep,name=schedules,proto3" json:"schedules,omitempty"`
-	Triggered     []byte                 `protobuf:"bytes,2,opt,name=triggered,proto3" json:"triggered,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Schedules []*ScheduleState       `protobuf:"bytes,1,rep,name=schedules,proto3" json:"schedules,omitempty"`
+	Triggered []byte                 `protobuf:"bytes,2,opt,name=triggered,proto3" json:"triggered,omitempty"`
+	// A backfill's ticks, and the runs it started (ticks without one yet).
+	BackfillTicks   uint64 `protobuf:"varint,100,opt,name=backfill_ticks,json=backfillTicks,proto3" json:"backfill_ticks,omitempty"`
+	BackfillStarted uint64 `protobuf:"varint,101,opt,name=backfill_started,json=backfillStarted,proto3" json:"backfill_started,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ScheduleList) Reset() {
 	*x = ScheduleList{}
-	mi := &file_raftgate_proto_msgTypes[63]
+	mi := &file_raftgate_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6139,7 +6301,7 @@ func (x *ScheduleList) String() string {
 func (*ScheduleList) ProtoMessage() {}
 
 func (x *ScheduleList) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[63]
+	mi := &file_raftgate_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6152,7 +6314,7 @@ func (x *ScheduleList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleList.ProtoReflect.Descriptor instead.
 func (*ScheduleList) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{63}
+	return file_raftgate_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ScheduleList) GetSchedules() []*ScheduleState {
@@ -6167,6 +6329,20 @@ func (x *ScheduleList) GetTriggered() []byte {
 		return x.Triggered
 	}
 	return nil
+}
+
+func (x *ScheduleList) GetBackfillTicks() uint64 {
+	if x != nil {
+		return x.BackfillTicks
+	}
+	return 0
+}
+
+func (x *ScheduleList) GetBackfillStarted() uint64 {
+	if x != nil {
+		return x.BackfillStarted
+	}
+	return 0
 }
 
 // Delivery state of a completion callback (in the invocation's record).
@@ -6184,7 +6360,7 @@ type CallbackState struct {
 
 func (x *CallbackState) Reset() {
 	*x = CallbackState{}
-	mi := &file_raftgate_proto_msgTypes[64]
+	mi := &file_raftgate_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6196,7 +6372,7 @@ func (x *CallbackState) String() string {
 func (*CallbackState) ProtoMessage() {}
 
 func (x *CallbackState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[64]
+	mi := &file_raftgate_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6209,7 +6385,7 @@ func (x *CallbackState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallbackState.ProtoReflect.Descriptor instead.
 func (*CallbackState) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{64}
+	return file_raftgate_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *CallbackState) GetState() CallbackState_State {
@@ -6262,7 +6438,7 @@ type CallbackAttempt struct {
 
 func (x *CallbackAttempt) Reset() {
 	*x = CallbackAttempt{}
-	mi := &file_raftgate_proto_msgTypes[65]
+	mi := &file_raftgate_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6274,7 +6450,7 @@ func (x *CallbackAttempt) String() string {
 func (*CallbackAttempt) ProtoMessage() {}
 
 func (x *CallbackAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[65]
+	mi := &file_raftgate_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6287,7 +6463,7 @@ func (x *CallbackAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallbackAttempt.ProtoReflect.Descriptor instead.
 func (*CallbackAttempt) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{65}
+	return file_raftgate_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *CallbackAttempt) GetInvocationId() []byte {
@@ -6371,7 +6547,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"Z\n" +
 	"\fCommandBatch\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
-	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\xd6\x0e\n" +
+	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\xa4\x0f\n" +
 	"\aCommand\x12-\n" +
 	"\x06invoke\x18\n" +
 	" \x01(\v2\x13.raftgate.v1.InvokeH\x00R\x06invoke\x123\n" +
@@ -6406,7 +6582,8 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x10callback_attempt\x18P \x01(\v2\x1c.raftgate.v1.CallbackAttemptH\x00R\x0fcallbackAttempt\x121\n" +
 	"\bput_rule\x18Z \x01(\v2\x14.raftgate.v1.PutRuleH\x00R\aputRule\x12:\n" +
 	"\vdelete_rule\x18[ \x01(\v2\x17.raftgate.v1.DeleteRuleH\x00R\n" +
-	"deleteRuleB\x05\n" +
+	"deleteRule\x12L\n" +
+	"\x11backfill_schedule\x18d \x01(\v2\x1d.raftgate.v1.BackfillScheduleH\x00R\x10backfillScheduleB\x05\n" +
 	"\x03cmd\"W\n" +
 	"\fFenceService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -6674,12 +6851,13 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x04rule\x18Z \x01(\v2\x11.raftgate.v1.RuleH\x00R\x04ruleB\x06\n" +
 	"\x04body\"?\n" +
 	"\x10AppendInvocation\x12+\n" +
-	"\x06invoke\x18\x01 \x01(\v2\x13.raftgate.v1.InvokeR\x06invoke\"\xbe\x01\n" +
+	"\x06invoke\x18\x01 \x01(\v2\x13.raftgate.v1.InvokeR\x06invoke\"\xd8\x01\n" +
 	"\bAppended\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12/\n" +
 	"\x13previously_accepted\x18\x02 \x01(\bR\x12previouslyAccepted\x12+\n" +
 	"\x12not_before_unix_ms\x18\x03 \x01(\x03R\x0fnotBeforeUnixMs\x12/\n" +
-	"\x14completed_at_unix_ms\x18\x04 \x01(\x03R\x11completedAtUnixMs\"0\n" +
+	"\x14completed_at_unix_ms\x18\x04 \x01(\x03R\x11completedAtUnixMs\x12\x18\n" +
+	"\astarted\x18d \x01(\x04R\astarted\"0\n" +
 	"\tGetOutput\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\"7\n" +
 	"\x10AttachInvocation\x12#\n" +
@@ -6764,7 +6942,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\vUNAVAILABLE\x10\b\x12\f\n" +
 	"\bCONFLICT\x10(\x12\x0e\n" +
 	"\n" +
-	"KEY_REUSED\x10)\"\xd0\x02\n" +
+	"KEY_REUSED\x10)\"\xac\x03\n" +
 	"\fScheduleSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x18\n" +
@@ -6778,7 +6956,10 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x11catchup_window_ms\x18\n" +
 	" \x01(\x03R\x0fcatchupWindowMs\x12\x1b\n" +
 	"\tjitter_ms\x18\v \x01(\x03R\bjitterMs\x12\x16\n" +
-	"\x06paused\x18\f \x01(\bR\x06paused\"\x97\x03\n" +
+	"\x06paused\x18\f \x01(\bR\x06paused\x12\"\n" +
+	"\rstart_unix_ms\x18d \x01(\x03R\vstartUnixMs\x12\x1e\n" +
+	"\vend_unix_ms\x18e \x01(\x03R\tendUnixMs\x12\x16\n" +
+	"\x06repeat\x18f \x01(\tR\x06repeat\"\x97\x03\n" +
 	"\rScheduleState\x12-\n" +
 	"\x04spec\x18\x01 \x01(\v2\x19.raftgate.v1.ScheduleSpecR\x04spec\x12)\n" +
 	"\x11next_tick_unix_ms\x18\x02 \x01(\x03R\x0enextTickUnixMs\x12)\n" +
@@ -6821,18 +7002,31 @@ const file_raftgate_proto_rawDesc = "" +
 	"fireUnixMs\x12\x18\n" +
 	"\askipped\x18\x04 \x01(\x04R\askipped\x12)\n" +
 	"\x11next_tick_unix_ms\x18\x05 \x01(\x03R\x0enextTickUnixMs\x12-\n" +
-	"\x13proposed_at_unix_ms\x18\x06 \x01(\x03R\x10proposedAtUnixMs\"\x94\x02\n" +
+	"\x13proposed_at_unix_ms\x18\x06 \x01(\x03R\x10proposedAtUnixMs\"\xd4\x01\n" +
+	"\x10BackfillSchedule\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x03 \x01(\x03R\x10proposedAtUnixMs\x12 \n" +
+	"\ffrom_unix_ms\x18\x04 \x01(\x03R\n" +
+	"fromUnixMs\x12\x1c\n" +
+	"\n" +
+	"to_unix_ms\x18\x05 \x01(\x03R\btoUnixMs\x12\"\n" +
+	"\rticks_unix_ms\x18\x06 \x03(\x03R\vticksUnixMs\"\xd1\x02\n" +
 	"\x0fScheduleRequest\x12,\n" +
 	"\x03put\x18\x01 \x01(\v2\x18.raftgate.v1.PutScheduleH\x00R\x03put\x125\n" +
 	"\x06delete\x18\x02 \x01(\v2\x1b.raftgate.v1.DeleteScheduleH\x00R\x06delete\x122\n" +
 	"\x05pause\x18\x03 \x01(\v2\x1a.raftgate.v1.PauseScheduleH\x00R\x05pause\x128\n" +
 	"\atrigger\x18\x04 \x01(\v2\x1c.raftgate.v1.TriggerScheduleH\x00R\atrigger\x12\x12\n" +
 	"\x03get\x18\x05 \x01(\tH\x00R\x03get\x12\x14\n" +
-	"\x04list\x18\x06 \x01(\bH\x00R\x04listB\x04\n" +
-	"\x02op\"f\n" +
+	"\x04list\x18\x06 \x01(\bH\x00R\x04list\x12;\n" +
+	"\bbackfill\x18d \x01(\v2\x1d.raftgate.v1.BackfillScheduleH\x00R\bbackfillB\x04\n" +
+	"\x02op\"\xb8\x01\n" +
 	"\fScheduleList\x128\n" +
 	"\tschedules\x18\x01 \x03(\v2\x1a.raftgate.v1.ScheduleStateR\tschedules\x12\x1c\n" +
-	"\ttriggered\x18\x02 \x01(\fR\ttriggered\"\xe6\x01\n" +
+	"\ttriggered\x18\x02 \x01(\fR\ttriggered\x12%\n" +
+	"\x0ebackfill_ticks\x18d \x01(\x04R\rbackfillTicks\x12)\n" +
+	"\x10backfill_started\x18e \x01(\x04R\x0fbackfillStarted\"\xe6\x01\n" +
 	"\rCallbackState\x126\n" +
 	"\x05state\x18\x01 \x01(\x0e2 .raftgate.v1.CallbackState.StateR\x05state\x12\x1a\n" +
 	"\battempts\x18\x02 \x01(\rR\battempts\x12\x1d\n" +
@@ -6884,7 +7078,7 @@ func file_raftgate_proto_rawDescGZIP() []byte {
 }
 
 var file_raftgate_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_raftgate_proto_goTypes = []any{
 	(BulkAction)(0),                // 0: raftgate.v1.BulkAction
 	(Service_Kind)(0),              // 1: raftgate.v1.Service.Kind
@@ -6956,17 +7150,18 @@ var file_raftgate_proto_goTypes = []any{
 	(*PauseSchedule)(nil),          // 67: raftgate.v1.PauseSchedule
 	(*TriggerSchedule)(nil),        // 68: raftgate.v1.TriggerSchedule
 	(*ScheduleTick)(nil),           // 69: raftgate.v1.ScheduleTick
-	(*ScheduleRequest)(nil),        // 70: raftgate.v1.ScheduleRequest
-	(*ScheduleList)(nil),           // 71: raftgate.v1.ScheduleList
-	(*CallbackState)(nil),          // 72: raftgate.v1.CallbackState
-	(*CallbackAttempt)(nil),        // 73: raftgate.v1.CallbackAttempt
-	(*InitCluster)(nil),            // 74: raftgate.v1.InitCluster
-	(*JoinNode)(nil),               // 75: raftgate.v1.JoinNode
-	(*SetNodeState)(nil),           // 76: raftgate.v1.SetNodeState
-	(*UpdateNodeAddrs)(nil),        // 77: raftgate.v1.UpdateNodeAddrs
-	(*SetPlacement)(nil),           // 78: raftgate.v1.SetPlacement
-	(*ObserveConfig)(nil),          // 79: raftgate.v1.ObserveConfig
-	(*SetPlacementPolicy)(nil),     // 80: raftgate.v1.SetPlacementPolicy
+	(*BackfillSchedule)(nil),       // 70: raftgate.v1.BackfillSchedule
+	(*ScheduleRequest)(nil),        // 71: raftgate.v1.ScheduleRequest
+	(*ScheduleList)(nil),           // 72: raftgate.v1.ScheduleList
+	(*CallbackState)(nil),          // 73: raftgate.v1.CallbackState
+	(*CallbackAttempt)(nil),        // 74: raftgate.v1.CallbackAttempt
+	(*InitCluster)(nil),            // 75: raftgate.v1.InitCluster
+	(*JoinNode)(nil),               // 76: raftgate.v1.JoinNode
+	(*SetNodeState)(nil),           // 77: raftgate.v1.SetNodeState
+	(*UpdateNodeAddrs)(nil),        // 78: raftgate.v1.UpdateNodeAddrs
+	(*SetPlacement)(nil),           // 79: raftgate.v1.SetPlacement
+	(*ObserveConfig)(nil),          // 80: raftgate.v1.ObserveConfig
+	(*SetPlacementPolicy)(nil),     // 81: raftgate.v1.SetPlacementPolicy
 }
 var file_raftgate_proto_depIdxs = []int32{
 	9,   // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
@@ -6980,10 +7175,10 @@ var file_raftgate_proto_depIdxs = []int32{
 	15,  // 8: raftgate.v1.Command.fence_service:type_name -> raftgate.v1.FenceService
 	39,  // 9: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
 	40,  // 10: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
-	74,  // 11: raftgate.v1.Command.init_cluster:type_name -> raftgate.v1.InitCluster
-	75,  // 12: raftgate.v1.Command.join_node:type_name -> raftgate.v1.JoinNode
-	76,  // 13: raftgate.v1.Command.set_node_state:type_name -> raftgate.v1.SetNodeState
-	77,  // 14: raftgate.v1.Command.update_node_addrs:type_name -> raftgate.v1.UpdateNodeAddrs
+	75,  // 11: raftgate.v1.Command.init_cluster:type_name -> raftgate.v1.InitCluster
+	76,  // 12: raftgate.v1.Command.join_node:type_name -> raftgate.v1.JoinNode
+	77,  // 13: raftgate.v1.Command.set_node_state:type_name -> raftgate.v1.SetNodeState
+	78,  // 14: raftgate.v1.Command.update_node_addrs:type_name -> raftgate.v1.UpdateNodeAddrs
 	22,  // 15: raftgate.v1.Command.resume:type_name -> raftgate.v1.Resume
 	23,  // 16: raftgate.v1.Command.restart:type_name -> raftgate.v1.Restart
 	24,  // 17: raftgate.v1.Command.kill:type_name -> raftgate.v1.Kill
@@ -6991,94 +7186,96 @@ var file_raftgate_proto_depIdxs = []int32{
 	26,  // 19: raftgate.v1.Command.pause:type_name -> raftgate.v1.Pause
 	27,  // 20: raftgate.v1.Command.bulk:type_name -> raftgate.v1.Bulk
 	28,  // 21: raftgate.v1.Command.bulk_step:type_name -> raftgate.v1.BulkStep
-	78,  // 22: raftgate.v1.Command.set_placement:type_name -> raftgate.v1.SetPlacement
-	79,  // 23: raftgate.v1.Command.observe_config:type_name -> raftgate.v1.ObserveConfig
-	80,  // 24: raftgate.v1.Command.set_placement_policy:type_name -> raftgate.v1.SetPlacementPolicy
+	79,  // 22: raftgate.v1.Command.set_placement:type_name -> raftgate.v1.SetPlacement
+	80,  // 23: raftgate.v1.Command.observe_config:type_name -> raftgate.v1.ObserveConfig
+	81,  // 24: raftgate.v1.Command.set_placement_policy:type_name -> raftgate.v1.SetPlacementPolicy
 	65,  // 25: raftgate.v1.Command.put_schedule:type_name -> raftgate.v1.PutSchedule
 	66,  // 26: raftgate.v1.Command.delete_schedule:type_name -> raftgate.v1.DeleteSchedule
 	67,  // 27: raftgate.v1.Command.pause_schedule:type_name -> raftgate.v1.PauseSchedule
 	68,  // 28: raftgate.v1.Command.trigger_schedule:type_name -> raftgate.v1.TriggerSchedule
 	69,  // 29: raftgate.v1.Command.schedule_tick:type_name -> raftgate.v1.ScheduleTick
-	73,  // 30: raftgate.v1.Command.callback_attempt:type_name -> raftgate.v1.CallbackAttempt
+	74,  // 30: raftgate.v1.Command.callback_attempt:type_name -> raftgate.v1.CallbackAttempt
 	35,  // 31: raftgate.v1.Command.put_rule:type_name -> raftgate.v1.PutRule
 	36,  // 32: raftgate.v1.Command.delete_rule:type_name -> raftgate.v1.DeleteRule
-	16,  // 33: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
-	18,  // 34: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
-	0,   // 35: raftgate.v1.Bulk.action:type_name -> raftgate.v1.BulkAction
-	54,  // 36: raftgate.v1.Bulk.filter:type_name -> raftgate.v1.ListInvocations
-	0,   // 37: raftgate.v1.Operation.action:type_name -> raftgate.v1.BulkAction
-	54,  // 38: raftgate.v1.Operation.filter:type_name -> raftgate.v1.ListInvocations
-	1,   // 39: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
-	38,  // 40: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
-	37,  // 41: raftgate.v1.Service.handler_config:type_name -> raftgate.v1.HandlerConfig
-	33,  // 42: raftgate.v1.Service.limits:type_name -> raftgate.v1.Limits
-	34,  // 43: raftgate.v1.PutRule.rule:type_name -> raftgate.v1.Rule
-	38,  // 44: raftgate.v1.HandlerConfig.retry:type_name -> raftgate.v1.RetryPolicy
-	33,  // 45: raftgate.v1.HandlerConfig.limits:type_name -> raftgate.v1.Limits
-	2,   // 46: raftgate.v1.RetryPolicy.on_max_attempts:type_name -> raftgate.v1.RetryPolicy.OnMaxAttempts
-	32,  // 47: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
-	17,  // 48: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
-	3,   // 49: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
-	18,  // 50: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
-	72,  // 51: raftgate.v1.InvocationRecord.callback:type_name -> raftgate.v1.CallbackState
-	45,  // 52: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
-	46,  // 53: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
-	47,  // 54: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
-	49,  // 55: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
-	50,  // 56: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
-	52,  // 57: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
-	59,  // 58: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
-	39,  // 59: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
-	40,  // 60: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
-	61,  // 61: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
-	54,  // 62: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
-	15,  // 63: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
-	56,  // 64: raftgate.v1.DispatchRequest.action:type_name -> raftgate.v1.InvocationAction
-	57,  // 65: raftgate.v1.DispatchRequest.bulk:type_name -> raftgate.v1.BulkRequest
-	58,  // 66: raftgate.v1.DispatchRequest.operation:type_name -> raftgate.v1.GetOperation
-	70,  // 67: raftgate.v1.DispatchRequest.schedule:type_name -> raftgate.v1.ScheduleRequest
-	35,  // 68: raftgate.v1.DispatchRequest.put_rule:type_name -> raftgate.v1.PutRule
-	36,  // 69: raftgate.v1.DispatchRequest.delete_rule:type_name -> raftgate.v1.DeleteRule
-	48,  // 70: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
-	51,  // 71: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
-	53,  // 72: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
-	60,  // 73: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
-	42,  // 74: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
-	55,  // 75: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
-	62,  // 76: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
-	29,  // 77: raftgate.v1.DispatchResponse.operation:type_name -> raftgate.v1.Operation
-	71,  // 78: raftgate.v1.DispatchResponse.schedules:type_name -> raftgate.v1.ScheduleList
-	34,  // 79: raftgate.v1.DispatchResponse.rule:type_name -> raftgate.v1.Rule
-	17,  // 80: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
-	18,  // 81: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
-	41,  // 82: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
-	4,   // 83: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
-	41,  // 84: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
-	5,   // 85: raftgate.v1.InvocationAction.kind:type_name -> raftgate.v1.InvocationAction.Kind
-	0,   // 86: raftgate.v1.BulkRequest.action:type_name -> raftgate.v1.BulkAction
-	54,  // 87: raftgate.v1.BulkRequest.filter:type_name -> raftgate.v1.ListInvocations
-	6,   // 88: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
-	63,  // 89: raftgate.v1.ScheduleState.spec:type_name -> raftgate.v1.ScheduleSpec
-	63,  // 90: raftgate.v1.PutSchedule.spec:type_name -> raftgate.v1.ScheduleSpec
-	65,  // 91: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
-	66,  // 92: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
-	67,  // 93: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
-	68,  // 94: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
-	64,  // 95: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
-	7,   // 96: raftgate.v1.CallbackState.state:type_name -> raftgate.v1.CallbackState.State
-	8,   // 97: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
-	11,  // 98: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
-	45,  // 99: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
-	43,  // 100: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
-	10,  // 101: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
-	12,  // 102: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
-	46,  // 103: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
-	44,  // 104: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
-	101, // [101:105] is the sub-list for method output_type
-	97,  // [97:101] is the sub-list for method input_type
-	97,  // [97:97] is the sub-list for extension type_name
-	97,  // [97:97] is the sub-list for extension extendee
-	0,   // [0:97] is the sub-list for field type_name
+	70,  // 33: raftgate.v1.Command.backfill_schedule:type_name -> raftgate.v1.BackfillSchedule
+	16,  // 34: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
+	18,  // 35: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
+	0,   // 36: raftgate.v1.Bulk.action:type_name -> raftgate.v1.BulkAction
+	54,  // 37: raftgate.v1.Bulk.filter:type_name -> raftgate.v1.ListInvocations
+	0,   // 38: raftgate.v1.Operation.action:type_name -> raftgate.v1.BulkAction
+	54,  // 39: raftgate.v1.Operation.filter:type_name -> raftgate.v1.ListInvocations
+	1,   // 40: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
+	38,  // 41: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
+	37,  // 42: raftgate.v1.Service.handler_config:type_name -> raftgate.v1.HandlerConfig
+	33,  // 43: raftgate.v1.Service.limits:type_name -> raftgate.v1.Limits
+	34,  // 44: raftgate.v1.PutRule.rule:type_name -> raftgate.v1.Rule
+	38,  // 45: raftgate.v1.HandlerConfig.retry:type_name -> raftgate.v1.RetryPolicy
+	33,  // 46: raftgate.v1.HandlerConfig.limits:type_name -> raftgate.v1.Limits
+	2,   // 47: raftgate.v1.RetryPolicy.on_max_attempts:type_name -> raftgate.v1.RetryPolicy.OnMaxAttempts
+	32,  // 48: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
+	17,  // 49: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
+	3,   // 50: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
+	18,  // 51: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
+	73,  // 52: raftgate.v1.InvocationRecord.callback:type_name -> raftgate.v1.CallbackState
+	45,  // 53: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
+	46,  // 54: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
+	47,  // 55: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
+	49,  // 56: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
+	50,  // 57: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
+	52,  // 58: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
+	59,  // 59: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
+	39,  // 60: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
+	40,  // 61: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
+	61,  // 62: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
+	54,  // 63: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
+	15,  // 64: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
+	56,  // 65: raftgate.v1.DispatchRequest.action:type_name -> raftgate.v1.InvocationAction
+	57,  // 66: raftgate.v1.DispatchRequest.bulk:type_name -> raftgate.v1.BulkRequest
+	58,  // 67: raftgate.v1.DispatchRequest.operation:type_name -> raftgate.v1.GetOperation
+	71,  // 68: raftgate.v1.DispatchRequest.schedule:type_name -> raftgate.v1.ScheduleRequest
+	35,  // 69: raftgate.v1.DispatchRequest.put_rule:type_name -> raftgate.v1.PutRule
+	36,  // 70: raftgate.v1.DispatchRequest.delete_rule:type_name -> raftgate.v1.DeleteRule
+	48,  // 71: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
+	51,  // 72: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
+	53,  // 73: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
+	60,  // 74: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
+	42,  // 75: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
+	55,  // 76: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
+	62,  // 77: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
+	29,  // 78: raftgate.v1.DispatchResponse.operation:type_name -> raftgate.v1.Operation
+	72,  // 79: raftgate.v1.DispatchResponse.schedules:type_name -> raftgate.v1.ScheduleList
+	34,  // 80: raftgate.v1.DispatchResponse.rule:type_name -> raftgate.v1.Rule
+	17,  // 81: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
+	18,  // 82: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
+	41,  // 83: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
+	4,   // 84: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
+	41,  // 85: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
+	5,   // 86: raftgate.v1.InvocationAction.kind:type_name -> raftgate.v1.InvocationAction.Kind
+	0,   // 87: raftgate.v1.BulkRequest.action:type_name -> raftgate.v1.BulkAction
+	54,  // 88: raftgate.v1.BulkRequest.filter:type_name -> raftgate.v1.ListInvocations
+	6,   // 89: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
+	63,  // 90: raftgate.v1.ScheduleState.spec:type_name -> raftgate.v1.ScheduleSpec
+	63,  // 91: raftgate.v1.PutSchedule.spec:type_name -> raftgate.v1.ScheduleSpec
+	65,  // 92: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
+	66,  // 93: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
+	67,  // 94: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
+	68,  // 95: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
+	70,  // 96: raftgate.v1.ScheduleRequest.backfill:type_name -> raftgate.v1.BackfillSchedule
+	64,  // 97: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
+	7,   // 98: raftgate.v1.CallbackState.state:type_name -> raftgate.v1.CallbackState.State
+	8,   // 99: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
+	11,  // 100: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
+	45,  // 101: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
+	43,  // 102: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
+	10,  // 103: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
+	12,  // 104: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
+	46,  // 105: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
+	44,  // 106: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
+	103, // [103:107] is the sub-list for method output_type
+	99,  // [99:103] is the sub-list for method input_type
+	99,  // [99:99] is the sub-list for extension type_name
+	99,  // [99:99] is the sub-list for extension extendee
+	0,   // [0:99] is the sub-list for field type_name
 }
 
 func init() { file_raftgate_proto_init() }
@@ -7119,6 +7316,7 @@ func file_raftgate_proto_init() {
 		(*Command_CallbackAttempt)(nil),
 		(*Command_PutRule)(nil),
 		(*Command_DeleteRule)(nil),
+		(*Command_BackfillSchedule)(nil),
 	}
 	file_raftgate_proto_msgTypes[9].OneofWrappers = []any{}
 	file_raftgate_proto_msgTypes[37].OneofWrappers = []any{
@@ -7151,13 +7349,14 @@ func file_raftgate_proto_init() {
 		(*DispatchResponse_Schedules)(nil),
 		(*DispatchResponse_Rule)(nil),
 	}
-	file_raftgate_proto_msgTypes[62].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[63].OneofWrappers = []any{
 		(*ScheduleRequest_Put)(nil),
 		(*ScheduleRequest_Delete)(nil),
 		(*ScheduleRequest_Pause)(nil),
 		(*ScheduleRequest_Trigger)(nil),
 		(*ScheduleRequest_Get)(nil),
 		(*ScheduleRequest_List)(nil),
+		(*ScheduleRequest_Backfill)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -7165,7 +7364,7 @@ func file_raftgate_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftgate_proto_rawDesc), len(file_raftgate_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   66,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
