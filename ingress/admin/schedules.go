@@ -31,7 +31,8 @@ type ScheduleRequest struct {
 	// Body is the JSON each run is sent (content-type application/json);
 	// none sends an empty body.
 	Body json.RawMessage `json:"body,omitempty"`
-	// Exactly one of Every (a Go duration, at least 1s) and Cron.
+	// Exactly one of Every (a Go duration, at least 1s, or an ISO 8601
+	// repeating interval: R/PT5M, R5/2026-12-01T00:00:00Z/PT1H) and Cron.
 	Every    string `json:"every,omitempty"`
 	Cron     string `json:"cron,omitempty"`
 	TimeZone string `json:"timeZone,omitempty"`
@@ -43,6 +44,23 @@ type ScheduleRequest struct {
 	// Jitter delays each tick by up to this much (default none).
 	Jitter string `json:"jitter,omitempty"`
 	Paused bool   `json:"paused,omitempty"`
+	// Start and End (RFC 3339) bound the ticks, both included.
+	Start string `json:"start,omitempty"`
+	End   string `json:"end,omitempty"`
+}
+
+// BackfillRequest is the body of POST /schedules/{id}/backfill: a past
+// range (RFC 3339), both ends included.
+type BackfillRequest struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// BackfillView is what a backfill did: the range's ticks, and the runs it
+// started (ticks that had none yet).
+type BackfillView struct {
+	Ticks   uint64 `json:"ticks"`
+	Started uint64 `json:"started"`
 }
 
 // DefaultCatchupWindow is a schedule's catch-up window when none is given:
@@ -65,6 +83,11 @@ type ScheduleView struct {
 	CatchupWindow string          `json:"catchupWindow"`
 	Jitter        string          `json:"jitter,omitempty"`
 	Paused        bool            `json:"paused"`
+	Start         string          `json:"start,omitempty"`
+	End           string          `json:"end,omitempty"`
+	// Ended: the schedule has no tick to come (past its end, or its
+	// repeating interval's count).
+	Ended bool `json:"ended,omitempty"`
 	// NextRun is the next tick (RFC 3339), omitted when there is none.
 	NextRun string `json:"nextRun,omitempty"`
 	// LastRun is the last tick that started a run, and its invocation.
@@ -78,6 +101,8 @@ type ScheduleView struct {
 	Skipped  uint64 `json:"skipped"`
 	// TriggeredInvocationID: the run POST …/trigger started.
 	TriggeredInvocationID string `json:"triggeredInvocationId,omitempty"`
+	// Backfill: what POST …/backfill did.
+	Backfill  *BackfillView `json:"backfill,omitempty"`
 	CreatedAt             string `json:"createdAt,omitempty"`
 	UpdatedAt             string `json:"updatedAt,omitempty"`
 }
@@ -143,20 +168,50 @@ func (s *server) scheduleSpec(ctx context.Context, id string, req ScheduleReques
 	if len(req.Body) > 0 {
 		spec.Body, spec.ContentType = req.Body, "application/json"
 	}
+	every := req.Every
+	if strings.HasPrefix(every, "R") {
+		spec.Repeat, every = every, ""
+	}
+	for _, t := range []struct {
+		name, value string
+		dst         *int64
+	}{{"start", req.Start, &spec.StartUnixMs}, {"end", req.End, &spec.EndUnixMs}} {
+		ms, err := rfc3339Ms(t.name, t.value)
+		if err != nil {
+			return nil, http.StatusBadRequest, err
+		}
+		*t.dst = ms
+	}
 	for _, d := range []struct {
 		name, value string
 		dst         *int64
-	}{{"every", req.Every, &spec.EveryMs}, {"catchupWindow", req.CatchupWindow, &spec.CatchupWindowMs}, {"jitter", req.Jitter, &spec.JitterMs}} {
+	}{{"every", every, &spec.EveryMs}, {"catchupWindow", req.CatchupWindow, &spec.CatchupWindowMs}, {"jitter", req.Jitter, &spec.JitterMs}} {
 		if d.value == "" {
 			continue
 		}
 		v, err := time.ParseDuration(d.value)
 		if err != nil || v < 0 {
-			return nil, http.StatusBadRequest, fmt.Errorf("%s %q: want a Go duration like 5m", d.name, d.value)
+			want := "a Go duration like 5m"
+			if d.name == "every" {
+				want += " or an ISO 8601 repeating interval like R/PT5M"
+			}
+			return nil, http.StatusBadRequest, fmt.Errorf("%s %q: want %s", d.name, d.value, want)
 		}
 		*d.dst = v.Milliseconds()
 	}
 	return spec, 0, nil
+}
+
+// rfc3339Ms reads an optional RFC 3339 time as unix ms (0 when empty).
+func rfc3339Ms(name, v string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil || t.UnixMilli() <= 0 {
+		return 0, fmt.Errorf("%s %q: want an RFC 3339 time like 2026-12-01T00:00:00Z", name, v)
+	}
+	return t.UnixMilli(), nil
 }
 
 func (s *server) listSchedules(w http.ResponseWriter, r *http.Request) {
@@ -194,17 +249,32 @@ func (s *server) deleteSchedule(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// scheduleAction serves POST /schedules/{id}/pause|resume|trigger.
+// scheduleAction serves POST /schedules/{id}/pause|resume|trigger|backfill.
 func (s *server) scheduleAction(w http.ResponseWriter, r *http.Request) {
 	id, action := r.PathValue("id"), r.PathValue("action")
 	var req *rpc.ScheduleRequest
 	switch action {
+	case "backfill":
+		if r.Method != http.MethodPost {
+			break // answered below
+		}
+		var body BackfillRequest
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxScheduleBody))
+		dec.DisallowUnknownFields()
+		err := dec.Decode(&body)
+		from, ferr := rfc3339Ms("from", body.From)
+		to, terr := rfc3339Ms("to", body.To)
+		if err = errors.Join(err, ferr, terr); err != nil || from == 0 || to == 0 {
+			s.writeError(w, r, http.StatusBadRequest, fmt.Sprintf(`backfill of schedule %q: want a body like {"from":"2026-12-01T00:00:00Z","to":"2026-12-02T00:00:00Z"} (%v)`, id, err))
+			return
+		}
+		req = &rpc.ScheduleRequest{Op: &rpc.ScheduleRequest_Backfill{Backfill: &rpc.BackfillSchedule{Id: id, FromUnixMs: from, ToUnixMs: to, RequestId: invocation.NewRequestID()}}}
 	case "pause", "resume":
 		req = &rpc.ScheduleRequest{Op: &rpc.ScheduleRequest_Pause{Pause: &rpc.PauseSchedule{Id: id, Paused: action == "pause", RequestId: invocation.NewRequestID()}}}
 	case "trigger":
 		req = &rpc.ScheduleRequest{Op: &rpc.ScheduleRequest_Trigger{Trigger: &rpc.TriggerSchedule{Id: id, RequestId: invocation.NewRequestID()}}}
 	default:
-		s.writeError(w, r, http.StatusNotFound, fmt.Sprintf("no schedule action %q (pause, resume or trigger)", action))
+		s.writeError(w, r, http.StatusNotFound, fmt.Sprintf("no schedule action %q (pause, resume, trigger or backfill)", action))
 		return
 	}
 	if r.Method != http.MethodPost {
@@ -234,6 +304,9 @@ func (s *server) scheduleCall(w http.ResponseWriter, r *http.Request, id string,
 	if len(list.Triggered) > 0 {
 		v.TriggeredInvocationID = invocationIDText(list.Triggered)
 	}
+	if _, ok := req.Op.(*rpc.ScheduleRequest_Backfill); ok {
+		v.Backfill = &BackfillView{Ticks: list.BackfillTicks, Started: list.BackfillStarted}
+	}
 	writeJSON(w, http.StatusOK, v)
 }
 
@@ -249,6 +322,11 @@ func scheduleView(p uint32, st *rpc.ScheduleState) ScheduleView {
 		v.Overlap = "skip"
 	}
 	v.Every, v.Jitter = msText(spec.GetEveryMs()), msText(spec.GetJitterMs())
+	if spec.GetRepeat() != "" {
+		v.Every = spec.GetRepeat()
+	}
+	v.Start, v.End = timeText(spec.GetStartUnixMs()), timeText(spec.GetEndUnixMs())
+	v.Ended = st.NextTickUnixMs == 0 && !spec.GetPaused()
 	if len(spec.GetBody()) > 0 && json.Valid(spec.GetBody()) {
 		v.Body = spec.GetBody()
 	}
