@@ -131,3 +131,73 @@ func TestScheduleTicksOnceAcrossLeaderKills(t *testing.T) {
 		t.Fatalf("schedules list: %v\n%s", err, out)
 	}
 }
+
+// TestScheduleBoundsRepeatAndBackfill drives the command line against one
+// node: a repeating interval bounded by a start and an end runs the ticks
+// between them and then shows ended; a backfill of a past range runs each
+// of its ticks once, again it runs none, and a range over the bound or an
+// ISO form that is not supported is a 400.
+func TestScheduleBoundsRepeatAndBackfill(t *testing.T) {
+	c := startCluster(t, clusterOpts{nodes: 1, partitions: 1})
+	rec := newTickRecorder(t)
+	c.registerService(c.nodes[0], "Rec", rec.srv.URL)
+	admin := c.nodes[0].adminURL()
+	cli := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(binary, append(args, "--admin", admin)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("raftgate %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	start := time.Now().Truncate(time.Second).Add(2 * time.Second)
+	end := start.Add(2 * time.Second)
+	rfc := func(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+	cli("schedules", "add", "tick", "Rec/tick", "--every", "R/PT1S", "--start", rfc(start), "--end", rfc(end), "--overlap", "allow-all")
+	testutil.WaitFor(t, 30*time.Second, "the schedule ended", func() bool {
+		return strings.Contains(cli("schedules", "list"), "ended")
+	})
+	testutil.WaitFor(t, 10*time.Second, "3 ticks delivered", func() bool { return rec.distinctTicks() >= 3 })
+	rec.mu.Lock()
+	for at := range rec.ticks {
+		if tm, _ := time.Parse(time.RFC3339Nano, at); tm.Before(start) || tm.After(end) {
+			t.Errorf("tick %s outside %v..%v", at, start, end)
+		}
+	}
+	if len(rec.ticks) != 3 {
+		t.Errorf("%d ticks, want 3 (start, start+1s, end)", len(rec.ticks))
+	}
+	rec.mu.Unlock()
+
+	// Unbounded now; backfill ten past seconds, twice.
+	cli("schedules", "add", "tick", "Rec/tick", "--every", "1s", "--paused")
+	from := start.Add(-20 * time.Second)
+	if out := cli("schedules", "backfill", "tick", "--from", rfc(from), "--to", rfc(from.Add(9*time.Second))); !strings.Contains(out, "10 ticks, 10 runs started") {
+		t.Fatalf("backfill: %s", out)
+	}
+	if out := cli("schedules", "backfill", "tick", "--from", rfc(from), "--to", rfc(from.Add(9*time.Second))); !strings.Contains(out, "10 ticks, 0 runs started") {
+		t.Fatalf("backfill again: %s", out)
+	}
+	testutil.WaitFor(t, 20*time.Second, "13 ticks delivered", func() bool { return rec.distinctTicks() >= 13 })
+	rec.mu.Lock()
+	for at, ids := range rec.ticks {
+		if len(ids) != 1 {
+			t.Errorf("tick %s ran as %d invocations", at, len(ids))
+		}
+	}
+	rec.mu.Unlock()
+
+	for _, bad := range []struct{ path, body, want string }{
+		{"/schedules/tick/backfill", fmt.Sprintf(`{"from":%q,"to":%q}`, rfc(from.Add(-2*time.Hour)), rfc(from)), "more than 1000"},
+		{"/schedules/tick/backfill", fmt.Sprintf(`{"from":%q,"to":%q}`, rfc(from), rfc(time.Now().Add(time.Hour))), "must be past"},
+	} {
+		r, err := do(context.Background(), http.MethodPost, admin+bad.path, []byte(bad.body), nil)
+		if err != nil || r.status != http.StatusBadRequest || !strings.Contains(string(r.body), bad.want) {
+			t.Fatalf("POST %s %s: %v %+v, want 400 %q", bad.path, bad.body, err, r, bad.want)
+		}
+	}
+	r, err := do(context.Background(), http.MethodPut, admin+"/schedules/tick", []byte(`{"target":"Rec/tick","every":"R5/PT1S"}`), nil)
+	if err != nil || r.status != http.StatusBadRequest || !strings.Contains(string(r.body), "a count needs a start") {
+		t.Fatalf("PUT every R5/PT1S: %v %+v, want 400", err, r)
+	}
+}
