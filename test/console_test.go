@@ -188,11 +188,6 @@ func TestConsoleInBrowser(t *testing.T) {
 	const token = "console-test-token"
 	const partitions = 3
 	s := newConsoleSession(t)
-	c := startCluster(t, clusterOpts{nodes: 3, partitions: partitions,
-		extraArgs: func(int) []string { return []string{"--admin-token", token} }})
-	n1 := c.nodes[0]
-	auth := map[string]string{"Authorization": "Bearer " + token}
-
 	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if strings.Contains(string(body), "fail") {
@@ -203,6 +198,13 @@ func TestConsoleInBrowser(t *testing.T) {
 		fmt.Fprintf(w, `{"greeting":"hello","input":%s}`, body)
 	}))
 	t.Cleanup(svc.Close)
+	// The service's own origin takes the completion callbacks of the
+	// registration the form makes.
+	c := startCluster(t, clusterOpts{nodes: 3, partitions: partitions,
+		extraArgs: func(int) []string { return []string{"--admin-token", token, "--callback-allow", svc.URL} }})
+	n1 := c.nodes[0]
+	auth := map[string]string{"Authorization": "Bearer " + token}
+
 
 	// A wrong token: the shell loads, the API refuses, the page says so.
 	s.do("open the console", chromedp.Navigate(n1.adminURL()+"/"))
@@ -241,13 +243,14 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS("#svc-name"), "Greeter"),
 		chromedp.SendKeys(chromedp.CSS("#svc-url"), svc.URL),
 		chromedp.SendKeys(chromedp.CSS("#svc-handlers"), "greet"),
+		chromedp.SendKeys(chromedp.CSS("#svc-callback-url"), svc.URL+"/callback"),
 		chromedp.Click(chromedp.CSS("#svc-submit")))
-	s.waitPage(10*time.Second, "Greeter in the service list",
-		`!!document.querySelector('#services tr[data-service="Greeter"]')`)
+	s.waitPage(10*time.Second, "Greeter and its callback URL in the service list",
+		fmt.Sprintf(`document.querySelector('#services tr[data-service="Greeter"] [data-field=callback]')?.textContent.includes(%s) === true`, jsString(svc.URL+"/callback")))
 	for _, n := range c.nodes {
 		testutil.WaitFor(t, 10*time.Second, fmt.Sprintf("node %d knows Greeter", n.id), func() bool {
 			r, err := do(context.Background(), http.MethodGet, n.adminURL()+"/services/Greeter", nil, auth)
-			return err == nil && r.status == http.StatusOK && strings.Contains(string(r.body), svc.URL)
+			return err == nil && r.status == http.StatusOK && strings.Contains(string(r.body), svc.URL+"/callback")
 		})
 	}
 	s.screenshot("services")

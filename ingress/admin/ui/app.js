@@ -443,7 +443,7 @@ async function loadServices() {
   fill($("#services tbody"), l.services.map(s => el("tr", { "data-service": s.name, "data-kind": s.kind },
     el("td", {}, s.name),
     el("td", { "data-field": "kind" }, s.kind),
-    el("td", { class: "mono" }, s.url),
+    el("td", { class: "mono" }, s.url, s.callbackUrl ? el("div", { class: "muted", "data-field": "callback" }, "callback → " + s.callbackUrl) : ""),
     el("td", {}, s.handlers.length ? s.handlers.join(", ") : "any"),
     el("td", { "data-field": "shared" }, (s.shared || []).join(", ") || "–"),
     el("td", { "data-field": "retry" }, retryText(s.retry)),
@@ -514,6 +514,7 @@ $("#svc-form").addEventListener("submit", ev => {
     const limits = limitsRequest();
     if (limits) body.limits = limits;
     if ($("#svc-per-key").value) body.perKeyConcurrency = Number($("#svc-per-key").value);
+    if ($("#svc-callback-url").value.trim()) body.callbackUrl = $("#svc-callback-url").value.trim();
     await api("PUT", "/services/" + encodeURIComponent(name), body);
     $("#svc-form").reset();
     await loadServices();
