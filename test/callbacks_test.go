@@ -93,10 +93,11 @@ func TestCallbacksAcrossLeaderKills(t *testing.T) {
 		next     atomic.Int64
 		wg       sync.WaitGroup
 	)
-	// A kill at a third and at two thirds of the sends.
-	killSend, killAt := make([]int64, kills), make([]chan struct{}, kills)
+	// A kill at a third and at two thirds of the sends: a send past one
+	// waits until it is done, so that each kill lands mid-stream.
+	killSend, killed := make([]int64, kills), make([]chan struct{}, kills)
 	for k := range kills {
-		killSend[k], killAt[k] = int64((k+1)*sends/(kills+1)), make(chan struct{})
+		killSend[k], killed[k] = int64((k+1)*sends/(kills+1)), make(chan struct{})
 	}
 	for w := range 6 {
 		wg.Add(1)
@@ -108,8 +109,8 @@ func TestCallbacksAcrossLeaderKills(t *testing.T) {
 					return
 				}
 				for k, at := range killSend {
-					if i == at {
-						close(killAt[k])
+					if i > at {
+						<-killed[k]
 					}
 				}
 				key := fmt.Sprintf("k%d", i)
@@ -135,11 +136,12 @@ func TestCallbacksAcrossLeaderKills(t *testing.T) {
 	}
 	var leader *node
 	for k := range kills {
-		<-killAt[k]
+		testutil.WaitFor(t, 60*time.Second, fmt.Sprintf("send %d", killSend[k]), func() bool { return next.Load() >= killSend[k] })
 		p := uint32(1 + k%2)
 		testutil.WaitFor(t, 10*time.Second, fmt.Sprintf("a leader of partition %d", p), func() bool { leader = c.leaderOf(p); return leader != nil })
 		t.Logf("kill %d at send %d: node %d, leader of partition %d", k+1, next.Load(), leader.id, p)
 		c.kill(leader)
+		close(killed[k])
 		if k < kills-1 {
 			// Down while a sixth of the sends go on, then back, so that
 			// two of three nodes are up for the next kill.
