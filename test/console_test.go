@@ -205,7 +205,6 @@ func TestConsoleInBrowser(t *testing.T) {
 	n1 := c.nodes[0]
 	auth := map[string]string{"Authorization": "Bearer " + token}
 
-
 	// A wrong token: the shell loads, the API refuses, the page says so.
 	s.do("open the console", chromedp.Navigate(n1.adminURL()+"/"))
 	s.waitPage(10*time.Second, "the token form", `!document.querySelector("#token-form").hidden`)
@@ -268,6 +267,20 @@ func TestConsoleInBrowser(t *testing.T) {
 	if r, err := do(context.Background(), http.MethodGet, n1.adminURL()+"/services/Doomed", nil, auth); err != nil || r.status != http.StatusNotFound {
 		t.Fatalf("Doomed after removal: %v %v", err, r)
 	}
+
+	// A schedule through the form, bounded by a start and an end already
+	// past: it shows ended.
+	s.do("open the schedules page", chromedp.Navigate(n1.adminURL()+"/ui/#/schedules"))
+	s.waitPage(10*time.Second, "the schedules page", `!document.querySelector("#view-schedules").hidden`)
+	s.do("fill and submit the schedule form",
+		chromedp.SendKeys(chromedp.CSS("#sch-id"), "bounded"),
+		chromedp.SendKeys(chromedp.CSS("#sch-target"), "Greeter/greet"),
+		chromedp.SendKeys(chromedp.CSS("#sch-every"), "R/PT1M"),
+		chromedp.SendKeys(chromedp.CSS("#sch-start"), time.Now().Add(-48*time.Hour).UTC().Format(time.RFC3339)),
+		chromedp.SendKeys(chromedp.CSS("#sch-end"), time.Now().Add(-24*time.Hour).UTC().Format(time.RFC3339)),
+		chromedp.Click(chromedp.CSS("#sch-form button[type=submit]")))
+	s.waitPage(10*time.Second, "the bounded schedule, ended",
+		`document.querySelector('#schedules tr[data-schedule="bounded"] [data-field=state]')?.textContent === "ended"`)
 
 	// Submit invocations over HTTP, through every node's ingress.
 	send := func(n *node, key, query string) (string, error) {
