@@ -96,6 +96,8 @@ func (m *machine) applySchedule(b *bolt.Bucket, term uint64, c *rpc.Command, fx 
 		})
 	case *rpc.Command_ScheduleTick:
 		return m.scheduleTick(b, cmd.ScheduleTick, fx)
+	case *rpc.Command_ScheduleDispatched:
+		return scheduleDispatched(b, cmd.ScheduleDispatched, fx)
 	case *rpc.Command_BackfillSchedule:
 		c := cmd.BackfillSchedule
 		return m.withSchedule(b, term, c.Id, c.RequestId, fx, func(st *rpc.ScheduleState, r *reply) error {
@@ -214,8 +216,8 @@ func (m *machine) startRun(b *bolt.Bucket, st *rpc.ScheduleState, tick int64, no
 	}
 	st.LastTickUnixMs = tick
 	st.LastInvocationId = id
-	if started {
-		st.Running = id
+	if started && st.Spec.Key == "" {
+		st.Running = id // a keyed run completes in its key's partition: not waited for
 	}
 	return id, nil
 }
@@ -224,6 +226,10 @@ func (m *machine) startRun(b *bolt.Bucket, st *rpc.ScheduleState, tick int64, no
 // delivery, counting it in st.Runs. The run's id derives from (schedule,
 // tick, nonce); one that exists already is not started again (false).
 func (m *machine) newRun(b *bolt.Bucket, st *rpc.ScheduleState, tick int64, nonce []byte, at int64, fx *effects) ([]byte, bool, error) {
+	if st.Spec.Key != "" {
+		id, started := keyedRun(st, tick, nonce, at, fx)
+		return id, started, nil
+	}
 	id := invocation.ScheduledRun(st.Spec.Id, tick, nonce)
 	idb := id[:]
 	_, found, err := m.record(b, idb)
@@ -565,11 +571,14 @@ func (s *scheduler) fire(ctx context.Context) time.Duration {
 	return max(wait, time.Millisecond)
 }
 
-// wakeScheduler makes the scheduler read the schedules again now.
+// wakeScheduler makes the scheduler, and the dispatch of keyed runs, read
+// the schedules again now.
 func (p *Processor) wakeScheduler() {
-	select {
-	case p.scheduleCh <- struct{}{}:
-	default:
+	for _, ch := range []chan struct{}{p.scheduleCh, p.dispatchCh} {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
 	}
 }
 

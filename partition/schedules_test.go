@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -327,5 +328,91 @@ func TestScheduleBackfill(t *testing.T) {
 	}
 	if _, err := f.leader().p.Schedule(ctxT(t), scheduleReq(&rpc.BackfillSchedule{Id: "nope", FromUnixMs: from, ToUnixMs: to})); !errors.Is(err, rpc.ErrNotFound) {
 		t.Fatalf("backfill of an unknown schedule: %v", err)
+	}
+}
+
+// leaderDispatch appends a keyed run at the fixture's leader: the one
+// partition of these tests is every key's.
+type leaderDispatch struct{ f *scheduleFixture }
+
+func (d leaderDispatch) Append(ctx context.Context, inv *rpc.Invoke) (*rpc.Appended, error) {
+	return d.f.leader().p.Append(ctx, inv)
+}
+
+// A keyed target's runs are recorded by the tick and handed to the key's
+// partition by the leader, across a leader change: one invocation per
+// tick, with the key, in the key's queue; a workflow id template gives
+// each tick its own workflow. A run handed over again is the same one.
+func TestScheduleKeyedTargets(t *testing.T) {
+	f := &scheduleFixture{t: t, clock: newManualClock(), svc: newRecordingService(t)}
+	f.c = newFakeCluster(t, 3, func(_ int, cfg *Config) {
+		cfg.Clock = f.clock.Now
+		cfg.Services = staticServices{
+			"Obj":  {Name: "Obj", Url: f.svc.srv.URL, Kind: rpc.Service_OBJECT},
+			"Flow": {Name: "Flow", Url: f.svc.srv.URL, Kind: rpc.Service_WORKFLOW},
+		}
+		cfg.Dispatch = leaderDispatch{f}
+	})
+	f.c.setLeader(0, false)
+	f.put(&rpc.ScheduleSpec{Id: "obj", Service: "Obj", Handler: "tick", Key: "k1", EveryMs: 1000, CatchupWindowMs: 60_000, Overlap: "allow-all"})
+	f.put(&rpc.ScheduleSpec{Id: "flow", Service: "Flow", Handler: "run", Key: "signup-{tick}", WorkflowRun: true, EveryMs: 1000,
+		CatchupWindowMs: 60_000, Overlap: "allow-all"})
+	start := readSchedule(t, f.leader(), "obj").NextTickUnixMs
+	var ticks []int64
+	for i := range 4 {
+		f.advance(time.Second)
+		tick := start + int64(i)*1000
+		ticks = append(ticks, tick)
+		for _, id := range []string{"obj", "flow"} {
+			f.waitState("tick recorded", id, func(st *rpc.ScheduleState) bool { return st.LastTickUnixMs == tick })
+		}
+		if i == 1 {
+			f.c.setLeader(1, true)
+		}
+	}
+	for _, id := range []string{"obj", "flow"} {
+		st := f.waitState("runs handed over", id, func(st *rpc.ScheduleState) bool { return len(st.Dispatch) == 0 })
+		if st.Runs != 4 || st.Skipped != 0 || len(st.Running) != 0 {
+			t.Fatalf("%s: runs %d skipped %d running %x, want 4, 0, none", id, st.Runs, st.Skipped, st.Running)
+		}
+	}
+	waitUntil(t, "every run delivered", func() bool { ids, _ := f.svc.total(); return ids == 8 })
+	for _, tick := range ticks {
+		at := time.UnixMilli(tick).UTC().Format(time.RFC3339Nano)
+		for _, run := range []struct {
+			schedule, key string
+			id            invocation.ID
+		}{
+			{"obj", "k1", invocation.ScheduledKeyedRun("obj", tick, nil, "Obj", "k1")},
+			{"flow", "signup-" + at, invocation.WorkflowRun("Flow", "signup-"+at)},
+		} {
+			f.svc.mu.Lock()
+			h := f.svc.headers[run.id.String()]
+			f.svc.mu.Unlock()
+			if h.Get(headerKey) != run.key || h.Get(headerSchedule) != run.schedule || h.Get(headerScheduledTime) != at {
+				t.Fatalf("tick %d of %s: run %s delivered with headers %v", tick, run.schedule, run.id, h)
+			}
+		}
+	}
+	// The first run handed over again (its acceptance lost, say): the
+	// same invocation, nothing new is delivered.
+	id := invocation.ScheduledKeyedRun("obj", ticks[0], nil, "Obj", "k1")
+	before := f.svc.count(id)
+	a, err := leaderDispatch{f}.Append(ctxT(t), &rpc.Invoke{InvocationId: id[:], RequestId: id[8:], Service: "Obj", Handler: "tick",
+		Key: "k1", Exclusive: true, ScheduleId: "obj", ScheduledAtUnixMs: ticks[0]})
+	if err != nil || a.CompletedAtUnixMs == 0 {
+		t.Fatalf("handed over again: %v %v, want the completed run", a, err)
+	}
+	f.c.waitApplied()
+	if ids, _ := f.svc.total(); ids != 8 || f.svc.count(id) != before {
+		t.Fatalf("handed over again: %d invocations delivered, run delivered %d times (was %d)", ids, f.svc.count(id), before)
+	}
+	// A run of a service no longer registered is dropped and counted as
+	// skipped.
+	f.put(&rpc.ScheduleSpec{Id: "gone", Service: "Gone", Handler: "tick", Key: "k", EveryMs: 1000, CatchupWindowMs: 60_000, Overlap: "allow-all"})
+	f.advance(time.Second)
+	f.waitState("the run dropped", "gone", func(st *rpc.ScheduleState) bool { return st.Skipped == 1 && st.Runs == 0 && len(st.Dispatch) == 0 })
+	if a, b := f.c.replicas[0].dump(t), f.c.replicas[2].dump(t); a != b {
+		t.Fatal("replicas differ")
 	}
 }

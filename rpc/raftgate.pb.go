@@ -517,7 +517,7 @@ func (x CallbackState_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CallbackState_State.Descriptor instead.
 func (CallbackState_State) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{65, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{67, 0}
 }
 
 type RaftBatch struct {
@@ -896,6 +896,7 @@ type Command struct {
 	//	*Command_PutRule
 	//	*Command_DeleteRule
 	//	*Command_BackfillSchedule
+	//	*Command_ScheduleDispatched
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1226,6 +1227,15 @@ func (x *Command) GetBackfillSchedule() *BackfillSchedule {
 	return nil
 }
 
+func (x *Command) GetScheduleDispatched() *ScheduleDispatched {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_ScheduleDispatched); ok {
+			return x.ScheduleDispatched
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -1366,6 +1376,10 @@ type Command_BackfillSchedule struct {
 	BackfillSchedule *BackfillSchedule `protobuf:"bytes,100,opt,name=backfill_schedule,json=backfillSchedule,proto3,oneof"`
 }
 
+type Command_ScheduleDispatched struct {
+	ScheduleDispatched *ScheduleDispatched `protobuf:"bytes,101,opt,name=schedule_dispatched,json=scheduleDispatched,proto3,oneof"`
+}
+
 func (*Command_Invoke) isCommand_Cmd() {}
 
 func (*Command_Complete) isCommand_Cmd() {}
@@ -1429,6 +1443,8 @@ func (*Command_PutRule) isCommand_Cmd() {}
 func (*Command_DeleteRule) isCommand_Cmd() {}
 
 func (*Command_BackfillSchedule) isCommand_Cmd() {}
+
+func (*Command_ScheduleDispatched) isCommand_Cmd() {}
 
 // A partition command, proposed to every partition once a service's
 // registration changed (put or delete) at metadata log index `index`, before
@@ -5407,7 +5423,14 @@ type ScheduleSpec struct {
 	EndUnixMs   int64 `protobuf:"varint,101,opt,name=end_unix_ms,json=endUnixMs,proto3" json:"end_unix_ms,omitempty"`
 	// An ISO 8601 repeating interval (R/PT5M, R5/2026-12-01T00:00:00Z/PT1H),
 	// instead of every_ms and cron.
-	Repeat        string `protobuf:"bytes,102,opt,name=repeat,proto3" json:"repeat,omitempty"`
+	Repeat string `protobuf:"bytes,102,opt,name=repeat,proto3" json:"repeat,omitempty"`
+	// A keyed target's object key or workflow id ({tick}: the tick's time,
+	// RFC 3339 UTC); empty for a plain service. Its runs live in the key's
+	// partition and are handed to it by the leader (ScheduleDispatch).
+	Key string `protobuf:"bytes,103,opt,name=key,proto3" json:"key,omitempty"`
+	// The target is a workflow's run handler: a run's id is the workflow
+	// run's (one per workflow id).
+	WorkflowRun   bool `protobuf:"varint,104,opt,name=workflow_run,json=workflowRun,proto3" json:"workflow_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5547,6 +5570,92 @@ func (x *ScheduleSpec) GetRepeat() string {
 	return ""
 }
 
+func (x *ScheduleSpec) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ScheduleSpec) GetWorkflowRun() bool {
+	if x != nil {
+		return x.WorkflowRun
+	}
+	return false
+}
+
+// A keyed run recorded by the schedule's partition and not yet accepted by
+// its key's partition (the leader appends it there, then proposes
+// ScheduleDispatched).
+type ScheduleDispatch struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	TickUnixMs   int64                  `protobuf:"varint,1,opt,name=tick_unix_ms,json=tickUnixMs,proto3" json:"tick_unix_ms,omitempty"`
+	InvocationId []byte                 `protobuf:"bytes,2,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	// The key, {tick} expanded.
+	Key           string `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	AtUnixMs      int64  `protobuf:"varint,4,opt,name=at_unix_ms,json=atUnixMs,proto3" json:"at_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleDispatch) Reset() {
+	*x = ScheduleDispatch{}
+	mi := &file_raftgate_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleDispatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleDispatch) ProtoMessage() {}
+
+func (x *ScheduleDispatch) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleDispatch.ProtoReflect.Descriptor instead.
+func (*ScheduleDispatch) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *ScheduleDispatch) GetTickUnixMs() int64 {
+	if x != nil {
+		return x.TickUnixMs
+	}
+	return 0
+}
+
+func (x *ScheduleDispatch) GetInvocationId() []byte {
+	if x != nil {
+		return x.InvocationId
+	}
+	return nil
+}
+
+func (x *ScheduleDispatch) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ScheduleDispatch) GetAtUnixMs() int64 {
+	if x != nil {
+		return x.AtUnixMs
+	}
+	return 0
+}
+
 // Stored state of one schedule (partition state bucket "schedules").
 type ScheduleState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -5566,14 +5675,16 @@ type ScheduleState struct {
 	CreatedAtUnixMs    int64 `protobuf:"varint,8,opt,name=created_at_unix_ms,json=createdAtUnixMs,proto3" json:"created_at_unix_ms,omitempty"`
 	UpdatedAtUnixMs    int64 `protobuf:"varint,9,opt,name=updated_at_unix_ms,json=updatedAtUnixMs,proto3" json:"updated_at_unix_ms,omitempty"`
 	// Runs started (ticks and triggers).
-	Runs          uint64 `protobuf:"varint,10,opt,name=runs,proto3" json:"runs,omitempty"`
+	Runs uint64 `protobuf:"varint,10,opt,name=runs,proto3" json:"runs,omitempty"`
+	// Keyed runs waiting to be accepted by their key's partition.
+	Dispatch      []*ScheduleDispatch `protobuf:"bytes,100,rep,name=dispatch,proto3" json:"dispatch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScheduleState) Reset() {
 	*x = ScheduleState{}
-	mi := &file_raftgate_proto_msgTypes[56]
+	mi := &file_raftgate_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5585,7 +5696,7 @@ func (x *ScheduleState) String() string {
 func (*ScheduleState) ProtoMessage() {}
 
 func (x *ScheduleState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[56]
+	mi := &file_raftgate_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5598,7 +5709,7 @@ func (x *ScheduleState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleState.ProtoReflect.Descriptor instead.
 func (*ScheduleState) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{56}
+	return file_raftgate_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ScheduleState) GetSpec() *ScheduleSpec {
@@ -5671,6 +5782,76 @@ func (x *ScheduleState) GetRuns() uint64 {
 	return 0
 }
 
+func (x *ScheduleState) GetDispatch() []*ScheduleDispatch {
+	if x != nil {
+		return x.Dispatch
+	}
+	return nil
+}
+
+// ScheduleDispatched says a keyed run was accepted by its key's partition
+// (or, dropped, never will be: its service is gone), so the schedule
+// stops handing it over.
+type ScheduleDispatched struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	InvocationId  []byte                 `protobuf:"bytes,2,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	Dropped       bool                   `protobuf:"varint,3,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleDispatched) Reset() {
+	*x = ScheduleDispatched{}
+	mi := &file_raftgate_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleDispatched) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleDispatched) ProtoMessage() {}
+
+func (x *ScheduleDispatched) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleDispatched.ProtoReflect.Descriptor instead.
+func (*ScheduleDispatched) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *ScheduleDispatched) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ScheduleDispatched) GetInvocationId() []byte {
+	if x != nil {
+		return x.InvocationId
+	}
+	return nil
+}
+
+func (x *ScheduleDispatched) GetDropped() bool {
+	if x != nil {
+		return x.Dropped
+	}
+	return false
+}
+
 // PutSchedule creates or replaces a schedule. The leader parses the spec
 // and stamps its next tick after proposed_at, so that Apply needs neither
 // a clock nor the time zone database.
@@ -5686,7 +5867,7 @@ type PutSchedule struct {
 
 func (x *PutSchedule) Reset() {
 	*x = PutSchedule{}
-	mi := &file_raftgate_proto_msgTypes[57]
+	mi := &file_raftgate_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5698,7 +5879,7 @@ func (x *PutSchedule) String() string {
 func (*PutSchedule) ProtoMessage() {}
 
 func (x *PutSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[57]
+	mi := &file_raftgate_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5711,7 +5892,7 @@ func (x *PutSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSchedule.ProtoReflect.Descriptor instead.
 func (*PutSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{57}
+	return file_raftgate_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PutSchedule) GetSpec() *ScheduleSpec {
@@ -5752,7 +5933,7 @@ type DeleteSchedule struct {
 
 func (x *DeleteSchedule) Reset() {
 	*x = DeleteSchedule{}
-	mi := &file_raftgate_proto_msgTypes[58]
+	mi := &file_raftgate_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5764,7 +5945,7 @@ func (x *DeleteSchedule) String() string {
 func (*DeleteSchedule) ProtoMessage() {}
 
 func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[58]
+	mi := &file_raftgate_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5777,7 +5958,7 @@ func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSchedule.ProtoReflect.Descriptor instead.
 func (*DeleteSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{58}
+	return file_raftgate_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *DeleteSchedule) GetId() string {
@@ -5809,7 +5990,7 @@ type PauseSchedule struct {
 
 func (x *PauseSchedule) Reset() {
 	*x = PauseSchedule{}
-	mi := &file_raftgate_proto_msgTypes[59]
+	mi := &file_raftgate_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5821,7 +6002,7 @@ func (x *PauseSchedule) String() string {
 func (*PauseSchedule) ProtoMessage() {}
 
 func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[59]
+	mi := &file_raftgate_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5834,7 +6015,7 @@ func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseSchedule.ProtoReflect.Descriptor instead.
 func (*PauseSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{59}
+	return file_raftgate_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PauseSchedule) GetId() string {
@@ -5885,7 +6066,7 @@ type TriggerSchedule struct {
 
 func (x *TriggerSchedule) Reset() {
 	*x = TriggerSchedule{}
-	mi := &file_raftgate_proto_msgTypes[60]
+	mi := &file_raftgate_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5897,7 +6078,7 @@ func (x *TriggerSchedule) String() string {
 func (*TriggerSchedule) ProtoMessage() {}
 
 func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[60]
+	mi := &file_raftgate_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5910,7 +6091,7 @@ func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerSchedule.ProtoReflect.Descriptor instead.
 func (*TriggerSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{60}
+	return file_raftgate_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *TriggerSchedule) GetId() string {
@@ -5952,7 +6133,7 @@ type ScheduleTick struct {
 
 func (x *ScheduleTick) Reset() {
 	*x = ScheduleTick{}
-	mi := &file_raftgate_proto_msgTypes[61]
+	mi := &file_raftgate_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5964,7 +6145,7 @@ func (x *ScheduleTick) String() string {
 func (*ScheduleTick) ProtoMessage() {}
 
 func (x *ScheduleTick) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[61]
+	mi := &file_raftgate_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5977,7 +6158,7 @@ func (x *ScheduleTick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleTick.ProtoReflect.Descriptor instead.
 func (*ScheduleTick) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{61}
+	return file_raftgate_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ScheduleTick) GetId() string {
@@ -6042,7 +6223,7 @@ type BackfillSchedule struct {
 
 func (x *BackfillSchedule) Reset() {
 	*x = BackfillSchedule{}
-	mi := &file_raftgate_proto_msgTypes[62]
+	mi := &file_raftgate_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6054,7 +6235,7 @@ func (x *BackfillSchedule) String() string {
 func (*BackfillSchedule) ProtoMessage() {}
 
 func (x *BackfillSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[62]
+	mi := &file_raftgate_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6067,7 +6248,7 @@ func (x *BackfillSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillSchedule.ProtoReflect.Descriptor instead.
 func (*BackfillSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{62}
+	return file_raftgate_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *BackfillSchedule) GetId() string {
@@ -6132,7 +6313,7 @@ type ScheduleRequest struct {
 
 func (x *ScheduleRequest) Reset() {
 	*x = ScheduleRequest{}
-	mi := &file_raftgate_proto_msgTypes[63]
+	mi := &file_raftgate_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6144,7 +6325,7 @@ func (x *ScheduleRequest) String() string {
 func (*ScheduleRequest) ProtoMessage() {}
 
 func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[63]
+	mi := &file_raftgate_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6157,7 +6338,7 @@ func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{63}
+	return file_raftgate_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ScheduleRequest) GetOp() isScheduleRequest_Op {
@@ -6289,7 +6470,7 @@ type ScheduleList struct {
 
 func (x *ScheduleList) Reset() {
 	*x = ScheduleList{}
-	mi := &file_raftgate_proto_msgTypes[64]
+	mi := &file_raftgate_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6301,7 +6482,7 @@ func (x *ScheduleList) String() string {
 func (*ScheduleList) ProtoMessage() {}
 
 func (x *ScheduleList) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[64]
+	mi := &file_raftgate_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6314,7 +6495,7 @@ func (x *ScheduleList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleList.ProtoReflect.Descriptor instead.
 func (*ScheduleList) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{64}
+	return file_raftgate_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ScheduleList) GetSchedules() []*ScheduleState {
@@ -6360,7 +6541,7 @@ type CallbackState struct {
 
 func (x *CallbackState) Reset() {
 	*x = CallbackState{}
-	mi := &file_raftgate_proto_msgTypes[65]
+	mi := &file_raftgate_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6372,7 +6553,7 @@ func (x *CallbackState) String() string {
 func (*CallbackState) ProtoMessage() {}
 
 func (x *CallbackState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[65]
+	mi := &file_raftgate_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6385,7 +6566,7 @@ func (x *CallbackState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallbackState.ProtoReflect.Descriptor instead.
 func (*CallbackState) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{65}
+	return file_raftgate_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *CallbackState) GetState() CallbackState_State {
@@ -6438,7 +6619,7 @@ type CallbackAttempt struct {
 
 func (x *CallbackAttempt) Reset() {
 	*x = CallbackAttempt{}
-	mi := &file_raftgate_proto_msgTypes[66]
+	mi := &file_raftgate_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6450,7 +6631,7 @@ func (x *CallbackAttempt) String() string {
 func (*CallbackAttempt) ProtoMessage() {}
 
 func (x *CallbackAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[66]
+	mi := &file_raftgate_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6463,7 +6644,7 @@ func (x *CallbackAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallbackAttempt.ProtoReflect.Descriptor instead.
 func (*CallbackAttempt) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{66}
+	return file_raftgate_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *CallbackAttempt) GetInvocationId() []byte {
@@ -6547,7 +6728,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"Z\n" +
 	"\fCommandBatch\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
-	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\xa4\x0f\n" +
+	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\xf8\x0f\n" +
 	"\aCommand\x12-\n" +
 	"\x06invoke\x18\n" +
 	" \x01(\v2\x13.raftgate.v1.InvokeH\x00R\x06invoke\x123\n" +
@@ -6583,7 +6764,8 @@ const file_raftgate_proto_rawDesc = "" +
 	"\bput_rule\x18Z \x01(\v2\x14.raftgate.v1.PutRuleH\x00R\aputRule\x12:\n" +
 	"\vdelete_rule\x18[ \x01(\v2\x17.raftgate.v1.DeleteRuleH\x00R\n" +
 	"deleteRule\x12L\n" +
-	"\x11backfill_schedule\x18d \x01(\v2\x1d.raftgate.v1.BackfillScheduleH\x00R\x10backfillScheduleB\x05\n" +
+	"\x11backfill_schedule\x18d \x01(\v2\x1d.raftgate.v1.BackfillScheduleH\x00R\x10backfillSchedule\x12R\n" +
+	"\x13schedule_dispatched\x18e \x01(\v2\x1f.raftgate.v1.ScheduleDispatchedH\x00R\x12scheduleDispatchedB\x05\n" +
 	"\x03cmd\"W\n" +
 	"\fFenceService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -6942,7 +7124,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\vUNAVAILABLE\x10\b\x12\f\n" +
 	"\bCONFLICT\x10(\x12\x0e\n" +
 	"\n" +
-	"KEY_REUSED\x10)\"\xac\x03\n" +
+	"KEY_REUSED\x10)\"\xe1\x03\n" +
 	"\fScheduleSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x18\n" +
@@ -6959,7 +7141,16 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x06paused\x18\f \x01(\bR\x06paused\x12\"\n" +
 	"\rstart_unix_ms\x18d \x01(\x03R\vstartUnixMs\x12\x1e\n" +
 	"\vend_unix_ms\x18e \x01(\x03R\tendUnixMs\x12\x16\n" +
-	"\x06repeat\x18f \x01(\tR\x06repeat\"\x97\x03\n" +
+	"\x06repeat\x18f \x01(\tR\x06repeat\x12\x10\n" +
+	"\x03key\x18g \x01(\tR\x03key\x12!\n" +
+	"\fworkflow_run\x18h \x01(\bR\vworkflowRun\"\x89\x01\n" +
+	"\x10ScheduleDispatch\x12 \n" +
+	"\ftick_unix_ms\x18\x01 \x01(\x03R\n" +
+	"tickUnixMs\x12#\n" +
+	"\rinvocation_id\x18\x02 \x01(\fR\finvocationId\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\x12\x1c\n" +
+	"\n" +
+	"at_unix_ms\x18\x04 \x01(\x03R\batUnixMs\"\xd2\x03\n" +
 	"\rScheduleState\x12-\n" +
 	"\x04spec\x18\x01 \x01(\v2\x19.raftgate.v1.ScheduleSpecR\x04spec\x12)\n" +
 	"\x11next_tick_unix_ms\x18\x02 \x01(\x03R\x0enextTickUnixMs\x12)\n" +
@@ -6971,7 +7162,12 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x12created_at_unix_ms\x18\b \x01(\x03R\x0fcreatedAtUnixMs\x12+\n" +
 	"\x12updated_at_unix_ms\x18\t \x01(\x03R\x0fupdatedAtUnixMs\x12\x12\n" +
 	"\x04runs\x18\n" +
-	" \x01(\x04R\x04runs\"\xb5\x01\n" +
+	" \x01(\x04R\x04runs\x129\n" +
+	"\bdispatch\x18d \x03(\v2\x1d.raftgate.v1.ScheduleDispatchR\bdispatch\"c\n" +
+	"\x12ScheduleDispatched\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12#\n" +
+	"\rinvocation_id\x18\x02 \x01(\fR\finvocationId\x12\x18\n" +
+	"\adropped\x18\x03 \x01(\bR\adropped\"\xb5\x01\n" +
 	"\vPutSchedule\x12-\n" +
 	"\x04spec\x18\x01 \x01(\v2\x19.raftgate.v1.ScheduleSpecR\x04spec\x12\x1d\n" +
 	"\n" +
@@ -7078,7 +7274,7 @@ func file_raftgate_proto_rawDescGZIP() []byte {
 }
 
 var file_raftgate_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
+var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
 var file_raftgate_proto_goTypes = []any{
 	(BulkAction)(0),                // 0: raftgate.v1.BulkAction
 	(Service_Kind)(0),              // 1: raftgate.v1.Service.Kind
@@ -7144,24 +7340,26 @@ var file_raftgate_proto_goTypes = []any{
 	(*GetKeyStatus)(nil),           // 61: raftgate.v1.GetKeyStatus
 	(*DispatchError)(nil),          // 62: raftgate.v1.DispatchError
 	(*ScheduleSpec)(nil),           // 63: raftgate.v1.ScheduleSpec
-	(*ScheduleState)(nil),          // 64: raftgate.v1.ScheduleState
-	(*PutSchedule)(nil),            // 65: raftgate.v1.PutSchedule
-	(*DeleteSchedule)(nil),         // 66: raftgate.v1.DeleteSchedule
-	(*PauseSchedule)(nil),          // 67: raftgate.v1.PauseSchedule
-	(*TriggerSchedule)(nil),        // 68: raftgate.v1.TriggerSchedule
-	(*ScheduleTick)(nil),           // 69: raftgate.v1.ScheduleTick
-	(*BackfillSchedule)(nil),       // 70: raftgate.v1.BackfillSchedule
-	(*ScheduleRequest)(nil),        // 71: raftgate.v1.ScheduleRequest
-	(*ScheduleList)(nil),           // 72: raftgate.v1.ScheduleList
-	(*CallbackState)(nil),          // 73: raftgate.v1.CallbackState
-	(*CallbackAttempt)(nil),        // 74: raftgate.v1.CallbackAttempt
-	(*InitCluster)(nil),            // 75: raftgate.v1.InitCluster
-	(*JoinNode)(nil),               // 76: raftgate.v1.JoinNode
-	(*SetNodeState)(nil),           // 77: raftgate.v1.SetNodeState
-	(*UpdateNodeAddrs)(nil),        // 78: raftgate.v1.UpdateNodeAddrs
-	(*SetPlacement)(nil),           // 79: raftgate.v1.SetPlacement
-	(*ObserveConfig)(nil),          // 80: raftgate.v1.ObserveConfig
-	(*SetPlacementPolicy)(nil),     // 81: raftgate.v1.SetPlacementPolicy
+	(*ScheduleDispatch)(nil),       // 64: raftgate.v1.ScheduleDispatch
+	(*ScheduleState)(nil),          // 65: raftgate.v1.ScheduleState
+	(*ScheduleDispatched)(nil),     // 66: raftgate.v1.ScheduleDispatched
+	(*PutSchedule)(nil),            // 67: raftgate.v1.PutSchedule
+	(*DeleteSchedule)(nil),         // 68: raftgate.v1.DeleteSchedule
+	(*PauseSchedule)(nil),          // 69: raftgate.v1.PauseSchedule
+	(*TriggerSchedule)(nil),        // 70: raftgate.v1.TriggerSchedule
+	(*ScheduleTick)(nil),           // 71: raftgate.v1.ScheduleTick
+	(*BackfillSchedule)(nil),       // 72: raftgate.v1.BackfillSchedule
+	(*ScheduleRequest)(nil),        // 73: raftgate.v1.ScheduleRequest
+	(*ScheduleList)(nil),           // 74: raftgate.v1.ScheduleList
+	(*CallbackState)(nil),          // 75: raftgate.v1.CallbackState
+	(*CallbackAttempt)(nil),        // 76: raftgate.v1.CallbackAttempt
+	(*InitCluster)(nil),            // 77: raftgate.v1.InitCluster
+	(*JoinNode)(nil),               // 78: raftgate.v1.JoinNode
+	(*SetNodeState)(nil),           // 79: raftgate.v1.SetNodeState
+	(*UpdateNodeAddrs)(nil),        // 80: raftgate.v1.UpdateNodeAddrs
+	(*SetPlacement)(nil),           // 81: raftgate.v1.SetPlacement
+	(*ObserveConfig)(nil),          // 82: raftgate.v1.ObserveConfig
+	(*SetPlacementPolicy)(nil),     // 83: raftgate.v1.SetPlacementPolicy
 }
 var file_raftgate_proto_depIdxs = []int32{
 	9,   // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
@@ -7175,10 +7373,10 @@ var file_raftgate_proto_depIdxs = []int32{
 	15,  // 8: raftgate.v1.Command.fence_service:type_name -> raftgate.v1.FenceService
 	39,  // 9: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
 	40,  // 10: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
-	75,  // 11: raftgate.v1.Command.init_cluster:type_name -> raftgate.v1.InitCluster
-	76,  // 12: raftgate.v1.Command.join_node:type_name -> raftgate.v1.JoinNode
-	77,  // 13: raftgate.v1.Command.set_node_state:type_name -> raftgate.v1.SetNodeState
-	78,  // 14: raftgate.v1.Command.update_node_addrs:type_name -> raftgate.v1.UpdateNodeAddrs
+	77,  // 11: raftgate.v1.Command.init_cluster:type_name -> raftgate.v1.InitCluster
+	78,  // 12: raftgate.v1.Command.join_node:type_name -> raftgate.v1.JoinNode
+	79,  // 13: raftgate.v1.Command.set_node_state:type_name -> raftgate.v1.SetNodeState
+	80,  // 14: raftgate.v1.Command.update_node_addrs:type_name -> raftgate.v1.UpdateNodeAddrs
 	22,  // 15: raftgate.v1.Command.resume:type_name -> raftgate.v1.Resume
 	23,  // 16: raftgate.v1.Command.restart:type_name -> raftgate.v1.Restart
 	24,  // 17: raftgate.v1.Command.kill:type_name -> raftgate.v1.Kill
@@ -7186,96 +7384,98 @@ var file_raftgate_proto_depIdxs = []int32{
 	26,  // 19: raftgate.v1.Command.pause:type_name -> raftgate.v1.Pause
 	27,  // 20: raftgate.v1.Command.bulk:type_name -> raftgate.v1.Bulk
 	28,  // 21: raftgate.v1.Command.bulk_step:type_name -> raftgate.v1.BulkStep
-	79,  // 22: raftgate.v1.Command.set_placement:type_name -> raftgate.v1.SetPlacement
-	80,  // 23: raftgate.v1.Command.observe_config:type_name -> raftgate.v1.ObserveConfig
-	81,  // 24: raftgate.v1.Command.set_placement_policy:type_name -> raftgate.v1.SetPlacementPolicy
-	65,  // 25: raftgate.v1.Command.put_schedule:type_name -> raftgate.v1.PutSchedule
-	66,  // 26: raftgate.v1.Command.delete_schedule:type_name -> raftgate.v1.DeleteSchedule
-	67,  // 27: raftgate.v1.Command.pause_schedule:type_name -> raftgate.v1.PauseSchedule
-	68,  // 28: raftgate.v1.Command.trigger_schedule:type_name -> raftgate.v1.TriggerSchedule
-	69,  // 29: raftgate.v1.Command.schedule_tick:type_name -> raftgate.v1.ScheduleTick
-	74,  // 30: raftgate.v1.Command.callback_attempt:type_name -> raftgate.v1.CallbackAttempt
+	81,  // 22: raftgate.v1.Command.set_placement:type_name -> raftgate.v1.SetPlacement
+	82,  // 23: raftgate.v1.Command.observe_config:type_name -> raftgate.v1.ObserveConfig
+	83,  // 24: raftgate.v1.Command.set_placement_policy:type_name -> raftgate.v1.SetPlacementPolicy
+	67,  // 25: raftgate.v1.Command.put_schedule:type_name -> raftgate.v1.PutSchedule
+	68,  // 26: raftgate.v1.Command.delete_schedule:type_name -> raftgate.v1.DeleteSchedule
+	69,  // 27: raftgate.v1.Command.pause_schedule:type_name -> raftgate.v1.PauseSchedule
+	70,  // 28: raftgate.v1.Command.trigger_schedule:type_name -> raftgate.v1.TriggerSchedule
+	71,  // 29: raftgate.v1.Command.schedule_tick:type_name -> raftgate.v1.ScheduleTick
+	76,  // 30: raftgate.v1.Command.callback_attempt:type_name -> raftgate.v1.CallbackAttempt
 	35,  // 31: raftgate.v1.Command.put_rule:type_name -> raftgate.v1.PutRule
 	36,  // 32: raftgate.v1.Command.delete_rule:type_name -> raftgate.v1.DeleteRule
-	70,  // 33: raftgate.v1.Command.backfill_schedule:type_name -> raftgate.v1.BackfillSchedule
-	16,  // 34: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
-	18,  // 35: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
-	0,   // 36: raftgate.v1.Bulk.action:type_name -> raftgate.v1.BulkAction
-	54,  // 37: raftgate.v1.Bulk.filter:type_name -> raftgate.v1.ListInvocations
-	0,   // 38: raftgate.v1.Operation.action:type_name -> raftgate.v1.BulkAction
-	54,  // 39: raftgate.v1.Operation.filter:type_name -> raftgate.v1.ListInvocations
-	1,   // 40: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
-	38,  // 41: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
-	37,  // 42: raftgate.v1.Service.handler_config:type_name -> raftgate.v1.HandlerConfig
-	33,  // 43: raftgate.v1.Service.limits:type_name -> raftgate.v1.Limits
-	34,  // 44: raftgate.v1.PutRule.rule:type_name -> raftgate.v1.Rule
-	38,  // 45: raftgate.v1.HandlerConfig.retry:type_name -> raftgate.v1.RetryPolicy
-	33,  // 46: raftgate.v1.HandlerConfig.limits:type_name -> raftgate.v1.Limits
-	2,   // 47: raftgate.v1.RetryPolicy.on_max_attempts:type_name -> raftgate.v1.RetryPolicy.OnMaxAttempts
-	32,  // 48: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
-	17,  // 49: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
-	3,   // 50: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
-	18,  // 51: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
-	73,  // 52: raftgate.v1.InvocationRecord.callback:type_name -> raftgate.v1.CallbackState
-	45,  // 53: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
-	46,  // 54: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
-	47,  // 55: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
-	49,  // 56: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
-	50,  // 57: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
-	52,  // 58: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
-	59,  // 59: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
-	39,  // 60: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
-	40,  // 61: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
-	61,  // 62: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
-	54,  // 63: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
-	15,  // 64: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
-	56,  // 65: raftgate.v1.DispatchRequest.action:type_name -> raftgate.v1.InvocationAction
-	57,  // 66: raftgate.v1.DispatchRequest.bulk:type_name -> raftgate.v1.BulkRequest
-	58,  // 67: raftgate.v1.DispatchRequest.operation:type_name -> raftgate.v1.GetOperation
-	71,  // 68: raftgate.v1.DispatchRequest.schedule:type_name -> raftgate.v1.ScheduleRequest
-	35,  // 69: raftgate.v1.DispatchRequest.put_rule:type_name -> raftgate.v1.PutRule
-	36,  // 70: raftgate.v1.DispatchRequest.delete_rule:type_name -> raftgate.v1.DeleteRule
-	48,  // 71: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
-	51,  // 72: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
-	53,  // 73: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
-	60,  // 74: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
-	42,  // 75: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
-	55,  // 76: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
-	62,  // 77: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
-	29,  // 78: raftgate.v1.DispatchResponse.operation:type_name -> raftgate.v1.Operation
-	72,  // 79: raftgate.v1.DispatchResponse.schedules:type_name -> raftgate.v1.ScheduleList
-	34,  // 80: raftgate.v1.DispatchResponse.rule:type_name -> raftgate.v1.Rule
-	17,  // 81: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
-	18,  // 82: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
-	41,  // 83: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
-	4,   // 84: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
-	41,  // 85: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
-	5,   // 86: raftgate.v1.InvocationAction.kind:type_name -> raftgate.v1.InvocationAction.Kind
-	0,   // 87: raftgate.v1.BulkRequest.action:type_name -> raftgate.v1.BulkAction
-	54,  // 88: raftgate.v1.BulkRequest.filter:type_name -> raftgate.v1.ListInvocations
-	6,   // 89: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
-	63,  // 90: raftgate.v1.ScheduleState.spec:type_name -> raftgate.v1.ScheduleSpec
-	63,  // 91: raftgate.v1.PutSchedule.spec:type_name -> raftgate.v1.ScheduleSpec
-	65,  // 92: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
-	66,  // 93: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
-	67,  // 94: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
-	68,  // 95: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
-	70,  // 96: raftgate.v1.ScheduleRequest.backfill:type_name -> raftgate.v1.BackfillSchedule
-	64,  // 97: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
-	7,   // 98: raftgate.v1.CallbackState.state:type_name -> raftgate.v1.CallbackState.State
-	8,   // 99: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
-	11,  // 100: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
-	45,  // 101: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
-	43,  // 102: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
-	10,  // 103: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
-	12,  // 104: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
-	46,  // 105: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
-	44,  // 106: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
-	103, // [103:107] is the sub-list for method output_type
-	99,  // [99:103] is the sub-list for method input_type
-	99,  // [99:99] is the sub-list for extension type_name
-	99,  // [99:99] is the sub-list for extension extendee
-	0,   // [0:99] is the sub-list for field type_name
+	72,  // 33: raftgate.v1.Command.backfill_schedule:type_name -> raftgate.v1.BackfillSchedule
+	66,  // 34: raftgate.v1.Command.schedule_dispatched:type_name -> raftgate.v1.ScheduleDispatched
+	16,  // 35: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
+	18,  // 36: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
+	0,   // 37: raftgate.v1.Bulk.action:type_name -> raftgate.v1.BulkAction
+	54,  // 38: raftgate.v1.Bulk.filter:type_name -> raftgate.v1.ListInvocations
+	0,   // 39: raftgate.v1.Operation.action:type_name -> raftgate.v1.BulkAction
+	54,  // 40: raftgate.v1.Operation.filter:type_name -> raftgate.v1.ListInvocations
+	1,   // 41: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
+	38,  // 42: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
+	37,  // 43: raftgate.v1.Service.handler_config:type_name -> raftgate.v1.HandlerConfig
+	33,  // 44: raftgate.v1.Service.limits:type_name -> raftgate.v1.Limits
+	34,  // 45: raftgate.v1.PutRule.rule:type_name -> raftgate.v1.Rule
+	38,  // 46: raftgate.v1.HandlerConfig.retry:type_name -> raftgate.v1.RetryPolicy
+	33,  // 47: raftgate.v1.HandlerConfig.limits:type_name -> raftgate.v1.Limits
+	2,   // 48: raftgate.v1.RetryPolicy.on_max_attempts:type_name -> raftgate.v1.RetryPolicy.OnMaxAttempts
+	32,  // 49: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
+	17,  // 50: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
+	3,   // 51: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
+	18,  // 52: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
+	75,  // 53: raftgate.v1.InvocationRecord.callback:type_name -> raftgate.v1.CallbackState
+	45,  // 54: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
+	46,  // 55: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
+	47,  // 56: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
+	49,  // 57: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
+	50,  // 58: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
+	52,  // 59: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
+	59,  // 60: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
+	39,  // 61: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
+	40,  // 62: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
+	61,  // 63: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
+	54,  // 64: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
+	15,  // 65: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
+	56,  // 66: raftgate.v1.DispatchRequest.action:type_name -> raftgate.v1.InvocationAction
+	57,  // 67: raftgate.v1.DispatchRequest.bulk:type_name -> raftgate.v1.BulkRequest
+	58,  // 68: raftgate.v1.DispatchRequest.operation:type_name -> raftgate.v1.GetOperation
+	73,  // 69: raftgate.v1.DispatchRequest.schedule:type_name -> raftgate.v1.ScheduleRequest
+	35,  // 70: raftgate.v1.DispatchRequest.put_rule:type_name -> raftgate.v1.PutRule
+	36,  // 71: raftgate.v1.DispatchRequest.delete_rule:type_name -> raftgate.v1.DeleteRule
+	48,  // 72: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
+	51,  // 73: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
+	53,  // 74: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
+	60,  // 75: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
+	42,  // 76: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
+	55,  // 77: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
+	62,  // 78: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
+	29,  // 79: raftgate.v1.DispatchResponse.operation:type_name -> raftgate.v1.Operation
+	74,  // 80: raftgate.v1.DispatchResponse.schedules:type_name -> raftgate.v1.ScheduleList
+	34,  // 81: raftgate.v1.DispatchResponse.rule:type_name -> raftgate.v1.Rule
+	17,  // 82: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
+	18,  // 83: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
+	41,  // 84: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
+	4,   // 85: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
+	41,  // 86: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
+	5,   // 87: raftgate.v1.InvocationAction.kind:type_name -> raftgate.v1.InvocationAction.Kind
+	0,   // 88: raftgate.v1.BulkRequest.action:type_name -> raftgate.v1.BulkAction
+	54,  // 89: raftgate.v1.BulkRequest.filter:type_name -> raftgate.v1.ListInvocations
+	6,   // 90: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
+	63,  // 91: raftgate.v1.ScheduleState.spec:type_name -> raftgate.v1.ScheduleSpec
+	64,  // 92: raftgate.v1.ScheduleState.dispatch:type_name -> raftgate.v1.ScheduleDispatch
+	63,  // 93: raftgate.v1.PutSchedule.spec:type_name -> raftgate.v1.ScheduleSpec
+	67,  // 94: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
+	68,  // 95: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
+	69,  // 96: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
+	70,  // 97: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
+	72,  // 98: raftgate.v1.ScheduleRequest.backfill:type_name -> raftgate.v1.BackfillSchedule
+	65,  // 99: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
+	7,   // 100: raftgate.v1.CallbackState.state:type_name -> raftgate.v1.CallbackState.State
+	8,   // 101: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
+	11,  // 102: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
+	45,  // 103: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
+	43,  // 104: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
+	10,  // 105: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
+	12,  // 106: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
+	46,  // 107: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
+	44,  // 108: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
+	105, // [105:109] is the sub-list for method output_type
+	101, // [101:105] is the sub-list for method input_type
+	101, // [101:101] is the sub-list for extension type_name
+	101, // [101:101] is the sub-list for extension extendee
+	0,   // [0:101] is the sub-list for field type_name
 }
 
 func init() { file_raftgate_proto_init() }
@@ -7317,6 +7517,7 @@ func file_raftgate_proto_init() {
 		(*Command_PutRule)(nil),
 		(*Command_DeleteRule)(nil),
 		(*Command_BackfillSchedule)(nil),
+		(*Command_ScheduleDispatched)(nil),
 	}
 	file_raftgate_proto_msgTypes[9].OneofWrappers = []any{}
 	file_raftgate_proto_msgTypes[37].OneofWrappers = []any{
@@ -7349,7 +7550,7 @@ func file_raftgate_proto_init() {
 		(*DispatchResponse_Schedules)(nil),
 		(*DispatchResponse_Rule)(nil),
 	}
-	file_raftgate_proto_msgTypes[63].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[65].OneofWrappers = []any{
 		(*ScheduleRequest_Put)(nil),
 		(*ScheduleRequest_Delete)(nil),
 		(*ScheduleRequest_Pause)(nil),
@@ -7364,7 +7565,7 @@ func file_raftgate_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftgate_proto_rawDesc), len(file_raftgate_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   67,
+			NumMessages:   69,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -70,6 +70,9 @@ type Server struct {
 
 	dispatchServer *dispatch.Server
 	dispatchClient *dispatch.Client
+	// scheduleRuns hands the keyed runs of schedules to their key's
+	// partition through dispatchClient, once it exists.
+	scheduleRuns scheduleDispatch
 	ingress        *ingress.Handler
 	ingressHTTP    *httpService
 	adminHTTP      *httpService
@@ -170,6 +173,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	n := &Server{cfg: cfg, log: cfg.Logger, failed: make(chan error, 1)}
+	n.scheduleRuns.partitions = cfg.Partitions
 	if cfg.Failpoint != nil {
 		cfg.Failpoint.warn(n.log)
 	}
@@ -342,6 +346,7 @@ func (n *Server) Start() (err error) {
 	if n.dispatchClient, err = dispatch.NewClient(ccfg); err != nil {
 		return err
 	}
+	n.scheduleRuns.client.Store(n.dispatchClient)
 	local.writes = registry.Writer{Registry: n.registry, Fences: n.dispatchClient, Partitions: cfg.Partitions}
 
 	scfg := dispatch.DefaultServerConfig()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/raftgate/raftgate/invocation"
+	"github.com/raftgate/raftgate/registry"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -26,7 +27,9 @@ type Schedules interface {
 // ScheduleRequest is the body of PUT /schedules/{id} (API.md, "Schedules
 // and callbacks").
 type ScheduleRequest struct {
-	// Target is "Service/handler".
+	// Target is "Service/handler", or "Object/key/handler" for a keyed
+	// service (an object or a workflow), where {tick} in the key stands
+	// for the tick's time (RFC 3339 UTC): "Signup/{tick}/run".
 	Target string `json:"target"`
 	// Body is the JSON each run is sent (content-type application/json);
 	// none sends an empty body.
@@ -63,6 +66,10 @@ type BackfillView struct {
 	Started uint64 `json:"started"`
 }
 
+// maxScheduleKeyLen bounds a keyed target's key, {tick} expanded or not
+// (the ingress's bound on object keys).
+const maxScheduleKeyLen = 1000
+
 // DefaultCatchupWindow is a schedule's catch-up window when none is given:
 // long enough that a nightly run survives an hour's outage.
 const DefaultCatchupWindow = time.Hour
@@ -97,6 +104,9 @@ type ScheduleView struct {
 	Running string `json:"running,omitempty"`
 	// Buffered is a tick waiting for Running (buffer-one).
 	Buffered string `json:"buffered,omitempty"`
+	// Dispatching counts a keyed target's runs not yet accepted by their
+	// key's partition.
+	Dispatching int `json:"dispatching,omitempty"`
 	Runs     uint64 `json:"runs"`
 	Skipped  uint64 `json:"skipped"`
 	// TriggeredInvocationID: the run POST …/trigger started.
@@ -145,26 +155,38 @@ func (s *server) scheduleSpec(ctx context.Context, id string, req ScheduleReques
 		return nil, http.StatusBadRequest, errors.New("an id is 1 to 200 characters without '/'")
 	}
 	parts := strings.Split(req.Target, "/")
-	switch {
-	case len(parts) == 3:
-		return nil, http.StatusBadRequest, errors.New("targets of keyed services (Object/key/handler) are not supported yet: target a service's handler")
-	case len(parts) != 2 || parts[0] == "" || parts[1] == "":
-		return nil, http.StatusBadRequest, fmt.Errorf("target %q: want Service/handler", req.Target)
+	if len(parts) < 2 || len(parts) > 3 || slices.Contains(parts, "") {
+		return nil, http.StatusBadRequest, fmt.Errorf("target %q: want Service/handler, or Object/key/handler for a keyed service", req.Target)
+	}
+	service, handler, key := parts[0], parts[len(parts)-1], ""
+	if len(parts) == 3 {
+		key = parts[1]
 	}
 	if err := s.cfg.Registry.CatchUp(ctx); err != nil {
 		return nil, http.StatusServiceUnavailable, fmt.Errorf("service registry not readable: %v", err)
 	}
-	svc, ok := s.cfg.Registry.Lookup(parts[0])
+	svc, ok := s.cfg.Registry.Lookup(service)
+	keyed := ok && svc.Kind != rpc.Service_SERVICE
 	switch {
 	case !ok:
-		return nil, http.StatusNotFound, fmt.Errorf("service %q is not registered", parts[0])
-	case svc.Kind != rpc.Service_SERVICE:
-		return nil, http.StatusBadRequest, fmt.Errorf("service %q is keyed: schedules target plain services only, for now", parts[0])
-	case len(svc.Handlers) > 0 && !slices.Contains(svc.Handlers, parts[1]):
-		return nil, http.StatusNotFound, fmt.Errorf("service %q has no handler %q", parts[0], parts[1])
+		return nil, http.StatusNotFound, fmt.Errorf("service %q is not registered", service)
+	case len(svc.Handlers) > 0 && !slices.Contains(svc.Handlers, handler):
+		return nil, http.StatusNotFound, fmt.Errorf("service %q has no handler %q", service, handler)
+	case keyed && key == "":
+		return nil, http.StatusBadRequest, fmt.Errorf("service %q is keyed: target %s/KEY/%s (an object key, or a workflow id like {tick})", service, service, handler)
+	case !keyed && key != "":
+		return nil, http.StatusBadRequest, fmt.Errorf("service %q is not keyed: target %s/%s", service, service, handler)
+	case len(key) > maxScheduleKeyLen:
+		return nil, http.StatusBadRequest, fmt.Errorf("the key is longer than %d bytes", maxScheduleKeyLen)
+	case keyed && req.Overlap != "" && req.Overlap != "allow-all":
+		return nil, http.StatusBadRequest, fmt.Errorf("overlap %q: a keyed target's runs wait in their key's queue, so its overlap is allow-all", req.Overlap)
 	}
-	spec := &rpc.ScheduleSpec{Id: id, Service: parts[0], Handler: parts[1], Cron: req.Cron, TimeZone: req.TimeZone,
-		Overlap: req.Overlap, Paused: req.Paused, CatchupWindowMs: DefaultCatchupWindow.Milliseconds()}
+	if keyed {
+		req.Overlap = "allow-all"
+	}
+	spec := &rpc.ScheduleSpec{Id: id, Service: service, Handler: handler, Key: key, Cron: req.Cron, TimeZone: req.TimeZone,
+		Overlap: req.Overlap, Paused: req.Paused, CatchupWindowMs: DefaultCatchupWindow.Milliseconds(),
+		WorkflowRun: svc.Kind == rpc.Service_WORKFLOW && handler == registry.WorkflowRun}
 	if len(req.Body) > 0 {
 		spec.Body, spec.ContentType = req.Body, "application/json"
 	}
@@ -312,7 +334,11 @@ func (s *server) scheduleCall(w http.ResponseWriter, r *http.Request, id string,
 
 func scheduleView(p uint32, st *rpc.ScheduleState) ScheduleView {
 	spec := st.GetSpec()
-	v := ScheduleView{ID: spec.GetId(), Partition: p, Target: spec.GetService() + "/" + spec.GetHandler(),
+	target := spec.GetService() + "/" + spec.GetHandler()
+	if spec.GetKey() != "" {
+		target = spec.GetService() + "/" + spec.GetKey() + "/" + spec.GetHandler()
+	}
+	v := ScheduleView{ID: spec.GetId(), Partition: p, Target: target, Dispatching: len(st.Dispatch),
 		Cron: spec.GetCron(), TimeZone: spec.GetTimeZone(), Overlap: spec.GetOverlap(),
 		CatchupWindow: msText(spec.GetCatchupWindowMs()), Paused: spec.GetPaused(),
 		NextRun: timeText(st.NextTickUnixMs), LastRun: timeText(st.LastTickUnixMs),
