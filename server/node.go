@@ -73,10 +73,10 @@ type Server struct {
 	// scheduleRuns hands the keyed runs of schedules to their key's
 	// partition through dispatchClient, once it exists.
 	scheduleRuns scheduleDispatch
-	ingress        *ingress.Handler
-	ingressHTTP    *httpService
-	adminHTTP      *httpService
-	stopWatch      func()
+	ingress      *ingress.Handler
+	ingressHTTP  *httpService
+	adminHTTP    *httpService
+	stopWatch    func()
 	// led lists the partitions this node leads, for the ingress's
 	// placement of new invocations (--placement local).
 	led localLeaders

@@ -106,15 +106,15 @@ type ScheduleView struct {
 	Buffered string `json:"buffered,omitempty"`
 	// Dispatching counts a keyed target's runs not yet accepted by their
 	// key's partition.
-	Dispatching int `json:"dispatching,omitempty"`
-	Runs     uint64 `json:"runs"`
-	Skipped  uint64 `json:"skipped"`
+	Dispatching int    `json:"dispatching,omitempty"`
+	Runs        uint64 `json:"runs"`
+	Skipped     uint64 `json:"skipped"`
 	// TriggeredInvocationID: the run POST …/trigger started.
 	TriggeredInvocationID string `json:"triggeredInvocationId,omitempty"`
 	// Backfill: what POST …/backfill did.
 	Backfill  *BackfillView `json:"backfill,omitempty"`
-	CreatedAt             string `json:"createdAt,omitempty"`
-	UpdatedAt             string `json:"updatedAt,omitempty"`
+	CreatedAt string        `json:"createdAt,omitempty"`
+	UpdatedAt string        `json:"updatedAt,omitempty"`
 }
 
 // ScheduleList is the JSON form of GET /schedules.
