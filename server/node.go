@@ -70,13 +70,15 @@ type Server struct {
 
 	dispatchServer *dispatch.Server
 	dispatchClient *dispatch.Client
+	ingress        *ingress.Handler
+	ingressHTTP    *httpService
+	adminHTTP      *httpService
+	stopWatch      func()
+
 	// scheduleRuns hands the keyed runs of schedules to their key's
 	// partition through dispatchClient, once it exists.
 	scheduleRuns scheduleDispatch
-	ingress      *ingress.Handler
-	ingressHTTP  *httpService
-	adminHTTP    *httpService
-	stopWatch    func()
+
 	// led lists the partitions this node leads, for the ingress's
 	// placement of new invocations (--placement local).
 	led localLeaders
