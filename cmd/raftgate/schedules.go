@@ -20,11 +20,13 @@ func newSchedulesCmd(env cliEnv) *cobra.Command {
 
 	var req admin.ScheduleRequest
 	add := &cobra.Command{
-		Use:   "add ID SERVICE/HANDLER [BODY]",
-		Short: "create or replace a schedule",
+		Use:   "add ID TARGET [BODY]",
+		Short: "create or replace a schedule of TARGET: Service/handler, or Object/key/handler ({tick} in the key: the tick's time)",
 		Example: `  raftgate schedules add nightly Billing/close --cron "0 2 * * *" --tz Europe/Paris
   raftgate schedules add poll Feeds/refresh '{"all":true}' --every 5m --overlap buffer-one
   raftgate schedules add hourly Report/run --every R24/2026-12-01T00:00:00Z/PT1H
+  raftgate schedules add reset Counter/nightly/reset --cron @daily
+  raftgate schedules add signups Signup/{tick}/run --every 1h    # one workflow per tick
   raftgate schedules add december Promo/send --cron "0 9 * * *" --start 2026-12-01T00:00:00Z --end 2026-12-24T23:59:59Z`,
 		Args: cobra.RangeArgs(2, 3),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -47,7 +49,7 @@ func newSchedulesCmd(env cliEnv) *cobra.Command {
 	add.Flags().StringVar(&req.Every, "every", "", "run at this interval: a Go duration like 5m or R/PT5M (ticks aligned to the epoch), or R[n]/START/DURATION (n ticks from START)")
 	add.Flags().StringVar(&req.Cron, "cron", "", `run at the times of a cron expression, like "0 2 * * *"`)
 	add.Flags().StringVar(&req.TimeZone, "tz", "", "time zone of --cron, like Europe/Paris (default UTC)")
-	add.Flags().StringVar(&req.Overlap, "overlap", "skip", "when the previous run has not completed: skip, buffer-one or allow-all")
+	add.Flags().StringVar(&req.Overlap, "overlap", "", "when the previous run has not completed: skip (default), buffer-one or allow-all (a keyed target's is allow-all: its runs wait in the key's queue)")
 	add.Flags().StringVar(&req.CatchupWindow, "catchup-window", "", "after downtime, run missed ticks at most this old; older ones are skipped (default 1h)")
 	add.Flags().StringVar(&req.Jitter, "jitter", "", "delay each tick by up to this much, like 10s")
 	add.Flags().BoolVar(&req.Paused, "paused", false, "create it paused")
