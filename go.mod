@@ -22,7 +22,9 @@ require (
 	gopkg.in/yaml.v3 v3.0.1
 )
 
-require github.com/sosodev/duration v1.4.0 // indirect
+require golang.org/x/time v0.16.0
+
+require github.com/sosodev/duration v1.4.0
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect

@@ -10,8 +10,10 @@ import (
 )
 
 // queueBucket: due (8 bytes big-endian unix ms) ‖ id → attempts (4 bytes
-// big-endian) ‖ service name, so a scan can apply per-service limits
-// without reading invocation records.
+// big-endian) ‖ [0 ‖ started until (8 bytes big-endian unix ms)] ‖
+// service name, so a scan can apply per-service limits without reading
+// invocation records. The optional started mark (MarkStarted) is told
+// apart by its 0 byte: a service name never starts with one.
 // There is no index by id: the caller (the state machine) keeps each
 // entry's due time in its invocation record, so every change touches one
 // key, near the queue's ends, instead of a random one.
@@ -29,6 +31,9 @@ type Entry struct {
 	Attempts uint32
 	// Service is the invoked service's name.
 	Service string
+	// StartedUntil, when not 0, is the end (unix ms) of a delivery under
+	// way that a leader marked (MarkStarted).
+	StartedUntil int64
 }
 
 // fillPercent is how full bbolt fills a page of the outbox before it
@@ -61,9 +66,12 @@ func Put(parent *bolt.Bucket, e Entry) error {
 	}
 	// Key and value in one allocation: bbolt copies the key, and keeps only
 	// the value until the transaction commits.
-	kv := appendQueueKey(make([]byte, 0, 8+len(e.ID)+4+len(e.Service)), e.Due, e.ID)
+	kv := appendQueueKey(make([]byte, 0, 8+len(e.ID)+4+9+len(e.Service)), e.Due, e.ID)
 	key, v := kv[:len(kv):len(kv)], kv[len(kv):]
 	v = binary.BigEndian.AppendUint32(v, e.Attempts)
+	if e.StartedUntil != 0 {
+		v = binary.BigEndian.AppendUint64(append(v, 0), uint64(e.StartedUntil))
+	}
 	v = append(v, e.Service...)
 	if err := q.Put(key, v); err != nil {
 		return fmt.Errorf("outbox: put: %w", err)
@@ -101,6 +109,18 @@ func Remove(parent *bolt.Bucket, due int64, id []byte) (bool, error) {
 	return true, nil
 }
 
+// MarkStarted marks the delivery of id queued at due as under way until
+// until (unix ms). It reports whether one was queued. Put, Move and Remove
+// drop the mark with the entry they replace.
+func MarkStarted(parent *bolt.Bucket, due int64, id []byte, until int64) (bool, error) {
+	e, found, err := Get(parent, due, id)
+	if err != nil || !found {
+		return false, err
+	}
+	e.StartedUntil = until
+	return true, Put(parent, e)
+}
+
 // Get returns the delivery of id queued at due.
 func Get(parent *bolt.Bucket, due int64, id []byte) (Entry, bool, error) {
 	q := parent.Bucket(queueBucket)
@@ -131,15 +151,16 @@ func Scan(parent *bolt.Bucket, fn func(Entry) bool) error {
 // passes over most entries (the invoker's, over those it delivers already)
 // copies nothing for them.
 type Queued struct {
-	Due      int64
-	ID       []byte
-	Attempts uint32
-	Service  []byte
+	Due          int64
+	ID           []byte
+	Attempts     uint32
+	Service      []byte
+	StartedUntil int64
 }
 
 // Entry returns a copy of q that may be kept.
 func (q Queued) Entry() Entry {
-	return Entry{ID: append([]byte(nil), q.ID...), Due: q.Due, Attempts: q.Attempts, Service: string(q.Service)}
+	return Entry{ID: append([]byte(nil), q.ID...), Due: q.Due, Attempts: q.Attempts, Service: string(q.Service), StartedUntil: q.StartedUntil}
 }
 
 // Next returns the first queue key after q's, for ScanQueuedFrom.
@@ -211,12 +232,20 @@ func decode(k, v []byte) (Queued, error) {
 	if len(k) <= 8 || len(v) < 4 {
 		return Queued{}, fmt.Errorf("%w: key %x", ErrCorrupt, k)
 	}
-	return Queued{
+	q := Queued{
 		ID:       k[8:],
 		Due:      int64(binary.BigEndian.Uint64(k)),
 		Attempts: binary.BigEndian.Uint32(v),
 		Service:  v[4:],
-	}, nil
+	}
+	if len(q.Service) > 0 && q.Service[0] == 0 {
+		if len(q.Service) < 9 {
+			return Queued{}, fmt.Errorf("%w: key %x", ErrCorrupt, k)
+		}
+		q.StartedUntil = int64(binary.BigEndian.Uint64(q.Service[1:9]))
+		q.Service = q.Service[9:]
+	}
+	return q, nil
 }
 
 // clampDue keeps keys ordered: times before the epoch sort as the epoch.

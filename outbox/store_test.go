@@ -172,3 +172,28 @@ func TestParseRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// A started mark is kept beside the service name and dropped by Move.
+func TestMarkStarted(t *testing.T) {
+	withBucket(t, func(b *bolt.Bucket) {
+		if err := Put(b, Entry{ID: id(1), Due: 10, Attempts: 2, Service: "svc"}); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := MarkStarted(b, 10, id(9), 99); err != nil || ok {
+			t.Fatalf("mark of an absent entry = %v %v", ok, err)
+		}
+		if ok, err := MarkStarted(b, 10, id(1), 5000); err != nil || !ok {
+			t.Fatalf("mark = %v %v", ok, err)
+		}
+		e, ok, err := Get(b, 10, id(1))
+		if err != nil || !ok || e.StartedUntil != 5000 || e.Service != "svc" || e.Attempts != 2 {
+			t.Fatalf("marked entry = %+v %v %v", e, ok, err)
+		}
+		if _, err := Move(b, 10, Entry{ID: id(1), Due: 20, Attempts: 3, Service: "svc"}); err != nil {
+			t.Fatal(err)
+		}
+		if e, _, _ := Get(b, 20, id(1)); e.StartedUntil != 0 || e.Service != "svc" {
+			t.Fatalf("moved entry = %+v, want the mark dropped", e)
+		}
+	})
+}

@@ -91,6 +91,9 @@ type CallbackConfig struct {
 type Config struct {
 	// Partition is this processor's partition (1..P).
 	Partition uint32
+	// Partitions is P, the cluster's partition count, among which
+	// cluster-wide limits are split (flow.go).
+	Partitions uint32
 	// Retention is how long results are kept after completion.
 	Retention time.Duration
 	// SweepInterval is how often the leader proposes Purge for expired
@@ -168,6 +171,7 @@ type Knobs struct {
 func DefaultConfig() Config {
 	return Config{
 		Partition:     1,
+		Partitions:    1,
 		Retention:     24 * time.Hour,
 		SweepInterval: time.Minute,
 		PurgeLimit:    100,
@@ -201,6 +205,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Partition == 0:
 		return errors.New("partition: Partition must be >= 1")
+	case c.Partitions < c.Partition:
+		return errors.New("partition: Partitions must be >= Partition")
 	case c.Retention <= 0:
 		return errors.New("partition: Retention must be > 0")
 	case c.SweepInterval <= 0:

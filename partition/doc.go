@@ -27,6 +27,10 @@
 //	schedules        schedule id → rpc.ScheduleState      (schedules.go; created by the first schedule)
 //	callbacks        due ‖ id → attempts                 (package outbox; created by the first callback)
 //
+// An outbox entry may carry a started mark (Start, flow.go): the delivery
+// of a service under a concurrency limit is under way until the mark's
+// time; whatever moves or removes the entry drops it.
+//
 // Apply is deterministic: timestamps come from the commands (the proposer
 // stamps them), nothing reads a clock, randomness or map order. Invoke of
 // an existing id is a no-op that reports it (PreviouslyAccepted unless it
@@ -134,7 +138,7 @@
 //   - Never pop what was not delivered. The invoker pages through the
 //     outbox without removing anything, reserves due deliveries in memory
 //     (at most Invoker.Concurrency per partition and ServiceConcurrency per
-//     service), calls the service and proposes Complete or AttemptFailed
+//     service, and within the registered flow control, flow.go), calls the service and proposes Complete or AttemptFailed
 //     (Admit for a due delayed exclusive invocation); the reservation ends
 //     when that command applies. A scan starts after the deliveries an
 //     earlier one found under way at the head of the queue; a delivery

@@ -14,6 +14,7 @@ import (
 	"github.com/raftgate/raftgate/outbox"
 	"github.com/raftgate/raftgate/rpc"
 	bolt "go.etcd.io/bbolt"
+	"golang.org/x/time/rate"
 )
 
 // invoker runs the outbox on the leader. It reads the outbox (never pops
@@ -52,6 +53,18 @@ type invoker struct {
 	done map[string]struct{}
 	// perService counts HTTP calls under way per service. Guarded by mu.
 	perService map[string]int
+	// holding lists the flow-control counters (flow.go) of the reserved
+	// deliveries that count against a concurrency limit, held lists those
+	// of the entries another leader (or a released delivery) marked under
+	// way, until their mark's end. starting holds the deliveries waiting
+	// for their Start to apply. Guarded by mu.
+	holding  map[string][]string
+	held     map[string]heldMark
+	starting map[string]startWait
+	// buckets are the leader's token buckets and fairLast the fairness
+	// group admitted last (flow.go); used by scan alone.
+	buckets  map[string]*rate.Limiter
+	fairLast string
 	// from is the outbox key the next scan starts at (nil: the first), so
 	// that a scan does not read again, on every wake-up, the deliveries
 	// under way at the head of the queue: every due entry before from was
@@ -85,6 +98,11 @@ func (iv *invoker) reset() {
 	iv.delivering = make(map[string]struct{})
 	iv.done = make(map[string]struct{})
 	iv.perService = make(map[string]int)
+	iv.holding = make(map[string][]string)
+	iv.held = make(map[string]heldMark)
+	iv.starting = make(map[string]startWait)
+	iv.buckets = make(map[string]*rate.Limiter)
+	iv.fairLast = ""
 	iv.from, iv.scanning, iv.lowered, iv.low = nil, false, false, nil
 }
 
@@ -136,6 +154,8 @@ func (iv *invoker) applied(ids [][]byte, added bool, firstQueued int64) {
 		iv.mu.Lock()
 		for _, id := range ids {
 			delete(iv.inflight, string(id))
+			delete(iv.holding, string(id))
+			delete(iv.held, string(id))
 			if iv.scanning {
 				iv.done[string(id)] = struct{}{}
 			}
@@ -153,6 +173,7 @@ func (iv *invoker) applied(ids [][]byte, added bool, firstQueued int64) {
 func (iv *invoker) release(id []byte) {
 	iv.mu.Lock()
 	delete(iv.inflight, string(id))
+	delete(iv.holding, string(id)) // a mark it left is held from state
 	iv.lowerFrom(nil)
 	iv.mu.Unlock()
 	iv.kick()
@@ -228,13 +249,16 @@ func (iv *invoker) sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// scan reserves and starts due deliveries up to the concurrency limits. It
-// returns the due time (unix ms) of the first entry not yet due, 0 if none.
+// scan reserves and starts due deliveries up to the concurrency limits
+// and the flow control of services (flow.go). It returns when to scan
+// again (unix ms): the due time of the first entry not yet due, when a
+// token or a mark is due; 0 if none.
 func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 	if ctx.Err() != nil {
 		return 0
 	}
-	now := iv.p.now().UnixMilli()
+	clock := iv.p.now()
+	now := clock.UnixMilli()
 	iv.mu.Lock()
 	clear(iv.done)
 	free := iv.cfg.Concurrency - len(iv.inflight)
@@ -242,15 +266,52 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 	for s, n := range iv.perService {
 		busy[s] = n
 	}
+	// In flight against each flow-control counter: this leader's
+	// reservations and the marks in state (flow.go).
+	counts := make(map[string]int)
+	for _, cs := range iv.holding {
+		for _, c := range cs {
+			counts[c]++
+		}
+	}
+	for id, h := range iv.held {
+		if h.until <= now {
+			delete(iv.held, id) // its call ended by now: deliver it again
+			continue
+		}
+		for _, c := range h.counters {
+			counts[c]++
+		}
+	}
 	start := iv.from
 	iv.scanning, iv.lowered, iv.low = free > 0, false, nil
 	iv.mu.Unlock()
 	if free <= 0 {
 		return 0
 	}
-	// Pick from the queue's keys alone; read records only for picks.
+	rules, _ := iv.p.cfg.Services.(FlowRules)
+	hasRules := rules != nil && rules.HasRules()
+	services := make(map[string]*rpc.Service)
+	registered := func(name []byte) *rpc.Service {
+		svc, ok := services[string(name)]
+		if !ok {
+			svc, _ = rules.Registered(string(name))
+			services[string(name)] = svc
+		}
+		return svc
+	}
+	waiting := newFairQueue[limited]()
+	var newHeld []heldEntry
+	// Pick from the queue's keys alone; read records only for picks and
+	// for deliveries of services under flow control.
 	var picks []outbox.Entry
+	var lpicks []limited
 	var next int64
+	soonest := func(at int64) {
+		if at > 0 && (next == 0 || at < next) {
+			next = at
+		}
+	}
 	var recs []*rpc.InvocationRecord
 	resume := start // where the next scan may start
 	err := iv.p.log.View(func(b *bolt.Bucket) error {
@@ -259,10 +320,11 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 		// next scan may start after the last of them.
 		var last outbox.Queued
 		prefix := true
+		var walkErr error
 		// Entries under way are passed over without copying.
 		err := outbox.ScanQueuedFrom(b, start, func(q outbox.Queued) bool {
 			if q.Due > now {
-				next = q.Due
+				soonest(q.Due)
 				return false
 			}
 			if scanned++; scanned > iv.cfg.ScanLimit {
@@ -273,6 +335,44 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 					last = q
 				}
 				return true
+			}
+			if q.StartedUntil > now {
+				// Marked under way by an earlier leader or a released
+				// delivery: in flight until its mark ends.
+				prefix = false
+				soonest(q.StartedUntil)
+				if !iv.isHeld(q.ID) && rules != nil {
+					h, err := iv.heldFromState(b, q, rules, hasRules)
+					if err != nil {
+						walkErr = err
+						return false
+					}
+					newHeld = append(newHeld, h)
+					for _, c := range h.counters {
+						counts[c]++
+					}
+				}
+				return true
+			}
+			if rules != nil {
+				if svc := registered(q.Service); svc != nil && (hasRules || underFlowControl(svc)) {
+					rec, found, err := getRecord(b, q.ID)
+					if err != nil {
+						walkErr = err
+						return false
+					}
+					var rule *rpc.Rule
+					if hasRules && found {
+						rule, _ = rules.RuleFor(rec.Invoke.GetScope())
+					}
+					if found && rec.State == rpc.InvocationRecord_PENDING {
+						if ds, bs := iv.flowOf(svc, rule, rec); len(ds)+len(bs) > 0 {
+							prefix = false
+							waiting.push(fairGroup(rec.Invoke), limited{rec: rec, demands: ds, buckets: bs})
+							return true
+						}
+					}
+				}
 			}
 			if busy[string(q.Service)] >= iv.cfg.ServiceConcurrency {
 				prefix = false
@@ -286,12 +386,42 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 			picks = append(picks, e)
 			return len(picks) < free
 		})
+		if err == nil {
+			err = walkErr
+		}
 		if err != nil {
 			return err
 		}
 		if last.ID != nil {
 			resume = last.Next()
 		}
+		// Admit the deliveries held by limits, round robin across keys.
+		for len(picks)+len(lpicks) < free {
+			l, ok := waiting.next(&iv.fairLast, func(l limited) bool {
+				if busy[l.rec.Invoke.Service] >= iv.cfg.ServiceConcurrency {
+					return false
+				}
+				for _, d := range l.demands {
+					if counts[d.counter] >= d.limit {
+						return false
+					}
+				}
+				ok, at := iv.takeTokens(l.buckets, clock)
+				if !ok {
+					soonest(at.UnixMilli())
+				}
+				return ok
+			})
+			if !ok {
+				break
+			}
+			for _, d := range l.demands {
+				counts[d.counter]++
+			}
+			busy[l.rec.Invoke.Service]++
+			lpicks = append(lpicks, l)
+		}
+		iv.p.metrics.waitingForLimit(waiting.len())
 		for _, e := range picks {
 			rec, found, err := getRecord(b, e.ID)
 			if err != nil {
@@ -320,7 +450,15 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 		resume = lowerKey(resume, iv.low)
 	}
 	iv.from = resume
-	for _, rec := range recs {
+	for _, h := range newHeld {
+		if _, ok := iv.done[h.id]; !ok {
+			iv.held[h.id] = h.heldMark
+		}
+	}
+	for _, l := range lpicks {
+		recs = append(recs, l.rec)
+	}
+	for i, rec := range recs {
 		id := string(rec.Invoke.InvocationId)
 		if _, ok := iv.done[id]; ok {
 			continue // its outcome applied after our view was taken
@@ -339,19 +477,27 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 			})
 			continue
 		}
+		mark := false
+		if j := i - (len(recs) - len(lpicks)); j >= 0 && len(lpicks[j].demands) > 0 {
+			// Counted against a concurrency limit: marked in state first.
+			iv.holding[id] = counters(lpicks[j].demands)
+			mark = true
+		}
 		iv.delivering[id] = struct{}{}
 		iv.perService[rec.Invoke.Service]++
 		wg.Add(1)
 		iv.workers.run(func() {
 			defer wg.Done()
-			iv.deliver(ctx, rec)
+			iv.deliver(ctx, rec, mark)
 		})
 	}
 	return next
 }
 
 // deliver makes one attempt and proposes its outcome.
-func (iv *invoker) deliver(ctx context.Context, rec *rpc.InvocationRecord) {
+// A delivery under a concurrency limit (mark) is first marked under way
+// in state (Start) and called with the mark's deadline.
+func (iv *invoker) deliver(ctx context.Context, rec *rpc.InvocationRecord, mark bool) {
 	inv := rec.Invoke
 	id := inv.InvocationId
 	attempt := rec.Attempts + 1
@@ -364,7 +510,19 @@ func (iv *invoker) deliver(ctx context.Context, rec *rpc.InvocationRecord) {
 	svc, lookupErr := iv.p.cfg.Services.Lookup(ctx, inv.Service)
 	policy := iv.cfg.Retry.ForHandler(svc, inv.Handler)
 	attemptID := strconv.FormatUint(iv.term.Load(), 10) + "." + strconv.FormatUint(iv.seq.Add(1), 10)
-	out := iv.call(ctx, rec, attempt, attemptID, svc, lookupErr, policy.AttemptTimeout)
+	var out attemptOutcome
+	started := true
+	if mark {
+		deadline := time.Now().Add(policy.AttemptTimeout)
+		started = iv.proposeStart(ctx, id, attempt, iv.p.now().Add(policy.AttemptTimeout).UnixMilli())
+		if started {
+			callCtx, cancel := context.WithDeadline(ctx, deadline)
+			out = iv.call(callCtx, rec, attempt, attemptID, svc, lookupErr, policy.AttemptTimeout)
+			cancel()
+		}
+	} else {
+		out = iv.call(ctx, rec, attempt, attemptID, svc, lookupErr, policy.AttemptTimeout)
+	}
 
 	iv.mu.Lock()
 	delete(iv.delivering, string(id))
@@ -374,8 +532,8 @@ func (iv *invoker) deliver(ctx context.Context, rec *rpc.InvocationRecord) {
 	iv.mu.Unlock()
 	iv.kick() // a service slot is free
 
-	if ctx.Err() != nil {
-		iv.release(id) // leadership lost: the next leader delivers again
+	if ctx.Err() != nil || !started {
+		iv.release(id) // leadership lost (the next leader delivers again), or not marked
 		return
 	}
 	if k := iv.p.cfg.Knobs; k != nil && k.AfterServiceAnswer != nil && !k.AfterServiceAnswer(id, attempt) {

@@ -80,6 +80,8 @@ type effects struct {
 	callbackOutcomes [numCallbackOutcomes]int
 	commands         int
 	applied          [numCommandKinds]int // commands by kind, for metrics
+	// started lists the Start marks applied (flow.go).
+	started []startMark
 }
 
 // queued notes a delivery queued due at due.
@@ -110,12 +112,13 @@ const (
 	kindBulkStep
 	kindSchedule
 	kindCallbackAttempt
+	kindStart
 	numCommandKinds
 )
 
 // commandKindNames are the metric's kind labels.
 var commandKindNames = [numCommandKinds]string{"invoke", "complete", "cancel", "purge", "attempt_failed", "admit", "fence_service",
-	"resume", "restart", "kill", "purge_invocation", "pause", "bulk", "bulk_step", "schedule", "callback_attempt"}
+	"resume", "restart", "kill", "purge_invocation", "pause", "bulk", "bulk_step", "schedule", "callback_attempt", "start"}
 
 // machine is the deterministic part of the processor: a function of (state
 // bucket, entries). It has no goroutine, clock, randomness or I/O besides
@@ -288,6 +291,9 @@ func (m *machine) applyCommand(b *bolt.Bucket, term, index uint64, c *rpc.Comman
 	case *rpc.Command_CallbackAttempt:
 		fx.applied[kindCallbackAttempt]++
 		return m.callbackAttempt(b, cmd.CallbackAttempt, fx)
+	case *rpc.Command_Start:
+		fx.applied[kindStart]++
+		return m.start(b, cmd.Start, fx)
 	default:
 		return fmt.Errorf("partition: unexpected command %T", c.Cmd)
 	}

@@ -26,11 +26,18 @@ type metrics struct {
 	ticksSkipped prometheus.Counter
 	// callbackAttempts' children by outcome (callbacks.go), looked up once.
 	callbackAttempts [numCallbackOutcomes]prometheus.Counter
+	// waiting: due deliveries the leader's last scan held back by flow
+	// control (flow.go).
+	waiting prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, partition uint32, p *Processor) (*metrics, error) {
 	labels := prometheus.Labels{"partition": strconv.FormatUint(uint64(partition), 10)}
 	m := &metrics{
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "raftgate_partition_deliveries_waiting_for_limit", ConstLabels: labels,
+			Help: "Due deliveries the leader's last outbox scan held back by a service's, handler's or scope's limit (0 on followers).",
+		}),
 		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "raftgate_partition_commands_applied_total", Help: "Commands applied, by kind.", ConstLabels: labels,
 		}, []string{"kind"}),
@@ -73,7 +80,7 @@ func newMetrics(reg prometheus.Registerer, partition uint32, p *Processor) (*met
 		return m, nil
 	}
 	collectors := []prometheus.Collector{
-		m.commands, m.batchSize, m.deliveries, m.results, m.accepted, m.ticksSkipped, callbackAttempts,
+		m.commands, m.batchSize, m.deliveries, m.results, m.accepted, m.ticksSkipped, callbackAttempts, m.waiting,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "raftgate_partition_outbox_depth", Help: "Deliveries queued in the outbox.", ConstLabels: labels,
 		}, func() float64 { return float64(p.OutboxDepth()) }),
@@ -129,6 +136,8 @@ func (m *metrics) applied(fx *effects) {
 		m.failed.Add(float64(failed))
 	}
 }
+
+func (m *metrics) waitingForLimit(n int) { m.waiting.Set(float64(n)) }
 
 func (m *metrics) proposed(n int) { m.batchSize.Observe(float64(n)) }
 

@@ -378,6 +378,7 @@ func (p *Processor) reveal(fx *effects, gen uint64) {
 	if gen == p.restores {
 		p.depth.Add(int64(fx.outboxDelta))
 	}
+	p.invoker.startsApplied(fx.started)
 	p.invoker.applied(fx.outboxDone, fx.outboxAdded, fx.firstQueued)
 	p.callbacks.applied(fx.callbacksDone, fx.callbacksQueued)
 	p.metrics.applied(fx)

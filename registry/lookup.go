@@ -64,3 +64,13 @@ func (l InvokerLookup) Lookup(ctx context.Context, name string) (*rpc.Service, e
 	defer cancel()
 	return l.Registry.LookupCurrent(ctx, name)
 }
+
+// Registered returns the service as this replica holds it, without
+// waiting (the invoker's flow control, partition.FlowRules).
+func (l InvokerLookup) Registered(name string) (*rpc.Service, bool) { return l.Registry.Lookup(name) }
+
+// RuleFor returns the enabled scope rule that applies to scope.
+func (l InvokerLookup) RuleFor(scope string) (*rpc.Rule, bool) { return l.Registry.RuleFor(scope) }
+
+// HasRules reports whether any scope rule exists.
+func (l InvokerLookup) HasRules() bool { return l.Registry.HasRules() }

@@ -101,6 +101,13 @@ func (r *Registry) Rules() []*rpc.Rule {
 	return out
 }
 
+// HasRules reports whether any rule exists.
+func (r *Registry) HasRules() bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return len(r.rules) > 0
+}
+
 // RuleFor returns the enabled rule that applies to scope: the scope's own
 // rule, else "*"'s; none for an invocation without a scope.
 func (r *Registry) RuleFor(scope string) (*rpc.Rule, bool) {

@@ -135,7 +135,7 @@ func (x Service_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Service_Kind.Descriptor instead.
 func (Service_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{24, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{25, 0}
 }
 
 // What exhausted attempts do (unset: the cluster's default, pause).
@@ -187,7 +187,7 @@ func (x RetryPolicy_OnMaxAttempts) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RetryPolicy_OnMaxAttempts.Descriptor instead.
 func (RetryPolicy_OnMaxAttempts) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{30, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{31, 0}
 }
 
 type InvocationRecord_State int32
@@ -254,7 +254,7 @@ func (x InvocationRecord_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InvocationRecord_State.Descriptor instead.
 func (InvocationRecord_State) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{33, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{34, 0}
 }
 
 type ListInvocations_Status int32
@@ -320,7 +320,7 @@ func (x ListInvocations_Status) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ListInvocations_Status.Descriptor instead.
 func (ListInvocations_Status) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{46, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{47, 0}
 }
 
 type InvocationAction_Kind int32
@@ -375,7 +375,7 @@ func (x InvocationAction_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InvocationAction_Kind.Descriptor instead.
 func (InvocationAction_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{48, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{49, 0}
 }
 
 type DispatchError_Code int32
@@ -464,7 +464,7 @@ func (x DispatchError_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DispatchError_Code.Descriptor instead.
 func (DispatchError_Code) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{54, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{55, 0}
 }
 
 type CallbackState_State int32
@@ -517,7 +517,7 @@ func (x CallbackState_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CallbackState_State.Descriptor instead.
 func (CallbackState_State) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{67, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{68, 0}
 }
 
 type RaftBatch struct {
@@ -895,6 +895,7 @@ type Command struct {
 	//	*Command_CallbackAttempt
 	//	*Command_PutRule
 	//	*Command_DeleteRule
+	//	*Command_Start
 	//	*Command_BackfillSchedule
 	//	*Command_ScheduleDispatched
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
@@ -1218,6 +1219,15 @@ func (x *Command) GetDeleteRule() *DeleteRule {
 	return nil
 }
 
+func (x *Command) GetStart() *Start {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_Start); ok {
+			return x.Start
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetBackfillSchedule() *BackfillSchedule {
 	if x != nil {
 		if x, ok := x.Cmd.(*Command_BackfillSchedule); ok {
@@ -1371,6 +1381,11 @@ type Command_DeleteRule struct {
 	DeleteRule *DeleteRule `protobuf:"bytes,91,opt,name=delete_rule,json=deleteRule,proto3,oneof"`
 }
 
+type Command_Start struct {
+	// Flow control (partition/flow.go): 92-99.
+	Start *Start `protobuf:"bytes,92,opt,name=start,proto3,oneof"`
+}
+
 type Command_BackfillSchedule struct {
 	// Schedules, continued (partition/schedules.go): 100-109.
 	BackfillSchedule *BackfillSchedule `protobuf:"bytes,100,opt,name=backfill_schedule,json=backfillSchedule,proto3,oneof"`
@@ -1441,6 +1456,8 @@ func (*Command_CallbackAttempt) isCommand_Cmd() {}
 func (*Command_PutRule) isCommand_Cmd() {}
 
 func (*Command_DeleteRule) isCommand_Cmd() {}
+
+func (*Command_Start) isCommand_Cmd() {}
 
 func (*Command_BackfillSchedule) isCommand_Cmd() {}
 
@@ -2818,6 +2835,80 @@ func (x *Admit) GetProposedAtUnixMs() int64 {
 	return 0
 }
 
+// Start marks a delivery of a service under a concurrency limit as under
+// way until until_unix_ms, before the leader calls the service, so a new
+// leader counts it in flight (partition/flow.go). It applies only to a
+// pending invocation in the outbox whose next attempt is attempt; the mark
+// lives in the outbox entry, so whatever reschedules or removes the entry
+// clears it.
+type Start struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	InvocationId     []byte                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	Attempt          uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	UntilUnixMs      int64                  `protobuf:"varint,3,opt,name=until_unix_ms,json=untilUnixMs,proto3" json:"until_unix_ms,omitempty"`
+	ProposedAtUnixMs int64                  `protobuf:"varint,4,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Start) Reset() {
+	*x = Start{}
+	mi := &file_raftgate_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Start) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Start) ProtoMessage() {}
+
+func (x *Start) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Start.ProtoReflect.Descriptor instead.
+func (*Start) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *Start) GetInvocationId() []byte {
+	if x != nil {
+		return x.InvocationId
+	}
+	return nil
+}
+
+func (x *Start) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *Start) GetUntilUnixMs() int64 {
+	if x != nil {
+		return x.UntilUnixMs
+	}
+	return 0
+}
+
+func (x *Start) GetProposedAtUnixMs() int64 {
+	if x != nil {
+		return x.ProposedAtUnixMs
+	}
+	return 0
+}
+
 // AttemptFailed records a failed, retryable delivery attempt for status
 // reporting and so that a new leader continues the attempt count.
 type AttemptFailed struct {
@@ -2833,7 +2924,7 @@ type AttemptFailed struct {
 
 func (x *AttemptFailed) Reset() {
 	*x = AttemptFailed{}
-	mi := &file_raftgate_proto_msgTypes[23]
+	mi := &file_raftgate_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2845,7 +2936,7 @@ func (x *AttemptFailed) String() string {
 func (*AttemptFailed) ProtoMessage() {}
 
 func (x *AttemptFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[23]
+	mi := &file_raftgate_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2858,7 +2949,7 @@ func (x *AttemptFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptFailed.ProtoReflect.Descriptor instead.
 func (*AttemptFailed) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{23}
+	return file_raftgate_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AttemptFailed) GetInvocationId() []byte {
@@ -2922,7 +3013,8 @@ type Service struct {
 	// An idempotency key reused with another request body is refused (422)
 	// instead of answering the first invocation.
 	RejectReusedIdempotencyKeys bool `protobuf:"varint,10,opt,name=reject_reused_idempotency_keys,json=rejectReusedIdempotencyKeys,proto3" json:"reject_reused_idempotency_keys,omitempty"`
-	// Flow control (90-99): stored and shown; not yet enforced.
+	// Flow control (90-99), enforced by the partitions' invokers
+	// (partition/flow.go).
 	Limits *Limits `protobuf:"bytes,90,opt,name=limits,proto3" json:"limits,omitempty"`
 	// In-flight deliveries per key of a keyed service's shared handlers (0:
 	// no limit).
@@ -2933,7 +3025,7 @@ type Service struct {
 
 func (x *Service) Reset() {
 	*x = Service{}
-	mi := &file_raftgate_proto_msgTypes[24]
+	mi := &file_raftgate_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2945,7 +3037,7 @@ func (x *Service) String() string {
 func (*Service) ProtoMessage() {}
 
 func (x *Service) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[24]
+	mi := &file_raftgate_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2958,7 +3050,7 @@ func (x *Service) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Service.ProtoReflect.Descriptor instead.
 func (*Service) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{24}
+	return file_raftgate_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Service) GetName() string {
@@ -3067,7 +3159,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_raftgate_proto_msgTypes[25]
+	mi := &file_raftgate_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3079,7 +3171,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[25]
+	mi := &file_raftgate_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3092,7 +3184,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{25}
+	return file_raftgate_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Limits) GetConcurrency() uint32 {
@@ -3132,7 +3224,7 @@ type Rule struct {
 
 func (x *Rule) Reset() {
 	*x = Rule{}
-	mi := &file_raftgate_proto_msgTypes[26]
+	mi := &file_raftgate_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3144,7 +3236,7 @@ func (x *Rule) String() string {
 func (*Rule) ProtoMessage() {}
 
 func (x *Rule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[26]
+	mi := &file_raftgate_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3157,7 +3249,7 @@ func (x *Rule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rule.ProtoReflect.Descriptor instead.
 func (*Rule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{26}
+	return file_raftgate_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Rule) GetPattern() string {
@@ -3209,7 +3301,7 @@ type PutRule struct {
 
 func (x *PutRule) Reset() {
 	*x = PutRule{}
-	mi := &file_raftgate_proto_msgTypes[27]
+	mi := &file_raftgate_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3221,7 +3313,7 @@ func (x *PutRule) String() string {
 func (*PutRule) ProtoMessage() {}
 
 func (x *PutRule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[27]
+	mi := &file_raftgate_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3234,7 +3326,7 @@ func (x *PutRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRule.ProtoReflect.Descriptor instead.
 func (*PutRule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{27}
+	return file_raftgate_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PutRule) GetRule() *Rule {
@@ -3270,7 +3362,7 @@ type DeleteRule struct {
 
 func (x *DeleteRule) Reset() {
 	*x = DeleteRule{}
-	mi := &file_raftgate_proto_msgTypes[28]
+	mi := &file_raftgate_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3282,7 +3374,7 @@ func (x *DeleteRule) String() string {
 func (*DeleteRule) ProtoMessage() {}
 
 func (x *DeleteRule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[28]
+	mi := &file_raftgate_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3295,7 +3387,7 @@ func (x *DeleteRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRule.ProtoReflect.Descriptor instead.
 func (*DeleteRule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{28}
+	return file_raftgate_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DeleteRule) GetPattern() string {
@@ -3324,7 +3416,7 @@ type HandlerConfig struct {
 	Handler string                 `protobuf:"bytes,1,opt,name=handler,proto3" json:"handler,omitempty"`
 	// Fields set here replace the service's retry policy's.
 	Retry *RetryPolicy `protobuf:"bytes,2,opt,name=retry,proto3" json:"retry,omitempty"`
-	// Flow control of this handler (stored and shown; not yet enforced).
+	// Flow control of this handler (partition/flow.go).
 	Limits        *Limits `protobuf:"bytes,3,opt,name=limits,proto3" json:"limits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3332,7 +3424,7 @@ type HandlerConfig struct {
 
 func (x *HandlerConfig) Reset() {
 	*x = HandlerConfig{}
-	mi := &file_raftgate_proto_msgTypes[29]
+	mi := &file_raftgate_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3344,7 +3436,7 @@ func (x *HandlerConfig) String() string {
 func (*HandlerConfig) ProtoMessage() {}
 
 func (x *HandlerConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[29]
+	mi := &file_raftgate_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3357,7 +3449,7 @@ func (x *HandlerConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandlerConfig.ProtoReflect.Descriptor instead.
 func (*HandlerConfig) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{29}
+	return file_raftgate_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *HandlerConfig) GetHandler() string {
@@ -3400,7 +3492,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_raftgate_proto_msgTypes[30]
+	mi := &file_raftgate_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3412,7 +3504,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[30]
+	mi := &file_raftgate_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3425,7 +3517,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{30}
+	return file_raftgate_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RetryPolicy) GetMaxAttempts() uint32 {
@@ -3474,7 +3566,7 @@ type PutService struct {
 
 func (x *PutService) Reset() {
 	*x = PutService{}
-	mi := &file_raftgate_proto_msgTypes[31]
+	mi := &file_raftgate_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3486,7 +3578,7 @@ func (x *PutService) String() string {
 func (*PutService) ProtoMessage() {}
 
 func (x *PutService) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[31]
+	mi := &file_raftgate_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3499,7 +3591,7 @@ func (x *PutService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutService.ProtoReflect.Descriptor instead.
 func (*PutService) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{31}
+	return file_raftgate_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PutService) GetService() *Service {
@@ -3527,7 +3619,7 @@ type DeleteService struct {
 
 func (x *DeleteService) Reset() {
 	*x = DeleteService{}
-	mi := &file_raftgate_proto_msgTypes[32]
+	mi := &file_raftgate_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3539,7 +3631,7 @@ func (x *DeleteService) String() string {
 func (*DeleteService) ProtoMessage() {}
 
 func (x *DeleteService) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[32]
+	mi := &file_raftgate_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3552,7 +3644,7 @@ func (x *DeleteService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteService.ProtoReflect.Descriptor instead.
 func (*DeleteService) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{32}
+	return file_raftgate_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteService) GetName() string {
@@ -3606,7 +3698,7 @@ type InvocationRecord struct {
 
 func (x *InvocationRecord) Reset() {
 	*x = InvocationRecord{}
-	mi := &file_raftgate_proto_msgTypes[33]
+	mi := &file_raftgate_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3618,7 +3710,7 @@ func (x *InvocationRecord) String() string {
 func (*InvocationRecord) ProtoMessage() {}
 
 func (x *InvocationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[33]
+	mi := &file_raftgate_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3631,7 +3723,7 @@ func (x *InvocationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationRecord.ProtoReflect.Descriptor instead.
 func (*InvocationRecord) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{33}
+	return file_raftgate_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *InvocationRecord) GetInvoke() *Invoke {
@@ -3762,7 +3854,7 @@ type KeyState struct {
 
 func (x *KeyState) Reset() {
 	*x = KeyState{}
-	mi := &file_raftgate_proto_msgTypes[34]
+	mi := &file_raftgate_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3774,7 +3866,7 @@ func (x *KeyState) String() string {
 func (*KeyState) ProtoMessage() {}
 
 func (x *KeyState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[34]
+	mi := &file_raftgate_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3787,7 +3879,7 @@ func (x *KeyState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyState.ProtoReflect.Descriptor instead.
 func (*KeyState) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{34}
+	return file_raftgate_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *KeyState) GetRunning() []byte {
@@ -3820,7 +3912,7 @@ type DispatchRequestBatch struct {
 
 func (x *DispatchRequestBatch) Reset() {
 	*x = DispatchRequestBatch{}
-	mi := &file_raftgate_proto_msgTypes[35]
+	mi := &file_raftgate_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3832,7 +3924,7 @@ func (x *DispatchRequestBatch) String() string {
 func (*DispatchRequestBatch) ProtoMessage() {}
 
 func (x *DispatchRequestBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[35]
+	mi := &file_raftgate_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3845,7 +3937,7 @@ func (x *DispatchRequestBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchRequestBatch.ProtoReflect.Descriptor instead.
 func (*DispatchRequestBatch) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{35}
+	return file_raftgate_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DispatchRequestBatch) GetRequests() []*DispatchRequest {
@@ -3864,7 +3956,7 @@ type DispatchResponseBatch struct {
 
 func (x *DispatchResponseBatch) Reset() {
 	*x = DispatchResponseBatch{}
-	mi := &file_raftgate_proto_msgTypes[36]
+	mi := &file_raftgate_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3876,7 +3968,7 @@ func (x *DispatchResponseBatch) String() string {
 func (*DispatchResponseBatch) ProtoMessage() {}
 
 func (x *DispatchResponseBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[36]
+	mi := &file_raftgate_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3889,7 +3981,7 @@ func (x *DispatchResponseBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchResponseBatch.ProtoReflect.Descriptor instead.
 func (*DispatchResponseBatch) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{36}
+	return file_raftgate_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DispatchResponseBatch) GetResponses() []*DispatchResponse {
@@ -3937,7 +4029,7 @@ type DispatchRequest struct {
 
 func (x *DispatchRequest) Reset() {
 	*x = DispatchRequest{}
-	mi := &file_raftgate_proto_msgTypes[37]
+	mi := &file_raftgate_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3949,7 +4041,7 @@ func (x *DispatchRequest) String() string {
 func (*DispatchRequest) ProtoMessage() {}
 
 func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[37]
+	mi := &file_raftgate_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3962,7 +4054,7 @@ func (x *DispatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchRequest.ProtoReflect.Descriptor instead.
 func (*DispatchRequest) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{37}
+	return file_raftgate_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DispatchRequest) GetCorrelationId() uint64 {
@@ -4269,7 +4361,7 @@ type DispatchResponse struct {
 
 func (x *DispatchResponse) Reset() {
 	*x = DispatchResponse{}
-	mi := &file_raftgate_proto_msgTypes[38]
+	mi := &file_raftgate_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4281,7 +4373,7 @@ func (x *DispatchResponse) String() string {
 func (*DispatchResponse) ProtoMessage() {}
 
 func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[38]
+	mi := &file_raftgate_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4294,7 +4386,7 @@ func (x *DispatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchResponse.ProtoReflect.Descriptor instead.
 func (*DispatchResponse) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{38}
+	return file_raftgate_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DispatchResponse) GetCorrelationId() uint64 {
@@ -4477,7 +4569,7 @@ type AppendInvocation struct {
 
 func (x *AppendInvocation) Reset() {
 	*x = AppendInvocation{}
-	mi := &file_raftgate_proto_msgTypes[39]
+	mi := &file_raftgate_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4489,7 +4581,7 @@ func (x *AppendInvocation) String() string {
 func (*AppendInvocation) ProtoMessage() {}
 
 func (x *AppendInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[39]
+	mi := &file_raftgate_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4502,7 +4594,7 @@ func (x *AppendInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendInvocation.ProtoReflect.Descriptor instead.
 func (*AppendInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{39}
+	return file_raftgate_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AppendInvocation) GetInvoke() *Invoke {
@@ -4527,7 +4619,7 @@ type Appended struct {
 
 func (x *Appended) Reset() {
 	*x = Appended{}
-	mi := &file_raftgate_proto_msgTypes[40]
+	mi := &file_raftgate_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4539,7 +4631,7 @@ func (x *Appended) String() string {
 func (*Appended) ProtoMessage() {}
 
 func (x *Appended) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[40]
+	mi := &file_raftgate_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4552,7 +4644,7 @@ func (x *Appended) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Appended.ProtoReflect.Descriptor instead.
 func (*Appended) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{40}
+	return file_raftgate_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Appended) GetInvocationId() []byte {
@@ -4599,7 +4691,7 @@ type GetOutput struct {
 
 func (x *GetOutput) Reset() {
 	*x = GetOutput{}
-	mi := &file_raftgate_proto_msgTypes[41]
+	mi := &file_raftgate_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4611,7 +4703,7 @@ func (x *GetOutput) String() string {
 func (*GetOutput) ProtoMessage() {}
 
 func (x *GetOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[41]
+	mi := &file_raftgate_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4624,7 +4716,7 @@ func (x *GetOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOutput.ProtoReflect.Descriptor instead.
 func (*GetOutput) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{41}
+	return file_raftgate_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetOutput) GetInvocationId() []byte {
@@ -4643,7 +4735,7 @@ type AttachInvocation struct {
 
 func (x *AttachInvocation) Reset() {
 	*x = AttachInvocation{}
-	mi := &file_raftgate_proto_msgTypes[42]
+	mi := &file_raftgate_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4655,7 +4747,7 @@ func (x *AttachInvocation) String() string {
 func (*AttachInvocation) ProtoMessage() {}
 
 func (x *AttachInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[42]
+	mi := &file_raftgate_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4668,7 +4760,7 @@ func (x *AttachInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachInvocation.ProtoReflect.Descriptor instead.
 func (*AttachInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{42}
+	return file_raftgate_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AttachInvocation) GetInvocationId() []byte {
@@ -4690,7 +4782,7 @@ type InvocationResult struct {
 
 func (x *InvocationResult) Reset() {
 	*x = InvocationResult{}
-	mi := &file_raftgate_proto_msgTypes[43]
+	mi := &file_raftgate_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4702,7 +4794,7 @@ func (x *InvocationResult) String() string {
 func (*InvocationResult) ProtoMessage() {}
 
 func (x *InvocationResult) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[43]
+	mi := &file_raftgate_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4715,7 +4807,7 @@ func (x *InvocationResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationResult.ProtoReflect.Descriptor instead.
 func (*InvocationResult) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{43}
+	return file_raftgate_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *InvocationResult) GetInvocationId() []byte {
@@ -4755,7 +4847,7 @@ type GetStatus struct {
 
 func (x *GetStatus) Reset() {
 	*x = GetStatus{}
-	mi := &file_raftgate_proto_msgTypes[44]
+	mi := &file_raftgate_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4767,7 +4859,7 @@ func (x *GetStatus) String() string {
 func (*GetStatus) ProtoMessage() {}
 
 func (x *GetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[44]
+	mi := &file_raftgate_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4780,7 +4872,7 @@ func (x *GetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatus.ProtoReflect.Descriptor instead.
 func (*GetStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{44}
+	return file_raftgate_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetStatus) GetInvocationId() []byte {
@@ -4799,7 +4891,7 @@ type InvocationStatus struct {
 
 func (x *InvocationStatus) Reset() {
 	*x = InvocationStatus{}
-	mi := &file_raftgate_proto_msgTypes[45]
+	mi := &file_raftgate_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4811,7 +4903,7 @@ func (x *InvocationStatus) String() string {
 func (*InvocationStatus) ProtoMessage() {}
 
 func (x *InvocationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[45]
+	mi := &file_raftgate_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4824,7 +4916,7 @@ func (x *InvocationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationStatus.ProtoReflect.Descriptor instead.
 func (*InvocationStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{45}
+	return file_raftgate_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *InvocationStatus) GetRecord() *InvocationRecord {
@@ -4859,7 +4951,7 @@ type ListInvocations struct {
 
 func (x *ListInvocations) Reset() {
 	*x = ListInvocations{}
-	mi := &file_raftgate_proto_msgTypes[46]
+	mi := &file_raftgate_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4871,7 +4963,7 @@ func (x *ListInvocations) String() string {
 func (*ListInvocations) ProtoMessage() {}
 
 func (x *ListInvocations) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[46]
+	mi := &file_raftgate_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4884,7 +4976,7 @@ func (x *ListInvocations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInvocations.ProtoReflect.Descriptor instead.
 func (*ListInvocations) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{46}
+	return file_raftgate_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListInvocations) GetStatus() ListInvocations_Status {
@@ -4971,7 +5063,7 @@ type InvocationList struct {
 
 func (x *InvocationList) Reset() {
 	*x = InvocationList{}
-	mi := &file_raftgate_proto_msgTypes[47]
+	mi := &file_raftgate_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4983,7 +5075,7 @@ func (x *InvocationList) String() string {
 func (*InvocationList) ProtoMessage() {}
 
 func (x *InvocationList) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[47]
+	mi := &file_raftgate_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4996,7 +5088,7 @@ func (x *InvocationList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationList.ProtoReflect.Descriptor instead.
 func (*InvocationList) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{47}
+	return file_raftgate_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *InvocationList) GetRecords() []*InvocationRecord {
@@ -5034,7 +5126,7 @@ type InvocationAction struct {
 
 func (x *InvocationAction) Reset() {
 	*x = InvocationAction{}
-	mi := &file_raftgate_proto_msgTypes[48]
+	mi := &file_raftgate_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5046,7 +5138,7 @@ func (x *InvocationAction) String() string {
 func (*InvocationAction) ProtoMessage() {}
 
 func (x *InvocationAction) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[48]
+	mi := &file_raftgate_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5059,7 +5151,7 @@ func (x *InvocationAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationAction.ProtoReflect.Descriptor instead.
 func (*InvocationAction) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{48}
+	return file_raftgate_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *InvocationAction) GetKind() InvocationAction_Kind {
@@ -5097,7 +5189,7 @@ type BulkRequest struct {
 
 func (x *BulkRequest) Reset() {
 	*x = BulkRequest{}
-	mi := &file_raftgate_proto_msgTypes[49]
+	mi := &file_raftgate_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5109,7 +5201,7 @@ func (x *BulkRequest) String() string {
 func (*BulkRequest) ProtoMessage() {}
 
 func (x *BulkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[49]
+	mi := &file_raftgate_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5122,7 +5214,7 @@ func (x *BulkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRequest.ProtoReflect.Descriptor instead.
 func (*BulkRequest) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{49}
+	return file_raftgate_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *BulkRequest) GetOperationId() string {
@@ -5164,7 +5256,7 @@ type GetOperation struct {
 
 func (x *GetOperation) Reset() {
 	*x = GetOperation{}
-	mi := &file_raftgate_proto_msgTypes[50]
+	mi := &file_raftgate_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5176,7 +5268,7 @@ func (x *GetOperation) String() string {
 func (*GetOperation) ProtoMessage() {}
 
 func (x *GetOperation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[50]
+	mi := &file_raftgate_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5189,7 +5281,7 @@ func (x *GetOperation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperation.ProtoReflect.Descriptor instead.
 func (*GetOperation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{50}
+	return file_raftgate_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetOperation) GetOperationId() string {
@@ -5208,7 +5300,7 @@ type CancelInvocation struct {
 
 func (x *CancelInvocation) Reset() {
 	*x = CancelInvocation{}
-	mi := &file_raftgate_proto_msgTypes[51]
+	mi := &file_raftgate_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5220,7 +5312,7 @@ func (x *CancelInvocation) String() string {
 func (*CancelInvocation) ProtoMessage() {}
 
 func (x *CancelInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[51]
+	mi := &file_raftgate_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5233,7 +5325,7 @@ func (x *CancelInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelInvocation.ProtoReflect.Descriptor instead.
 func (*CancelInvocation) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{51}
+	return file_raftgate_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CancelInvocation) GetInvocationId() []byte {
@@ -5251,7 +5343,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_raftgate_proto_msgTypes[52]
+	mi := &file_raftgate_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5263,7 +5355,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[52]
+	mi := &file_raftgate_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5276,7 +5368,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{52}
+	return file_raftgate_proto_rawDescGZIP(), []int{53}
 }
 
 // GetKeyStatus asks for the running invocation and queue length of one key
@@ -5291,7 +5383,7 @@ type GetKeyStatus struct {
 
 func (x *GetKeyStatus) Reset() {
 	*x = GetKeyStatus{}
-	mi := &file_raftgate_proto_msgTypes[53]
+	mi := &file_raftgate_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5303,7 +5395,7 @@ func (x *GetKeyStatus) String() string {
 func (*GetKeyStatus) ProtoMessage() {}
 
 func (x *GetKeyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[53]
+	mi := &file_raftgate_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5316,7 +5408,7 @@ func (x *GetKeyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyStatus.ProtoReflect.Descriptor instead.
 func (*GetKeyStatus) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{53}
+	return file_raftgate_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetKeyStatus) GetService() string {
@@ -5345,7 +5437,7 @@ type DispatchError struct {
 
 func (x *DispatchError) Reset() {
 	*x = DispatchError{}
-	mi := &file_raftgate_proto_msgTypes[54]
+	mi := &file_raftgate_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5357,7 +5449,7 @@ func (x *DispatchError) String() string {
 func (*DispatchError) ProtoMessage() {}
 
 func (x *DispatchError) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[54]
+	mi := &file_raftgate_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5370,7 +5462,7 @@ func (x *DispatchError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchError.ProtoReflect.Descriptor instead.
 func (*DispatchError) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{54}
+	return file_raftgate_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *DispatchError) GetCode() DispatchError_Code {
@@ -5437,7 +5529,7 @@ type ScheduleSpec struct {
 
 func (x *ScheduleSpec) Reset() {
 	*x = ScheduleSpec{}
-	mi := &file_raftgate_proto_msgTypes[55]
+	mi := &file_raftgate_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5449,7 +5541,7 @@ func (x *ScheduleSpec) String() string {
 func (*ScheduleSpec) ProtoMessage() {}
 
 func (x *ScheduleSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[55]
+	mi := &file_raftgate_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5462,7 +5554,7 @@ func (x *ScheduleSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleSpec.ProtoReflect.Descriptor instead.
 func (*ScheduleSpec) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{55}
+	return file_raftgate_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ScheduleSpec) GetId() string {
@@ -5600,7 +5692,7 @@ type ScheduleDispatch struct {
 
 func (x *ScheduleDispatch) Reset() {
 	*x = ScheduleDispatch{}
-	mi := &file_raftgate_proto_msgTypes[56]
+	mi := &file_raftgate_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5612,7 +5704,7 @@ func (x *ScheduleDispatch) String() string {
 func (*ScheduleDispatch) ProtoMessage() {}
 
 func (x *ScheduleDispatch) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[56]
+	mi := &file_raftgate_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5625,7 +5717,7 @@ func (x *ScheduleDispatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleDispatch.ProtoReflect.Descriptor instead.
 func (*ScheduleDispatch) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{56}
+	return file_raftgate_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ScheduleDispatch) GetTickUnixMs() int64 {
@@ -5684,7 +5776,7 @@ type ScheduleState struct {
 
 func (x *ScheduleState) Reset() {
 	*x = ScheduleState{}
-	mi := &file_raftgate_proto_msgTypes[57]
+	mi := &file_raftgate_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5696,7 +5788,7 @@ func (x *ScheduleState) String() string {
 func (*ScheduleState) ProtoMessage() {}
 
 func (x *ScheduleState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[57]
+	mi := &file_raftgate_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5709,7 +5801,7 @@ func (x *ScheduleState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleState.ProtoReflect.Descriptor instead.
 func (*ScheduleState) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{57}
+	return file_raftgate_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ScheduleState) GetSpec() *ScheduleSpec {
@@ -5803,7 +5895,7 @@ type ScheduleDispatched struct {
 
 func (x *ScheduleDispatched) Reset() {
 	*x = ScheduleDispatched{}
-	mi := &file_raftgate_proto_msgTypes[58]
+	mi := &file_raftgate_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5815,7 +5907,7 @@ func (x *ScheduleDispatched) String() string {
 func (*ScheduleDispatched) ProtoMessage() {}
 
 func (x *ScheduleDispatched) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[58]
+	mi := &file_raftgate_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5828,7 +5920,7 @@ func (x *ScheduleDispatched) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleDispatched.ProtoReflect.Descriptor instead.
 func (*ScheduleDispatched) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{58}
+	return file_raftgate_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ScheduleDispatched) GetId() string {
@@ -5867,7 +5959,7 @@ type PutSchedule struct {
 
 func (x *PutSchedule) Reset() {
 	*x = PutSchedule{}
-	mi := &file_raftgate_proto_msgTypes[59]
+	mi := &file_raftgate_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5879,7 +5971,7 @@ func (x *PutSchedule) String() string {
 func (*PutSchedule) ProtoMessage() {}
 
 func (x *PutSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[59]
+	mi := &file_raftgate_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5892,7 +5984,7 @@ func (x *PutSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSchedule.ProtoReflect.Descriptor instead.
 func (*PutSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{59}
+	return file_raftgate_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PutSchedule) GetSpec() *ScheduleSpec {
@@ -5933,7 +6025,7 @@ type DeleteSchedule struct {
 
 func (x *DeleteSchedule) Reset() {
 	*x = DeleteSchedule{}
-	mi := &file_raftgate_proto_msgTypes[60]
+	mi := &file_raftgate_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5945,7 +6037,7 @@ func (x *DeleteSchedule) String() string {
 func (*DeleteSchedule) ProtoMessage() {}
 
 func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[60]
+	mi := &file_raftgate_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5958,7 +6050,7 @@ func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSchedule.ProtoReflect.Descriptor instead.
 func (*DeleteSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{60}
+	return file_raftgate_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *DeleteSchedule) GetId() string {
@@ -5990,7 +6082,7 @@ type PauseSchedule struct {
 
 func (x *PauseSchedule) Reset() {
 	*x = PauseSchedule{}
-	mi := &file_raftgate_proto_msgTypes[61]
+	mi := &file_raftgate_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6002,7 +6094,7 @@ func (x *PauseSchedule) String() string {
 func (*PauseSchedule) ProtoMessage() {}
 
 func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[61]
+	mi := &file_raftgate_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6015,7 +6107,7 @@ func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseSchedule.ProtoReflect.Descriptor instead.
 func (*PauseSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{61}
+	return file_raftgate_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PauseSchedule) GetId() string {
@@ -6066,7 +6158,7 @@ type TriggerSchedule struct {
 
 func (x *TriggerSchedule) Reset() {
 	*x = TriggerSchedule{}
-	mi := &file_raftgate_proto_msgTypes[62]
+	mi := &file_raftgate_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6078,7 +6170,7 @@ func (x *TriggerSchedule) String() string {
 func (*TriggerSchedule) ProtoMessage() {}
 
 func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[62]
+	mi := &file_raftgate_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6091,7 +6183,7 @@ func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerSchedule.ProtoReflect.Descriptor instead.
 func (*TriggerSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{62}
+	return file_raftgate_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *TriggerSchedule) GetId() string {
@@ -6133,7 +6225,7 @@ type ScheduleTick struct {
 
 func (x *ScheduleTick) Reset() {
 	*x = ScheduleTick{}
-	mi := &file_raftgate_proto_msgTypes[63]
+	mi := &file_raftgate_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6145,7 +6237,7 @@ func (x *ScheduleTick) String() string {
 func (*ScheduleTick) ProtoMessage() {}
 
 func (x *ScheduleTick) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[63]
+	mi := &file_raftgate_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6158,7 +6250,7 @@ func (x *ScheduleTick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleTick.ProtoReflect.Descriptor instead.
 func (*ScheduleTick) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{63}
+	return file_raftgate_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ScheduleTick) GetId() string {
@@ -6223,7 +6315,7 @@ type BackfillSchedule struct {
 
 func (x *BackfillSchedule) Reset() {
 	*x = BackfillSchedule{}
-	mi := &file_raftgate_proto_msgTypes[64]
+	mi := &file_raftgate_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6235,7 +6327,7 @@ func (x *BackfillSchedule) String() string {
 func (*BackfillSchedule) ProtoMessage() {}
 
 func (x *BackfillSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[64]
+	mi := &file_raftgate_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6248,7 +6340,7 @@ func (x *BackfillSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillSchedule.ProtoReflect.Descriptor instead.
 func (*BackfillSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{64}
+	return file_raftgate_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *BackfillSchedule) GetId() string {
@@ -6313,7 +6405,7 @@ type ScheduleRequest struct {
 
 func (x *ScheduleRequest) Reset() {
 	*x = ScheduleRequest{}
-	mi := &file_raftgate_proto_msgTypes[65]
+	mi := &file_raftgate_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6325,7 +6417,7 @@ func (x *ScheduleRequest) String() string {
 func (*ScheduleRequest) ProtoMessage() {}
 
 func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[65]
+	mi := &file_raftgate_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6338,7 +6430,7 @@ func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{65}
+	return file_raftgate_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ScheduleRequest) GetOp() isScheduleRequest_Op {
@@ -6470,7 +6562,7 @@ type ScheduleList struct {
 
 func (x *ScheduleList) Reset() {
 	*x = ScheduleList{}
-	mi := &file_raftgate_proto_msgTypes[66]
+	mi := &file_raftgate_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6482,7 +6574,7 @@ func (x *ScheduleList) String() string {
 func (*ScheduleList) ProtoMessage() {}
 
 func (x *ScheduleList) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[66]
+	mi := &file_raftgate_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6495,7 +6587,7 @@ func (x *ScheduleList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleList.ProtoReflect.Descriptor instead.
 func (*ScheduleList) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{66}
+	return file_raftgate_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ScheduleList) GetSchedules() []*ScheduleState {
@@ -6541,7 +6633,7 @@ type CallbackState struct {
 
 func (x *CallbackState) Reset() {
 	*x = CallbackState{}
-	mi := &file_raftgate_proto_msgTypes[67]
+	mi := &file_raftgate_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6553,7 +6645,7 @@ func (x *CallbackState) String() string {
 func (*CallbackState) ProtoMessage() {}
 
 func (x *CallbackState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[67]
+	mi := &file_raftgate_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6566,7 +6658,7 @@ func (x *CallbackState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallbackState.ProtoReflect.Descriptor instead.
 func (*CallbackState) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{67}
+	return file_raftgate_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *CallbackState) GetState() CallbackState_State {
@@ -6619,7 +6711,7 @@ type CallbackAttempt struct {
 
 func (x *CallbackAttempt) Reset() {
 	*x = CallbackAttempt{}
-	mi := &file_raftgate_proto_msgTypes[68]
+	mi := &file_raftgate_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6631,7 +6723,7 @@ func (x *CallbackAttempt) String() string {
 func (*CallbackAttempt) ProtoMessage() {}
 
 func (x *CallbackAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[68]
+	mi := &file_raftgate_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6644,7 +6736,7 @@ func (x *CallbackAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallbackAttempt.ProtoReflect.Descriptor instead.
 func (*CallbackAttempt) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{68}
+	return file_raftgate_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *CallbackAttempt) GetInvocationId() []byte {
@@ -6728,7 +6820,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"Z\n" +
 	"\fCommandBatch\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
-	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\xf8\x0f\n" +
+	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\xa4\x10\n" +
 	"\aCommand\x12-\n" +
 	"\x06invoke\x18\n" +
 	" \x01(\v2\x13.raftgate.v1.InvokeH\x00R\x06invoke\x123\n" +
@@ -6763,7 +6855,8 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x10callback_attempt\x18P \x01(\v2\x1c.raftgate.v1.CallbackAttemptH\x00R\x0fcallbackAttempt\x121\n" +
 	"\bput_rule\x18Z \x01(\v2\x14.raftgate.v1.PutRuleH\x00R\aputRule\x12:\n" +
 	"\vdelete_rule\x18[ \x01(\v2\x17.raftgate.v1.DeleteRuleH\x00R\n" +
-	"deleteRule\x12L\n" +
+	"deleteRule\x12*\n" +
+	"\x05start\x18\\ \x01(\v2\x12.raftgate.v1.StartH\x00R\x05start\x12L\n" +
 	"\x11backfill_schedule\x18d \x01(\v2\x1d.raftgate.v1.BackfillScheduleH\x00R\x10backfillSchedule\x12R\n" +
 	"\x13schedule_dispatched\x18e \x01(\v2\x1f.raftgate.v1.ScheduleDispatchedH\x00R\x12scheduleDispatchedB\x05\n" +
 	"\x03cmd\"W\n" +
@@ -6882,7 +6975,12 @@ const file_raftgate_proto_rawDesc = "" +
 	"\amatched\x18\x0e \x01(\x04R\amatched\"[\n" +
 	"\x05Admit\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12-\n" +
-	"\x13proposed_at_unix_ms\x18\x02 \x01(\x03R\x10proposedAtUnixMs\"\xbc\x01\n" +
+	"\x13proposed_at_unix_ms\x18\x02 \x01(\x03R\x10proposedAtUnixMs\"\x99\x01\n" +
+	"\x05Start\x12#\n" +
+	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\"\n" +
+	"\runtil_unix_ms\x18\x03 \x01(\x03R\vuntilUnixMs\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x04 \x01(\x03R\x10proposedAtUnixMs\"\xbc\x01\n" +
 	"\rAttemptFailed\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x14\n" +
@@ -7274,7 +7372,7 @@ func file_raftgate_proto_rawDescGZIP() []byte {
 }
 
 var file_raftgate_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
+var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_raftgate_proto_goTypes = []any{
 	(BulkAction)(0),                // 0: raftgate.v1.BulkAction
 	(Service_Kind)(0),              // 1: raftgate.v1.Service.Kind
@@ -7307,59 +7405,60 @@ var file_raftgate_proto_goTypes = []any{
 	(*BulkStep)(nil),               // 28: raftgate.v1.BulkStep
 	(*Operation)(nil),              // 29: raftgate.v1.Operation
 	(*Admit)(nil),                  // 30: raftgate.v1.Admit
-	(*AttemptFailed)(nil),          // 31: raftgate.v1.AttemptFailed
-	(*Service)(nil),                // 32: raftgate.v1.Service
-	(*Limits)(nil),                 // 33: raftgate.v1.Limits
-	(*Rule)(nil),                   // 34: raftgate.v1.Rule
-	(*PutRule)(nil),                // 35: raftgate.v1.PutRule
-	(*DeleteRule)(nil),             // 36: raftgate.v1.DeleteRule
-	(*HandlerConfig)(nil),          // 37: raftgate.v1.HandlerConfig
-	(*RetryPolicy)(nil),            // 38: raftgate.v1.RetryPolicy
-	(*PutService)(nil),             // 39: raftgate.v1.PutService
-	(*DeleteService)(nil),          // 40: raftgate.v1.DeleteService
-	(*InvocationRecord)(nil),       // 41: raftgate.v1.InvocationRecord
-	(*KeyState)(nil),               // 42: raftgate.v1.KeyState
-	(*DispatchRequestBatch)(nil),   // 43: raftgate.v1.DispatchRequestBatch
-	(*DispatchResponseBatch)(nil),  // 44: raftgate.v1.DispatchResponseBatch
-	(*DispatchRequest)(nil),        // 45: raftgate.v1.DispatchRequest
-	(*DispatchResponse)(nil),       // 46: raftgate.v1.DispatchResponse
-	(*AppendInvocation)(nil),       // 47: raftgate.v1.AppendInvocation
-	(*Appended)(nil),               // 48: raftgate.v1.Appended
-	(*GetOutput)(nil),              // 49: raftgate.v1.GetOutput
-	(*AttachInvocation)(nil),       // 50: raftgate.v1.AttachInvocation
-	(*InvocationResult)(nil),       // 51: raftgate.v1.InvocationResult
-	(*GetStatus)(nil),              // 52: raftgate.v1.GetStatus
-	(*InvocationStatus)(nil),       // 53: raftgate.v1.InvocationStatus
-	(*ListInvocations)(nil),        // 54: raftgate.v1.ListInvocations
-	(*InvocationList)(nil),         // 55: raftgate.v1.InvocationList
-	(*InvocationAction)(nil),       // 56: raftgate.v1.InvocationAction
-	(*BulkRequest)(nil),            // 57: raftgate.v1.BulkRequest
-	(*GetOperation)(nil),           // 58: raftgate.v1.GetOperation
-	(*CancelInvocation)(nil),       // 59: raftgate.v1.CancelInvocation
-	(*Done)(nil),                   // 60: raftgate.v1.Done
-	(*GetKeyStatus)(nil),           // 61: raftgate.v1.GetKeyStatus
-	(*DispatchError)(nil),          // 62: raftgate.v1.DispatchError
-	(*ScheduleSpec)(nil),           // 63: raftgate.v1.ScheduleSpec
-	(*ScheduleDispatch)(nil),       // 64: raftgate.v1.ScheduleDispatch
-	(*ScheduleState)(nil),          // 65: raftgate.v1.ScheduleState
-	(*ScheduleDispatched)(nil),     // 66: raftgate.v1.ScheduleDispatched
-	(*PutSchedule)(nil),            // 67: raftgate.v1.PutSchedule
-	(*DeleteSchedule)(nil),         // 68: raftgate.v1.DeleteSchedule
-	(*PauseSchedule)(nil),          // 69: raftgate.v1.PauseSchedule
-	(*TriggerSchedule)(nil),        // 70: raftgate.v1.TriggerSchedule
-	(*ScheduleTick)(nil),           // 71: raftgate.v1.ScheduleTick
-	(*BackfillSchedule)(nil),       // 72: raftgate.v1.BackfillSchedule
-	(*ScheduleRequest)(nil),        // 73: raftgate.v1.ScheduleRequest
-	(*ScheduleList)(nil),           // 74: raftgate.v1.ScheduleList
-	(*CallbackState)(nil),          // 75: raftgate.v1.CallbackState
-	(*CallbackAttempt)(nil),        // 76: raftgate.v1.CallbackAttempt
-	(*InitCluster)(nil),            // 77: raftgate.v1.InitCluster
-	(*JoinNode)(nil),               // 78: raftgate.v1.JoinNode
-	(*SetNodeState)(nil),           // 79: raftgate.v1.SetNodeState
-	(*UpdateNodeAddrs)(nil),        // 80: raftgate.v1.UpdateNodeAddrs
-	(*SetPlacement)(nil),           // 81: raftgate.v1.SetPlacement
-	(*ObserveConfig)(nil),          // 82: raftgate.v1.ObserveConfig
-	(*SetPlacementPolicy)(nil),     // 83: raftgate.v1.SetPlacementPolicy
+	(*Start)(nil),                  // 31: raftgate.v1.Start
+	(*AttemptFailed)(nil),          // 32: raftgate.v1.AttemptFailed
+	(*Service)(nil),                // 33: raftgate.v1.Service
+	(*Limits)(nil),                 // 34: raftgate.v1.Limits
+	(*Rule)(nil),                   // 35: raftgate.v1.Rule
+	(*PutRule)(nil),                // 36: raftgate.v1.PutRule
+	(*DeleteRule)(nil),             // 37: raftgate.v1.DeleteRule
+	(*HandlerConfig)(nil),          // 38: raftgate.v1.HandlerConfig
+	(*RetryPolicy)(nil),            // 39: raftgate.v1.RetryPolicy
+	(*PutService)(nil),             // 40: raftgate.v1.PutService
+	(*DeleteService)(nil),          // 41: raftgate.v1.DeleteService
+	(*InvocationRecord)(nil),       // 42: raftgate.v1.InvocationRecord
+	(*KeyState)(nil),               // 43: raftgate.v1.KeyState
+	(*DispatchRequestBatch)(nil),   // 44: raftgate.v1.DispatchRequestBatch
+	(*DispatchResponseBatch)(nil),  // 45: raftgate.v1.DispatchResponseBatch
+	(*DispatchRequest)(nil),        // 46: raftgate.v1.DispatchRequest
+	(*DispatchResponse)(nil),       // 47: raftgate.v1.DispatchResponse
+	(*AppendInvocation)(nil),       // 48: raftgate.v1.AppendInvocation
+	(*Appended)(nil),               // 49: raftgate.v1.Appended
+	(*GetOutput)(nil),              // 50: raftgate.v1.GetOutput
+	(*AttachInvocation)(nil),       // 51: raftgate.v1.AttachInvocation
+	(*InvocationResult)(nil),       // 52: raftgate.v1.InvocationResult
+	(*GetStatus)(nil),              // 53: raftgate.v1.GetStatus
+	(*InvocationStatus)(nil),       // 54: raftgate.v1.InvocationStatus
+	(*ListInvocations)(nil),        // 55: raftgate.v1.ListInvocations
+	(*InvocationList)(nil),         // 56: raftgate.v1.InvocationList
+	(*InvocationAction)(nil),       // 57: raftgate.v1.InvocationAction
+	(*BulkRequest)(nil),            // 58: raftgate.v1.BulkRequest
+	(*GetOperation)(nil),           // 59: raftgate.v1.GetOperation
+	(*CancelInvocation)(nil),       // 60: raftgate.v1.CancelInvocation
+	(*Done)(nil),                   // 61: raftgate.v1.Done
+	(*GetKeyStatus)(nil),           // 62: raftgate.v1.GetKeyStatus
+	(*DispatchError)(nil),          // 63: raftgate.v1.DispatchError
+	(*ScheduleSpec)(nil),           // 64: raftgate.v1.ScheduleSpec
+	(*ScheduleDispatch)(nil),       // 65: raftgate.v1.ScheduleDispatch
+	(*ScheduleState)(nil),          // 66: raftgate.v1.ScheduleState
+	(*ScheduleDispatched)(nil),     // 67: raftgate.v1.ScheduleDispatched
+	(*PutSchedule)(nil),            // 68: raftgate.v1.PutSchedule
+	(*DeleteSchedule)(nil),         // 69: raftgate.v1.DeleteSchedule
+	(*PauseSchedule)(nil),          // 70: raftgate.v1.PauseSchedule
+	(*TriggerSchedule)(nil),        // 71: raftgate.v1.TriggerSchedule
+	(*ScheduleTick)(nil),           // 72: raftgate.v1.ScheduleTick
+	(*BackfillSchedule)(nil),       // 73: raftgate.v1.BackfillSchedule
+	(*ScheduleRequest)(nil),        // 74: raftgate.v1.ScheduleRequest
+	(*ScheduleList)(nil),           // 75: raftgate.v1.ScheduleList
+	(*CallbackState)(nil),          // 76: raftgate.v1.CallbackState
+	(*CallbackAttempt)(nil),        // 77: raftgate.v1.CallbackAttempt
+	(*InitCluster)(nil),            // 78: raftgate.v1.InitCluster
+	(*JoinNode)(nil),               // 79: raftgate.v1.JoinNode
+	(*SetNodeState)(nil),           // 80: raftgate.v1.SetNodeState
+	(*UpdateNodeAddrs)(nil),        // 81: raftgate.v1.UpdateNodeAddrs
+	(*SetPlacement)(nil),           // 82: raftgate.v1.SetPlacement
+	(*ObserveConfig)(nil),          // 83: raftgate.v1.ObserveConfig
+	(*SetPlacementPolicy)(nil),     // 84: raftgate.v1.SetPlacementPolicy
 }
 var file_raftgate_proto_depIdxs = []int32{
 	9,   // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
@@ -7368,15 +7467,15 @@ var file_raftgate_proto_depIdxs = []int32{
 	19,  // 3: raftgate.v1.Command.complete:type_name -> raftgate.v1.Complete
 	20,  // 4: raftgate.v1.Command.cancel:type_name -> raftgate.v1.Cancel
 	21,  // 5: raftgate.v1.Command.purge:type_name -> raftgate.v1.Purge
-	31,  // 6: raftgate.v1.Command.attempt_failed:type_name -> raftgate.v1.AttemptFailed
+	32,  // 6: raftgate.v1.Command.attempt_failed:type_name -> raftgate.v1.AttemptFailed
 	30,  // 7: raftgate.v1.Command.admit:type_name -> raftgate.v1.Admit
 	15,  // 8: raftgate.v1.Command.fence_service:type_name -> raftgate.v1.FenceService
-	39,  // 9: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
-	40,  // 10: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
-	77,  // 11: raftgate.v1.Command.init_cluster:type_name -> raftgate.v1.InitCluster
-	78,  // 12: raftgate.v1.Command.join_node:type_name -> raftgate.v1.JoinNode
-	79,  // 13: raftgate.v1.Command.set_node_state:type_name -> raftgate.v1.SetNodeState
-	80,  // 14: raftgate.v1.Command.update_node_addrs:type_name -> raftgate.v1.UpdateNodeAddrs
+	40,  // 9: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
+	41,  // 10: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
+	78,  // 11: raftgate.v1.Command.init_cluster:type_name -> raftgate.v1.InitCluster
+	79,  // 12: raftgate.v1.Command.join_node:type_name -> raftgate.v1.JoinNode
+	80,  // 13: raftgate.v1.Command.set_node_state:type_name -> raftgate.v1.SetNodeState
+	81,  // 14: raftgate.v1.Command.update_node_addrs:type_name -> raftgate.v1.UpdateNodeAddrs
 	22,  // 15: raftgate.v1.Command.resume:type_name -> raftgate.v1.Resume
 	23,  // 16: raftgate.v1.Command.restart:type_name -> raftgate.v1.Restart
 	24,  // 17: raftgate.v1.Command.kill:type_name -> raftgate.v1.Kill
@@ -7384,98 +7483,99 @@ var file_raftgate_proto_depIdxs = []int32{
 	26,  // 19: raftgate.v1.Command.pause:type_name -> raftgate.v1.Pause
 	27,  // 20: raftgate.v1.Command.bulk:type_name -> raftgate.v1.Bulk
 	28,  // 21: raftgate.v1.Command.bulk_step:type_name -> raftgate.v1.BulkStep
-	81,  // 22: raftgate.v1.Command.set_placement:type_name -> raftgate.v1.SetPlacement
-	82,  // 23: raftgate.v1.Command.observe_config:type_name -> raftgate.v1.ObserveConfig
-	83,  // 24: raftgate.v1.Command.set_placement_policy:type_name -> raftgate.v1.SetPlacementPolicy
-	67,  // 25: raftgate.v1.Command.put_schedule:type_name -> raftgate.v1.PutSchedule
-	68,  // 26: raftgate.v1.Command.delete_schedule:type_name -> raftgate.v1.DeleteSchedule
-	69,  // 27: raftgate.v1.Command.pause_schedule:type_name -> raftgate.v1.PauseSchedule
-	70,  // 28: raftgate.v1.Command.trigger_schedule:type_name -> raftgate.v1.TriggerSchedule
-	71,  // 29: raftgate.v1.Command.schedule_tick:type_name -> raftgate.v1.ScheduleTick
-	76,  // 30: raftgate.v1.Command.callback_attempt:type_name -> raftgate.v1.CallbackAttempt
-	35,  // 31: raftgate.v1.Command.put_rule:type_name -> raftgate.v1.PutRule
-	36,  // 32: raftgate.v1.Command.delete_rule:type_name -> raftgate.v1.DeleteRule
-	72,  // 33: raftgate.v1.Command.backfill_schedule:type_name -> raftgate.v1.BackfillSchedule
-	66,  // 34: raftgate.v1.Command.schedule_dispatched:type_name -> raftgate.v1.ScheduleDispatched
-	16,  // 35: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
-	18,  // 36: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
-	0,   // 37: raftgate.v1.Bulk.action:type_name -> raftgate.v1.BulkAction
-	54,  // 38: raftgate.v1.Bulk.filter:type_name -> raftgate.v1.ListInvocations
-	0,   // 39: raftgate.v1.Operation.action:type_name -> raftgate.v1.BulkAction
-	54,  // 40: raftgate.v1.Operation.filter:type_name -> raftgate.v1.ListInvocations
-	1,   // 41: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
-	38,  // 42: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
-	37,  // 43: raftgate.v1.Service.handler_config:type_name -> raftgate.v1.HandlerConfig
-	33,  // 44: raftgate.v1.Service.limits:type_name -> raftgate.v1.Limits
-	34,  // 45: raftgate.v1.PutRule.rule:type_name -> raftgate.v1.Rule
-	38,  // 46: raftgate.v1.HandlerConfig.retry:type_name -> raftgate.v1.RetryPolicy
-	33,  // 47: raftgate.v1.HandlerConfig.limits:type_name -> raftgate.v1.Limits
-	2,   // 48: raftgate.v1.RetryPolicy.on_max_attempts:type_name -> raftgate.v1.RetryPolicy.OnMaxAttempts
-	32,  // 49: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
-	17,  // 50: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
-	3,   // 51: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
-	18,  // 52: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
-	75,  // 53: raftgate.v1.InvocationRecord.callback:type_name -> raftgate.v1.CallbackState
-	45,  // 54: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
-	46,  // 55: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
-	47,  // 56: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
-	49,  // 57: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
-	50,  // 58: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
-	52,  // 59: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
-	59,  // 60: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
-	39,  // 61: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
-	40,  // 62: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
-	61,  // 63: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
-	54,  // 64: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
-	15,  // 65: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
-	56,  // 66: raftgate.v1.DispatchRequest.action:type_name -> raftgate.v1.InvocationAction
-	57,  // 67: raftgate.v1.DispatchRequest.bulk:type_name -> raftgate.v1.BulkRequest
-	58,  // 68: raftgate.v1.DispatchRequest.operation:type_name -> raftgate.v1.GetOperation
-	73,  // 69: raftgate.v1.DispatchRequest.schedule:type_name -> raftgate.v1.ScheduleRequest
-	35,  // 70: raftgate.v1.DispatchRequest.put_rule:type_name -> raftgate.v1.PutRule
-	36,  // 71: raftgate.v1.DispatchRequest.delete_rule:type_name -> raftgate.v1.DeleteRule
-	48,  // 72: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
-	51,  // 73: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
-	53,  // 74: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
-	60,  // 75: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
-	42,  // 76: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
-	55,  // 77: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
-	62,  // 78: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
-	29,  // 79: raftgate.v1.DispatchResponse.operation:type_name -> raftgate.v1.Operation
-	74,  // 80: raftgate.v1.DispatchResponse.schedules:type_name -> raftgate.v1.ScheduleList
-	34,  // 81: raftgate.v1.DispatchResponse.rule:type_name -> raftgate.v1.Rule
-	17,  // 82: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
-	18,  // 83: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
-	41,  // 84: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
-	4,   // 85: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
-	41,  // 86: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
-	5,   // 87: raftgate.v1.InvocationAction.kind:type_name -> raftgate.v1.InvocationAction.Kind
-	0,   // 88: raftgate.v1.BulkRequest.action:type_name -> raftgate.v1.BulkAction
-	54,  // 89: raftgate.v1.BulkRequest.filter:type_name -> raftgate.v1.ListInvocations
-	6,   // 90: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
-	63,  // 91: raftgate.v1.ScheduleState.spec:type_name -> raftgate.v1.ScheduleSpec
-	64,  // 92: raftgate.v1.ScheduleState.dispatch:type_name -> raftgate.v1.ScheduleDispatch
-	63,  // 93: raftgate.v1.PutSchedule.spec:type_name -> raftgate.v1.ScheduleSpec
-	67,  // 94: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
-	68,  // 95: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
-	69,  // 96: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
-	70,  // 97: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
-	72,  // 98: raftgate.v1.ScheduleRequest.backfill:type_name -> raftgate.v1.BackfillSchedule
-	65,  // 99: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
-	7,   // 100: raftgate.v1.CallbackState.state:type_name -> raftgate.v1.CallbackState.State
-	8,   // 101: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
-	11,  // 102: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
-	45,  // 103: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
-	43,  // 104: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
-	10,  // 105: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
-	12,  // 106: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
-	46,  // 107: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
-	44,  // 108: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
-	105, // [105:109] is the sub-list for method output_type
-	101, // [101:105] is the sub-list for method input_type
-	101, // [101:101] is the sub-list for extension type_name
-	101, // [101:101] is the sub-list for extension extendee
-	0,   // [0:101] is the sub-list for field type_name
+	82,  // 22: raftgate.v1.Command.set_placement:type_name -> raftgate.v1.SetPlacement
+	83,  // 23: raftgate.v1.Command.observe_config:type_name -> raftgate.v1.ObserveConfig
+	84,  // 24: raftgate.v1.Command.set_placement_policy:type_name -> raftgate.v1.SetPlacementPolicy
+	68,  // 25: raftgate.v1.Command.put_schedule:type_name -> raftgate.v1.PutSchedule
+	69,  // 26: raftgate.v1.Command.delete_schedule:type_name -> raftgate.v1.DeleteSchedule
+	70,  // 27: raftgate.v1.Command.pause_schedule:type_name -> raftgate.v1.PauseSchedule
+	71,  // 28: raftgate.v1.Command.trigger_schedule:type_name -> raftgate.v1.TriggerSchedule
+	72,  // 29: raftgate.v1.Command.schedule_tick:type_name -> raftgate.v1.ScheduleTick
+	77,  // 30: raftgate.v1.Command.callback_attempt:type_name -> raftgate.v1.CallbackAttempt
+	36,  // 31: raftgate.v1.Command.put_rule:type_name -> raftgate.v1.PutRule
+	37,  // 32: raftgate.v1.Command.delete_rule:type_name -> raftgate.v1.DeleteRule
+	31,  // 33: raftgate.v1.Command.start:type_name -> raftgate.v1.Start
+	73,  // 34: raftgate.v1.Command.backfill_schedule:type_name -> raftgate.v1.BackfillSchedule
+	67,  // 35: raftgate.v1.Command.schedule_dispatched:type_name -> raftgate.v1.ScheduleDispatched
+	16,  // 36: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
+	18,  // 37: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
+	0,   // 38: raftgate.v1.Bulk.action:type_name -> raftgate.v1.BulkAction
+	55,  // 39: raftgate.v1.Bulk.filter:type_name -> raftgate.v1.ListInvocations
+	0,   // 40: raftgate.v1.Operation.action:type_name -> raftgate.v1.BulkAction
+	55,  // 41: raftgate.v1.Operation.filter:type_name -> raftgate.v1.ListInvocations
+	1,   // 42: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
+	39,  // 43: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
+	38,  // 44: raftgate.v1.Service.handler_config:type_name -> raftgate.v1.HandlerConfig
+	34,  // 45: raftgate.v1.Service.limits:type_name -> raftgate.v1.Limits
+	35,  // 46: raftgate.v1.PutRule.rule:type_name -> raftgate.v1.Rule
+	39,  // 47: raftgate.v1.HandlerConfig.retry:type_name -> raftgate.v1.RetryPolicy
+	34,  // 48: raftgate.v1.HandlerConfig.limits:type_name -> raftgate.v1.Limits
+	2,   // 49: raftgate.v1.RetryPolicy.on_max_attempts:type_name -> raftgate.v1.RetryPolicy.OnMaxAttempts
+	33,  // 50: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
+	17,  // 51: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
+	3,   // 52: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
+	18,  // 53: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
+	76,  // 54: raftgate.v1.InvocationRecord.callback:type_name -> raftgate.v1.CallbackState
+	46,  // 55: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
+	47,  // 56: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
+	48,  // 57: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
+	50,  // 58: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
+	51,  // 59: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
+	53,  // 60: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
+	60,  // 61: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
+	40,  // 62: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
+	41,  // 63: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
+	62,  // 64: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
+	55,  // 65: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
+	15,  // 66: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
+	57,  // 67: raftgate.v1.DispatchRequest.action:type_name -> raftgate.v1.InvocationAction
+	58,  // 68: raftgate.v1.DispatchRequest.bulk:type_name -> raftgate.v1.BulkRequest
+	59,  // 69: raftgate.v1.DispatchRequest.operation:type_name -> raftgate.v1.GetOperation
+	74,  // 70: raftgate.v1.DispatchRequest.schedule:type_name -> raftgate.v1.ScheduleRequest
+	36,  // 71: raftgate.v1.DispatchRequest.put_rule:type_name -> raftgate.v1.PutRule
+	37,  // 72: raftgate.v1.DispatchRequest.delete_rule:type_name -> raftgate.v1.DeleteRule
+	49,  // 73: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
+	52,  // 74: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
+	54,  // 75: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
+	61,  // 76: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
+	43,  // 77: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
+	56,  // 78: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
+	63,  // 79: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
+	29,  // 80: raftgate.v1.DispatchResponse.operation:type_name -> raftgate.v1.Operation
+	75,  // 81: raftgate.v1.DispatchResponse.schedules:type_name -> raftgate.v1.ScheduleList
+	35,  // 82: raftgate.v1.DispatchResponse.rule:type_name -> raftgate.v1.Rule
+	17,  // 83: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
+	18,  // 84: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
+	42,  // 85: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
+	4,   // 86: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
+	42,  // 87: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
+	5,   // 88: raftgate.v1.InvocationAction.kind:type_name -> raftgate.v1.InvocationAction.Kind
+	0,   // 89: raftgate.v1.BulkRequest.action:type_name -> raftgate.v1.BulkAction
+	55,  // 90: raftgate.v1.BulkRequest.filter:type_name -> raftgate.v1.ListInvocations
+	6,   // 91: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
+	64,  // 92: raftgate.v1.ScheduleState.spec:type_name -> raftgate.v1.ScheduleSpec
+	65,  // 93: raftgate.v1.ScheduleState.dispatch:type_name -> raftgate.v1.ScheduleDispatch
+	64,  // 94: raftgate.v1.PutSchedule.spec:type_name -> raftgate.v1.ScheduleSpec
+	68,  // 95: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
+	69,  // 96: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
+	70,  // 97: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
+	71,  // 98: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
+	73,  // 99: raftgate.v1.ScheduleRequest.backfill:type_name -> raftgate.v1.BackfillSchedule
+	66,  // 100: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
+	7,   // 101: raftgate.v1.CallbackState.state:type_name -> raftgate.v1.CallbackState.State
+	8,   // 102: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
+	11,  // 103: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
+	46,  // 104: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
+	44,  // 105: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
+	10,  // 106: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
+	12,  // 107: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
+	47,  // 108: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
+	45,  // 109: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
+	106, // [106:110] is the sub-list for method output_type
+	102, // [102:106] is the sub-list for method input_type
+	102, // [102:102] is the sub-list for extension type_name
+	102, // [102:102] is the sub-list for extension extendee
+	0,   // [0:102] is the sub-list for field type_name
 }
 
 func init() { file_raftgate_proto_init() }
@@ -7516,11 +7616,12 @@ func file_raftgate_proto_init() {
 		(*Command_CallbackAttempt)(nil),
 		(*Command_PutRule)(nil),
 		(*Command_DeleteRule)(nil),
+		(*Command_Start)(nil),
 		(*Command_BackfillSchedule)(nil),
 		(*Command_ScheduleDispatched)(nil),
 	}
 	file_raftgate_proto_msgTypes[9].OneofWrappers = []any{}
-	file_raftgate_proto_msgTypes[37].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[38].OneofWrappers = []any{
 		(*DispatchRequest_Append)(nil),
 		(*DispatchRequest_Output)(nil),
 		(*DispatchRequest_Attach)(nil),
@@ -7538,7 +7639,7 @@ func file_raftgate_proto_init() {
 		(*DispatchRequest_PutRule)(nil),
 		(*DispatchRequest_DeleteRule)(nil),
 	}
-	file_raftgate_proto_msgTypes[38].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[39].OneofWrappers = []any{
 		(*DispatchResponse_Appended)(nil),
 		(*DispatchResponse_Result)(nil),
 		(*DispatchResponse_Status)(nil),
@@ -7550,7 +7651,7 @@ func file_raftgate_proto_init() {
 		(*DispatchResponse_Schedules)(nil),
 		(*DispatchResponse_Rule)(nil),
 	}
-	file_raftgate_proto_msgTypes[65].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[66].OneofWrappers = []any{
 		(*ScheduleRequest_Put)(nil),
 		(*ScheduleRequest_Delete)(nil),
 		(*ScheduleRequest_Pause)(nil),
@@ -7565,7 +7666,7 @@ func file_raftgate_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftgate_proto_rawDesc), len(file_raftgate_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   69,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -50,7 +50,12 @@ func (n *Server) startLogCheck(ingressAddr string, ingressTLS *tls.Config) {
 		}
 		for _, g := range n.localGroups() {
 			if !n.catchUp(ctx, g) {
-				return
+				select {
+				case <-g.Removed():
+					continue // placed elsewhere meanwhile: not this node's to check
+				default:
+					return
+				}
 			}
 		}
 		ln, err := net.Listen("tcp", ingressAddr)

@@ -426,6 +426,12 @@ func (n *Server) startMembership(dialOpts []grpc.DialOption) {
 func (n *Server) reconcile(ctx context.Context, dialOpts []grpc.DialOption) error {
 	st := n.cluster.State()
 	if st.ID == nil {
+		// A node started on an empty data dir under the id of a node the
+		// cluster removed has no record yet; its peers' "removed" answer
+		// stops its metadata group.
+		if err := n.checkRemoved(st); err != nil {
+			return err
+		}
 		n.createRecord(ctx, dialOpts)
 		return nil
 	}

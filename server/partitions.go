@@ -89,6 +89,7 @@ func (n *Server) openPartition(p uint32, how openHow) error {
 	reg := &trackedRegisterer{reg: n.registerer}
 	pc := partition.DefaultConfig()
 	pc.Partition = p
+	pc.Partitions = n.cfg.Partitions
 	pc.Retention = n.cfg.Retention
 	pc.Invoker.Retry = defaultRetry(n.cfg)
 	pc.Callbacks.Allow = callbackAllowList(n.cfg)

@@ -58,14 +58,16 @@ func TestDevAnswersGreeter(t *testing.T) {
 		t.Fatalf("Greeter answered %s, want \"Hello, Ada!\"", body)
 	}
 
+	// The commands to try come once every example service is registered,
+	// which may be after Greeter answers.
+	testutil.WaitFor(t, 30*time.Second, "dev to print curl commands to try", func() bool {
+		return strings.Contains(out.String(), "curl")
+	})
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 	select {
 	case <-exited:
 	case <-time.After(20 * time.Second):
 		t.Fatalf("dev did not stop within 20s of SIGTERM:\n%s", out.String())
-	}
-	if !strings.Contains(out.String(), "curl") {
-		t.Errorf("dev printed no curl commands to try:\n%s", out.String())
 	}
 }
 

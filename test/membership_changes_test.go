@@ -125,9 +125,9 @@ func settledTable(table map[uint64]nodeView, partitions int, want map[uint64]str
 // --node-id, no --initial-cluster, an empty data dir), replacing node
 // replace when not 0, and waits until it serves. Its id is the one the
 // cluster gave it (its identity file).
-func (c *cluster) joinNode(replace int) *node {
+func (c *cluster) joinNode(replace int, extra ...string) *node {
 	c.t.Helper()
-	n := c.startJoiner(replace, nil)
+	n := c.startJoiner(replace, nil, extra...)
 	c.waitReady(n, 90*time.Second)
 	if n.id = joinedID(n); n.id == 0 {
 		c.t.Fatalf("joined node has no identity")
@@ -136,8 +136,9 @@ func (c *cluster) joinNode(replace int) *node {
 }
 
 // startJoiner starts a joining node's process (see joinNode), with env
-// added to its environment at this first start only, and returns at once.
-func (c *cluster) startJoiner(replace int, env []string) *node {
+// added to its environment at this first start only, and extra flags, and
+// returns at once.
+func (c *cluster) startJoiner(replace int, env []string, extra ...string) *node {
 	c.t.Helper()
 	base := c.t.TempDir()
 	n := &node{
@@ -162,6 +163,7 @@ func (c *cluster) startJoiner(replace int, env []string) *node {
 	if replace != 0 {
 		n.extraArgs = append(n.extraArgs, "--replace", fmt.Sprint(replace))
 	}
+	n.extraArgs = append(n.extraArgs, extra...)
 	c.start(n)
 	n.env = nil
 	c.t.Cleanup(func() {

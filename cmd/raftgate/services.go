@@ -57,11 +57,11 @@ func newServicesCmd(env cliEnv) *cobra.Command {
 	add.Flags().StringVar(&retry.initialBackoff, "initial-backoff", "", "delay after a first failed delivery, like 500ms (default: the cluster's)")
 	add.Flags().StringVar(&retry.maxBackoff, "max-backoff", "", "longest delay between deliveries, like 1m (default: the cluster's)")
 	add.Flags().StringVar(&retry.attemptTimeout, "attempt-timeout", "", "bound of one delivery, like 10s (default: the cluster's)")
-	add.Flags().Uint32Var(&limits.Concurrency, "concurrency", 0, "deliveries in flight at once, cluster-wide (stored; not yet enforced)")
-	add.Flags().Float64Var(&limits.RatePerSecond, "rate", 0, "deliveries started per second, cluster-wide (stored; not yet enforced)")
+	add.Flags().Uint32Var(&limits.Concurrency, "concurrency", 0, "deliveries in flight at once, cluster-wide")
+	add.Flags().Float64Var(&limits.RatePerSecond, "rate", 0, "deliveries started per second, cluster-wide")
 	add.Flags().Uint32Var(&limits.Burst, "burst", 0, "the rate's token bucket size")
 	add.Flags().StringVar(&callbackURL, "callback-url", "", "POST each invocation's result here when it completes, unless its send names another (x-raftgate-callback); the origin must be in the cluster's --callback-allow")
-	add.Flags().Uint32Var(&perKey, "per-key-concurrency", 0, "in flight per key of an object's or workflow's shared handlers (stored; not yet enforced)")
+	add.Flags().Uint32Var(&perKey, "per-key-concurrency", 0, "in flight per key of an object's or workflow's shared handlers")
 
 	var asJSON bool
 	list := &cobra.Command{

@@ -53,8 +53,8 @@ type ServiceView struct {
 	HandlerConfig map[string]HandlerConfigView `json:"handlerConfig,omitempty"`
 	// RejectReusedIdempotencyKeys: see ServiceRequest.
 	RejectReusedIdempotencyKeys bool `json:"rejectReusedIdempotencyKeys,omitempty"`
-	// Limits and PerKeyConcurrency are flow control as registered (stored;
-	// not yet enforced); a handler's limits are in HandlerConfig.
+	// Limits and PerKeyConcurrency are flow control as registered (enforced by
+	// the partitions' invokers, partition/flow.go); a handler's limits are in HandlerConfig.
 	Limits            *LimitsView `json:"limits,omitempty"`
 	PerKeyConcurrency uint32      `json:"perKeyConcurrency,omitempty"`
 }

@@ -1,0 +1,351 @@
+package partition
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/raftgate/raftgate/outbox"
+	"github.com/raftgate/raftgate/rpc"
+	bolt "go.etcd.io/bbolt"
+	"golang.org/x/time/rate"
+)
+
+// Flow control: the limits of a service's registration (rpc.Limits of the
+// service and of its handlers, perKeyConcurrency) and the scope rules,
+// enforced by each partition's invoker.
+//
+//   - A cluster-wide concurrency limit N is split among the P partitions
+//     statically: partition p gets N/P, plus one for p ≤ N mod P, so the
+//     shares add up to N; a share is never below 1, so a limit below P
+//     holds as P (one per partition). A partition's unused share is not
+//     lent to the others.
+//   - What is in flight is counted from state: before calling a limited
+//     service the leader proposes Start, which marks the outbox entry under
+//     way until the attempt's deadline, and calls only once it applied,
+//     with that deadline. A new leader counts every marked entry in flight
+//     until its outcome applies or its deadline passes, and delivers it
+//     again only then, so the old leader's calls are over (they end at
+//     the deadline, or when the old leader dies and its connections
+//     close; a service that keeps running a call whose caller is gone
+//     can see more, and so can leaders whose clocks disagree by more than
+//     the deadline's margin).
+//   - perKeyConcurrency is not split: a key's invocations all live in
+//     one partition.
+//   - ratePerSecond and burst are token buckets on the leader, one per
+//     service and per handler, with the rate split as rate/P and the
+//     burst as the concurrency (at least 1). A bucket starts empty at each
+//     term, so a leader change never adds a burst.
+//   - Fairness: due deliveries held by a limit wait in a fairQueue grouped
+//     by (service, key), the key being the object key, else the
+//     idempotency key (those with neither share one group), and are
+//     admitted round robin across groups, in order within a group.
+
+// FlowRules is what the invoker needs to enforce flow control, an optional
+// interface of Config.Services (registry.InvokerLookup implements it);
+// without it no limit is enforced. Methods are called from the invoker's
+// scan and must not block.
+type FlowRules interface {
+	// Registered returns the service's registration as this replica holds
+	// it.
+	Registered(name string) (*rpc.Service, bool)
+	// RuleFor returns the enabled scope rule that applies to scope.
+	RuleFor(scope string) (*rpc.Rule, bool)
+	// HasRules reports whether any scope rule exists.
+	HasRules() bool
+}
+
+// startMark is a Start command's outcome, for the leader that waits on it.
+type startMark struct {
+	id     []byte
+	until  int64
+	marked bool
+}
+
+// start marks a pending invocation's outbox entry under way (Start); a
+// Start for another attempt, or for an invocation not in the outbox, marks
+// nothing.
+func (m *machine) start(b *bolt.Bucket, c *rpc.Start, fx *effects) error {
+	rec, found, err := m.record(b, c.InvocationId)
+	if err != nil {
+		return err
+	}
+	marked := false
+	if found && rec.State == rpc.InvocationRecord_PENDING && c.Attempt == rec.Attempts+1 {
+		if marked, err = outbox.MarkStarted(b, dueOf(rec), c.InvocationId, c.UntilUnixMs); err != nil {
+			return err
+		}
+	}
+	fx.started = append(fx.started, startMark{id: c.InvocationId, until: c.UntilUnixMs, marked: marked})
+	return nil
+}
+
+// share is partition p's (1..parts) share of a cluster-wide figure n: n/P,
+// plus one for the first n mod P partitions, and at least 1.
+func share(n uint32, parts, p uint32) int {
+	if parts == 0 {
+		parts = 1
+	}
+	s := n / parts
+	if (p-1)%parts < n%parts {
+		s++
+	}
+	return max(int(s), 1)
+}
+
+// demand is one concurrency limit a delivery is held by.
+type demand struct {
+	counter string // what it counts against
+	limit   int    // this partition's share
+}
+
+// flowOf returns the concurrency limits that hold rec (nil: none) and the
+// token buckets it takes from.
+func (iv *invoker) flowOf(svc *rpc.Service, rule *rpc.Rule, rec *rpc.InvocationRecord) (ds []demand, buckets []bucketSpec) {
+	inv := rec.Invoke
+	parts, p := iv.p.cfg.Partitions, iv.p.cfg.Partition
+	add := func(counter string, l *rpc.Limits) {
+		if l.GetConcurrency() > 0 {
+			ds = append(ds, demand{counter: counter, limit: share(l.GetConcurrency(), parts, p)})
+		}
+		if r := l.GetRatePerSecond(); r > 0 {
+			buckets = append(buckets, bucketSpec{name: counter, rate: r / float64(max(parts, 1)), burst: share(l.GetBurst(), parts, p)})
+		}
+	}
+	add("s\x00"+inv.Service, svc.GetLimits())
+	for _, hc := range svc.GetHandlerConfig() {
+		if hc.GetHandler() == inv.Handler {
+			add("h\x00"+inv.Service+"\x00"+inv.Handler, hc.GetLimits())
+		}
+	}
+	if rule != nil && rule.Concurrency > 0 {
+		ds = append(ds, demand{counter: "r\x00" + inv.Scope, limit: share(rule.Concurrency, parts, p)})
+	}
+	if n := svc.GetPerKeyConcurrency(); n > 0 && inv.Key != "" && !inv.Exclusive {
+		ds = append(ds, demand{counter: "k\x00" + inv.Service + "\x00" + inv.Key, limit: int(n)})
+	}
+	return ds, buckets
+}
+
+// bucketSpec is a token bucket a delivery takes a token from.
+type bucketSpec struct {
+	name  string
+	rate  float64
+	burst int
+}
+
+// bucket returns the leader's token bucket of spec, created empty.
+func (iv *invoker) bucket(spec bucketSpec, now time.Time) *rate.Limiter {
+	l, ok := iv.buckets[spec.name]
+	if !ok {
+		l = rate.NewLimiter(rate.Limit(spec.rate), spec.burst)
+		l.AllowN(now, spec.burst) // starts empty
+		iv.buckets[spec.name] = l
+		return l
+	}
+	if l.Limit() != rate.Limit(spec.rate) {
+		l.SetLimitAt(now, rate.Limit(spec.rate))
+	}
+	if l.Burst() != spec.burst {
+		l.SetBurstAt(now, spec.burst)
+	}
+	return l
+}
+
+// takeTokens takes one token from every bucket of specs, or none; when
+// some bucket is empty it returns when the next token is due.
+func (iv *invoker) takeTokens(specs []bucketSpec, now time.Time) (bool, time.Time) {
+	var wait time.Duration
+	for _, s := range specs {
+		if t := iv.bucket(s, now).TokensAt(now); t < 1 {
+			wait = max(wait, time.Duration((1-t)/s.rate*float64(time.Second))+time.Millisecond)
+		}
+	}
+	if wait > 0 {
+		return false, now.Add(wait)
+	}
+	for _, s := range specs {
+		iv.buckets[s.name].AllowN(now, 1)
+	}
+	return true, time.Time{}
+}
+
+// limited is a due delivery held by some limit, waiting for its turn.
+type limited struct {
+	rec     *rpc.InvocationRecord
+	demands []demand
+	buckets []bucketSpec
+}
+
+// fairGroup is the fairness group of a delivery: its service and key.
+func fairGroup(inv *rpc.Invoke) string {
+	k := inv.Key
+	if k == "" {
+		k = inv.IdempotencyKey
+	}
+	return inv.Service + "\x00" + k
+}
+
+// fairQueue admits waiting items round robin across groups, in order
+// within a group, starting after the group served last (last persists
+// across scans in the invoker). Deterministic: groups go in sorted order.
+type fairQueue[T any] struct {
+	groups  []string // sorted
+	items   map[string][]T
+	blocked map[string]bool
+}
+
+func newFairQueue[T any]() *fairQueue[T] {
+	return &fairQueue[T]{items: make(map[string][]T), blocked: make(map[string]bool)}
+}
+
+func (q *fairQueue[T]) push(group string, item T) {
+	if _, ok := q.items[group]; !ok {
+		i, _ := slices.BinarySearch(q.groups, group)
+		q.groups = slices.Insert(q.groups, i, group)
+	}
+	q.items[group] = append(q.items[group], item)
+}
+
+// len returns the items waiting.
+func (q *fairQueue[T]) len() int {
+	n := 0
+	for _, it := range q.items {
+		n += len(it)
+	}
+	return n
+}
+
+// next returns the head of the first group after *last (wrapping) that
+// admit accepts, and makes it *last. A group whose head admit refuses is
+// passed over until the queue is built again, so its order holds.
+func (q *fairQueue[T]) next(last *string, admit func(T) bool) (T, bool) {
+	n := len(q.groups)
+	start, found := slices.BinarySearch(q.groups, *last)
+	if found {
+		start++
+	}
+	for i := range n {
+		g := q.groups[(start+i)%n]
+		items := q.items[g]
+		if len(items) == 0 || q.blocked[g] {
+			continue
+		}
+		if !admit(items[0]) {
+			q.blocked[g] = true
+			continue
+		}
+		q.items[g] = items[1:]
+		*last = g
+		return items[0], true
+	}
+	var zero T
+	return zero, false
+}
+
+// proposeStart marks rec's delivery under way until until and waits for
+// the mark to apply; false when it did not (the delivery is released).
+func (iv *invoker) proposeStart(ctx context.Context, id []byte, attempt uint32, until int64) bool {
+	ch := make(chan bool, 1)
+	iv.mu.Lock()
+	iv.starting[string(id)] = startWait{until: until, ch: ch}
+	iv.mu.Unlock()
+	defer func() {
+		iv.mu.Lock()
+		if w, ok := iv.starting[string(id)]; ok && w.ch == ch {
+			delete(iv.starting, string(id))
+		}
+		iv.mu.Unlock()
+	}()
+	proposed := make(chan error, 1)
+	iv.p.submit(ctx, &rpc.Command{Cmd: &rpc.Command_Start{Start: &rpc.Start{
+		InvocationId: id, Attempt: attempt, UntilUnixMs: until, ProposedAtUnixMs: iv.p.now().UnixMilli(),
+	}}}, func(err error) { proposed <- err })
+	select {
+	case err := <-proposed:
+		if err != nil {
+			return false
+		}
+	case <-ctx.Done():
+		return false
+	}
+	select {
+	case ok := <-ch:
+		return ok
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// startWait is a delivery waiting for its Start to apply.
+type startWait struct {
+	until int64
+	ch    chan bool // cap 1
+}
+
+// startsApplied tells the deliveries waiting on marks whether they apply.
+// Called from Reveal; never blocks.
+func (iv *invoker) startsApplied(marks []startMark) {
+	if len(marks) == 0 {
+		return
+	}
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	for _, m := range marks {
+		if w, ok := iv.starting[string(m.id)]; ok && w.until == m.until {
+			delete(iv.starting, string(m.id))
+			w.ch <- m.marked
+		}
+	}
+}
+
+// heldMark is an entry marked under way that this leader did not reserve.
+type heldMark struct {
+	until    int64
+	counters []string
+}
+
+type heldEntry struct {
+	id string
+	heldMark
+}
+
+func (iv *invoker) isHeld(id []byte) bool {
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	_, ok := iv.held[string(id)]
+	return ok
+}
+
+// heldFromState reads the counters a marked entry occupies.
+func (iv *invoker) heldFromState(b *bolt.Bucket, q outbox.Queued, rules FlowRules, hasRules bool) (heldEntry, error) {
+	h := heldEntry{id: string(q.ID), heldMark: heldMark{until: q.StartedUntil}}
+	rec, found, err := getRecord(b, q.ID)
+	if err != nil || !found {
+		return h, err
+	}
+	svc, _ := rules.Registered(rec.Invoke.Service)
+	var rule *rpc.Rule
+	if hasRules {
+		rule, _ = rules.RuleFor(rec.Invoke.GetScope())
+	}
+	ds, _ := iv.flowOf(svc, rule, rec)
+	h.counters = counters(ds)
+	return h, nil
+}
+
+func counters(ds []demand) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.counter
+	}
+	return out
+}
+
+// underFlowControl reports whether a service's registration has limits.
+func underFlowControl(svc *rpc.Service) bool {
+	if svc.GetLimits() != nil || svc.GetPerKeyConcurrency() > 0 {
+		return true
+	}
+	return slices.ContainsFunc(svc.GetHandlerConfig(), func(hc *rpc.HandlerConfig) bool { return hc.GetLimits() != nil })
+}

@@ -1,0 +1,314 @@
+package partition
+
+import (
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/raftgate/raftgate/internal/testutil"
+	"github.com/raftgate/raftgate/invocation"
+	"github.com/raftgate/raftgate/rpc"
+	"golang.org/x/time/rate"
+)
+
+// flowServices is a ServiceLookup with FlowRules.
+type flowServices struct {
+	staticServices
+	rules map[string]*rpc.Rule
+}
+
+func (f flowServices) Registered(name string) (*rpc.Service, bool) {
+	svc, ok := f.staticServices[name]
+	return svc, ok
+}
+
+func (f flowServices) RuleFor(scope string) (*rpc.Rule, bool) {
+	if r, ok := f.rules[scope]; ok && scope != "" {
+		return r, true
+	}
+	return nil, false
+}
+
+func (f flowServices) HasRules() bool { return len(f.rules) > 0 }
+
+// The shares of a limit add up to it (a share is at least 1).
+func TestShareAddsUpToTheLimit(t *testing.T) {
+	for parts := uint32(1); parts <= 9; parts++ {
+		for n := uint32(1); n <= 40; n++ {
+			sum := 0
+			for p := uint32(1); p <= parts; p++ {
+				s := share(n, parts, p)
+				if s < 1 {
+					t.Fatalf("share(%d, %d, %d) = %d", n, parts, p, s)
+				}
+				sum += s
+			}
+			if want := int(max(n, parts)); sum != want {
+				t.Fatalf("limit %d over %d partitions: shares add up to %d, want %d", n, parts, sum, want)
+			}
+		}
+	}
+}
+
+// Round robin across groups: at every point, no group with items left was
+// served two fewer times than another; order within a group holds; the
+// last group served carries over to a rebuilt queue.
+func TestFairQueueRoundRobin(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if s, err := strconv.ParseUint(os.Getenv("RAFTGATE_SEED"), 10, 64); err == nil {
+		seed = s // replay: RAFTGATE_SEED=N
+	}
+	t.Logf("seed %d", seed)
+	rnd := rand.New(rand.NewPCG(seed, 1))
+	for round := 0; round < 200; round++ {
+		q := newFairQueue[int]()
+		groups := 1 + rnd.IntN(8)
+		left := make(map[string]int)
+		next := make(map[string]int)
+		for i := 0; i < 1+rnd.IntN(60); i++ {
+			g := "g" + strconv.Itoa(rnd.IntN(groups))
+			q.push(g, next[g])
+			next[g]++
+			left[g]++
+		}
+		served := make(map[string]int)
+		last := ""
+		for {
+			var got string
+			item, ok := q.next(&last, func(int) bool { return true })
+			if !ok {
+				break
+			}
+			got = last
+			if item != served[got] {
+				t.Fatalf("seed %d: group %s served item %d, want %d (order within a group)", seed, got, item, served[got])
+			}
+			served[got]++
+			left[got]--
+			for g, n := range left {
+				if n > 0 && served[g] < served[got]-1 {
+					t.Fatalf("seed %d: group %s served %d times while %s (%d left) was served %d", seed, got, served[got], g, n, served[g])
+				}
+			}
+		}
+		for g, n := range left {
+			if n != 0 {
+				t.Fatalf("seed %d: group %s has %d left", seed, g, n)
+			}
+		}
+	}
+}
+
+// A hot group cannot hold back a cold one, a refused head blocks only its
+// group, and the rotation goes on from the group served last when the
+// queue is built again (each scan builds one).
+func TestFairQueueHotKeyAndRefusals(t *testing.T) {
+	build := func() *fairQueue[string] {
+		q := newFairQueue[string]()
+		for i := range 1000 {
+			q.push("hot", "h"+strconv.Itoa(i))
+		}
+		q.push("cold", "c0")
+		q.push("refused", "r0")
+		return q
+	}
+	last := ""
+	q := build()
+	admit := func(s string) bool { return s != "r0" }
+	a, _ := q.next(&last, admit)
+	b, _ := q.next(&last, admit)
+	if a != "c0" || b != "h0" {
+		t.Fatalf("first two admitted %s %s, want c0 h0 (sorted groups, cold first)", a, b)
+	}
+	if c, _ := q.next(&last, admit); c != "h1" {
+		t.Fatalf("third %s, want h1 (refused passed over, cold empty)", c)
+	}
+	// A new scan's queue: the rotation continues after "hot".
+	q = build()
+	if d, _ := q.next(&last, admit); d != "c0" {
+		t.Fatalf("after a rebuild %s, want c0 (rotation continues past hot)", d)
+	}
+}
+
+// Over any window of one second, a bucket grants at most rate + burst.
+func TestTokenBucketWindow(t *testing.T) {
+	iv := &invoker{buckets: make(map[string]*rate.Limiter)}
+	spec := bucketSpec{name: "s", rate: 50, burst: 10}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var grants []time.Time
+	for ms := 0; ms < 10_000; ms++ {
+		now := start.Add(time.Duration(ms) * time.Millisecond)
+		for {
+			ok, at := iv.takeTokens([]bucketSpec{spec}, now)
+			if !ok {
+				if !at.After(now) {
+					t.Fatalf("refused with the next token at %v, not after %v", at, now)
+				}
+				break
+			}
+			grants = append(grants, now)
+		}
+	}
+	if len(grants) < 450 {
+		t.Fatalf("%d grants in 10 s at 50/s", len(grants))
+	}
+	j := 0
+	for i := range grants {
+		for grants[i].Sub(grants[j]) >= time.Second {
+			j++
+		}
+		if n := i - j + 1; n > 60 {
+			t.Fatalf("%d grants within one second, want at most 60", n)
+		}
+	}
+	if !grants[0].After(start) {
+		t.Fatal("a new bucket granted at once: it starts empty")
+	}
+}
+
+// limitedCluster is a one-partition cluster over a blocking recording
+// service registered with limits.
+func limitedCluster(t *testing.T, n int, svc *rpc.Service, clock *manualClock) (*fakeCluster, *recordingService) {
+	rs := newRecordingService(t)
+	rs.block = make(chan struct{})
+	svc.Url = rs.srv.URL
+	c := newFakeCluster(t, n, func(_ int, cfg *Config) {
+		cfg.Services = flowServices{staticServices: staticServices{svc.Name: svc}}
+		if clock != nil {
+			cfg.Clock = clock.Now
+		}
+	})
+	return c, rs
+}
+
+func (s *recordingService) inFlight() (now, most, ids int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inflight, s.maxInfl, len(s.deliveries)
+}
+
+func appendInvokes(t *testing.T, p *Processor, n int, setup func(i int, inv *rpc.Invoke)) {
+	t.Helper()
+	for i := range n {
+		inv := newInvoke("limited", i)
+		if setup != nil {
+			setup(i, inv)
+		}
+		if _, err := p.Append(ctxT(t), inv); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A service's concurrency, its handler's and a scope rule's each hold:
+// never more calls under way than the smallest that applies.
+func TestConcurrencyLimitsHeld(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		svc   *rpc.Service
+		scope string
+		want  int
+	}{
+		{"service", &rpc.Service{Name: "limited", Limits: &rpc.Limits{Concurrency: 3}}, "", 3},
+		{"handler", &rpc.Service{Name: "limited", HandlerConfig: []*rpc.HandlerConfig{{Handler: "greet", Limits: &rpc.Limits{Concurrency: 2}}}}, "", 2},
+		{"scope", &rpc.Service{Name: "limited"}, "checkout", 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, rs := limitedCluster(t, 1, tc.svc, nil)
+			if tc.scope != "" {
+				c.replicas[0].p.cfg.Services = flowServices{staticServices: staticServices{"limited": tc.svc},
+					rules: map[string]*rpc.Rule{tc.scope: {Pattern: tc.scope, Concurrency: 4, Enabled: true}}}
+			}
+			c.setLeader(0, false)
+			p := c.replicas[0].p
+			appendInvokes(t, p, 20, func(_ int, inv *rpc.Invoke) { inv.Scope = tc.scope })
+			testutil.WaitFor(t, 10*time.Second, "the limit reached", func() bool { n, _, _ := rs.inFlight(); return n == tc.want })
+			// Further scans start nothing more while all are blocked.
+			for range 3 {
+				var wg sync.WaitGroup
+				p.invoker.scan(ctxT(t), &wg)
+			}
+			if n, _, _ := rs.inFlight(); n != tc.want {
+				t.Fatalf("%d under way, limit %d", n, tc.want)
+			}
+			close(rs.block)
+			testutil.WaitFor(t, 20*time.Second, "all delivered", func() bool { return p.OutboxDepth() == 0 })
+			if _, most, ids := rs.inFlight(); most != tc.want || ids != 20 {
+				t.Fatalf("at most %d under way (limit %d), %d delivered", most, tc.want, ids)
+			}
+		})
+	}
+}
+
+// perKeyConcurrency holds per key of a keyed service's shared handler, and
+// a hot key does not hold back a cold one.
+func TestPerKeyConcurrencyAndFairness(t *testing.T) {
+	svc := &rpc.Service{Name: "limited", Kind: rpc.Service_OBJECT, Shared: []string{"greet"}, PerKeyConcurrency: 2,
+		Limits: &rpc.Limits{Concurrency: 3}}
+	c, rs := limitedCluster(t, 1, svc, nil)
+	c.setLeader(0, false)
+	p := c.replicas[0].p
+	appendInvokes(t, p, 30, func(_ int, inv *rpc.Invoke) { keyed(inv, "hot") })
+	appendInvokes(t, p, 1, func(_ int, inv *rpc.Invoke) { keyed(inv, "cold") })
+	testutil.WaitFor(t, 10*time.Second, "three under way", func() bool { n, _, _ := rs.inFlight(); return n == 3 })
+	rs.mu.Lock()
+	var cold bool
+	for _, h := range rs.headers {
+		cold = cold || h.Get("x-raftgate-key") == "cold"
+	}
+	rs.mu.Unlock()
+	p.invoker.mu.Lock()
+	perKey := map[string]int{}
+	for _, cs := range p.invoker.holding {
+		for _, c := range cs {
+			perKey[c]++
+		}
+	}
+	p.invoker.mu.Unlock()
+	if perKey["k\x00limited\x00hot"] != 2 || perKey["k\x00limited\x00cold"] != 1 {
+		t.Fatalf("under way per key %v (cold delivered: %v), want hot 2 and cold 1", perKey, cold)
+	}
+	close(rs.block)
+	testutil.WaitFor(t, 20*time.Second, "all delivered", func() bool { return p.OutboxDepth() == 0 })
+}
+
+func keyed(inv *rpc.Invoke, key string) {
+	id := invocation.RandomKeyed(inv.Service, key)
+	inv.InvocationId, inv.Key = id.Bytes(), key
+}
+
+// A new leader counts what the old one marked under way, from state: it
+// starts nothing of a full limit until the marks end, then delivers them
+// again.
+func TestNewLeaderCountsMarksFromState(t *testing.T) {
+	clock := newManualClock()
+	svc := &rpc.Service{Name: "limited", Limits: &rpc.Limits{Concurrency: 2}}
+	c, rs := limitedCluster(t, 3, svc, clock)
+	c.setLeader(0, false)
+	appendInvokes(t, c.replicas[0].p, 6, nil)
+	testutil.WaitFor(t, 10*time.Second, "two under way", func() bool { n, _, _ := rs.inFlight(); return n == 2 })
+	c.waitApplied()
+	c.setLeader(1, true)
+	p := c.replicas[1].p
+	testutil.WaitFor(t, 10*time.Second, "the new leader holds the marks", func() bool {
+		p.invoker.mu.Lock()
+		defer p.invoker.mu.Unlock()
+		return len(p.invoker.held) == 2
+	})
+	for range 3 {
+		var wg sync.WaitGroup
+		p.invoker.scan(ctxT(t), &wg)
+	}
+	if _, _, ids := rs.inFlight(); ids != 2 {
+		t.Fatalf("the new leader started more: %d invocations delivered, limit 2 held by the old leader's marks", ids)
+	}
+	close(rs.block)
+	clock.Advance(6 * time.Second) // past the marks (attempt timeout 5 s)
+	testutil.WaitFor(t, 20*time.Second, "all delivered", func() bool { return p.OutboxDepth() == 0 })
+	if _, most, ids := rs.inFlight(); most > 2 || ids != 6 {
+		t.Fatalf("at most %d under way (limit 2), %d delivered", most, ids)
+	}
+}
