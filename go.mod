@@ -24,6 +24,8 @@ require (
 
 require golang.org/x/time v0.16.0
 
+require github.com/sosodev/duration v1.4.0
+
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

@@ -243,6 +243,15 @@ func hashParts(parts ...string) [sha256.Size]byte {
 	return sum
 }
 
+// ScheduledKeyedRun is ScheduledRun for a schedule whose target is the
+// keyed service's (service, key): the same id but in the key's partition,
+// where the run must live to take its place in the key's queue.
+func ScheduledKeyedRun(id string, tickMs int64, nonce []byte, service, key string) ID {
+	run := ScheduledRun(id, tickMs, nonce)
+	binary.BigEndian.PutUint64(run[:8], KeyedPartitionKey(service, key))
+	return run
+}
+
 // SchedulePartitionKey is the partition key of schedule id: the schedule
 // and the invocations of its ticks live in the partition that owns it.
 func SchedulePartitionKey(id string) uint64 {

@@ -132,8 +132,13 @@ type Config struct {
 	// ProposeTimeout bounds one Propose call.
 	ProposeTimeout time.Duration
 
-	// Services resolves service names for the invoker.
+	// Services resolves service names for the invoker (and the dispatch
+	// of keyed schedule runs).
 	Services ServiceLookup
+	// Dispatch appends the runs of schedules with a keyed target in their
+	// key's partition (scheduledispatch.go); nil leaves them recorded and
+	// not run.
+	Dispatch Dispatch
 	// HTTPClient calls services; nil uses a client with keep-alive
 	// connections sized for Invoker.Concurrency.
 	HTTPClient *http.Client

@@ -67,6 +67,13 @@
 // still from, applies the overlap policy from stored state and records the
 // tick's run under invocation.ScheduledRun(schedule, tick), so a tick is one
 // invocation whichever leaders propose it.
+// A keyed target's run lives in its key's partition: the tick records it
+// in the schedule with its id in that partition, and the leader's dispatch
+// loop (scheduledispatch.go) appends it there through Config.Dispatch until
+// accepted, then proposes ScheduleDispatched; the id keeps it one
+// invocation however often it is appended. BackfillSchedule carries the
+// ticks of a past range, listed by the leader; each starts under its own
+// tick's id.
 //
 // Completion callbacks (callbacks.go): the Apply that completes an
 // invocation with Invoke.callback_url (finish: Complete, Cancel) sets its

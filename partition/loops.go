@@ -228,6 +228,7 @@ func (p *Processor) leaderWork(ctx context.Context, term uint64) {
 	wg.Go(func() { p.sweepLoop(ctx, term) })
 	wg.Go(func() { p.bulkLoop(ctx) })
 	wg.Go(func() { p.scheduleLoop(ctx) })
+	wg.Go(func() { p.dispatchLoop(ctx) })
 	wg.Go(func() { p.callbacks.run(ctx) })
 	wg.Wait()
 }

@@ -285,7 +285,7 @@ func (m *machine) applyCommand(b *bolt.Bucket, term, index uint64, c *rpc.Comman
 		fx.applied[kindFenceService]++
 		return m.fence(b, term, cmd.FenceService, fx)
 	case *rpc.Command_PutSchedule, *rpc.Command_DeleteSchedule, *rpc.Command_PauseSchedule,
-		*rpc.Command_TriggerSchedule, *rpc.Command_ScheduleTick:
+		*rpc.Command_TriggerSchedule, *rpc.Command_ScheduleTick, *rpc.Command_BackfillSchedule, *rpc.Command_ScheduleDispatched:
 		fx.applied[kindSchedule]++
 		return m.applySchedule(b, term, c, fx)
 	case *rpc.Command_CallbackAttempt:

@@ -61,6 +61,9 @@ type Processor struct {
 	// scheduleCh (cap 1) wakes the scheduler when a schedule command
 	// applies.
 	scheduleCh chan struct{}
+	// dispatchCh (cap 1) wakes the dispatch of keyed schedule runs
+	// (scheduledispatch.go) when a schedule command applies.
+	dispatchCh chan struct{}
 	// callbacks delivers completion callbacks (callbacks.go).
 	callbacks *callbacks
 	// restores counts Restore calls; Apply, Restore and reveal all run on
@@ -101,6 +104,7 @@ func New(cfg Config) (*Processor, error) {
 		sweepCh:    make(chan struct{}, 1),
 		bulkCh:     make(chan struct{}, 1),
 		scheduleCh: make(chan struct{}, 1),
+		dispatchCh: make(chan struct{}, 1),
 	}
 	if p.now == nil {
 		p.now = time.Now

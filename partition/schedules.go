@@ -96,6 +96,25 @@ func (m *machine) applySchedule(b *bolt.Bucket, term uint64, c *rpc.Command, fx 
 		})
 	case *rpc.Command_ScheduleTick:
 		return m.scheduleTick(b, cmd.ScheduleTick, fx)
+	case *rpc.Command_ScheduleDispatched:
+		return scheduleDispatched(b, cmd.ScheduleDispatched, fx)
+	case *rpc.Command_BackfillSchedule:
+		c := cmd.BackfillSchedule
+		return m.withSchedule(b, term, c.Id, c.RequestId, fx, func(st *rpc.ScheduleState, r *reply) error {
+			for _, tick := range c.TicksUnixMs {
+				id, started, err := m.newRun(b, st, tick, nil, c.ProposedAtUnixMs, fx)
+				if err != nil {
+					return err
+				}
+				if started {
+					r.appended.Started++
+				}
+				if tick > st.LastTickUnixMs {
+					st.LastTickUnixMs, st.LastInvocationId = tick, id
+				}
+			}
+			return putSchedule(b, st)
+		})
 	}
 	return fmt.Errorf("partition: unexpected schedule command %T", c.Cmd)
 }
@@ -158,38 +177,64 @@ func (m *machine) scheduleTick(b *bolt.Bucket, c *rpc.ScheduleTick, fx *effects)
 	}
 	st.Skipped += c.Skipped
 	fx.ticksSkipped += c.Skipped
-	if c.FireUnixMs != 0 {
+	fire, next := c.FireUnixMs, c.NextTickUnixMs
+	if end := st.Spec.EndUnixMs; end != 0 {
+		// A tick planned before a replaced spec moved the end earlier.
+		fire, next = zeroAfter(fire, end), zeroAfter(next, end)
+	}
+	if fire != 0 {
 		overlap, _ := schedule.ParseOverlap(st.Spec.Overlap) // checked when put; unknown reads as skip
 		switch overlap.Decide(len(st.Running) > 0, st.BufferedTickUnixMs != 0) {
 		case schedule.Start:
-			if _, err := m.startRun(b, st, c.FireUnixMs, nil, c.ProposedAtUnixMs, fx); err != nil {
+			if _, err := m.startRun(b, st, fire, nil, c.ProposedAtUnixMs, fx); err != nil {
 				return err
 			}
 		case schedule.Buffer:
-			st.BufferedTickUnixMs = c.FireUnixMs
+			st.BufferedTickUnixMs = fire
 		case schedule.Drop:
 			st.Skipped++
 			fx.ticksSkipped++
 		}
 	}
-	st.NextTickUnixMs = c.NextTickUnixMs
+	st.NextTickUnixMs = next
 	return putSchedule(b, st)
 }
 
-// startRun records the invocation of st's run for tick and queues its
-// delivery (st is changed, not stored). The run's id derives from
-// (schedule, tick, nonce); one that exists already is not started again.
+func zeroAfter(ms, end int64) int64 {
+	if ms > end {
+		return 0
+	}
+	return ms
+}
+
+// startRun starts st's run for tick (see newRun), the one the overlap
+// policy then waits for (st is changed, not stored).
 func (m *machine) startRun(b *bolt.Bucket, st *rpc.ScheduleState, tick int64, nonce []byte, at int64, fx *effects) ([]byte, error) {
-	id := invocation.ScheduledRun(st.Spec.Id, tick, nonce)
-	idb := id[:]
-	_, found, err := m.record(b, idb)
+	id, started, err := m.newRun(b, st, tick, nonce, at, fx)
 	if err != nil {
 		return nil, err
 	}
 	st.LastTickUnixMs = tick
-	st.LastInvocationId = idb
-	if found {
-		return idb, nil
+	st.LastInvocationId = id
+	if started && st.Spec.Key == "" {
+		st.Running = id // a keyed run completes in its key's partition: not waited for
+	}
+	return id, nil
+}
+
+// newRun records the invocation of st's run for tick and queues its
+// delivery, counting it in st.Runs. The run's id derives from (schedule,
+// tick, nonce); one that exists already is not started again (false).
+func (m *machine) newRun(b *bolt.Bucket, st *rpc.ScheduleState, tick int64, nonce []byte, at int64, fx *effects) ([]byte, bool, error) {
+	if st.Spec.Key != "" {
+		id, started := keyedRun(st, tick, nonce, at, fx)
+		return id, started, nil
+	}
+	id := invocation.ScheduledRun(st.Spec.Id, tick, nonce)
+	idb := id[:]
+	_, found, err := m.record(b, idb)
+	if err != nil || found {
+		return idb, false, err
 	}
 	inv := &rpc.Invoke{
 		InvocationId:      idb,
@@ -204,15 +249,14 @@ func (m *machine) startRun(b *bolt.Bucket, st *rpc.ScheduleState, tick int64, no
 	}
 	rec := &rpc.InvocationRecord{Invoke: inv, State: rpc.InvocationRecord_PENDING, AcceptedAtUnixMs: at}
 	if err := m.startDelivery(b, rec, fx); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if err := indexCreated(b, rec); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	fx.accepted++
-	st.Running = idb
 	st.Runs++
-	return idb, nil
+	return idb, true, nil
 }
 
 // scheduleRunDone is finish's part for a schedule's run: the run under way
@@ -281,6 +325,13 @@ func (p *Processor) Schedule(ctx context.Context, req *rpc.ScheduleRequest) (*rp
 		c := proto.Clone(op.Trigger).(*rpc.TriggerSchedule)
 		c.ProposedAtUnixMs = now.UnixMilli()
 		id, requestID, cmd = c.Id, c.RequestId, &rpc.Command{Cmd: &rpc.Command_TriggerSchedule{TriggerSchedule: c}}
+	case *rpc.ScheduleRequest_Backfill:
+		c := proto.Clone(op.Backfill).(*rpc.BackfillSchedule)
+		c.ProposedAtUnixMs = now.UnixMilli()
+		if err := p.backfillTicks(ctx, c, now); err != nil {
+			return nil, err
+		}
+		id, requestID, cmd = c.Id, c.RequestId, &rpc.Command{Cmd: &rpc.Command_BackfillSchedule{BackfillSchedule: c}}
 	default:
 		return nil, fmt.Errorf("partition: empty schedule request: %w", rpc.ErrInvalid)
 	}
@@ -299,7 +350,44 @@ func (p *Processor) Schedule(ctx context.Context, req *rpc.ScheduleRequest) (*rp
 		return nil, err
 	}
 	list.Triggered = a.GetInvocationId()
+	if c, ok := cmd.Cmd.(*rpc.Command_BackfillSchedule); ok {
+		list.BackfillTicks, list.BackfillStarted = uint64(len(c.BackfillSchedule.TicksUnixMs)), a.GetStarted()
+	}
 	return list, nil
+}
+
+// MaxBackfillTicks bounds the ticks of one backfill (one log entry, one
+// run each).
+const MaxBackfillTicks = 1000
+
+// backfillTicks stamps c with the ticks of the stored schedule in its
+// range, which must be past at now.
+func (p *Processor) backfillTicks(ctx context.Context, c *rpc.BackfillSchedule, now time.Time) error {
+	from, to := time.UnixMilli(c.FromUnixMs), time.UnixMilli(c.ToUnixMs)
+	switch {
+	case c.FromUnixMs == 0 || c.ToUnixMs == 0 || to.Before(from):
+		return fmt.Errorf("partition: backfill needs a range, from before to: %w", rpc.ErrInvalid)
+	case to.After(now):
+		return fmt.Errorf("partition: backfill up to %s: the range must be past (the schedule runs what is to come): %w",
+			to.UTC().Format(time.RFC3339), rpc.ErrInvalid)
+	}
+	list, err := p.readSchedules(ctx, c.Id)
+	if err != nil {
+		return err
+	}
+	s, err := parseSpec(list.Schedules[0].Spec)
+	if err != nil {
+		return err
+	}
+	ticks, err := s.Between(from, to, MaxBackfillTicks)
+	if err != nil {
+		return fmt.Errorf("partition: backfill: %w, give a shorter range: %w", err, rpc.ErrInvalid)
+	}
+	c.TicksUnixMs = make([]int64, len(ticks))
+	for i, t := range ticks {
+		c.TicksUnixMs[i] = t.UnixMilli()
+	}
+	return nil
 }
 
 // nextAfter is the next tick of the stored schedule id after now.
@@ -365,11 +453,20 @@ func parseSpec(spec *rpc.ScheduleSpec) (*schedule.Schedule, error) {
 	if _, err := schedule.ParseOverlap(spec.Overlap); err != nil {
 		return nil, fmt.Errorf("%w: %w", rpc.ErrInvalid, err)
 	}
-	s, err := schedule.Parse(schedule.Spec{Every: time.Duration(spec.EveryMs) * time.Millisecond, Cron: spec.Cron, TimeZone: spec.TimeZone})
+	s, err := schedule.Parse(schedule.Spec{Every: time.Duration(spec.EveryMs) * time.Millisecond, Repeat: spec.Repeat,
+		Cron: spec.Cron, TimeZone: spec.TimeZone, Start: msTime(spec.StartUnixMs), End: msTime(spec.EndUnixMs)})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", rpc.ErrInvalid, err)
 	}
 	return s, nil
+}
+
+// msTime is the time at unix ms, the zero time for 0 (unbounded).
+func msTime(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
 }
 
 // tickMs is t in unix ms, 0 for the zero time (no next tick).
@@ -474,11 +571,14 @@ func (s *scheduler) fire(ctx context.Context) time.Duration {
 	return max(wait, time.Millisecond)
 }
 
-// wakeScheduler makes the scheduler read the schedules again now.
+// wakeScheduler makes the scheduler, and the dispatch of keyed runs, read
+// the schedules again now.
 func (p *Processor) wakeScheduler() {
-	select {
-	case p.scheduleCh <- struct{}{}:
-	default:
+	for _, ch := range []chan struct{}{p.scheduleCh, p.dispatchCh} {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
 	}
 }
 

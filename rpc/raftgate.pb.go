@@ -517,7 +517,7 @@ func (x CallbackState_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CallbackState_State.Descriptor instead.
 func (CallbackState_State) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{65, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{68, 0}
 }
 
 type RaftBatch struct {
@@ -896,6 +896,8 @@ type Command struct {
 	//	*Command_PutRule
 	//	*Command_DeleteRule
 	//	*Command_Start
+	//	*Command_BackfillSchedule
+	//	*Command_ScheduleDispatched
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1226,6 +1228,24 @@ func (x *Command) GetStart() *Start {
 	return nil
 }
 
+func (x *Command) GetBackfillSchedule() *BackfillSchedule {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_BackfillSchedule); ok {
+			return x.BackfillSchedule
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetScheduleDispatched() *ScheduleDispatched {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_ScheduleDispatched); ok {
+			return x.ScheduleDispatched
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -1366,6 +1386,15 @@ type Command_Start struct {
 	Start *Start `protobuf:"bytes,92,opt,name=start,proto3,oneof"`
 }
 
+type Command_BackfillSchedule struct {
+	// Schedules, continued (partition/schedules.go): 100-109.
+	BackfillSchedule *BackfillSchedule `protobuf:"bytes,100,opt,name=backfill_schedule,json=backfillSchedule,proto3,oneof"`
+}
+
+type Command_ScheduleDispatched struct {
+	ScheduleDispatched *ScheduleDispatched `protobuf:"bytes,101,opt,name=schedule_dispatched,json=scheduleDispatched,proto3,oneof"`
+}
+
 func (*Command_Invoke) isCommand_Cmd() {}
 
 func (*Command_Complete) isCommand_Cmd() {}
@@ -1429,6 +1458,10 @@ func (*Command_PutRule) isCommand_Cmd() {}
 func (*Command_DeleteRule) isCommand_Cmd() {}
 
 func (*Command_Start) isCommand_Cmd() {}
+
+func (*Command_BackfillSchedule) isCommand_Cmd() {}
+
+func (*Command_ScheduleDispatched) isCommand_Cmd() {}
 
 // A partition command, proposed to every partition once a service's
 // registration changed (put or delete) at metadata log index `index`, before
@@ -4578,8 +4611,10 @@ type Appended struct {
 	NotBeforeUnixMs    int64                  `protobuf:"varint,3,opt,name=not_before_unix_ms,json=notBeforeUnixMs,proto3" json:"not_before_unix_ms,omitempty"`
 	// Set when the invocation had already completed.
 	CompletedAtUnixMs int64 `protobuf:"varint,4,opt,name=completed_at_unix_ms,json=completedAtUnixMs,proto3" json:"completed_at_unix_ms,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// BackfillSchedule: the runs it started (ticks without a run yet).
+	Started       uint64 `protobuf:"varint,100,opt,name=started,proto3" json:"started,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Appended) Reset() {
@@ -4636,6 +4671,13 @@ func (x *Appended) GetNotBeforeUnixMs() int64 {
 func (x *Appended) GetCompletedAtUnixMs() int64 {
 	if x != nil {
 		return x.CompletedAtUnixMs
+	}
+	return 0
+}
+
+func (x *Appended) GetStarted() uint64 {
+	if x != nil {
+		return x.Started
 	}
 	return 0
 }
@@ -5468,8 +5510,21 @@ type ScheduleSpec struct {
 	CatchupWindowMs int64  `protobuf:"varint,10,opt,name=catchup_window_ms,json=catchupWindowMs,proto3" json:"catchup_window_ms,omitempty"`
 	JitterMs        int64  `protobuf:"varint,11,opt,name=jitter_ms,json=jitterMs,proto3" json:"jitter_ms,omitempty"`
 	Paused          bool   `protobuf:"varint,12,opt,name=paused,proto3" json:"paused,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// No tick before start or after end (0: unbounded).
+	StartUnixMs int64 `protobuf:"varint,100,opt,name=start_unix_ms,json=startUnixMs,proto3" json:"start_unix_ms,omitempty"`
+	EndUnixMs   int64 `protobuf:"varint,101,opt,name=end_unix_ms,json=endUnixMs,proto3" json:"end_unix_ms,omitempty"`
+	// An ISO 8601 repeating interval (R/PT5M, R5/2026-12-01T00:00:00Z/PT1H),
+	// instead of every_ms and cron.
+	Repeat string `protobuf:"bytes,102,opt,name=repeat,proto3" json:"repeat,omitempty"`
+	// A keyed target's object key or workflow id ({tick}: the tick's time,
+	// RFC 3339 UTC); empty for a plain service. Its runs live in the key's
+	// partition and are handed to it by the leader (ScheduleDispatch).
+	Key string `protobuf:"bytes,103,opt,name=key,proto3" json:"key,omitempty"`
+	// The target is a workflow's run handler: a run's id is the workflow
+	// run's (one per workflow id).
+	WorkflowRun   bool `protobuf:"varint,104,opt,name=workflow_run,json=workflowRun,proto3" json:"workflow_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScheduleSpec) Reset() {
@@ -5586,6 +5641,113 @@ func (x *ScheduleSpec) GetPaused() bool {
 	return false
 }
 
+func (x *ScheduleSpec) GetStartUnixMs() int64 {
+	if x != nil {
+		return x.StartUnixMs
+	}
+	return 0
+}
+
+func (x *ScheduleSpec) GetEndUnixMs() int64 {
+	if x != nil {
+		return x.EndUnixMs
+	}
+	return 0
+}
+
+func (x *ScheduleSpec) GetRepeat() string {
+	if x != nil {
+		return x.Repeat
+	}
+	return ""
+}
+
+func (x *ScheduleSpec) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ScheduleSpec) GetWorkflowRun() bool {
+	if x != nil {
+		return x.WorkflowRun
+	}
+	return false
+}
+
+// A keyed run recorded by the schedule's partition and not yet accepted by
+// its key's partition (the leader appends it there, then proposes
+// ScheduleDispatched).
+type ScheduleDispatch struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	TickUnixMs   int64                  `protobuf:"varint,1,opt,name=tick_unix_ms,json=tickUnixMs,proto3" json:"tick_unix_ms,omitempty"`
+	InvocationId []byte                 `protobuf:"bytes,2,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	// The key, {tick} expanded.
+	Key           string `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	AtUnixMs      int64  `protobuf:"varint,4,opt,name=at_unix_ms,json=atUnixMs,proto3" json:"at_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleDispatch) Reset() {
+	*x = ScheduleDispatch{}
+	mi := &file_raftgate_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleDispatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleDispatch) ProtoMessage() {}
+
+func (x *ScheduleDispatch) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleDispatch.ProtoReflect.Descriptor instead.
+func (*ScheduleDispatch) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *ScheduleDispatch) GetTickUnixMs() int64 {
+	if x != nil {
+		return x.TickUnixMs
+	}
+	return 0
+}
+
+func (x *ScheduleDispatch) GetInvocationId() []byte {
+	if x != nil {
+		return x.InvocationId
+	}
+	return nil
+}
+
+func (x *ScheduleDispatch) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ScheduleDispatch) GetAtUnixMs() int64 {
+	if x != nil {
+		return x.AtUnixMs
+	}
+	return 0
+}
+
 // Stored state of one schedule (partition state bucket "schedules").
 type ScheduleState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -5605,14 +5767,16 @@ type ScheduleState struct {
 	CreatedAtUnixMs    int64 `protobuf:"varint,8,opt,name=created_at_unix_ms,json=createdAtUnixMs,proto3" json:"created_at_unix_ms,omitempty"`
 	UpdatedAtUnixMs    int64 `protobuf:"varint,9,opt,name=updated_at_unix_ms,json=updatedAtUnixMs,proto3" json:"updated_at_unix_ms,omitempty"`
 	// Runs started (ticks and triggers).
-	Runs          uint64 `protobuf:"varint,10,opt,name=runs,proto3" json:"runs,omitempty"`
+	Runs uint64 `protobuf:"varint,10,opt,name=runs,proto3" json:"runs,omitempty"`
+	// Keyed runs waiting to be accepted by their key's partition.
+	Dispatch      []*ScheduleDispatch `protobuf:"bytes,100,rep,name=dispatch,proto3" json:"dispatch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScheduleState) Reset() {
 	*x = ScheduleState{}
-	mi := &file_raftgate_proto_msgTypes[57]
+	mi := &file_raftgate_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5624,7 +5788,7 @@ func (x *ScheduleState) String() string {
 func (*ScheduleState) ProtoMessage() {}
 
 func (x *ScheduleState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[57]
+	mi := &file_raftgate_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5637,7 +5801,7 @@ func (x *ScheduleState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleState.ProtoReflect.Descriptor instead.
 func (*ScheduleState) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{57}
+	return file_raftgate_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ScheduleState) GetSpec() *ScheduleSpec {
@@ -5710,6 +5874,76 @@ func (x *ScheduleState) GetRuns() uint64 {
 	return 0
 }
 
+func (x *ScheduleState) GetDispatch() []*ScheduleDispatch {
+	if x != nil {
+		return x.Dispatch
+	}
+	return nil
+}
+
+// ScheduleDispatched says a keyed run was accepted by its key's partition
+// (or, dropped, never will be: its service is gone), so the schedule
+// stops handing it over.
+type ScheduleDispatched struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	InvocationId  []byte                 `protobuf:"bytes,2,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	Dropped       bool                   `protobuf:"varint,3,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleDispatched) Reset() {
+	*x = ScheduleDispatched{}
+	mi := &file_raftgate_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleDispatched) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleDispatched) ProtoMessage() {}
+
+func (x *ScheduleDispatched) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleDispatched.ProtoReflect.Descriptor instead.
+func (*ScheduleDispatched) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *ScheduleDispatched) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ScheduleDispatched) GetInvocationId() []byte {
+	if x != nil {
+		return x.InvocationId
+	}
+	return nil
+}
+
+func (x *ScheduleDispatched) GetDropped() bool {
+	if x != nil {
+		return x.Dropped
+	}
+	return false
+}
+
 // PutSchedule creates or replaces a schedule. The leader parses the spec
 // and stamps its next tick after proposed_at, so that Apply needs neither
 // a clock nor the time zone database.
@@ -5725,7 +5959,7 @@ type PutSchedule struct {
 
 func (x *PutSchedule) Reset() {
 	*x = PutSchedule{}
-	mi := &file_raftgate_proto_msgTypes[58]
+	mi := &file_raftgate_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5737,7 +5971,7 @@ func (x *PutSchedule) String() string {
 func (*PutSchedule) ProtoMessage() {}
 
 func (x *PutSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[58]
+	mi := &file_raftgate_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5750,7 +5984,7 @@ func (x *PutSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSchedule.ProtoReflect.Descriptor instead.
 func (*PutSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{58}
+	return file_raftgate_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PutSchedule) GetSpec() *ScheduleSpec {
@@ -5791,7 +6025,7 @@ type DeleteSchedule struct {
 
 func (x *DeleteSchedule) Reset() {
 	*x = DeleteSchedule{}
-	mi := &file_raftgate_proto_msgTypes[59]
+	mi := &file_raftgate_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5803,7 +6037,7 @@ func (x *DeleteSchedule) String() string {
 func (*DeleteSchedule) ProtoMessage() {}
 
 func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[59]
+	mi := &file_raftgate_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5816,7 +6050,7 @@ func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSchedule.ProtoReflect.Descriptor instead.
 func (*DeleteSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{59}
+	return file_raftgate_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *DeleteSchedule) GetId() string {
@@ -5848,7 +6082,7 @@ type PauseSchedule struct {
 
 func (x *PauseSchedule) Reset() {
 	*x = PauseSchedule{}
-	mi := &file_raftgate_proto_msgTypes[60]
+	mi := &file_raftgate_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5860,7 +6094,7 @@ func (x *PauseSchedule) String() string {
 func (*PauseSchedule) ProtoMessage() {}
 
 func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[60]
+	mi := &file_raftgate_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5873,7 +6107,7 @@ func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseSchedule.ProtoReflect.Descriptor instead.
 func (*PauseSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{60}
+	return file_raftgate_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PauseSchedule) GetId() string {
@@ -5924,7 +6158,7 @@ type TriggerSchedule struct {
 
 func (x *TriggerSchedule) Reset() {
 	*x = TriggerSchedule{}
-	mi := &file_raftgate_proto_msgTypes[61]
+	mi := &file_raftgate_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5936,7 +6170,7 @@ func (x *TriggerSchedule) String() string {
 func (*TriggerSchedule) ProtoMessage() {}
 
 func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[61]
+	mi := &file_raftgate_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5949,7 +6183,7 @@ func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerSchedule.ProtoReflect.Descriptor instead.
 func (*TriggerSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{61}
+	return file_raftgate_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *TriggerSchedule) GetId() string {
@@ -5991,7 +6225,7 @@ type ScheduleTick struct {
 
 func (x *ScheduleTick) Reset() {
 	*x = ScheduleTick{}
-	mi := &file_raftgate_proto_msgTypes[62]
+	mi := &file_raftgate_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6003,7 +6237,7 @@ func (x *ScheduleTick) String() string {
 func (*ScheduleTick) ProtoMessage() {}
 
 func (x *ScheduleTick) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[62]
+	mi := &file_raftgate_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6016,7 +6250,7 @@ func (x *ScheduleTick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleTick.ProtoReflect.Descriptor instead.
 func (*ScheduleTick) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{62}
+	return file_raftgate_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ScheduleTick) GetId() string {
@@ -6061,6 +6295,96 @@ func (x *ScheduleTick) GetProposedAtUnixMs() int64 {
 	return 0
 }
 
+// BackfillSchedule starts one run for each of the ticks, the past ticks
+// of a range that the leader listed (so that Apply needs no time zone
+// database); each run's id is its tick's, so a tick that has a run
+// already, a backfill repeated included, starts nothing.
+type BackfillSchedule struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Id               string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RequestId        []byte                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	ProposedAtUnixMs int64                  `protobuf:"varint,3,opt,name=proposed_at_unix_ms,json=proposedAtUnixMs,proto3" json:"proposed_at_unix_ms,omitempty"`
+	// Admin request: the range, both ends included.
+	FromUnixMs int64 `protobuf:"varint,4,opt,name=from_unix_ms,json=fromUnixMs,proto3" json:"from_unix_ms,omitempty"`
+	ToUnixMs   int64 `protobuf:"varint,5,opt,name=to_unix_ms,json=toUnixMs,proto3" json:"to_unix_ms,omitempty"`
+	// Stamped by the leader: the range's ticks, oldest first.
+	TicksUnixMs   []int64 `protobuf:"varint,6,rep,packed,name=ticks_unix_ms,json=ticksUnixMs,proto3" json:"ticks_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackfillSchedule) Reset() {
+	*x = BackfillSchedule{}
+	mi := &file_raftgate_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackfillSchedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackfillSchedule) ProtoMessage() {}
+
+func (x *BackfillSchedule) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackfillSchedule.ProtoReflect.Descriptor instead.
+func (*BackfillSchedule) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *BackfillSchedule) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *BackfillSchedule) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+func (x *BackfillSchedule) GetProposedAtUnixMs() int64 {
+	if x != nil {
+		return x.ProposedAtUnixMs
+	}
+	return 0
+}
+
+func (x *BackfillSchedule) GetFromUnixMs() int64 {
+	if x != nil {
+		return x.FromUnixMs
+	}
+	return 0
+}
+
+func (x *BackfillSchedule) GetToUnixMs() int64 {
+	if x != nil {
+		return x.ToUnixMs
+	}
+	return 0
+}
+
+func (x *BackfillSchedule) GetTicksUnixMs() []int64 {
+	if x != nil {
+		return x.TicksUnixMs
+	}
+	return nil
+}
+
 // An admin request about schedules, answered with a ScheduleList (the
 // changed or read schedules; triggered: the run a trigger started).
 type ScheduleRequest struct {
@@ -6073,6 +6397,7 @@ type ScheduleRequest struct {
 	//	*ScheduleRequest_Trigger
 	//	*ScheduleRequest_Get
 	//	*ScheduleRequest_List
+	//	*ScheduleRequest_Backfill
 	Op            isScheduleRequest_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -6080,7 +6405,7 @@ type ScheduleRequest struct {
 
 func (x *ScheduleRequest) Reset() {
 	*x = ScheduleRequest{}
-	mi := &file_raftgate_proto_msgTypes[63]
+	mi := &file_raftgate_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6092,7 +6417,7 @@ func (x *ScheduleRequest) String() string {
 func (*ScheduleRequest) ProtoMessage() {}
 
 func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[63]
+	mi := &file_raftgate_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6105,7 +6430,7 @@ func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{63}
+	return file_raftgate_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ScheduleRequest) GetOp() isScheduleRequest_Op {
@@ -6169,6 +6494,15 @@ func (x *ScheduleRequest) GetList() bool {
 	return false
 }
 
+func (x *ScheduleRequest) GetBackfill() *BackfillSchedule {
+	if x != nil {
+		if x, ok := x.Op.(*ScheduleRequest_Backfill); ok {
+			return x.Backfill
+		}
+	}
+	return nil
+}
+
 type isScheduleRequest_Op interface {
 	isScheduleRequest_Op()
 }
@@ -6197,6 +6531,10 @@ type ScheduleRequest_List struct {
 	List bool `protobuf:"varint,6,opt,name=list,proto3,oneof"`
 }
 
+type ScheduleRequest_Backfill struct {
+	Backfill *BackfillSchedule `protobuf:"bytes,100,opt,name=backfill,proto3,oneof"`
+}
+
 func (*ScheduleRequest_Put) isScheduleRequest_Op() {}
 
 func (*ScheduleRequest_Delete) isScheduleRequest_Op() {}
@@ -6209,17 +6547,22 @@ func (*ScheduleRequest_Get) isScheduleRequest_Op() {}
 
 func (*ScheduleRequest_List) isScheduleRequest_Op() {}
 
+func (*ScheduleRequest_Backfill) isScheduleRequest_Op() {}
+
 type ScheduleList struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Schedules     []*ScheduleState       `protobuf:"bytes,1,rep,name=schedules,proto3" json:"schedules,omitempty"`
-	Triggered     []byte                 `protobuf:"bytes,2,opt,name=triggered,proto3" json:"triggered,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Schedules []*ScheduleState       `protobuf:"bytes,1,rep,name=schedules,proto3" json:"schedules,omitempty"`
+	Triggered []byte                 `protobuf:"bytes,2,opt,name=triggered,proto3" json:"triggered,omitempty"`
+	// A backfill's ticks, and the runs it started (ticks without one yet).
+	BackfillTicks   uint64 `protobuf:"varint,100,opt,name=backfill_ticks,json=backfillTicks,proto3" json:"backfill_ticks,omitempty"`
+	BackfillStarted uint64 `protobuf:"varint,101,opt,name=backfill_started,json=backfillStarted,proto3" json:"backfill_started,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ScheduleList) Reset() {
 	*x = ScheduleList{}
-	mi := &file_raftgate_proto_msgTypes[64]
+	mi := &file_raftgate_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6231,7 +6574,7 @@ func (x *ScheduleList) String() string {
 func (*ScheduleList) ProtoMessage() {}
 
 func (x *ScheduleList) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[64]
+	mi := &file_raftgate_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6244,7 +6587,7 @@ func (x *ScheduleList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleList.ProtoReflect.Descriptor instead.
 func (*ScheduleList) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{64}
+	return file_raftgate_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ScheduleList) GetSchedules() []*ScheduleState {
@@ -6259,6 +6602,20 @@ func (x *ScheduleList) GetTriggered() []byte {
 		return x.Triggered
 	}
 	return nil
+}
+
+func (x *ScheduleList) GetBackfillTicks() uint64 {
+	if x != nil {
+		return x.BackfillTicks
+	}
+	return 0
+}
+
+func (x *ScheduleList) GetBackfillStarted() uint64 {
+	if x != nil {
+		return x.BackfillStarted
+	}
+	return 0
 }
 
 // Delivery state of a completion callback (in the invocation's record).
@@ -6276,7 +6633,7 @@ type CallbackState struct {
 
 func (x *CallbackState) Reset() {
 	*x = CallbackState{}
-	mi := &file_raftgate_proto_msgTypes[65]
+	mi := &file_raftgate_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6288,7 +6645,7 @@ func (x *CallbackState) String() string {
 func (*CallbackState) ProtoMessage() {}
 
 func (x *CallbackState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[65]
+	mi := &file_raftgate_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6301,7 +6658,7 @@ func (x *CallbackState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallbackState.ProtoReflect.Descriptor instead.
 func (*CallbackState) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{65}
+	return file_raftgate_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *CallbackState) GetState() CallbackState_State {
@@ -6354,7 +6711,7 @@ type CallbackAttempt struct {
 
 func (x *CallbackAttempt) Reset() {
 	*x = CallbackAttempt{}
-	mi := &file_raftgate_proto_msgTypes[66]
+	mi := &file_raftgate_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6366,7 +6723,7 @@ func (x *CallbackAttempt) String() string {
 func (*CallbackAttempt) ProtoMessage() {}
 
 func (x *CallbackAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[66]
+	mi := &file_raftgate_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6379,7 +6736,7 @@ func (x *CallbackAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallbackAttempt.ProtoReflect.Descriptor instead.
 func (*CallbackAttempt) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{66}
+	return file_raftgate_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *CallbackAttempt) GetInvocationId() []byte {
@@ -6463,7 +6820,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"Z\n" +
 	"\fCommandBatch\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
-	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\x82\x0f\n" +
+	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\xa4\x10\n" +
 	"\aCommand\x12-\n" +
 	"\x06invoke\x18\n" +
 	" \x01(\v2\x13.raftgate.v1.InvokeH\x00R\x06invoke\x123\n" +
@@ -6499,7 +6856,9 @@ const file_raftgate_proto_rawDesc = "" +
 	"\bput_rule\x18Z \x01(\v2\x14.raftgate.v1.PutRuleH\x00R\aputRule\x12:\n" +
 	"\vdelete_rule\x18[ \x01(\v2\x17.raftgate.v1.DeleteRuleH\x00R\n" +
 	"deleteRule\x12*\n" +
-	"\x05start\x18\\ \x01(\v2\x12.raftgate.v1.StartH\x00R\x05startB\x05\n" +
+	"\x05start\x18\\ \x01(\v2\x12.raftgate.v1.StartH\x00R\x05start\x12L\n" +
+	"\x11backfill_schedule\x18d \x01(\v2\x1d.raftgate.v1.BackfillScheduleH\x00R\x10backfillSchedule\x12R\n" +
+	"\x13schedule_dispatched\x18e \x01(\v2\x1f.raftgate.v1.ScheduleDispatchedH\x00R\x12scheduleDispatchedB\x05\n" +
 	"\x03cmd\"W\n" +
 	"\fFenceService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -6772,12 +7131,13 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x04rule\x18Z \x01(\v2\x11.raftgate.v1.RuleH\x00R\x04ruleB\x06\n" +
 	"\x04body\"?\n" +
 	"\x10AppendInvocation\x12+\n" +
-	"\x06invoke\x18\x01 \x01(\v2\x13.raftgate.v1.InvokeR\x06invoke\"\xbe\x01\n" +
+	"\x06invoke\x18\x01 \x01(\v2\x13.raftgate.v1.InvokeR\x06invoke\"\xd8\x01\n" +
 	"\bAppended\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12/\n" +
 	"\x13previously_accepted\x18\x02 \x01(\bR\x12previouslyAccepted\x12+\n" +
 	"\x12not_before_unix_ms\x18\x03 \x01(\x03R\x0fnotBeforeUnixMs\x12/\n" +
-	"\x14completed_at_unix_ms\x18\x04 \x01(\x03R\x11completedAtUnixMs\"0\n" +
+	"\x14completed_at_unix_ms\x18\x04 \x01(\x03R\x11completedAtUnixMs\x12\x18\n" +
+	"\astarted\x18d \x01(\x04R\astarted\"0\n" +
 	"\tGetOutput\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\"7\n" +
 	"\x10AttachInvocation\x12#\n" +
@@ -6862,7 +7222,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\vUNAVAILABLE\x10\b\x12\f\n" +
 	"\bCONFLICT\x10(\x12\x0e\n" +
 	"\n" +
-	"KEY_REUSED\x10)\"\xd0\x02\n" +
+	"KEY_REUSED\x10)\"\xe1\x03\n" +
 	"\fScheduleSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x18\n" +
@@ -6876,7 +7236,19 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x11catchup_window_ms\x18\n" +
 	" \x01(\x03R\x0fcatchupWindowMs\x12\x1b\n" +
 	"\tjitter_ms\x18\v \x01(\x03R\bjitterMs\x12\x16\n" +
-	"\x06paused\x18\f \x01(\bR\x06paused\"\x97\x03\n" +
+	"\x06paused\x18\f \x01(\bR\x06paused\x12\"\n" +
+	"\rstart_unix_ms\x18d \x01(\x03R\vstartUnixMs\x12\x1e\n" +
+	"\vend_unix_ms\x18e \x01(\x03R\tendUnixMs\x12\x16\n" +
+	"\x06repeat\x18f \x01(\tR\x06repeat\x12\x10\n" +
+	"\x03key\x18g \x01(\tR\x03key\x12!\n" +
+	"\fworkflow_run\x18h \x01(\bR\vworkflowRun\"\x89\x01\n" +
+	"\x10ScheduleDispatch\x12 \n" +
+	"\ftick_unix_ms\x18\x01 \x01(\x03R\n" +
+	"tickUnixMs\x12#\n" +
+	"\rinvocation_id\x18\x02 \x01(\fR\finvocationId\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\x12\x1c\n" +
+	"\n" +
+	"at_unix_ms\x18\x04 \x01(\x03R\batUnixMs\"\xd2\x03\n" +
 	"\rScheduleState\x12-\n" +
 	"\x04spec\x18\x01 \x01(\v2\x19.raftgate.v1.ScheduleSpecR\x04spec\x12)\n" +
 	"\x11next_tick_unix_ms\x18\x02 \x01(\x03R\x0enextTickUnixMs\x12)\n" +
@@ -6888,7 +7260,12 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x12created_at_unix_ms\x18\b \x01(\x03R\x0fcreatedAtUnixMs\x12+\n" +
 	"\x12updated_at_unix_ms\x18\t \x01(\x03R\x0fupdatedAtUnixMs\x12\x12\n" +
 	"\x04runs\x18\n" +
-	" \x01(\x04R\x04runs\"\xb5\x01\n" +
+	" \x01(\x04R\x04runs\x129\n" +
+	"\bdispatch\x18d \x03(\v2\x1d.raftgate.v1.ScheduleDispatchR\bdispatch\"c\n" +
+	"\x12ScheduleDispatched\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12#\n" +
+	"\rinvocation_id\x18\x02 \x01(\fR\finvocationId\x12\x18\n" +
+	"\adropped\x18\x03 \x01(\bR\adropped\"\xb5\x01\n" +
 	"\vPutSchedule\x12-\n" +
 	"\x04spec\x18\x01 \x01(\v2\x19.raftgate.v1.ScheduleSpecR\x04spec\x12\x1d\n" +
 	"\n" +
@@ -6919,18 +7296,31 @@ const file_raftgate_proto_rawDesc = "" +
 	"fireUnixMs\x12\x18\n" +
 	"\askipped\x18\x04 \x01(\x04R\askipped\x12)\n" +
 	"\x11next_tick_unix_ms\x18\x05 \x01(\x03R\x0enextTickUnixMs\x12-\n" +
-	"\x13proposed_at_unix_ms\x18\x06 \x01(\x03R\x10proposedAtUnixMs\"\x94\x02\n" +
+	"\x13proposed_at_unix_ms\x18\x06 \x01(\x03R\x10proposedAtUnixMs\"\xd4\x01\n" +
+	"\x10BackfillSchedule\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\x12-\n" +
+	"\x13proposed_at_unix_ms\x18\x03 \x01(\x03R\x10proposedAtUnixMs\x12 \n" +
+	"\ffrom_unix_ms\x18\x04 \x01(\x03R\n" +
+	"fromUnixMs\x12\x1c\n" +
+	"\n" +
+	"to_unix_ms\x18\x05 \x01(\x03R\btoUnixMs\x12\"\n" +
+	"\rticks_unix_ms\x18\x06 \x03(\x03R\vticksUnixMs\"\xd1\x02\n" +
 	"\x0fScheduleRequest\x12,\n" +
 	"\x03put\x18\x01 \x01(\v2\x18.raftgate.v1.PutScheduleH\x00R\x03put\x125\n" +
 	"\x06delete\x18\x02 \x01(\v2\x1b.raftgate.v1.DeleteScheduleH\x00R\x06delete\x122\n" +
 	"\x05pause\x18\x03 \x01(\v2\x1a.raftgate.v1.PauseScheduleH\x00R\x05pause\x128\n" +
 	"\atrigger\x18\x04 \x01(\v2\x1c.raftgate.v1.TriggerScheduleH\x00R\atrigger\x12\x12\n" +
 	"\x03get\x18\x05 \x01(\tH\x00R\x03get\x12\x14\n" +
-	"\x04list\x18\x06 \x01(\bH\x00R\x04listB\x04\n" +
-	"\x02op\"f\n" +
+	"\x04list\x18\x06 \x01(\bH\x00R\x04list\x12;\n" +
+	"\bbackfill\x18d \x01(\v2\x1d.raftgate.v1.BackfillScheduleH\x00R\bbackfillB\x04\n" +
+	"\x02op\"\xb8\x01\n" +
 	"\fScheduleList\x128\n" +
 	"\tschedules\x18\x01 \x03(\v2\x1a.raftgate.v1.ScheduleStateR\tschedules\x12\x1c\n" +
-	"\ttriggered\x18\x02 \x01(\fR\ttriggered\"\xe6\x01\n" +
+	"\ttriggered\x18\x02 \x01(\fR\ttriggered\x12%\n" +
+	"\x0ebackfill_ticks\x18d \x01(\x04R\rbackfillTicks\x12)\n" +
+	"\x10backfill_started\x18e \x01(\x04R\x0fbackfillStarted\"\xe6\x01\n" +
 	"\rCallbackState\x126\n" +
 	"\x05state\x18\x01 \x01(\x0e2 .raftgate.v1.CallbackState.StateR\x05state\x12\x1a\n" +
 	"\battempts\x18\x02 \x01(\rR\battempts\x12\x1d\n" +
@@ -6982,7 +7372,7 @@ func file_raftgate_proto_rawDescGZIP() []byte {
 }
 
 var file_raftgate_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
+var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_raftgate_proto_goTypes = []any{
 	(BulkAction)(0),                // 0: raftgate.v1.BulkAction
 	(Service_Kind)(0),              // 1: raftgate.v1.Service.Kind
@@ -7049,23 +7439,26 @@ var file_raftgate_proto_goTypes = []any{
 	(*GetKeyStatus)(nil),           // 62: raftgate.v1.GetKeyStatus
 	(*DispatchError)(nil),          // 63: raftgate.v1.DispatchError
 	(*ScheduleSpec)(nil),           // 64: raftgate.v1.ScheduleSpec
-	(*ScheduleState)(nil),          // 65: raftgate.v1.ScheduleState
-	(*PutSchedule)(nil),            // 66: raftgate.v1.PutSchedule
-	(*DeleteSchedule)(nil),         // 67: raftgate.v1.DeleteSchedule
-	(*PauseSchedule)(nil),          // 68: raftgate.v1.PauseSchedule
-	(*TriggerSchedule)(nil),        // 69: raftgate.v1.TriggerSchedule
-	(*ScheduleTick)(nil),           // 70: raftgate.v1.ScheduleTick
-	(*ScheduleRequest)(nil),        // 71: raftgate.v1.ScheduleRequest
-	(*ScheduleList)(nil),           // 72: raftgate.v1.ScheduleList
-	(*CallbackState)(nil),          // 73: raftgate.v1.CallbackState
-	(*CallbackAttempt)(nil),        // 74: raftgate.v1.CallbackAttempt
-	(*InitCluster)(nil),            // 75: raftgate.v1.InitCluster
-	(*JoinNode)(nil),               // 76: raftgate.v1.JoinNode
-	(*SetNodeState)(nil),           // 77: raftgate.v1.SetNodeState
-	(*UpdateNodeAddrs)(nil),        // 78: raftgate.v1.UpdateNodeAddrs
-	(*SetPlacement)(nil),           // 79: raftgate.v1.SetPlacement
-	(*ObserveConfig)(nil),          // 80: raftgate.v1.ObserveConfig
-	(*SetPlacementPolicy)(nil),     // 81: raftgate.v1.SetPlacementPolicy
+	(*ScheduleDispatch)(nil),       // 65: raftgate.v1.ScheduleDispatch
+	(*ScheduleState)(nil),          // 66: raftgate.v1.ScheduleState
+	(*ScheduleDispatched)(nil),     // 67: raftgate.v1.ScheduleDispatched
+	(*PutSchedule)(nil),            // 68: raftgate.v1.PutSchedule
+	(*DeleteSchedule)(nil),         // 69: raftgate.v1.DeleteSchedule
+	(*PauseSchedule)(nil),          // 70: raftgate.v1.PauseSchedule
+	(*TriggerSchedule)(nil),        // 71: raftgate.v1.TriggerSchedule
+	(*ScheduleTick)(nil),           // 72: raftgate.v1.ScheduleTick
+	(*BackfillSchedule)(nil),       // 73: raftgate.v1.BackfillSchedule
+	(*ScheduleRequest)(nil),        // 74: raftgate.v1.ScheduleRequest
+	(*ScheduleList)(nil),           // 75: raftgate.v1.ScheduleList
+	(*CallbackState)(nil),          // 76: raftgate.v1.CallbackState
+	(*CallbackAttempt)(nil),        // 77: raftgate.v1.CallbackAttempt
+	(*InitCluster)(nil),            // 78: raftgate.v1.InitCluster
+	(*JoinNode)(nil),               // 79: raftgate.v1.JoinNode
+	(*SetNodeState)(nil),           // 80: raftgate.v1.SetNodeState
+	(*UpdateNodeAddrs)(nil),        // 81: raftgate.v1.UpdateNodeAddrs
+	(*SetPlacement)(nil),           // 82: raftgate.v1.SetPlacement
+	(*ObserveConfig)(nil),          // 83: raftgate.v1.ObserveConfig
+	(*SetPlacementPolicy)(nil),     // 84: raftgate.v1.SetPlacementPolicy
 }
 var file_raftgate_proto_depIdxs = []int32{
 	9,   // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
@@ -7079,10 +7472,10 @@ var file_raftgate_proto_depIdxs = []int32{
 	15,  // 8: raftgate.v1.Command.fence_service:type_name -> raftgate.v1.FenceService
 	40,  // 9: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
 	41,  // 10: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
-	75,  // 11: raftgate.v1.Command.init_cluster:type_name -> raftgate.v1.InitCluster
-	76,  // 12: raftgate.v1.Command.join_node:type_name -> raftgate.v1.JoinNode
-	77,  // 13: raftgate.v1.Command.set_node_state:type_name -> raftgate.v1.SetNodeState
-	78,  // 14: raftgate.v1.Command.update_node_addrs:type_name -> raftgate.v1.UpdateNodeAddrs
+	78,  // 11: raftgate.v1.Command.init_cluster:type_name -> raftgate.v1.InitCluster
+	79,  // 12: raftgate.v1.Command.join_node:type_name -> raftgate.v1.JoinNode
+	80,  // 13: raftgate.v1.Command.set_node_state:type_name -> raftgate.v1.SetNodeState
+	81,  // 14: raftgate.v1.Command.update_node_addrs:type_name -> raftgate.v1.UpdateNodeAddrs
 	22,  // 15: raftgate.v1.Command.resume:type_name -> raftgate.v1.Resume
 	23,  // 16: raftgate.v1.Command.restart:type_name -> raftgate.v1.Restart
 	24,  // 17: raftgate.v1.Command.kill:type_name -> raftgate.v1.Kill
@@ -7090,95 +7483,99 @@ var file_raftgate_proto_depIdxs = []int32{
 	26,  // 19: raftgate.v1.Command.pause:type_name -> raftgate.v1.Pause
 	27,  // 20: raftgate.v1.Command.bulk:type_name -> raftgate.v1.Bulk
 	28,  // 21: raftgate.v1.Command.bulk_step:type_name -> raftgate.v1.BulkStep
-	79,  // 22: raftgate.v1.Command.set_placement:type_name -> raftgate.v1.SetPlacement
-	80,  // 23: raftgate.v1.Command.observe_config:type_name -> raftgate.v1.ObserveConfig
-	81,  // 24: raftgate.v1.Command.set_placement_policy:type_name -> raftgate.v1.SetPlacementPolicy
-	66,  // 25: raftgate.v1.Command.put_schedule:type_name -> raftgate.v1.PutSchedule
-	67,  // 26: raftgate.v1.Command.delete_schedule:type_name -> raftgate.v1.DeleteSchedule
-	68,  // 27: raftgate.v1.Command.pause_schedule:type_name -> raftgate.v1.PauseSchedule
-	69,  // 28: raftgate.v1.Command.trigger_schedule:type_name -> raftgate.v1.TriggerSchedule
-	70,  // 29: raftgate.v1.Command.schedule_tick:type_name -> raftgate.v1.ScheduleTick
-	74,  // 30: raftgate.v1.Command.callback_attempt:type_name -> raftgate.v1.CallbackAttempt
+	82,  // 22: raftgate.v1.Command.set_placement:type_name -> raftgate.v1.SetPlacement
+	83,  // 23: raftgate.v1.Command.observe_config:type_name -> raftgate.v1.ObserveConfig
+	84,  // 24: raftgate.v1.Command.set_placement_policy:type_name -> raftgate.v1.SetPlacementPolicy
+	68,  // 25: raftgate.v1.Command.put_schedule:type_name -> raftgate.v1.PutSchedule
+	69,  // 26: raftgate.v1.Command.delete_schedule:type_name -> raftgate.v1.DeleteSchedule
+	70,  // 27: raftgate.v1.Command.pause_schedule:type_name -> raftgate.v1.PauseSchedule
+	71,  // 28: raftgate.v1.Command.trigger_schedule:type_name -> raftgate.v1.TriggerSchedule
+	72,  // 29: raftgate.v1.Command.schedule_tick:type_name -> raftgate.v1.ScheduleTick
+	77,  // 30: raftgate.v1.Command.callback_attempt:type_name -> raftgate.v1.CallbackAttempt
 	36,  // 31: raftgate.v1.Command.put_rule:type_name -> raftgate.v1.PutRule
 	37,  // 32: raftgate.v1.Command.delete_rule:type_name -> raftgate.v1.DeleteRule
 	31,  // 33: raftgate.v1.Command.start:type_name -> raftgate.v1.Start
-	16,  // 34: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
-	18,  // 35: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
-	0,   // 36: raftgate.v1.Bulk.action:type_name -> raftgate.v1.BulkAction
-	55,  // 37: raftgate.v1.Bulk.filter:type_name -> raftgate.v1.ListInvocations
-	0,   // 38: raftgate.v1.Operation.action:type_name -> raftgate.v1.BulkAction
-	55,  // 39: raftgate.v1.Operation.filter:type_name -> raftgate.v1.ListInvocations
-	1,   // 40: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
-	39,  // 41: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
-	38,  // 42: raftgate.v1.Service.handler_config:type_name -> raftgate.v1.HandlerConfig
-	34,  // 43: raftgate.v1.Service.limits:type_name -> raftgate.v1.Limits
-	35,  // 44: raftgate.v1.PutRule.rule:type_name -> raftgate.v1.Rule
-	39,  // 45: raftgate.v1.HandlerConfig.retry:type_name -> raftgate.v1.RetryPolicy
-	34,  // 46: raftgate.v1.HandlerConfig.limits:type_name -> raftgate.v1.Limits
-	2,   // 47: raftgate.v1.RetryPolicy.on_max_attempts:type_name -> raftgate.v1.RetryPolicy.OnMaxAttempts
-	33,  // 48: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
-	17,  // 49: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
-	3,   // 50: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
-	18,  // 51: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
-	73,  // 52: raftgate.v1.InvocationRecord.callback:type_name -> raftgate.v1.CallbackState
-	46,  // 53: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
-	47,  // 54: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
-	48,  // 55: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
-	50,  // 56: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
-	51,  // 57: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
-	53,  // 58: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
-	60,  // 59: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
-	40,  // 60: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
-	41,  // 61: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
-	62,  // 62: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
-	55,  // 63: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
-	15,  // 64: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
-	57,  // 65: raftgate.v1.DispatchRequest.action:type_name -> raftgate.v1.InvocationAction
-	58,  // 66: raftgate.v1.DispatchRequest.bulk:type_name -> raftgate.v1.BulkRequest
-	59,  // 67: raftgate.v1.DispatchRequest.operation:type_name -> raftgate.v1.GetOperation
-	71,  // 68: raftgate.v1.DispatchRequest.schedule:type_name -> raftgate.v1.ScheduleRequest
-	36,  // 69: raftgate.v1.DispatchRequest.put_rule:type_name -> raftgate.v1.PutRule
-	37,  // 70: raftgate.v1.DispatchRequest.delete_rule:type_name -> raftgate.v1.DeleteRule
-	49,  // 71: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
-	52,  // 72: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
-	54,  // 73: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
-	61,  // 74: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
-	43,  // 75: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
-	56,  // 76: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
-	63,  // 77: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
-	29,  // 78: raftgate.v1.DispatchResponse.operation:type_name -> raftgate.v1.Operation
-	72,  // 79: raftgate.v1.DispatchResponse.schedules:type_name -> raftgate.v1.ScheduleList
-	35,  // 80: raftgate.v1.DispatchResponse.rule:type_name -> raftgate.v1.Rule
-	17,  // 81: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
-	18,  // 82: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
-	42,  // 83: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
-	4,   // 84: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
-	42,  // 85: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
-	5,   // 86: raftgate.v1.InvocationAction.kind:type_name -> raftgate.v1.InvocationAction.Kind
-	0,   // 87: raftgate.v1.BulkRequest.action:type_name -> raftgate.v1.BulkAction
-	55,  // 88: raftgate.v1.BulkRequest.filter:type_name -> raftgate.v1.ListInvocations
-	6,   // 89: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
-	64,  // 90: raftgate.v1.ScheduleState.spec:type_name -> raftgate.v1.ScheduleSpec
-	64,  // 91: raftgate.v1.PutSchedule.spec:type_name -> raftgate.v1.ScheduleSpec
-	66,  // 92: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
-	67,  // 93: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
-	68,  // 94: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
-	69,  // 95: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
-	65,  // 96: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
-	7,   // 97: raftgate.v1.CallbackState.state:type_name -> raftgate.v1.CallbackState.State
-	8,   // 98: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
-	11,  // 99: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
-	46,  // 100: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
-	44,  // 101: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
-	10,  // 102: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
-	12,  // 103: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
-	47,  // 104: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
-	45,  // 105: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
-	102, // [102:106] is the sub-list for method output_type
-	98,  // [98:102] is the sub-list for method input_type
-	98,  // [98:98] is the sub-list for extension type_name
-	98,  // [98:98] is the sub-list for extension extendee
-	0,   // [0:98] is the sub-list for field type_name
+	73,  // 34: raftgate.v1.Command.backfill_schedule:type_name -> raftgate.v1.BackfillSchedule
+	67,  // 35: raftgate.v1.Command.schedule_dispatched:type_name -> raftgate.v1.ScheduleDispatched
+	16,  // 36: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
+	18,  // 37: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
+	0,   // 38: raftgate.v1.Bulk.action:type_name -> raftgate.v1.BulkAction
+	55,  // 39: raftgate.v1.Bulk.filter:type_name -> raftgate.v1.ListInvocations
+	0,   // 40: raftgate.v1.Operation.action:type_name -> raftgate.v1.BulkAction
+	55,  // 41: raftgate.v1.Operation.filter:type_name -> raftgate.v1.ListInvocations
+	1,   // 42: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
+	39,  // 43: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
+	38,  // 44: raftgate.v1.Service.handler_config:type_name -> raftgate.v1.HandlerConfig
+	34,  // 45: raftgate.v1.Service.limits:type_name -> raftgate.v1.Limits
+	35,  // 46: raftgate.v1.PutRule.rule:type_name -> raftgate.v1.Rule
+	39,  // 47: raftgate.v1.HandlerConfig.retry:type_name -> raftgate.v1.RetryPolicy
+	34,  // 48: raftgate.v1.HandlerConfig.limits:type_name -> raftgate.v1.Limits
+	2,   // 49: raftgate.v1.RetryPolicy.on_max_attempts:type_name -> raftgate.v1.RetryPolicy.OnMaxAttempts
+	33,  // 50: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
+	17,  // 51: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
+	3,   // 52: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
+	18,  // 53: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
+	76,  // 54: raftgate.v1.InvocationRecord.callback:type_name -> raftgate.v1.CallbackState
+	46,  // 55: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
+	47,  // 56: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
+	48,  // 57: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
+	50,  // 58: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
+	51,  // 59: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
+	53,  // 60: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
+	60,  // 61: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
+	40,  // 62: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
+	41,  // 63: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
+	62,  // 64: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
+	55,  // 65: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
+	15,  // 66: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
+	57,  // 67: raftgate.v1.DispatchRequest.action:type_name -> raftgate.v1.InvocationAction
+	58,  // 68: raftgate.v1.DispatchRequest.bulk:type_name -> raftgate.v1.BulkRequest
+	59,  // 69: raftgate.v1.DispatchRequest.operation:type_name -> raftgate.v1.GetOperation
+	74,  // 70: raftgate.v1.DispatchRequest.schedule:type_name -> raftgate.v1.ScheduleRequest
+	36,  // 71: raftgate.v1.DispatchRequest.put_rule:type_name -> raftgate.v1.PutRule
+	37,  // 72: raftgate.v1.DispatchRequest.delete_rule:type_name -> raftgate.v1.DeleteRule
+	49,  // 73: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
+	52,  // 74: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
+	54,  // 75: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
+	61,  // 76: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
+	43,  // 77: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
+	56,  // 78: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
+	63,  // 79: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
+	29,  // 80: raftgate.v1.DispatchResponse.operation:type_name -> raftgate.v1.Operation
+	75,  // 81: raftgate.v1.DispatchResponse.schedules:type_name -> raftgate.v1.ScheduleList
+	35,  // 82: raftgate.v1.DispatchResponse.rule:type_name -> raftgate.v1.Rule
+	17,  // 83: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
+	18,  // 84: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
+	42,  // 85: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
+	4,   // 86: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
+	42,  // 87: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
+	5,   // 88: raftgate.v1.InvocationAction.kind:type_name -> raftgate.v1.InvocationAction.Kind
+	0,   // 89: raftgate.v1.BulkRequest.action:type_name -> raftgate.v1.BulkAction
+	55,  // 90: raftgate.v1.BulkRequest.filter:type_name -> raftgate.v1.ListInvocations
+	6,   // 91: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
+	64,  // 92: raftgate.v1.ScheduleState.spec:type_name -> raftgate.v1.ScheduleSpec
+	65,  // 93: raftgate.v1.ScheduleState.dispatch:type_name -> raftgate.v1.ScheduleDispatch
+	64,  // 94: raftgate.v1.PutSchedule.spec:type_name -> raftgate.v1.ScheduleSpec
+	68,  // 95: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
+	69,  // 96: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
+	70,  // 97: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
+	71,  // 98: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
+	73,  // 99: raftgate.v1.ScheduleRequest.backfill:type_name -> raftgate.v1.BackfillSchedule
+	66,  // 100: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
+	7,   // 101: raftgate.v1.CallbackState.state:type_name -> raftgate.v1.CallbackState.State
+	8,   // 102: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
+	11,  // 103: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
+	46,  // 104: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
+	44,  // 105: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
+	10,  // 106: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
+	12,  // 107: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
+	47,  // 108: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
+	45,  // 109: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
+	106, // [106:110] is the sub-list for method output_type
+	102, // [102:106] is the sub-list for method input_type
+	102, // [102:102] is the sub-list for extension type_name
+	102, // [102:102] is the sub-list for extension extendee
+	0,   // [0:102] is the sub-list for field type_name
 }
 
 func init() { file_raftgate_proto_init() }
@@ -7220,6 +7617,8 @@ func file_raftgate_proto_init() {
 		(*Command_PutRule)(nil),
 		(*Command_DeleteRule)(nil),
 		(*Command_Start)(nil),
+		(*Command_BackfillSchedule)(nil),
+		(*Command_ScheduleDispatched)(nil),
 	}
 	file_raftgate_proto_msgTypes[9].OneofWrappers = []any{}
 	file_raftgate_proto_msgTypes[38].OneofWrappers = []any{
@@ -7252,13 +7651,14 @@ func file_raftgate_proto_init() {
 		(*DispatchResponse_Schedules)(nil),
 		(*DispatchResponse_Rule)(nil),
 	}
-	file_raftgate_proto_msgTypes[63].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[66].OneofWrappers = []any{
 		(*ScheduleRequest_Put)(nil),
 		(*ScheduleRequest_Delete)(nil),
 		(*ScheduleRequest_Pause)(nil),
 		(*ScheduleRequest_Trigger)(nil),
 		(*ScheduleRequest_Get)(nil),
 		(*ScheduleRequest_List)(nil),
+		(*ScheduleRequest_Backfill)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -7266,7 +7666,7 @@ func file_raftgate_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftgate_proto_rawDesc), len(file_raftgate_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   67,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -1,6 +1,7 @@
 // Package schedule is the pure logic of recurring invocations: parsing a
-// spec (an interval, or a cron expression in a time zone), the next tick
-// after a time, what a leader does with ticks it finds overdue (the
+// spec (an interval, an ISO 8601 repeating interval, or a cron expression
+// in a time zone, each optionally bounded by a start and an end), the
+// next tick after a time, the ticks of a range (a backfill), what a leader does with ticks it finds overdue (the
 // catch-up window), what a tick does while the previous run is still
 // under way (the overlap policy), and each tick's jitter.
 //
@@ -13,7 +14,10 @@
 //
 // Ticks of an interval are aligned to the Unix epoch (every 5m ticks at
 // :00, :05, ...), so they do not depend on when a schedule was created or
-// updated. Cron expressions have five fields (minute, hour, day of month,
+// updated. A repeating interval is R/DURATION (the same, DURATION an ISO
+// 8601 duration of fixed-length units, read by github.com/sosodev/duration)
+// or R[n]/START/DURATION (ticks at START + k*DURATION, n of them when n is
+// given); the other ISO forms are refused. Start and end are inclusive. Cron expressions have five fields (minute, hour, day of month,
 // month, day of week) or a descriptor (@daily, @hourly, ...), parsed by
 // github.com/robfig/cron/v3 and evaluated in the schedule's time zone
 // (UTC when unset). Across a daylight-saving change a local time that does

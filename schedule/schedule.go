@@ -11,19 +11,30 @@ import (
 	"github.com/robfig/cron/v3"
 )
 
-// Spec is what a user gives: exactly one of Every and Cron.
+// Spec is what a user gives: exactly one of Every, Repeat and Cron.
 type Spec struct {
 	Every time.Duration
+	// Repeat is an ISO 8601 repeating interval: R/PT5M (like Every) or
+	// R[n]/START/DURATION (ticks from START, n of them when n is given).
+	Repeat string
 	// Cron is a five-field expression or a descriptor (@daily).
 	Cron string
 	// TimeZone is an IANA name (Europe/Paris) for Cron; empty is UTC.
 	TimeZone string
+	// Start and End bound the ticks, both included (zero: unbounded).
+	Start, End time.Time
 }
 
 // Schedule is a parsed Spec.
 type Schedule struct {
 	every time.Duration
-	cron  *cron.SpecSchedule
+	// anchor is an interval's first tick (zero: ticks aligned to the
+	// epoch); count bounds how many ticks it has from there (0: no bound).
+	anchor time.Time
+	count  int64
+	cron   *cron.SpecSchedule
+	// start and end bound every spec's ticks (zero: unbounded).
+	start, end time.Time
 }
 
 // MinEvery is the shortest interval: ticks are placed in milliseconds and
@@ -37,17 +48,47 @@ var parser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cr
 
 // Parse checks spec and returns its Schedule.
 func Parse(spec Spec) (*Schedule, error) {
+	s, err := parseTicks(spec)
+	if err != nil {
+		return nil, err
+	}
+	if !spec.Start.IsZero() && !spec.End.IsZero() && spec.End.Before(spec.Start) {
+		return nil, fmt.Errorf("%w: end %v is before start %v", ErrSpec, spec.End, spec.Start)
+	}
+	s.start, s.end = spec.Start, spec.End
+	return s, nil
+}
+
+// parseTicks parses the part of spec that places the ticks.
+func parseTicks(spec Spec) (*Schedule, error) {
+	given := 0
+	for _, set := range []bool{spec.Every != 0, spec.Repeat != "", spec.Cron != ""} {
+		if set {
+			given++
+		}
+	}
 	switch {
-	case spec.Every != 0 && spec.Cron != "":
-		return nil, fmt.Errorf("%w: give either an interval or a cron expression, not both", ErrSpec)
-	case spec.Every != 0:
+	case given > 1:
+		return nil, fmt.Errorf("%w: give one of an interval, a repeating interval or a cron expression", ErrSpec)
+	case spec.Every != 0 || spec.Repeat != "":
 		if spec.TimeZone != "" {
 			return nil, fmt.Errorf("%w: a time zone applies to a cron expression only", ErrSpec)
 		}
-		if spec.Every < MinEvery || spec.Every%time.Millisecond != 0 {
-			return nil, fmt.Errorf("%w: interval %v: want at least %v, in whole milliseconds", ErrSpec, spec.Every, MinEvery)
+		s := &Schedule{every: spec.Every}
+		if spec.Repeat != "" {
+			r, err := parseRepeat(spec.Repeat)
+			if err != nil {
+				return nil, err
+			}
+			s.every, s.count = r.every, r.count
+			if !r.anchor.IsZero() {
+				s.anchor = time.UnixMilli(r.anchor.UnixMilli())
+			}
 		}
-		return &Schedule{every: spec.Every}, nil
+		if s.every < MinEvery || s.every%time.Millisecond != 0 {
+			return nil, fmt.Errorf("%w: interval %v: want at least %v, in whole milliseconds", ErrSpec, s.every, MinEvery)
+		}
+		return s, nil
 	case spec.Cron != "":
 		if strings.Contains(spec.Cron, "TZ=") || strings.HasPrefix(strings.TrimSpace(spec.Cron), "@every") {
 			return nil, fmt.Errorf("%w: cron %q: give the time zone in its own field and an interval as every", ErrSpec, spec.Cron)
@@ -71,15 +112,58 @@ func Parse(spec Spec) (*Schedule, error) {
 }
 
 // Next returns the first tick strictly after t, or the zero time when there
-// is none (a cron expression that never matches).
+// is none (past the end, the count of a repeating interval, or a cron
+// expression that never matches).
 func (s *Schedule) Next(t time.Time) time.Time {
+	if !s.start.IsZero() && t.Before(s.start) {
+		t = s.start.Add(-time.Millisecond) // the start itself may be a tick
+	}
+	n := s.next(t)
+	if n.IsZero() || !s.within(n) {
+		return time.Time{}
+	}
+	return n
+}
+
+// last is an interval's last tick (zero: none, the ticks go on).
+func (s *Schedule) last() time.Time {
+	var l time.Time
+	if s.count > 0 {
+		l = s.anchor.Add(time.Duration(s.count-1) * s.every)
+	}
+	if !s.end.IsZero() {
+		if e := s.next(s.end.Add(-s.every)); l.IsZero() || e.Before(l) {
+			l = e
+		}
+	}
+	return l
+}
+
+// within says whether tick (one of the spec's) is before the end and
+// within the count.
+func (s *Schedule) within(tick time.Time) bool {
+	if !s.end.IsZero() && tick.After(s.end) {
+		return false
+	}
+	return s.count == 0 || tick.Sub(s.anchor)/s.every < time.Duration(s.count)
+}
+
+// next is the first tick of the spec strictly after t, bounds aside.
+func (s *Schedule) next(t time.Time) time.Time {
 	if s.every > 0 {
-		ms, every := t.UnixMilli(), s.every.Milliseconds()
+		if !s.anchor.IsZero() && t.Before(s.anchor) {
+			return s.anchor
+		}
+		base := s.anchor.UnixMilli()
+		if s.anchor.IsZero() {
+			base = 0
+		}
+		ms, every := t.UnixMilli()-base, s.every.Milliseconds()
 		next := ms - ms%every + every
 		if ms < 0 && ms%every != 0 {
 			next -= every
 		}
-		return time.UnixMilli(next)
+		return time.UnixMilli(base + next)
 	}
 	n := s.cron.Next(t)
 	if !n.IsZero() && repeated(n, s.cron.Location) {
@@ -136,6 +220,11 @@ func (s *Schedule) Catchup(id string, next, now time.Time, window, jitter time.D
 	if s.every > 0 && t.Before(oldest.Add(-s.every)) {
 		// Jump over whole intervals: exact, and bounded whatever the gap.
 		n := oldest.Sub(t) / s.every
+		if last := s.last(); !last.IsZero() && t.Add(n*s.every).After(last) {
+			n = max(0, last.Sub(t)/s.every+1) // every tick left is skipped
+			p.Skipped += uint64(n)
+			return p, p.Skipped > 0
+		}
 		p.Skipped += uint64(n)
 		t = t.Add(n * s.every)
 	}
@@ -231,4 +320,22 @@ func (o Overlap) Decide(running, buffered bool) Action {
 		return Buffer
 	}
 	return Drop
+}
+
+// ErrTooManyTicks is wrapped by Between when a range holds more ticks
+// than its bound.
+var ErrTooManyTicks = errors.New("too many ticks")
+
+// Between returns the ticks from from to to, both included, oldest first,
+// or ErrTooManyTicks when there are more than max.
+func (s *Schedule) Between(from, to time.Time, max int) ([]time.Time, error) {
+	var out []time.Time
+	for t := s.Next(from.Add(-time.Millisecond)); !t.IsZero() && !t.After(to); t = s.Next(t) {
+		if len(out) == max {
+			return nil, fmt.Errorf("%w: more than %d from %s to %s", ErrTooManyTicks, max,
+				from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
+		}
+		out = append(out, t)
+	}
+	return out, nil
 }

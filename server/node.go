@@ -74,6 +74,11 @@ type Server struct {
 	ingressHTTP    *httpService
 	adminHTTP      *httpService
 	stopWatch      func()
+
+	// scheduleRuns hands the keyed runs of schedules to their key's
+	// partition through dispatchClient, once it exists.
+	scheduleRuns scheduleDispatch
+
 	// led lists the partitions this node leads, for the ingress's
 	// placement of new invocations (--placement local).
 	led localLeaders
@@ -170,6 +175,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	n := &Server{cfg: cfg, log: cfg.Logger, failed: make(chan error, 1)}
+	n.scheduleRuns.partitions = cfg.Partitions
 	if cfg.Failpoint != nil {
 		cfg.Failpoint.warn(n.log)
 	}
@@ -342,6 +348,7 @@ func (n *Server) Start() (err error) {
 	if n.dispatchClient, err = dispatch.NewClient(ccfg); err != nil {
 		return err
 	}
+	n.scheduleRuns.client.Store(n.dispatchClient)
 	local.writes = registry.Writer{Registry: n.registry, Fences: n.dispatchClient, Partitions: cfg.Partitions}
 
 	scfg := dispatch.DefaultServerConfig()

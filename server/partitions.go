@@ -1,16 +1,21 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/raftgate/raftgate/cluster"
+	"github.com/raftgate/raftgate/ingress/dispatch"
+	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/partition"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/registry"
+	"github.com/raftgate/raftgate/rpc"
 )
 
 // localPartitions are the partitions this node holds a replica of, each
@@ -91,6 +96,7 @@ func (n *Server) openPartition(p uint32, how openHow) error {
 	pc.Callbacks.Secret = []byte(n.cfg.CallbackSecret)
 	pc.BulkChunk = n.cfg.BulkChunk
 	pc.Services = registry.InvokerLookup{Registry: n.registry}
+	pc.Dispatch = &n.scheduleRuns
 	pc.Logger = n.log
 	pc.Registerer = reg
 	proc, err := partition.New(pc)
@@ -191,4 +197,24 @@ func (t *trackedRegisterer) release() {
 func placedOn(st *cluster.State, p uint32, node uint64) bool {
 	pl, ok := st.Placement(p)
 	return ok && (slices.Contains(pl.Replicas, node) || slices.Contains(pl.ObservedVoters, node) || slices.Contains(pl.ObservedLearners, node))
+}
+
+// scheduleDispatch is partition.Dispatch over the node's dispatch client,
+// which is made after the stored partitions open: until then it answers
+// rpc.ErrUnavailable (the partition retries).
+type scheduleDispatch struct {
+	client     atomic.Pointer[dispatch.Client]
+	partitions uint32
+}
+
+func (d *scheduleDispatch) Append(ctx context.Context, inv *rpc.Invoke) (*rpc.Appended, error) {
+	c := d.client.Load()
+	if c == nil {
+		return nil, fmt.Errorf("schedule dispatch: node starting: %w", rpc.ErrUnavailable)
+	}
+	id, err := invocation.IDFromBytes(inv.GetInvocationId())
+	if err != nil {
+		return nil, fmt.Errorf("schedule dispatch: %v: %w", err, rpc.ErrInvalid)
+	}
+	return c.Append(ctx, invocation.PartitionFor(id.PartitionKey(), d.partitions), inv)
 }

@@ -55,14 +55,15 @@ func newCallbackSink(t *testing.T, secret string) *callbackSink {
 	return s
 }
 
-// TestCallbacksAcrossLeaderKill sends a few hundred invocations with a
-// completion callback while the leader of a partition is killed: every
-// accepted invocation's completion reaches the receiver at least once,
-// signed with the cluster's secret, with its result and idempotency key;
-// the admin API shows the callback delivered. A callback URL outside
-// --callback-allow is refused at the ingress with 400.
-func TestCallbacksAcrossLeaderKill(t *testing.T) {
-	const secret, sends = "cb-secret", 300
+// TestCallbacksAcrossLeaderKills sends 1,000 invocations with a
+// completion callback while a partition leader is killed twice (the
+// leader of partition 1, then of partition 2, the first node restarted in
+// between): every accepted invocation's completion reaches the receiver
+// at least once, signed with the cluster's secret, with its result and
+// idempotency key; the admin API shows the callback delivered. A callback
+// URL outside --callback-allow is refused at the ingress with 400.
+func TestCallbacksAcrossLeaderKills(t *testing.T) {
+	const secret, sends, kills = "cb-secret", 1000, 2
 	sink := newCallbackSink(t, secret)
 	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -92,7 +93,12 @@ func TestCallbacksAcrossLeaderKill(t *testing.T) {
 		next     atomic.Int64
 		wg       sync.WaitGroup
 	)
-	killAt := make(chan struct{})
+	// A kill at a third and at two thirds of the sends: a send past one
+	// waits until it is done, so that each kill lands mid-stream.
+	killSend, killed := make([]int64, kills), make([]chan struct{}, kills)
+	for k := range kills {
+		killSend[k], killed[k] = int64((k+1)*sends/(kills+1)), make(chan struct{})
+	}
 	for w := range 6 {
 		wg.Add(1)
 		go func() {
@@ -102,8 +108,10 @@ func TestCallbacksAcrossLeaderKill(t *testing.T) {
 				if i > sends {
 					return
 				}
-				if i == sends/3 {
-					close(killAt)
+				for k, at := range killSend {
+					if i > at {
+						<-killed[k]
+					}
 				}
 				key := fmt.Sprintf("k%d", i)
 				hdr := map[string]string{"idempotency-key": key, "x-raftgate-callback": sink.srv.URL + "/done"}
@@ -126,11 +134,22 @@ func TestCallbacksAcrossLeaderKill(t *testing.T) {
 			}
 		}()
 	}
-	<-killAt
 	var leader *node
-	testutil.WaitFor(t, 10*time.Second, "a leader of partition 1", func() bool { leader = c.leaderOf(1); return leader != nil })
-	t.Logf("killing node %d, leader of partition 1", leader.id)
-	c.kill(leader)
+	for k := range kills {
+		testutil.WaitFor(t, 60*time.Second, fmt.Sprintf("send %d", killSend[k]), func() bool { return next.Load() >= killSend[k] })
+		p := uint32(1 + k%2)
+		testutil.WaitFor(t, 10*time.Second, fmt.Sprintf("a leader of partition %d", p), func() bool { leader = c.leaderOf(p); return leader != nil })
+		t.Logf("kill %d at send %d: node %d, leader of partition %d", k+1, next.Load(), leader.id, p)
+		c.kill(leader)
+		close(killed[k])
+		if k < kills-1 {
+			// Down while a sixth of the sends go on, then back, so that
+			// two of three nodes are up for the next kill.
+			resumeAt := next.Load() + sends/6
+			testutil.WaitFor(t, 60*time.Second, "sends under the new leader", func() bool { return next.Load() >= resumeAt })
+			c.restart(leader)
+		}
+	}
 	wg.Wait()
 	c.restart(leader)
 	if len(accepted) != sends {

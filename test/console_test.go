@@ -188,11 +188,6 @@ func TestConsoleInBrowser(t *testing.T) {
 	const token = "console-test-token"
 	const partitions = 3
 	s := newConsoleSession(t)
-	c := startCluster(t, clusterOpts{nodes: 3, partitions: partitions,
-		extraArgs: func(int) []string { return []string{"--admin-token", token} }})
-	n1 := c.nodes[0]
-	auth := map[string]string{"Authorization": "Bearer " + token}
-
 	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if strings.Contains(string(body), "fail") {
@@ -203,6 +198,12 @@ func TestConsoleInBrowser(t *testing.T) {
 		fmt.Fprintf(w, `{"greeting":"hello","input":%s}`, body)
 	}))
 	t.Cleanup(svc.Close)
+	// The service's own origin takes the completion callbacks of the
+	// registration the form makes.
+	c := startCluster(t, clusterOpts{nodes: 3, partitions: partitions,
+		extraArgs: func(int) []string { return []string{"--admin-token", token, "--callback-allow", svc.URL} }})
+	n1 := c.nodes[0]
+	auth := map[string]string{"Authorization": "Bearer " + token}
 
 	// A wrong token: the shell loads, the API refuses, the page says so.
 	s.do("open the console", chromedp.Navigate(n1.adminURL()+"/"))
@@ -241,13 +242,14 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS("#svc-name"), "Greeter"),
 		chromedp.SendKeys(chromedp.CSS("#svc-url"), svc.URL),
 		chromedp.SendKeys(chromedp.CSS("#svc-handlers"), "greet"),
+		chromedp.SendKeys(chromedp.CSS("#svc-callback-url"), svc.URL+"/callback"),
 		chromedp.Click(chromedp.CSS("#svc-submit")))
-	s.waitPage(10*time.Second, "Greeter in the service list",
-		`!!document.querySelector('#services tr[data-service="Greeter"]')`)
+	s.waitPage(10*time.Second, "Greeter and its callback URL in the service list",
+		fmt.Sprintf(`document.querySelector('#services tr[data-service="Greeter"] [data-field=callback]')?.textContent.includes(%s) === true`, jsString(svc.URL+"/callback")))
 	for _, n := range c.nodes {
 		testutil.WaitFor(t, 10*time.Second, fmt.Sprintf("node %d knows Greeter", n.id), func() bool {
 			r, err := do(context.Background(), http.MethodGet, n.adminURL()+"/services/Greeter", nil, auth)
-			return err == nil && r.status == http.StatusOK && strings.Contains(string(r.body), svc.URL)
+			return err == nil && r.status == http.StatusOK && strings.Contains(string(r.body), svc.URL+"/callback")
 		})
 	}
 	s.screenshot("services")
@@ -265,6 +267,20 @@ func TestConsoleInBrowser(t *testing.T) {
 	if r, err := do(context.Background(), http.MethodGet, n1.adminURL()+"/services/Doomed", nil, auth); err != nil || r.status != http.StatusNotFound {
 		t.Fatalf("Doomed after removal: %v %v", err, r)
 	}
+
+	// A schedule through the form, bounded by a start and an end already
+	// past: it shows ended.
+	s.do("open the schedules page", chromedp.Navigate(n1.adminURL()+"/ui/#/schedules"))
+	s.waitPage(10*time.Second, "the schedules page", `!document.querySelector("#view-schedules").hidden`)
+	s.do("fill and submit the schedule form",
+		chromedp.SendKeys(chromedp.CSS("#sch-id"), "bounded"),
+		chromedp.SendKeys(chromedp.CSS("#sch-target"), "Greeter/greet"),
+		chromedp.SendKeys(chromedp.CSS("#sch-every"), "R/PT1M"),
+		chromedp.SendKeys(chromedp.CSS("#sch-start"), time.Now().Add(-48*time.Hour).UTC().Format(time.RFC3339)),
+		chromedp.SendKeys(chromedp.CSS("#sch-end"), time.Now().Add(-24*time.Hour).UTC().Format(time.RFC3339)),
+		chromedp.Click(chromedp.CSS("#sch-form button[type=submit]")))
+	s.waitPage(10*time.Second, "the bounded schedule, ended",
+		`document.querySelector('#schedules tr[data-schedule="bounded"] [data-field=state]')?.textContent === "ended"`)
 
 	// Submit invocations over HTTP, through every node's ingress.
 	send := func(n *node, key, query string) (string, error) {

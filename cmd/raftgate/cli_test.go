@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/raftgate/raftgate/callback"
 	"github.com/raftgate/raftgate/ingress/admin"
 	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/rpc"
@@ -264,6 +265,35 @@ func TestServicesCommands(t *testing.T) {
 	}
 	if res = runCLI(t, "", "services", "add", "OnlyName", "--admin", url); res.code == 0 {
 		t.Fatalf("add without URL accepted: %+v", res)
+	}
+}
+
+// services add --callback-url stores the default callback of a service,
+// shown by show; an origin outside the allow-list is the admin's 400.
+func TestServicesAddCallbackURL(t *testing.T) {
+	reg := &testRegistry{svcs: map[string]*rpc.Service{}}
+	allow, err := callback.ParseAllow([]string{"https://hooks.example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := admin.New(admin.Config{Cluster: testCluster{ready: true}, Invocations: noInvocations{}, Registry: reg,
+		Partitions: 2, CallbackAllow: allow, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+
+	res := runCLI(t, "", "services", "add", "Billing", "http://127.0.0.1:9080", "--callback-url", "https://hooks.example.com/billing", "--admin", srv.URL)
+	if s, ok := reg.Lookup("Billing"); res.code != 0 || !ok || s.GetCallbackUrl() != "https://hooks.example.com/billing" {
+		t.Fatalf("add --callback-url: %+v, registry has %v", res, s)
+	}
+	if res = runCLI(t, "", "services", "show", "Billing", "--admin", srv.URL); res.code != 0 || !strings.Contains(res.stdout, "callback url         https://hooks.example.com/billing") {
+		t.Fatalf("show: %+v", res)
+	}
+	res = runCLI(t, "", "services", "add", "Leak", "http://127.0.0.1:9080", "--callback-url", "https://elsewhere.example.com/x", "--admin", srv.URL)
+	if _, ok := reg.Lookup("Leak"); res.code == 0 || ok || !strings.Contains(res.stderr, "400") {
+		t.Fatalf("add with an origin outside the allow-list: %+v", res)
 	}
 }
 

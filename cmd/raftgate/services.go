@@ -25,17 +25,20 @@ func newServicesCmd(env cliEnv) *cobra.Command {
 	var retry retryFlags
 	var limits admin.LimitsView
 	var perKey uint32
+	var callbackURL string
 	add := &cobra.Command{
 		Use:   "add NAME URL",
 		Short: "register or update a service at its base URL",
 		Example: `  raftgate services add Greeter http://127.0.0.1:9080 --handlers greet
     # raftgate then calls POST http://127.0.0.1:9080/Greeter/greet
   raftgate services add Counter http://127.0.0.1:9080 --kind object --shared get
-    # POST /Counter/{key}/add runs one at a time per key; get runs alongside`,
+    # POST /Counter/{key}/add runs one at a time per key; get runs alongside
+  raftgate services add Billing http://127.0.0.1:9080 --callback-url https://hooks.example.com/billing
+    # each completed invocation's result is POSTed there (the origin must be in --callback-allow)`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := admin.ServiceRequest{URL: args[1], Handlers: handlers, Kind: kind, Shared: shared, Retry: retry.request(cmd),
-				PerKeyConcurrency: perKey}
+				PerKeyConcurrency: perKey, CallbackURL: callbackURL}
 			if limits != (admin.LimitsView{}) {
 				req.Limits = &limits
 			}
@@ -57,6 +60,7 @@ func newServicesCmd(env cliEnv) *cobra.Command {
 	add.Flags().Uint32Var(&limits.Concurrency, "concurrency", 0, "deliveries in flight at once, cluster-wide")
 	add.Flags().Float64Var(&limits.RatePerSecond, "rate", 0, "deliveries started per second, cluster-wide")
 	add.Flags().Uint32Var(&limits.Burst, "burst", 0, "the rate's token bucket size")
+	add.Flags().StringVar(&callbackURL, "callback-url", "", "POST each invocation's result here when it completes, unless its send names another (x-raftgate-callback); the origin must be in the cluster's --callback-allow")
 	add.Flags().Uint32Var(&perKey, "per-key-concurrency", 0, "in flight per key of an object's or workflow's shared handlers")
 
 	var asJSON bool
@@ -102,9 +106,9 @@ func newServicesCmd(env cliEnv) *cobra.Command {
 				return printJSON(env.stdout, v)
 			}
 			tw := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintf(tw, "name\t%s\nkind\t%s\nurl\t%s\nhandlers\t%s\nshared\t%s\nretry\t%s\nlimits\t%s\nper-key concurrency\t%s\n",
+			fmt.Fprintf(tw, "name\t%s\nkind\t%s\nurl\t%s\nhandlers\t%s\nshared\t%s\nretry\t%s\nlimits\t%s\nper-key concurrency\t%s\ncallback url\t%s\n",
 				v.Name, dash(v.Kind), v.URL, handlerText(v.Handlers), dash(strings.Join(v.Shared, ",")), retryText(v.Retry),
-				limitsText(v.Limits), countText(v.PerKeyConcurrency))
+				limitsText(v.Limits), countText(v.PerKeyConcurrency), dash(v.CallbackURL))
 			names := make([]string, 0, len(v.HandlerConfig))
 			for name := range v.HandlerConfig {
 				names = append(names, name)

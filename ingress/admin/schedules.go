@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/raftgate/raftgate/invocation"
+	"github.com/raftgate/raftgate/registry"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -26,12 +27,15 @@ type Schedules interface {
 // ScheduleRequest is the body of PUT /schedules/{id} (API.md, "Schedules
 // and callbacks").
 type ScheduleRequest struct {
-	// Target is "Service/handler".
+	// Target is "Service/handler", or "Object/key/handler" for a keyed
+	// service (an object or a workflow), where {tick} in the key stands
+	// for the tick's time (RFC 3339 UTC): "Signup/{tick}/run".
 	Target string `json:"target"`
 	// Body is the JSON each run is sent (content-type application/json);
 	// none sends an empty body.
 	Body json.RawMessage `json:"body,omitempty"`
-	// Exactly one of Every (a Go duration, at least 1s) and Cron.
+	// Exactly one of Every (a Go duration, at least 1s, or an ISO 8601
+	// repeating interval: R/PT5M, R5/2026-12-01T00:00:00Z/PT1H) and Cron.
 	Every    string `json:"every,omitempty"`
 	Cron     string `json:"cron,omitempty"`
 	TimeZone string `json:"timeZone,omitempty"`
@@ -43,7 +47,28 @@ type ScheduleRequest struct {
 	// Jitter delays each tick by up to this much (default none).
 	Jitter string `json:"jitter,omitempty"`
 	Paused bool   `json:"paused,omitempty"`
+	// Start and End (RFC 3339) bound the ticks, both included.
+	Start string `json:"start,omitempty"`
+	End   string `json:"end,omitempty"`
 }
+
+// BackfillRequest is the body of POST /schedules/{id}/backfill: a past
+// range (RFC 3339), both ends included.
+type BackfillRequest struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// BackfillView is what a backfill did: the range's ticks, and the runs it
+// started (ticks that had none yet).
+type BackfillView struct {
+	Ticks   uint64 `json:"ticks"`
+	Started uint64 `json:"started"`
+}
+
+// maxScheduleKeyLen bounds a keyed target's key, {tick} expanded or not
+// (the ingress's bound on object keys).
+const maxScheduleKeyLen = 1000
 
 // DefaultCatchupWindow is a schedule's catch-up window when none is given:
 // long enough that a nightly run survives an hour's outage.
@@ -65,6 +90,11 @@ type ScheduleView struct {
 	CatchupWindow string          `json:"catchupWindow"`
 	Jitter        string          `json:"jitter,omitempty"`
 	Paused        bool            `json:"paused"`
+	Start         string          `json:"start,omitempty"`
+	End           string          `json:"end,omitempty"`
+	// Ended: the schedule has no tick to come (past its end, or its
+	// repeating interval's count).
+	Ended bool `json:"ended,omitempty"`
 	// NextRun is the next tick (RFC 3339), omitted when there is none.
 	NextRun string `json:"nextRun,omitempty"`
 	// LastRun is the last tick that started a run, and its invocation.
@@ -74,12 +104,17 @@ type ScheduleView struct {
 	Running string `json:"running,omitempty"`
 	// Buffered is a tick waiting for Running (buffer-one).
 	Buffered string `json:"buffered,omitempty"`
-	Runs     uint64 `json:"runs"`
-	Skipped  uint64 `json:"skipped"`
+	// Dispatching counts a keyed target's runs not yet accepted by their
+	// key's partition.
+	Dispatching int    `json:"dispatching,omitempty"`
+	Runs        uint64 `json:"runs"`
+	Skipped     uint64 `json:"skipped"`
 	// TriggeredInvocationID: the run POST …/trigger started.
 	TriggeredInvocationID string `json:"triggeredInvocationId,omitempty"`
-	CreatedAt             string `json:"createdAt,omitempty"`
-	UpdatedAt             string `json:"updatedAt,omitempty"`
+	// Backfill: what POST …/backfill did.
+	Backfill  *BackfillView `json:"backfill,omitempty"`
+	CreatedAt string        `json:"createdAt,omitempty"`
+	UpdatedAt string        `json:"updatedAt,omitempty"`
 }
 
 // ScheduleList is the JSON form of GET /schedules.
@@ -120,43 +155,85 @@ func (s *server) scheduleSpec(ctx context.Context, id string, req ScheduleReques
 		return nil, http.StatusBadRequest, errors.New("an id is 1 to 200 characters without '/'")
 	}
 	parts := strings.Split(req.Target, "/")
-	switch {
-	case len(parts) == 3:
-		return nil, http.StatusBadRequest, errors.New("targets of keyed services (Object/key/handler) are not supported yet: target a service's handler")
-	case len(parts) != 2 || parts[0] == "" || parts[1] == "":
-		return nil, http.StatusBadRequest, fmt.Errorf("target %q: want Service/handler", req.Target)
+	if len(parts) < 2 || len(parts) > 3 || slices.Contains(parts, "") {
+		return nil, http.StatusBadRequest, fmt.Errorf("target %q: want Service/handler, or Object/key/handler for a keyed service", req.Target)
+	}
+	service, handler, key := parts[0], parts[len(parts)-1], ""
+	if len(parts) == 3 {
+		key = parts[1]
 	}
 	if err := s.cfg.Registry.CatchUp(ctx); err != nil {
 		return nil, http.StatusServiceUnavailable, fmt.Errorf("service registry not readable: %v", err)
 	}
-	svc, ok := s.cfg.Registry.Lookup(parts[0])
+	svc, ok := s.cfg.Registry.Lookup(service)
+	keyed := ok && svc.Kind != rpc.Service_SERVICE
 	switch {
 	case !ok:
-		return nil, http.StatusNotFound, fmt.Errorf("service %q is not registered", parts[0])
-	case svc.Kind != rpc.Service_SERVICE:
-		return nil, http.StatusBadRequest, fmt.Errorf("service %q is keyed: schedules target plain services only, for now", parts[0])
-	case len(svc.Handlers) > 0 && !slices.Contains(svc.Handlers, parts[1]):
-		return nil, http.StatusNotFound, fmt.Errorf("service %q has no handler %q", parts[0], parts[1])
+		return nil, http.StatusNotFound, fmt.Errorf("service %q is not registered", service)
+	case len(svc.Handlers) > 0 && !slices.Contains(svc.Handlers, handler):
+		return nil, http.StatusNotFound, fmt.Errorf("service %q has no handler %q", service, handler)
+	case keyed && key == "":
+		return nil, http.StatusBadRequest, fmt.Errorf("service %q is keyed: target %s/KEY/%s (an object key, or a workflow id like {tick})", service, service, handler)
+	case !keyed && key != "":
+		return nil, http.StatusBadRequest, fmt.Errorf("service %q is not keyed: target %s/%s", service, service, handler)
+	case len(key) > maxScheduleKeyLen:
+		return nil, http.StatusBadRequest, fmt.Errorf("the key is longer than %d bytes", maxScheduleKeyLen)
+	case keyed && req.Overlap != "" && req.Overlap != "allow-all":
+		return nil, http.StatusBadRequest, fmt.Errorf("overlap %q: a keyed target's runs wait in their key's queue, so its overlap is allow-all", req.Overlap)
 	}
-	spec := &rpc.ScheduleSpec{Id: id, Service: parts[0], Handler: parts[1], Cron: req.Cron, TimeZone: req.TimeZone,
-		Overlap: req.Overlap, Paused: req.Paused, CatchupWindowMs: DefaultCatchupWindow.Milliseconds()}
+	if keyed {
+		req.Overlap = "allow-all"
+	}
+	spec := &rpc.ScheduleSpec{Id: id, Service: service, Handler: handler, Key: key, Cron: req.Cron, TimeZone: req.TimeZone,
+		Overlap: req.Overlap, Paused: req.Paused, CatchupWindowMs: DefaultCatchupWindow.Milliseconds(),
+		WorkflowRun: svc.Kind == rpc.Service_WORKFLOW && handler == registry.WorkflowRun}
 	if len(req.Body) > 0 {
 		spec.Body, spec.ContentType = req.Body, "application/json"
+	}
+	every := req.Every
+	if strings.HasPrefix(every, "R") {
+		spec.Repeat, every = every, ""
+	}
+	for _, t := range []struct {
+		name, value string
+		dst         *int64
+	}{{"start", req.Start, &spec.StartUnixMs}, {"end", req.End, &spec.EndUnixMs}} {
+		ms, err := rfc3339Ms(t.name, t.value)
+		if err != nil {
+			return nil, http.StatusBadRequest, err
+		}
+		*t.dst = ms
 	}
 	for _, d := range []struct {
 		name, value string
 		dst         *int64
-	}{{"every", req.Every, &spec.EveryMs}, {"catchupWindow", req.CatchupWindow, &spec.CatchupWindowMs}, {"jitter", req.Jitter, &spec.JitterMs}} {
+	}{{"every", every, &spec.EveryMs}, {"catchupWindow", req.CatchupWindow, &spec.CatchupWindowMs}, {"jitter", req.Jitter, &spec.JitterMs}} {
 		if d.value == "" {
 			continue
 		}
 		v, err := time.ParseDuration(d.value)
 		if err != nil || v < 0 {
-			return nil, http.StatusBadRequest, fmt.Errorf("%s %q: want a Go duration like 5m", d.name, d.value)
+			want := "a Go duration like 5m"
+			if d.name == "every" {
+				want += " or an ISO 8601 repeating interval like R/PT5M"
+			}
+			return nil, http.StatusBadRequest, fmt.Errorf("%s %q: want %s", d.name, d.value, want)
 		}
 		*d.dst = v.Milliseconds()
 	}
 	return spec, 0, nil
+}
+
+// rfc3339Ms reads an optional RFC 3339 time as unix ms (0 when empty).
+func rfc3339Ms(name, v string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil || t.UnixMilli() <= 0 {
+		return 0, fmt.Errorf("%s %q: want an RFC 3339 time like 2026-12-01T00:00:00Z", name, v)
+	}
+	return t.UnixMilli(), nil
 }
 
 func (s *server) listSchedules(w http.ResponseWriter, r *http.Request) {
@@ -194,17 +271,32 @@ func (s *server) deleteSchedule(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// scheduleAction serves POST /schedules/{id}/pause|resume|trigger.
+// scheduleAction serves POST /schedules/{id}/pause|resume|trigger|backfill.
 func (s *server) scheduleAction(w http.ResponseWriter, r *http.Request) {
 	id, action := r.PathValue("id"), r.PathValue("action")
 	var req *rpc.ScheduleRequest
 	switch action {
+	case "backfill":
+		if r.Method != http.MethodPost {
+			break // answered below
+		}
+		var body BackfillRequest
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxScheduleBody))
+		dec.DisallowUnknownFields()
+		err := dec.Decode(&body)
+		from, ferr := rfc3339Ms("from", body.From)
+		to, terr := rfc3339Ms("to", body.To)
+		if err = errors.Join(err, ferr, terr); err != nil || from == 0 || to == 0 {
+			s.writeError(w, r, http.StatusBadRequest, fmt.Sprintf(`backfill of schedule %q: want a body like {"from":"2026-12-01T00:00:00Z","to":"2026-12-02T00:00:00Z"} (%v)`, id, err))
+			return
+		}
+		req = &rpc.ScheduleRequest{Op: &rpc.ScheduleRequest_Backfill{Backfill: &rpc.BackfillSchedule{Id: id, FromUnixMs: from, ToUnixMs: to, RequestId: invocation.NewRequestID()}}}
 	case "pause", "resume":
 		req = &rpc.ScheduleRequest{Op: &rpc.ScheduleRequest_Pause{Pause: &rpc.PauseSchedule{Id: id, Paused: action == "pause", RequestId: invocation.NewRequestID()}}}
 	case "trigger":
 		req = &rpc.ScheduleRequest{Op: &rpc.ScheduleRequest_Trigger{Trigger: &rpc.TriggerSchedule{Id: id, RequestId: invocation.NewRequestID()}}}
 	default:
-		s.writeError(w, r, http.StatusNotFound, fmt.Sprintf("no schedule action %q (pause, resume or trigger)", action))
+		s.writeError(w, r, http.StatusNotFound, fmt.Sprintf("no schedule action %q (pause, resume, trigger or backfill)", action))
 		return
 	}
 	if r.Method != http.MethodPost {
@@ -234,12 +326,19 @@ func (s *server) scheduleCall(w http.ResponseWriter, r *http.Request, id string,
 	if len(list.Triggered) > 0 {
 		v.TriggeredInvocationID = invocationIDText(list.Triggered)
 	}
+	if _, ok := req.Op.(*rpc.ScheduleRequest_Backfill); ok {
+		v.Backfill = &BackfillView{Ticks: list.BackfillTicks, Started: list.BackfillStarted}
+	}
 	writeJSON(w, http.StatusOK, v)
 }
 
 func scheduleView(p uint32, st *rpc.ScheduleState) ScheduleView {
 	spec := st.GetSpec()
-	v := ScheduleView{ID: spec.GetId(), Partition: p, Target: spec.GetService() + "/" + spec.GetHandler(),
+	target := spec.GetService() + "/" + spec.GetHandler()
+	if spec.GetKey() != "" {
+		target = spec.GetService() + "/" + spec.GetKey() + "/" + spec.GetHandler()
+	}
+	v := ScheduleView{ID: spec.GetId(), Partition: p, Target: target, Dispatching: len(st.Dispatch),
 		Cron: spec.GetCron(), TimeZone: spec.GetTimeZone(), Overlap: spec.GetOverlap(),
 		CatchupWindow: msText(spec.GetCatchupWindowMs()), Paused: spec.GetPaused(),
 		NextRun: timeText(st.NextTickUnixMs), LastRun: timeText(st.LastTickUnixMs),
@@ -249,6 +348,11 @@ func scheduleView(p uint32, st *rpc.ScheduleState) ScheduleView {
 		v.Overlap = "skip"
 	}
 	v.Every, v.Jitter = msText(spec.GetEveryMs()), msText(spec.GetJitterMs())
+	if spec.GetRepeat() != "" {
+		v.Every = spec.GetRepeat()
+	}
+	v.Start, v.End = timeText(spec.GetStartUnixMs()), timeText(spec.GetEndUnixMs())
+	v.Ended = st.NextTickUnixMs == 0 && !spec.GetPaused()
 	if len(spec.GetBody()) > 0 && json.Valid(spec.GetBody()) {
 		v.Body = spec.GetBody()
 	}

@@ -443,7 +443,7 @@ async function loadServices() {
   fill($("#services tbody"), l.services.map(s => el("tr", { "data-service": s.name, "data-kind": s.kind },
     el("td", {}, s.name),
     el("td", { "data-field": "kind" }, s.kind),
-    el("td", { class: "mono" }, s.url),
+    el("td", { class: "mono" }, s.url, s.callbackUrl ? el("div", { class: "muted", "data-field": "callback" }, "callback → " + s.callbackUrl) : ""),
     el("td", {}, s.handlers.length ? s.handlers.join(", ") : "any"),
     el("td", { "data-field": "shared" }, (s.shared || []).join(", ") || "–"),
     el("td", { "data-field": "retry" }, retryText(s.retry)),
@@ -514,6 +514,7 @@ $("#svc-form").addEventListener("submit", ev => {
     const limits = limitsRequest();
     if (limits) body.limits = limits;
     if ($("#svc-per-key").value) body.perKeyConcurrency = Number($("#svc-per-key").value);
+    if ($("#svc-callback-url").value.trim()) body.callbackUrl = $("#svc-callback-url").value.trim();
     await api("PUT", "/services/" + encodeURIComponent(name), body);
     $("#svc-form").reset();
     await loadServices();
@@ -540,9 +541,10 @@ async function loadSchedules() {
   fill($("#schedules tbody"), l.schedules.map(s => el("tr", { "data-schedule": s.id },
     el("td", {}, s.id),
     el("td", {}, s.target),
-    el("td", { class: "mono" }, s.every ? `every ${s.every}` : `${s.cron} ${s.timeZone || "UTC"}`),
+    el("td", { class: "mono" }, (s.every ? `every ${s.every}` : `${s.cron} ${s.timeZone || "UTC"}`) +
+      (s.start ? ` from ${s.start}` : "") + (s.end ? ` until ${s.end}` : "")),
     el("td", {}, s.overlap),
-    el("td", { "data-field": "state" }, s.paused ? "paused" : "active"),
+    el("td", { "data-field": "state" }, s.paused ? "paused" : s.ended ? "ended" : "active"),
     el("td", {}, localTime(s.nextRun)),
     el("td", {}, s.lastInvocationId ? el("a", { href: "#/invocations/" + s.lastInvocationId }, localTime(s.lastRun)) : "–"),
     el("td", { "data-field": "runs" }, String(s.runs)),
@@ -564,7 +566,8 @@ $("#sch-form").addEventListener("submit", ev => {
   ev.preventDefault();
   run("schedule", async () => {
     const body = { target: $("#sch-target").value.trim(), overlap: $("#sch-overlap").value };
-    for (const [k, sel] of [["every", "#sch-every"], ["cron", "#sch-cron"], ["timeZone", "#sch-tz"], ["catchupWindow", "#sch-catchup"], ["jitter", "#sch-jitter"]]) {
+    for (const [k, sel] of [["every", "#sch-every"], ["cron", "#sch-cron"], ["timeZone", "#sch-tz"], ["catchupWindow", "#sch-catchup"], ["jitter", "#sch-jitter"],
+      ["start", "#sch-start"], ["end", "#sch-end"]]) {
       if ($(sel).value.trim()) body[k] = $(sel).value.trim();
     }
     if ($("#sch-body").value.trim()) body.body = JSON.parse($("#sch-body").value);
