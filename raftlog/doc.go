@@ -4,7 +4,9 @@
 // (state.db) checkpointed off the acknowledgement path, a batched gRPC
 // transport with snapshot streaming, log compaction, leadership events and
 // leader transfer. It knows nothing about what the entries mean: a
-// StateMachine per group applies them to its own bbolt bucket.
+// StateMachine per group applies them to its own bbolt bucket. It imports
+// nothing of raftgate but its own subpackages: the transport's wire format
+// is raftlog/raftlogpb.
 //
 // # Goroutines
 //

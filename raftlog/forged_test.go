@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/raftgate/raftgate/internal/testutil"
-	"github.com/raftgate/raftgate/rpc"
+	"github.com/raftgate/raftgate/raftlog/raftlogpb"
 )
 
 // TestGRPCRefusesForgedSnapshot: a MsgSnap sent on the Send RPC whose Data
@@ -44,7 +44,7 @@ func TestGRPCRefusesForgedSnapshot(t *testing.T) {
 	if lead == 2 {
 		from = 3
 	}
-	stream, err := rpc.NewRaftClient(conn).Send(context.Background())
+	stream, err := raftlogpb.NewRaftClient(conn).Send(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestGRPCRefusesForgedSnapshot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := stream.Send(&rpc.RaftBatch{From: from, To: 1, Messages: []*rpc.RaftEnvelope{{Group: 1, Message: b}}}); err != nil {
+		if err := stream.Send(&raftlogpb.RaftBatch{From: from, To: 1, Messages: []*raftlogpb.RaftEnvelope{{Group: 1, Message: b}}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -15,12 +15,12 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/raftgate/raftgate/rpc"
+	"github.com/raftgate/raftgate/raftlog/raftlogpb"
 )
 
 // raftServer is the inbound half of the gRPC transport.
 type raftServer struct {
-	rpc.UnimplementedRaftServer
+	raftlogpb.UnimplementedRaftServer
 	n *Node
 
 	// refusalsMu guards refusalsLogged: the refusals already logged at
@@ -38,7 +38,7 @@ type refusal struct {
 // maxRefusalsLogged bounds refusalsLogged: senders choose the ids.
 const maxRefusalsLogged = 64
 
-func (s *raftServer) register(r grpc.ServiceRegistrar) { rpc.RegisterRaftServer(r, s) }
+func (s *raftServer) register(r grpc.ServiceRegistrar) { raftlogpb.RegisterRaftServer(r, s) }
 
 var errRefused = errors.New("raftlog: message refused")
 
@@ -79,11 +79,11 @@ func (s *raftServer) accept(from, to uint64) (refused string) {
 }
 
 // Send receives batches of raft messages from one peer.
-func (s *raftServer) Send(stream rpc.Raft_SendServer) error {
+func (s *raftServer) Send(stream raftlogpb.Raft_SendServer) error {
 	for {
 		batch, err := stream.Recv()
 		if err == io.EOF {
-			return stream.SendAndClose(&rpc.RaftAck{})
+			return stream.SendAndClose(&raftlogpb.RaftAck{})
 		}
 		if err != nil {
 			return err
@@ -133,7 +133,7 @@ func removedValue(group uint32, replica uint64) string {
 }
 
 // removedSenders lists the replicas whose messages batch carries.
-func removedSenders(batch *rpc.RaftBatch) []string {
+func removedSenders(batch *raftlogpb.RaftBatch) []string {
 	var out []string
 	for _, env := range batch.GetMessages() {
 		if m, err := decodeMessage(env.GetMessage()); err == nil && NodeOf(m.GetFrom()) == batch.GetFrom() {
@@ -164,7 +164,7 @@ func (n *Node) refusedAsRemoved(md metadata.MD) {
 }
 
 // Snapshot receives one snapshot in chunks.
-func (s *raftServer) Snapshot(stream rpc.Raft_SnapshotServer) error {
+func (s *raftServer) Snapshot(stream raftlogpb.Raft_SnapshotServer) error {
 	first, err := stream.Recv()
 	if err != nil {
 		return err
@@ -177,20 +177,20 @@ func (s *raftServer) Snapshot(stream rpc.Raft_SnapshotServer) error {
 		if s.n.isGone(first.GetFrom()) && proto.Unmarshal(first.GetMessage(), m) == nil && NodeOf(m.GetFrom()) == first.GetFrom() {
 			stream.SetTrailer(metadata.Pairs(removedTrailer, removedValue(first.GetGroup(), m.GetFrom())))
 		}
-		return stream.SendAndClose(&rpc.SnapshotAck{Error: errRefused.Error() + ": " + refused})
+		return stream.SendAndClose(&raftlogpb.SnapshotAck{Error: errRefused.Error() + ": " + refused})
 	}
 	if err := proto.Unmarshal(first.GetMessage(), m); err != nil || NodeOf(m.GetFrom()) != first.GetFrom() || NodeOf(m.GetTo()) != s.n.cfg.NodeID {
-		return stream.SendAndClose(&rpc.SnapshotAck{Error: "bad snapshot message"})
+		return stream.SendAndClose(&raftlogpb.SnapshotAck{Error: "bad snapshot message"})
 	}
 	sink, err := s.n.newSnapshotSink(GroupID(first.GetGroup()), m)
 	if err != nil {
-		return stream.SendAndClose(&rpc.SnapshotAck{Error: err.Error()})
+		return stream.SendAndClose(&raftlogpb.SnapshotAck{Error: err.Error()})
 	}
 	chunk := first
 	for {
 		if err := sink.write(chunk.GetData()); err != nil {
 			sink.abort()
-			return stream.SendAndClose(&rpc.SnapshotAck{Error: err.Error()})
+			return stream.SendAndClose(&raftlogpb.SnapshotAck{Error: err.Error()})
 		}
 		if chunk.GetLast() {
 			break
@@ -204,7 +204,7 @@ func (s *raftServer) Snapshot(stream rpc.Raft_SnapshotServer) error {
 		if errors.Is(err, ErrRemoved) {
 			stream.SetTrailer(metadata.Pairs(removedTrailer, removedValue(first.GetGroup(), m.GetFrom())))
 		}
-		return stream.SendAndClose(&rpc.SnapshotAck{Error: err.Error()})
+		return stream.SendAndClose(&raftlogpb.SnapshotAck{Error: err.Error()})
 	}
-	return stream.SendAndClose(&rpc.SnapshotAck{Ok: true})
+	return stream.SendAndClose(&raftlogpb.SnapshotAck{Ok: true})
 }

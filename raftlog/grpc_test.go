@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/raftgate/raftgate/rpc"
+	"github.com/raftgate/raftgate/raftlog/raftlogpb"
 )
 
 // TestGRPCThreeNodes runs three nodes over real gRPC on 127.0.0.1 with
@@ -114,11 +114,11 @@ func TestGRPCRefusesStrangers(t *testing.T) {
 	}
 	defer conn.Close()
 	for _, tc := range []struct{ from, to uint64 }{{99, 1}, {2, 3}} {
-		stream, err := rpc.NewRaftClient(conn).Send(context.Background())
+		stream, err := raftlogpb.NewRaftClient(conn).Send(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		_ = stream.Send(&rpc.RaftBatch{From: tc.from, To: tc.to})
+		_ = stream.Send(&raftlogpb.RaftBatch{From: tc.from, To: tc.to})
 		_, err = stream.CloseAndRecv()
 		if status.Code(err) != codes.PermissionDenied {
 			t.Errorf("batch from %d to %d: %v, want PermissionDenied", tc.from, tc.to, err)

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/raftgate/raftgate/rpc"
+	"github.com/raftgate/raftgate/raftlog/raftlogpb"
 )
 
 const (
@@ -57,7 +57,7 @@ type peerSender struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	conn   *grpc.ClientConn
-	client rpc.RaftClient
+	client raftlogpb.RaftClient
 
 	// mu guards queue.
 	mu    sync.Mutex
@@ -136,7 +136,7 @@ func (t *grpcTransport) setPeer(id uint64, addr string) {
 		// peer stays unreachable and raft is told so on every send.
 		p.log.Error().Err(err).Msg("raft peer client")
 	} else {
-		p.conn, p.client = conn, rpc.NewRaftClient(conn)
+		p.conn, p.client = conn, raftlogpb.NewRaftClient(conn)
 	}
 	t.peers[id] = p
 	t.wg.Add(1)
@@ -212,7 +212,7 @@ func (p *peerSender) run() {
 	defer p.t.wg.Done()
 	defer close(p.done)
 	var (
-		stream   rpc.Raft_SendClient
+		stream   raftlogpb.Raft_SendClient
 		batch    []outbound
 		lastSize int
 		backoff  = backoffMin
@@ -297,18 +297,18 @@ const smallFrame = 4
 
 // frameBox is a frame with room for smallFrame envelopes.
 type frameBox struct {
-	frame rpc.RaftBatch
-	envs  [smallFrame]rpc.RaftEnvelope
-	ptrs  [smallFrame]*rpc.RaftEnvelope
+	frame raftlogpb.RaftBatch
+	envs  [smallFrame]raftlogpb.RaftEnvelope
+	ptrs  [smallFrame]*raftlogpb.RaftEnvelope
 }
 
 // newFrame returns a frame from one node to another with n envelopes
 // (frame.Messages[i] == &envs[i]), in one allocation when n <= smallFrame.
-func newFrame(from, to uint64, n int) (*rpc.RaftBatch, []rpc.RaftEnvelope) {
+func newFrame(from, to uint64, n int) (*raftlogpb.RaftBatch, []raftlogpb.RaftEnvelope) {
 	box := &frameBox{}
 	envs, ptrs := box.envs[:0], box.ptrs[:0]
 	if n > smallFrame {
-		envs, ptrs = make([]rpc.RaftEnvelope, 0, n), make([]*rpc.RaftEnvelope, 0, n)
+		envs, ptrs = make([]raftlogpb.RaftEnvelope, 0, n), make([]*raftlogpb.RaftEnvelope, 0, n)
 	}
 	envs, ptrs = envs[:n], ptrs[:n]
 	for i := range envs {
@@ -408,7 +408,7 @@ func (p *peerSender) streamSnapshot(group GroupID, m *pb.Message) error {
 		return err
 	}
 	err = p.t.n.streamSnapshot(group, m, func(msg *pb.Message, data []byte, last bool) error {
-		chunk := &rpc.SnapshotChunk{Group: uint32(group), From: p.t.n.cfg.NodeID, To: p.id, Data: data, Last: last}
+		chunk := &raftlogpb.SnapshotChunk{Group: uint32(group), From: p.t.n.cfg.NodeID, To: p.id, Data: data, Last: last}
 		if msg != nil {
 			b, err := proto.Marshal(msg)
 			if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/invocation"
+	"github.com/raftgate/raftgate/raftlog/raftlogpb"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -163,15 +164,15 @@ func dialNode(t *testing.T, n *node) *grpc.ClientConn {
 // message over the size limit. Every outcome is logged; none may crash.
 func garbageRaft(t *testing.T, n *node, rng *rand.Rand) {
 	cc := dialNode(t, n)
-	client := rpc.NewRaftClient(cc)
+	client := raftlogpb.NewRaftClient(cc)
 	peer := uint64(n.id%3 + 1)
 	self := uint64(n.id)
-	batches := []*rpc.RaftBatch{
-		{From: 99, To: self, Messages: []*rpc.RaftEnvelope{{Group: 1, Message: randomBytes(rng, 64)}}},
-		{From: peer, To: self + 10, Messages: []*rpc.RaftEnvelope{{Group: 1, Message: randomBytes(rng, 64)}}},
-		{From: peer, To: self, Messages: []*rpc.RaftEnvelope{{Group: 1, Message: randomBytes(rng, 64)}, {Group: 9999, Message: randomBytes(rng, 64)}}},
-		{From: peer, To: self, Messages: []*rpc.RaftEnvelope{{Group: 2, Message: nil}, {Group: 0, Message: randomBytes(rng, 4096)}}},
-		{From: peer, To: self, Messages: []*rpc.RaftEnvelope{{Group: 1, Message: randomBytes(rng, 20<<20)}}}, // over the gRPC limit
+	batches := []*raftlogpb.RaftBatch{
+		{From: 99, To: self, Messages: []*raftlogpb.RaftEnvelope{{Group: 1, Message: randomBytes(rng, 64)}}},
+		{From: peer, To: self + 10, Messages: []*raftlogpb.RaftEnvelope{{Group: 1, Message: randomBytes(rng, 64)}}},
+		{From: peer, To: self, Messages: []*raftlogpb.RaftEnvelope{{Group: 1, Message: randomBytes(rng, 64)}, {Group: 9999, Message: randomBytes(rng, 64)}}},
+		{From: peer, To: self, Messages: []*raftlogpb.RaftEnvelope{{Group: 2, Message: nil}, {Group: 0, Message: randomBytes(rng, 4096)}}},
+		{From: peer, To: self, Messages: []*raftlogpb.RaftEnvelope{{Group: 1, Message: randomBytes(rng, 20<<20)}}}, // over the gRPC limit
 	}
 	for i, b := range batches {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -185,7 +186,7 @@ func garbageRaft(t *testing.T, n *node, rng *rand.Rand) {
 		cancel()
 		t.Logf("raft batch %d: %v", i, err)
 	}
-	chunks := [][]*rpc.SnapshotChunk{
+	chunks := [][]*raftlogpb.SnapshotChunk{
 		{{Group: 1, From: peer, To: self, Message: randomBytes(rng, 128), Data: randomBytes(rng, 1024), Last: true}},
 		{{Group: 1, From: 99, To: self, Message: randomBytes(rng, 128), Last: true}},
 		{{Group: 9999, From: peer, To: self, Message: nil, Data: randomBytes(rng, 1024)}}, // never finished
@@ -200,7 +201,7 @@ func garbageRaft(t *testing.T, n *node, rng *rand.Rand) {
 				}
 			}
 			if err == nil && cs[len(cs)-1].Last {
-				var ack *rpc.SnapshotAck
+				var ack *raftlogpb.SnapshotAck
 				ack, err = s.CloseAndRecv()
 				if err == nil {
 					err = fmt.Errorf("ack %v", ack)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/invocation"
+	"github.com/raftgate/raftgate/raftlog/raftlogpb"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -131,11 +132,11 @@ func TestForgedRaftMessageDoesNotCrashNode(t *testing.T) {
 	m, _ := proto.Marshal(&pb.Message{Type: pb.MessageType_MsgHeartbeat.Enum(), From: u(leader), To: u(uint64(victim.id)), Term: u(term), Commit: u(1 << 40)})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	s, err := rpc.NewRaftClient(dialNode(t, victim)).Send(ctx)
+	s, err := raftlogpb.NewRaftClient(dialNode(t, victim)).Send(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Send(&rpc.RaftBatch{From: leader, To: uint64(victim.id), Messages: []*rpc.RaftEnvelope{{Group: 1, Message: m}}})
+	s.Send(&raftlogpb.RaftBatch{From: leader, To: uint64(victim.id), Messages: []*raftlogpb.RaftEnvelope{{Group: 1, Message: m}}})
 	_, err = s.CloseAndRecv()
 	t.Logf("forged heartbeat: %v", err)
 	c.waitReady(victim, 5*time.Second) // fails the test if the node died

@@ -17,11 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftgate/raftgate/raftlog/raftlogpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-
-	"github.com/raftgate/raftgate/rpc"
 )
 
 // pki is a CA and one certificate it signed, written as PEM files.
@@ -123,9 +122,9 @@ func TestMutualTLSBetweenNodes(t *testing.T) {
 			defer conn.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			stream, err := rpc.NewRaftClient(conn).Send(ctx)
+			stream, err := raftlogpb.NewRaftClient(conn).Send(ctx)
 			if err == nil {
-				err = stream.Send(&rpc.RaftBatch{From: 2, To: 1})
+				err = stream.Send(&raftlogpb.RaftBatch{From: 2, To: 1})
 				if err == nil {
 					_, err = stream.CloseAndRecv()
 				}
