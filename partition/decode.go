@@ -17,7 +17,9 @@ import (
 // malformed input) goes to rpc.DecodeBatch.
 //
 // The decoded bytes fields share one copy of their bytes (cap-limited, so
-// an append never reaches a neighbour); nothing aliases data.
+// an append never reaches a neighbour); nothing aliases data. Generated
+// decoders (vtprotobuf) allocate per message as proto.Unmarshal does:
+// BenchmarkDecodeBatch, docs/benchmarks.md.
 func decodeBatch(data []byte) (*rpc.CommandBatch, error) {
 	if b, ok := decodeSendBatch(data); ok {
 		return b, nil
@@ -25,7 +27,7 @@ func decodeBatch(data []byte) (*rpc.CommandBatch, error) {
 	return rpc.DecodeBatch(data)
 }
 
-// Field numbers (rpc/raftgate.proto).
+// Field numbers (rpc/durable.proto).
 const (
 	batchVersion    = 1
 	batchCommands   = 2
