@@ -151,7 +151,7 @@ func (m *machine) apply(b *bolt.Bucket, entries []raftlog.Entry) (*effects, erro
 	return fx, err
 }
 
-// restored tells the machine its bucket was replaced or rolled back.
+// restored tells the machine its bucket was replaced (a snapshot install).
 func (m *machine) restored() { m.records.drop() }
 
 func (m *machine) applyEntries(b *bolt.Bucket, entries []raftlog.Entry) (*effects, error) {

@@ -46,8 +46,7 @@ type Processor struct {
 	depth atomic.Int64
 	// appliedIndex is the last entry Apply saw; appliedCh (cap 1) wakes a
 	// proposer holding a batch (cfg.InFlightBatches). Both only pace
-	// batching: an Apply rolled back with another group's leaves the index
-	// ahead, which at worst proposes one batch early.
+	// batching.
 	appliedIndex atomic.Uint64
 	appliedCh    chan struct{}
 	// appliedTerm is the term of the last entry Apply saw (before its
@@ -354,8 +353,8 @@ func (p *Processor) Restore(b *bolt.Bucket) error {
 		return err
 	}
 	// The count read here already includes every Apply before it, also
-	// those whose reveal runs later (after their transaction commits):
-	// their deltas must not be added again.
+	// those whose reveal runs later (after a snapshot install): their
+	// deltas must not be added again.
 	p.restores++
 	p.depth.Store(int64(outbox.Count(b)))
 	p.invoker.rescan()

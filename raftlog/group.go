@@ -63,9 +63,6 @@ type Group struct {
 	// applied is the applied index (checkpointed or not: readers see the
 	// applier's open transaction), published for Status.
 	applied atomic.Uint64
-	// writeFailed: a write or apply of this group failed; the applier skips
-	// the rest.
-	writeFailed atomic.Bool
 
 	// Loop-owned.
 	rn    *raft.RawNode
