@@ -47,8 +47,9 @@ type reply struct {
 	err       error
 }
 
-// effects are what applying a run of entries reveals once durable. Apply
-// only collects them; the processor acts on them after fsync.
+// effects are what applying a run of entries hands to Acknowledge and
+// Reveal. Apply only collects them; the processor acts on them when raftlog
+// runs those (raftlog/api.go, Applied).
 type effects struct {
 	replies   []reply
 	completed []*rpc.InvocationResult

@@ -301,7 +301,7 @@ func readInvocation(b *bolt.Bucket, id []byte) (*rpc.InvocationRecord, *rpc.Invo
 }
 
 // OutboxDepth returns the number of deliveries queued in this replica's
-// outbox (as of the last durable apply).
+// outbox (as of the last Reveal).
 func (p *Processor) OutboxDepth() int { return int(p.depth.Load()) }
 
 // Close fails every pending request and attach waiter with
