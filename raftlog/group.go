@@ -198,10 +198,12 @@ func newGroup(n *Node, id GroupID, gs groupState, store *logStore, sm StateMachi
 	g.rn = rn
 	g.leader.Store(&LeaderEvent{Group: id, Term: store.hard.GetTerm()})
 	if voters := gs.conf.GetVoters(); len(voters) == 1 && voters[0] == g.self && len(gs.conf.GetVotersOutgoing()) == 0 {
-		// A lone voter need not wait an election timeout.
+		// A lone voter need not wait an election timeout, nor a tick: the
+		// loop handles the campaign's Ready as soon as it starts.
 		if err := rn.Campaign(); err != nil {
 			return nil, fmt.Errorf("raftlog: group %d: campaign: %w", id, err)
 		}
+		g.wake <- struct{}{}
 	}
 	return g, nil
 }

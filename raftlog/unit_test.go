@@ -235,7 +235,9 @@ func TestWatchStopAndErrStopped(t *testing.T) {
 }
 
 // TestManualTicksDriveElections: with Knobs.ManualTicks raft time moves
-// only when the test calls Node.Tick, so elections happen on cue.
+// only when the test calls Node.Tick, so elections happen on cue; and a
+// dead leader is replaced within two election timeouts (raft's randomized
+// timeout is below that; CheckQuorum and PreVote add no round).
 func TestManualTicksDriveElections(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	c := newCluster(t, testSeed(t), 3, []GroupID{1}, func(cfg *Config) {
@@ -306,11 +308,32 @@ func TestManualTicksDriveElections(t *testing.T) {
 			t.Errorf("metric %s not registered", name)
 		}
 	}
+
+	c.stop(lead)
+	survivors := c.running()
+	replaced := func() bool {
+		var next uint64
+		for _, id := range survivors {
+			ev := c.nodes[id].Group(1).leaderEvent()
+			if ev.Leader == 0 || ev.Leader == lead || (next != 0 && ev.Leader != next) {
+				return false
+			}
+			next = ev.Leader
+		}
+		return true
+	}
+	limit := 2 * c.config(1).ElectionTicks
+	ticks = 0
+	for !replaced() && ticks < limit {
+		c.tickSettled()
+		ticks++
+	}
+	if !replaced() {
+		t.Fatalf("dead leader %d not replaced after %d manual ticks (2 election timeouts)", lead, ticks)
+	}
+	t.Logf("dead leader %d replaced after %d manual ticks", lead, ticks)
 }
 
-// visibilitySM checks, from inside raftlog's hooks, what a reader sees: at
-// Acknowledge the applied entry must not be visible through View yet (the
-// transaction is not committed), at Reveal it must be.
 // orderSM records the order in which Acknowledge and Reveal run.
 type orderSM struct {
 	mu       sync.Mutex
