@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -348,6 +347,7 @@ func containsInOrder(got, want []string) bool {
 // acknowledging. The node reports the failure; restarted, it catches up
 // from what it did write.
 func TestFailedCommitStopsAllWrites(t *testing.T) {
+	errNoSpace := errors.New("no space left on device")
 	var target atomic.Uint64 // the node whose disk fails
 	var failed, reported atomic.Bool
 	var commitsAfter atomic.Int64
@@ -361,7 +361,7 @@ func TestFailedCommitStopsAllWrites(t *testing.T) {
 			},
 			FailCommit: func() error {
 				if id == target.Load() && failed.CompareAndSwap(false, true) {
-					return errors.New("no space left on device")
+					return errNoSpace
 				}
 				return nil
 			},
@@ -394,7 +394,7 @@ func TestFailedCommitStopsAllWrites(t *testing.T) {
 	select {
 	case err := <-failures:
 		reported.Store(true)
-		if !strings.Contains(err.Error(), "no space left on device") {
+		if !errors.Is(err, errNoSpace) {
 			t.Fatalf("node %d failed with %v", victim, err)
 		}
 	case <-time.After(5 * time.Second):
