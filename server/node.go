@@ -611,6 +611,9 @@ func (n *Server) close() error {
 	for _, p := range n.parts.all() {
 		errs = append(errs, p.Close())
 	}
+	if n.registry != nil {
+		n.registry.Close()
+	}
 	if n.grpc != nil {
 		stopped := make(chan struct{})
 		go func() { n.grpc.GracefulStop(); close(stopped) }()
