@@ -200,8 +200,14 @@ type Config struct {
 	LeaderBalanceTicks int
 
 	// Logger is the parent logger (the caller names the node in it); each
-	// group gets a child.
+	// group gets a child. raftlog's messages carry component "raftlog",
+	// the raft library's component "raft".
 	Logger zerolog.Logger
+	// RaftLogLevel is the least level of the raft library's messages that
+	// is logged (its info level tells every election, vote and
+	// configuration step of every group). Zero (debug) leaves it to
+	// Logger's level.
+	RaftLogLevel zerolog.Level
 	// Registerer receives raftlog's metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Knobs are optional testing hooks; nil in production.

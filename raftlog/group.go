@@ -191,7 +191,7 @@ func newGroup(n *Node, id GroupID, gs groupState, store *logStore, sm StateMachi
 	g.setConf(gs.conf)
 	g.applied.Store(gs.appliedIdx)
 	g.appliedGge.Set(float64(gs.appliedIdx))
-	rn, err := raft.NewRawNode(n.cfg.raftConfig(g.self, g.store, gs.appliedIdx, raftLogger{g.log}))
+	rn, err := raft.NewRawNode(n.cfg.raftConfig(g.self, g.store, gs.appliedIdx, newRaftLogger(n.cfg, id)))
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: group %d: %w", id, err)
 	}

@@ -3,6 +3,7 @@ package raftlog
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -453,6 +454,34 @@ func TestRaftLoggerDemotesRoutineMessages(t *testing.T) {
 	l.Infof("%x became leader at term %d", 1, 2)
 	if !strings.Contains(buf.String(), "became leader at term 2") {
 		t.Fatalf("info message lost: %q", buf.String())
+	}
+}
+
+// TestRaftLoggerTagsItsComponent: the raft library's messages carry
+// component "raft" and their group, and Config.RaftLogLevel drops those
+// below it (never raftlog's own).
+func TestRaftLoggerTagsItsComponent(t *testing.T) {
+	var buf bytes.Buffer
+	cfg := Config{Logger: zerolog.New(&buf)}
+	newRaftLogger(cfg, 3).Infof("%x became leader at term %d", 1, 2)
+	var rec struct {
+		Component string
+		Group     uint32
+		Message   string
+	}
+	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil || rec.Component != "raft" || rec.Group != 3 {
+		t.Fatalf("raft's message logged as %s (%v), want component raft, group 3", buf.String(), err)
+	}
+	buf.Reset()
+	cfg.RaftLogLevel = zerolog.WarnLevel
+	l := newRaftLogger(cfg, 3)
+	l.Infof("%x became leader at term %d", 1, 2)
+	if buf.Len() != 0 {
+		t.Fatalf("raft's info message passed RaftLogLevel warn: %s", buf.String())
+	}
+	l.Warningf("%x stepped down", 1)
+	if !strings.Contains(buf.String(), "stepped down") {
+		t.Fatalf("raft's warning dropped: %q", buf.String())
 	}
 }
 

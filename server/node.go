@@ -265,7 +265,7 @@ func (n *Server) Start() (err error) {
 	rcfg.DialOptions = dialOpts
 	rcfg.Logger = n.log
 	if cfg.QuietRaft {
-		rcfg.Logger = n.log.Hook(newRaftChatterHook(cfg.NodeID))
+		rcfg.RaftLogLevel = zerolog.WarnLevel
 	}
 	rcfg.Registerer = reg
 	if cfg.BalanceLeaders {
