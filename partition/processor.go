@@ -88,6 +88,7 @@ func New(cfg Config) (*Processor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	p := &Processor{
 		cfg:        cfg,
 		logger:     cfg.Logger.With().Str("component", "partition").Uint32("partition", cfg.Partition).Logger(),
