@@ -1,5 +1,5 @@
-// Package callback is the contract of completion callbacks (API.md,
-// "Schedules and callbacks"): which URLs an operator allows (Allow, a list
+// Package callback is the contract of completion callbacks (docs/api.md,
+// "Completion callbacks"): which URLs an operator allows (Allow, a list
 // of origins), what raftgate POSTs to one (Payload), and how the POST is
 // signed (Sign, Verify: HMAC-SHA256 of the body with the cluster's
 // callback secret, in x-raftgate-signature as "sha256=HEX").

@@ -58,7 +58,9 @@ type CurrentServiceResolver interface {
 	LookupCurrent(ctx context.Context, name string) (*rpc.Service, error)
 }
 
-// Config configures a Handler. Start from DefaultConfig.
+// Config configures a Handler. Partitions, Dispatcher and Services are
+// required; any other zero field takes DefaultConfig's value, or means
+// what its comment says (DefaultCallTimeout, ForwardHeaders, Tokens, ...).
 type Config struct {
 	// Partitions is the number of partitions (1..Partitions), fixed at
 	// cluster bootstrap.
@@ -149,8 +151,36 @@ func DefaultConfig() Config {
 	}
 }
 
+// withDefaults fills zero fields from DefaultConfig.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Retention == 0 {
+		c.Retention = d.Retention
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = d.MaxBodyBytes
+	}
+	if c.BodyReadTimeout == 0 {
+		c.BodyReadTimeout = d.BodyReadTimeout
+	}
+	if c.MaxConcurrent == 0 {
+		c.MaxConcurrent = d.MaxConcurrent
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = d.RequestTimeout
+	}
+	if c.RetryAfter == 0 {
+		c.RetryAfter = d.RetryAfter
+	}
+	if c.Clock == nil {
+		c.Clock = d.Clock
+	}
+	return c
+}
+
 // Validate reports the first field that cannot work.
 func (c Config) Validate() error {
+	c = c.withDefaults()
 	switch {
 	case c.Partitions < 1:
 		return fmt.Errorf("%w: Partitions must be at least 1", ErrInvalidConfig)

@@ -10,7 +10,7 @@
 //     idempotency-key header and the JSON error format;
 //   - choosing the invocation id and the request id before the first attempt,
 //     so that every retry of one HTTP request inside the cluster is the same
-//     request (see ARCHITECTURE.md, "Identity and routing");
+//     request (see package invocation and docs/architecture.md);
 //   - mapping dispatch errors (rpc.Err*) to HTTP statuses in one place
 //     (errors.go), load shedding (429), graceful drain (503) and metrics;
 //   - API tokens (auth.go): with Config.Tokens every request but health

@@ -41,9 +41,7 @@ func New(cfg Config) (*Handler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = time.Now
-	}
+	cfg = cfg.withDefaults()
 	h := &Handler{
 		cfg:        cfg,
 		log:        cfg.Logger.With().Str("component", "ingress").Logger(),

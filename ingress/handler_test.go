@@ -666,9 +666,9 @@ func TestConfigValidate(t *testing.T) {
 		"Partitions":         func(c *Config) { c.Partitions = 0 },
 		"Dispatcher":         func(c *Config) { c.Dispatcher = nil },
 		"Services":           func(c *Config) { c.Services = nil },
-		"MaxBodyBytes":       func(c *Config) { c.MaxBodyBytes = 0 },
-		"MaxConcurrent":      func(c *Config) { c.MaxConcurrent = 0 },
-		"RequestTimeout":     func(c *Config) { c.RequestTimeout = 0 },
+		"MaxBodyBytes":       func(c *Config) { c.MaxBodyBytes = -1 },
+		"MaxConcurrent":      func(c *Config) { c.MaxConcurrent = -1 },
+		"RequestTimeout":     func(c *Config) { c.RequestTimeout = -1 },
 		"DefaultCallTimeout": func(c *Config) { c.DefaultCallTimeout = -1 },
 		"Retention":          func(c *Config) { c.Retention = -1 },
 	} {
@@ -681,6 +681,16 @@ func TestConfigValidate(t *testing.T) {
 		if _, err := New(c); err == nil {
 			t.Fatalf("New accepted a bad %s", name)
 		}
+	}
+	// Beside the required fields, a zero Config is DefaultConfig.
+	zero := Config{Partitions: 1, Dispatcher: good.Dispatcher, Services: good.Services}
+	if err := zero.Validate(); err != nil {
+		t.Fatalf("zero config: %v", err)
+	}
+	got, want := zero.withDefaults(), good
+	if got.Retention != want.Retention || got.MaxBodyBytes != want.MaxBodyBytes || got.BodyReadTimeout != want.BodyReadTimeout ||
+		got.MaxConcurrent != want.MaxConcurrent || got.RequestTimeout != want.RequestTimeout || got.RetryAfter != want.RetryAfter || got.Clock == nil {
+		t.Fatalf("zero config with defaults = %+v, want DefaultConfig's values", got)
 	}
 }
 

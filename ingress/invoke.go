@@ -9,7 +9,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/raftgate/raftgate/ingress/admin"
 	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/registry"
 	"github.com/raftgate/raftgate/rpc"
@@ -59,7 +58,7 @@ func (h *Handler) invokeChecked(w http.ResponseWriter, r *http.Request, rt route
 		return h.writeError(w, e)
 	}
 	send := rt.kind == routeSend
-	if err := admin.ValidateHandlerName(rt.handler); err != nil {
+	if err := registry.ValidateHandlerName(rt.handler); err != nil {
 		return h.writeError(w, errBadRequest("bad path: "+err.Error()))
 	}
 	if len(rt.objectKey) > maxObjectKeyLen {

@@ -1,79 +1,12 @@
 package ingress
 
 import (
-	"errors"
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/raftgate/raftgate/invocation"
 )
-
-func TestParseDuration(t *testing.T) {
-	for in, want := range map[string]time.Duration{
-		"0":          0,
-		"10s":        10 * time.Second,
-		"1h30m":      90 * time.Minute,
-		"1.5s":       1500 * time.Millisecond,
-		"500ms":      500 * time.Millisecond,
-		"1000ms":     time.Second,
-		"2us":        2 * time.Microsecond,
-		"3µs":        3 * time.Microsecond,
-		"7ns":        7,
-		" 60 sec ":   time.Minute,
-		"60sec":      time.Minute,
-		"1h 30min":   90 * time.Minute,
-		"2 days":     48 * time.Hour,
-		"1w":         7 * 24 * time.Hour,
-		"+5s":        5 * time.Second,
-		"PT10S":      10 * time.Second,
-		"pt10s":      10 * time.Second,
-		"PT1H30M":    90 * time.Minute,
-		"P1D":        24 * time.Hour,
-		"P1W":        7 * 24 * time.Hour,
-		"P1DT12H":    36 * time.Hour,
-		"PT0.5S":     500 * time.Millisecond,
-		"PT0,25S":    250 * time.Millisecond,
-		"PT1M0.001S": time.Minute + time.Millisecond,
-		"PT36H":      36 * time.Hour,
-	} {
-		got, err := parseDuration(in)
-		if err != nil || got != want {
-			t.Errorf("parseDuration(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	for in, wantErr := range map[string]error{
-		"":                        errDurationEmpty,
-		"  ":                      errDurationEmpty,
-		"-1s":                     errDurationNegative,
-		"10":                      errDurationSyntax,
-		"s":                       errDurationSyntax,
-		"10 parsecs":              errDurationSyntax,
-		"1.s.":                    errDurationSyntax,
-		"P":                       errDurationSyntax,
-		"PT":                      errDurationSyntax,
-		"P1":                      errDurationSyntax,
-		"P1H":                     errDurationSyntax, // H needs the T
-		"PT1D":                    errDurationSyntax,
-		"PT1S1M":                  errDurationSyntax, // out of order
-		"PT1M1M":                  errDurationSyntax,
-		"P1DT":                    errDurationSyntax,
-		"P1Y":                     errDurationAmbiguous,
-		"P1M":                     errDurationAmbiguous,
-		"2 months":                errDurationAmbiguous,
-		"1M":                      errDurationAmbiguous,
-		"99999999999999999999h":   errDurationOverflow,
-		"P9999999999999999999W":   errDurationOverflow,
-		"3000000h":                errDurationOverflow,
-		"2562047h 1h":             errDurationOverflow,
-		"PT9223372036.854775808S": errDurationOverflow,
-	} {
-		if _, err := parseDuration(in); !errors.Is(err, wantErr) {
-			t.Errorf("parseDuration(%q) error = %v, want %v", in, err, wantErr)
-		}
-	}
-}
 
 func TestParsePath(t *testing.T) {
 	for in, want := range map[string]route{

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/raftgate/raftgate/callback"
+	"github.com/raftgate/raftgate/internal/duration"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -89,7 +90,7 @@ func delayParam(r *http.Request) (d time.Duration, found bool, e *apiError) {
 	if e != nil || !found {
 		return 0, found, e
 	}
-	d, err := parseDuration(v)
+	d, err := duration.Parse(v)
 	if err != nil {
 		return 0, true, errBadRequest(fmt.Sprintf("bad delay query parameter: %v; use a Go duration (10s, 1h30m, 500ms) or ISO-8601 (PT10S, PT1H30M, P1D)", err))
 	}
@@ -114,7 +115,7 @@ func clientTimeout(r *http.Request) (time.Duration, *apiError) {
 		}
 		v, what = vals[0], "header x-raftgate-timeout"
 	}
-	d, err := parseDuration(v)
+	d, err := duration.Parse(v)
 	if err == nil && d <= 0 {
 		err = errors.New("must be positive")
 	}

@@ -11,8 +11,10 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Config configures a Membership. Start from DefaultConfig (a LAN) or
-// DefaultLocalConfig (one host, tests).
+// Config configures a Membership: DefaultConfig is a LAN's profile,
+// DefaultLocalConfig one host's (tests). Self is required; any other zero
+// field takes DefaultConfig's value (BindAddr: the Listener's address when
+// one is given).
 type Config struct {
 	// Self is what this node advertises. ID and NodeAddr are required.
 	Self NodeInfo
@@ -101,8 +103,38 @@ func DefaultLocalConfig() Config {
 // ErrInvalidConfig is wrapped by Validate's errors.
 var ErrInvalidConfig = errors.New("leadership: invalid config")
 
-// Validate names the first bad field.
+// withDefaults fills zero fields from DefaultConfig.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.BindAddr == "" {
+		c.BindAddr = d.BindAddr
+		if c.Listener != nil {
+			c.BindAddr = c.Listener.addr
+		}
+	}
+	for _, f := range []struct{ v, d *time.Duration }{
+		{&c.GossipInterval, &d.GossipInterval}, {&c.ProbeInterval, &d.ProbeInterval},
+		{&c.ProbeTimeout, &d.ProbeTimeout}, {&c.PushPullInterval, &d.PushPullInterval},
+		{&c.TCPTimeout, &d.TCPTimeout}, {&c.DeadNodeReclaimTime, &d.DeadNodeReclaimTime},
+		{&c.RejoinInterval, &d.RejoinInterval}, {&c.LeaveTimeout, &d.LeaveTimeout},
+	} {
+		if *f.v == 0 {
+			*f.v = *f.d
+		}
+	}
+	if c.SuspicionMult == 0 {
+		c.SuspicionMult = d.SuspicionMult
+	}
+	if c.RetransmitMult == 0 {
+		c.RetransmitMult = d.RetransmitMult
+	}
+	return c
+}
+
+// Validate names the first bad field (after zero fields took their
+// defaults).
 func (c Config) Validate() error {
+	c = c.withDefaults()
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
 	}

@@ -56,6 +56,7 @@ func Start(cfg Config) (_ *Membership, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	m := &Membership{
 		cfg:     cfg,
 		log:     cfg.Logger.With().Str("component", "leadership").Logger(),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -330,5 +331,22 @@ func TestValidateRefusesSelfOutsideVoters(t *testing.T) {
 	cfg.Voters = []uint64{1, 2}
 	if err := cfg.Validate(); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("Validate: %v, want ErrInvalidConfig", err)
+	}
+}
+
+// TestZeroConfigTakesDefaults: beside Self, a zero Config is DefaultConfig
+// (the convention of docs/architecture.md).
+func TestZeroConfigTakesDefaults(t *testing.T) {
+	self := NodeInfo{ID: 1, NodeAddr: "127.0.0.1:5001"}
+	cfg := Config{Self: self}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("zero config: %v", err)
+	}
+	want := DefaultConfig()
+	want.Self = self
+	got := cfg.withDefaults()
+	got.Logger, want.Logger = zerolog.Nop(), zerolog.Nop()
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("zero config with defaults:\n%+v\nwant DefaultConfig:\n%+v", got, want)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/raftgate/raftgate/internal/backoff"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -158,14 +159,7 @@ func (p Policy) Exhausted(attempt uint32) bool { return attempt >= p.MaxAttempts
 // MaxRetryAfter). rnd supplies the jitter; it is the caller's so that tests
 // can seed it.
 func (p Policy) Delay(attempt uint32, retryAfter time.Duration, rnd *rand.Rand) time.Duration {
-	d := p.BackoffBase
-	for i := uint32(1); i < attempt && d < p.BackoffMax; i++ {
-		d *= 2
-	}
-	d = min(d, p.BackoffMax)
-	if half := int64(d / 2); half > 0 {
-		d = time.Duration(half + rnd.Int64N(half+1))
-	}
+	d := backoff.Delay(p.BackoffBase, p.BackoffMax, int(max(attempt, 1)-1), rnd)
 	if retryAfter > d {
 		d = min(retryAfter, p.MaxRetryAfter)
 	}

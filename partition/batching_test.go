@@ -1,11 +1,13 @@
 package partition
 
 import (
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/raftgate/raftgate/internal/testutil"
+	"github.com/rs/zerolog"
 )
 
 // entryCount is the number of entries in the shared log.
@@ -87,14 +89,30 @@ func TestInFlightConfigValidated(t *testing.T) {
 		ok      bool
 	}{
 		{1, 5 * time.Millisecond, true},
-		{0, 0, true},
-		{-1, time.Millisecond, false},
-		{2, 0, false},
+		{0, 0, true},  // the defaults
+		{-1, 0, true}, // every batch at once
+		{2, -time.Millisecond, false},
 	} {
 		cfg := testConfig(t)
 		cfg.InFlightBatches, cfg.InFlightWait = tc.batches, tc.wait
 		if err := cfg.Validate(); (err == nil) != tc.ok {
 			t.Errorf("InFlightBatches %d, InFlightWait %v: Validate = %v", tc.batches, tc.wait, err)
 		}
+	}
+}
+
+// TestZeroConfigTakesDefaults: beyond Partition and Services, a zero
+// Config is DefaultConfig (the convention of docs/architecture.md).
+func TestZeroConfigTakesDefaults(t *testing.T) {
+	cfg := Config{Partition: 1, Services: staticServices{}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("zero config: %v", err)
+	}
+	want := DefaultConfig()
+	want.Services = staticServices{}
+	got := cfg.withDefaults()
+	got.Logger, want.Logger = zerolog.Nop(), zerolog.Nop()
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("zero config with defaults:\n%+v\nwant DefaultConfig:\n%+v", got, want)
 	}
 }

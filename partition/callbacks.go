@@ -138,7 +138,7 @@ func newCallbacks(p *Processor) *callbacks {
 }
 
 // applied ends the reservations of callbacks whose attempt applied and
-// wakes the deliverer when one was queued (reveal, after fsync).
+// wakes the deliverer when one was queued (from Reveal).
 func (cb *callbacks) applied(done [][]byte, queued bool) {
 	if len(done) > 0 {
 		cb.mu.Lock()

@@ -86,8 +86,9 @@ type CallbackConfig struct {
 	Concurrency int
 }
 
-// Config configures a Processor. Zero fields are invalid; start from
-// DefaultConfig.
+// Config configures a Processor. Partition and Services are required; any
+// other zero field takes DefaultConfig's value (a zero Retry policy is
+// DefaultConfig's whole policy).
 type Config struct {
 	// Partition is this processor's partition (1..P).
 	Partition uint32
@@ -126,7 +127,7 @@ type Config struct {
 	// fewer, larger entries (each entry costs every replica a log record,
 	// messages and an apply). A held batch goes once an apply catches up
 	// or InFlightWait has passed, whichever is first; an idle partition
-	// never holds. 0 proposes every batch at once.
+	// never holds. Negative proposes every batch at once.
 	InFlightBatches int
 	InFlightWait    time.Duration
 	// ProposeTimeout bounds one Propose call.
@@ -200,8 +201,44 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate names the first bad field.
+// withDefaults fills zero fields from DefaultConfig.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	setZero(&c.Partitions, max(d.Partitions, c.Partition))
+	setZero(&c.Retention, d.Retention)
+	setZero(&c.SweepInterval, d.SweepInterval)
+	setZero(&c.PurgeLimit, d.PurgeLimit)
+	setZero(&c.BulkChunk, d.BulkChunk)
+	setZero(&c.Invoker.Retry, d.Invoker.Retry)
+	setZero(&c.Invoker.Concurrency, d.Invoker.Concurrency)
+	setZero(&c.Invoker.ServiceConcurrency, d.Invoker.ServiceConcurrency)
+	setZero(&c.Invoker.MaxResultBytes, d.Invoker.MaxResultBytes)
+	setZero(&c.Invoker.ScanLimit, d.Invoker.ScanLimit)
+	setZero(&c.Invoker.IdleRecheck, d.Invoker.IdleRecheck)
+	setZero(&c.Callbacks.Retry, d.Callbacks.Retry)
+	setZero(&c.Callbacks.Concurrency, d.Callbacks.Concurrency)
+	setZero(&c.MaxPending, d.MaxPending)
+	setZero(&c.MaxAttachWaiters, d.MaxAttachWaiters)
+	setZero(&c.MaxBatchCommands, d.MaxBatchCommands)
+	setZero(&c.MaxBatchBytes, d.MaxBatchBytes)
+	setZero(&c.InFlightBatches, d.InFlightBatches)
+	setZero(&c.InFlightWait, d.InFlightWait)
+	setZero(&c.ProposeTimeout, d.ProposeTimeout)
+	return c
+}
+
+// setZero sets *v to d when *v is its type's zero value.
+func setZero[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
+}
+
+// Validate names the first bad field. Zero fields are valid but for
+// Partition and Services: they take DefaultConfig's values.
 func (c Config) Validate() error {
+	c = c.withDefaults()
 	switch {
 	case c.Partition == 0:
 		return errors.New("partition: Partition must be >= 1")
@@ -235,8 +272,6 @@ func (c Config) Validate() error {
 		return errors.New("partition: MaxBatchCommands must be >= 1")
 	case c.MaxBatchBytes < 1:
 		return errors.New("partition: MaxBatchBytes must be >= 1")
-	case c.InFlightBatches < 0:
-		return errors.New("partition: InFlightBatches must be >= 0")
 	case c.InFlightBatches > 0 && c.InFlightWait <= 0:
 		return errors.New("partition: InFlightWait must be > 0 when InFlightBatches is")
 	case c.ProposeTimeout <= 0:

@@ -28,8 +28,8 @@ type attemptOutcome struct {
 	retryAfter time.Duration // the service's Retry-After, 0 if none
 }
 
-// Header names of the service protocol (API.md, "How raftgate calls a
-// service"), in canonical form, so setting them copies nothing (HTTP
+// Header names of the service protocol (docs/api.md, "How raftgate calls
+// a service"), in canonical form, so setting them copies nothing (HTTP
 // header names are case-insensitive).
 const (
 	headerInvocationID   = "X-Restate-Id"

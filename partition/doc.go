@@ -106,26 +106,30 @@
 //  3. raftlog commits the entry and calls Apply in its write transaction;
 //     Apply only collects effects (replies, completed results, outbox
 //     changes).
-//  4. Acknowledge, which raftlog runs once the entry is committed (durable
-//     on a quorum) and applied, before this node's transaction is fsynced:
-//     the reply goes to the waiter if, and only if, the entry's term is the
-//     waiter's term, so a reply from an old leader's entry never answers a
-//     newer attempt, nor the reverse. A reply depends only on its own
-//     command's outcome, and a crash before the fsync replays the entry from
-//     the log to the same outcome.
-//  5. Reveal, which raftlog runs after that fsync: attach waiters of
-//     completed invocations wake, the invoker learns which deliveries ended,
-//     the outbox depth moves. Whatever a reader finds through View (results,
-//     records, the outbox) is revealed only once durable here.
+//  4. Acknowledge, which raftlog runs once every Apply of its batch
+//     succeeded (the entry is committed: durable on a quorum of write-ahead
+//     logs), before the state is checkpointed (the order Apply →
+//     Acknowledge → Reveal → checkpoint is raftlog's, stated in
+//     raftlog/api.go, Applied): the reply goes to the waiter if, and only
+//     if, the entry's term is the waiter's term, so a reply from an old
+//     leader's entry never answers a newer attempt, nor the reverse. A reply
+//     depends only on its own command's outcome, and a crash before the
+//     checkpoint replays the entry from the log to the same outcome.
+//  5. Reveal, which raftlog runs right after the batch's Acknowledges,
+//     before its next Apply: attach waiters of completed invocations wake,
+//     the invoker learns which deliveries ended, the outbox depth moves. A
+//     reader through View (results, records, the outbox) finds the same
+//     state from then on, as it reads inside raftlog's open transaction.
 //  6. Any loss of leadership (OnLeadership with another leader or term,
 //     Close) fails every pending request and attach waiter at once with
 //     rpc.ErrLostLeadership (ambiguous, retry-safe: Invoke de-duplicates by
 //     id, so the ingress resends the same request id and invocation id).
 //
 // Reads (Output, Attach, Status, List) are linearizable: served by the leader
-// after Log.ReadIndex, which waits for the durable applied index, so a read
-// after an acknowledgement finds what was acknowledged. Followers answer
-// *rpc.NotLeaderError with the leader and term they know.
+// after Log.ReadIndex, which waits until this node applied the read index
+// (checkpointed or not), so a read after an acknowledgement finds what was
+// acknowledged. Followers answer *rpc.NotLeaderError with the leader and
+// term they know.
 //
 // # Leader-only work
 //

@@ -148,7 +148,7 @@ func (iv *invoker) kick() {
 
 // applied ends the reservations of ids whose outcome applied; added says
 // deliveries were queued, the earliest due at firstQueued. Called from
-// Reveal (after the commit); never blocks.
+// Reveal; never blocks.
 func (iv *invoker) applied(ids [][]byte, added bool, firstQueued int64) {
 	if len(ids) > 0 || added {
 		iv.mu.Lock()

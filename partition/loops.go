@@ -79,8 +79,8 @@ func (p *Processor) knobBatchHeld(n int) {
 // mustHold says whether cfg.InFlightBatches of the entries up to
 // lastProposed are still unapplied.
 func (p *Processor) mustHold(lastProposed uint64) bool {
-	k := uint64(p.cfg.InFlightBatches)
-	return k > 0 && lastProposed >= p.appliedIndex.Load()+k
+	k := p.cfg.InFlightBatches
+	return k > 0 && lastProposed >= p.appliedIndex.Load()+uint64(k)
 }
 
 // drainQueue tells what is still queued at Close that it was not proposed

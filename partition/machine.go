@@ -47,8 +47,9 @@ type reply struct {
 	err       error
 }
 
-// effects are what applying a run of entries reveals once durable. Apply
-// only collects them; the processor acts on them after fsync.
+// effects are what applying a run of entries hands to Acknowledge and
+// Reveal. Apply only collects them; the processor acts on them when raftlog
+// runs those (raftlog/api.go, Applied).
 type effects struct {
 	replies   []reply
 	completed []*rpc.InvocationResult
@@ -151,7 +152,7 @@ func (m *machine) apply(b *bolt.Bucket, entries []raftlog.Entry) (*effects, erro
 	return fx, err
 }
 
-// restored tells the machine its bucket was replaced or rolled back.
+// restored tells the machine its bucket was replaced (a snapshot install).
 func (m *machine) restored() { m.records.drop() }
 
 func (m *machine) applyEntries(b *bolt.Bucket, entries []raftlog.Entry) (*effects, error) {

@@ -46,8 +46,7 @@ type Processor struct {
 	depth atomic.Int64
 	// appliedIndex is the last entry Apply saw; appliedCh (cap 1) wakes a
 	// proposer holding a batch (cfg.InFlightBatches). Both only pace
-	// batching: an Apply rolled back with another group's leaves the index
-	// ahead, which at worst proposes one batch early.
+	// batching.
 	appliedIndex atomic.Uint64
 	appliedCh    chan struct{}
 	// appliedTerm is the term of the last entry Apply saw (before its
@@ -89,6 +88,7 @@ func New(cfg Config) (*Processor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	p := &Processor{
 		cfg:        cfg,
 		logger:     cfg.Logger.With().Str("component", "partition").Uint32("partition", cfg.Partition).Logger(),
@@ -302,7 +302,7 @@ func readInvocation(b *bolt.Bucket, id []byte) (*rpc.InvocationRecord, *rpc.Invo
 }
 
 // OutboxDepth returns the number of deliveries queued in this replica's
-// outbox (as of the last durable apply).
+// outbox (as of the last Reveal).
 func (p *Processor) OutboxDepth() int { return int(p.depth.Load()) }
 
 // Close fails every pending request and attach waiter with
@@ -354,8 +354,8 @@ func (p *Processor) Restore(b *bolt.Bucket) error {
 		return err
 	}
 	// The count read here already includes every Apply before it, also
-	// those whose reveal runs later (after their transaction commits):
-	// their deltas must not be added again.
+	// those whose reveal runs later (after a snapshot install): their
+	// deltas must not be added again.
 	p.restores++
 	p.depth.Store(int64(outbox.Count(b)))
 	p.invoker.rescan()

@@ -26,11 +26,10 @@ const (
 //     deletes, so a hit is the stored record decoded (marshalling is
 //     deterministic, so a hit and a miss store the same bytes);
 //   - what a transaction cached is kept once it commits. If it ends
-//     otherwise (raftlog rolls it back when an Apply in it fails), the next
-//     use drops everything: a rollback may undo what the cache holds. So
-//     does Restore (Processor.Restore), which raftlog calls before a group
-//     that applied in a lost transaction applies again, and a failed Apply
-//     (the group stops);
+//     otherwise (raftlog rolls it back when an Apply in it fails, and
+//     stops), the next use drops everything: a rollback may undo what the
+//     cache holds. So do Restore (Processor.Restore: a snapshot replaced
+//     the bucket) and a failed Apply;
 //   - one state bucket: a machine applies only to its group's bucket, but
 //     a use with another bucket while the last one's transaction is open
 //     (another state machine's bucket, in tests) or of another database

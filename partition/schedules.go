@@ -17,7 +17,7 @@ import (
 // the first schedule command, so state without schedules is unchanged.
 var schedulesBucket = []byte("schedules")
 
-// Headers of a schedule's run (API.md, "Schedules and callbacks").
+// Headers of a schedule's run (docs/api.md, "Schedules").
 const (
 	headerSchedule      = "X-Raftgate-Schedule"
 	headerScheduledTime = "X-Raftgate-Scheduled-Time"

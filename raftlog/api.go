@@ -37,8 +37,8 @@ type Entry struct {
 // StateMachine is implemented by the partition processor and the metadata
 // registry. Its methods are called one at a time, never concurrently, and
 // in a happens-before order: Restore on the AddGroup caller's goroutine when
-// the group opens; Apply, Restore (snapshot install, or a rollback) and the
-// Applied functions on the node's applier goroutine, which serves every
+// the group opens; Apply, Restore (snapshot install) and the Applied
+// functions on the node's applier goroutine, which serves every
 // group (so none of them may block).
 type StateMachine interface {
 	// Apply applies committed entries that carry data, in log order, inside
@@ -48,15 +48,17 @@ type StateMachine interface {
 	// applied index become durable together at the next checkpoint. Apply
 	// must be deterministic: no clock, no randomness, no local-only state,
 	// no map-order effects: a restart replays the entries after the last
-	// checkpoint, and a rollback re-applies them, to the same state. An
-	// error stops the group.
+	// checkpoint, to the same state. An error is a bug or a damaged state
+	// file: the applier rolls back its open transaction and stops, as after
+	// a failed checkpoint, every group stops and the node reports the error
+	// (Node.Failed); the process should exit.
 	Apply(b *bolt.Bucket, entries []Entry) (Applied, error)
 
-	// Restore is called when the group opens, inside the transaction that
-	// replaced the state bucket with a snapshot's content, and after a
-	// rollback (another group's Apply failed in the shared transaction)
-	// before the same entries are applied again; the state machine rebuilds
-	// its in-memory indexes from b.
+	// Restore is called when the group opens, and inside the transaction
+	// that replaced the state bucket with a snapshot's content; the state
+	// machine rebuilds its in-memory indexes from b. An Apply whose Applied
+	// functions have not run yet may precede an install (they run after
+	// it): b holds that Apply's outcome, or a later state.
 	Restore(b *bolt.Bucket) error
 }
 
@@ -198,8 +200,14 @@ type Config struct {
 	LeaderBalanceTicks int
 
 	// Logger is the parent logger (the caller names the node in it); each
-	// group gets a child.
+	// group gets a child. raftlog's messages carry component "raftlog",
+	// the raft library's component "raft".
 	Logger zerolog.Logger
+	// RaftLogLevel is the least level of the raft library's messages that
+	// is logged (its info level tells every election, vote and
+	// configuration step of every group). Zero (debug) leaves it to
+	// Logger's level.
+	RaftLogLevel zerolog.Level
 	// Registerer receives raftlog's metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Knobs are optional testing hooks; nil in production.

@@ -1,7 +1,6 @@
 package raftlog
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -28,10 +27,10 @@ type applyReq struct {
 	// flush: checkpoint before done is closed (a backup wants everything
 	// applied so far in state.db).
 	flush bool
-	// update runs in the open transaction, which is checkpointed at once,
-	// before done is closed (creating or removing a group's buckets, a
-	// pin): no later rollback can undo what done reported durable. A
-	// failing update is rolled back, with nothing else lost.
+	// update runs alone in a transaction of its own, checkpointed before
+	// done is closed (creating or removing a group's buckets, a pin): what
+	// was applied before it is checkpointed first, so a failing update is
+	// rolled back with nothing else lost.
 	update func(*bolt.Tx) error
 	done   chan struct{}
 
@@ -43,11 +42,9 @@ type applyReq struct {
 	// entries, in log order (membership.go).
 	confs []confResult
 
-	// Applier-owned: the state machine's effects of the last successful
-	// Apply, and whether they already ran (a replay after a rollback must
-	// not run them twice).
-	fx    Applied
-	acked bool
+	// Applier-owned: the state machine's effects of its Apply, until they
+	// ran.
+	fx Applied
 }
 
 // checkpoint is a durable state commit the applier reports to a group:
@@ -89,14 +86,14 @@ type applier struct {
 
 	// Applier-owned.
 	tx *bolt.Tx
-	// journal holds every apply request run in tx, in order, for a replay
-	// when one group's Apply fails and tx must be rolled back.
+	// journal holds every apply request run in tx, in order: the groups
+	// learn from it how far a checkpoint made their state durable.
 	journal []*applyReq
 	// since the last checkpoint
 	lastCheckpoint time.Time
 	entries        int
-	// broken is the error of a failed checkpoint commit: state machines
-	// then run ahead of state.db, so nothing more is applied.
+	// broken is the error of a failed Apply, install or checkpoint: state
+	// machines then run ahead of state.db, so nothing more is applied.
 	broken error
 	// crash, set by a Knobs.AtConfChange failpoint, fails the next
 	// checkpoint as a crash before it would.
@@ -260,23 +257,9 @@ func (a *applier) finish(r *applyReq) {
 // in queue order, then the effects of the applies. An install is
 // checkpointed at once. It reports whether a checkpoint is needed now.
 func (a *applier) runBatch(batch []*applyReq, now time.Time) (force bool) {
-	if a.broken != nil {
-		for _, r := range batch {
-			r.err = fmt.Errorf("raftlog: an earlier checkpoint failed, nothing is applied after it: %w", a.broken)
-			if r.g != nil {
-				r.g.writeFailed.Store(true)
-			}
-		}
-		return false
-	}
-	for i := 0; i < len(batch); i++ {
-		r := batch[i]
-		if err := a.begin(); err != nil {
-			r.err = err
-			continue
-		}
-		if r.view != nil {
-			r.err = a.runView(r)
+	for _, r := range batch {
+		if a.broken != nil {
+			r.err = fmt.Errorf("raftlog: an earlier write failed, nothing is applied after it: %w", a.broken)
 			continue
 		}
 		if r.flush {
@@ -287,14 +270,17 @@ func (a *applier) runBatch(batch []*applyReq, now time.Time) (force bool) {
 			r.err = a.runUpdate(r, now)
 			continue
 		}
-		if r.g.writeFailed.Load() {
-			// An earlier request of this group failed: nothing after it may
-			// be applied (that would skip entries).
-			r.err = errGroupStopped
+		if err := a.begin(); err != nil {
+			r.err = err
+			continue
+		}
+		if r.view != nil {
+			r.err = a.runView(r)
 			continue
 		}
 		if err := a.exec(r); err != nil {
-			a.fail(r, err)
+			r.err = err
+			a.fail(err)
 			continue
 		}
 		if r.install != nil {
@@ -310,6 +296,16 @@ func (a *applier) runBatch(batch []*applyReq, now time.Time) (force bool) {
 			// checkpoint) sent to a learner this change adds must name it.
 			force = true
 		}
+	}
+	if a.broken != nil {
+		// The applies this batch ran before the failure were rolled back
+		// with it (updates and installs were checkpointed on their own).
+		for _, r := range batch {
+			if r.apply != nil && r.err == nil {
+				r.err = a.broken
+			}
+		}
+		return false
 	}
 	a.runEffects()
 	return force
@@ -327,18 +323,23 @@ func (a *applier) begin() error {
 	return nil
 }
 
-// runUpdate runs r's update and checkpoints it, with whatever was applied
-// before it in the transaction. A failed update is rolled back: the
-// transaction is rebuilt from the journal without it.
+// runUpdate checkpoints what was applied so far, then runs r's update in a
+// transaction of its own and checkpoints it. A failed update is rolled
+// back, with nothing else lost.
 func (a *applier) runUpdate(r *applyReq, now time.Time) error {
-	if err := r.update(a.tx); err != nil {
-		a.rebuild()
-		if a.broken != nil {
-			return errors.Join(err, a.broken)
-		}
+	a.runEffects()
+	a.checkpoint(now)
+	if a.broken != nil {
+		return a.broken
+	}
+	if err := a.begin(); err != nil {
 		return err
 	}
-	a.runEffects()
+	if err := r.update(a.tx); err != nil {
+		_ = a.tx.Rollback()
+		a.tx = nil
+		return err
+	}
 	a.checkpoint(now)
 	return a.broken
 }
@@ -361,18 +362,11 @@ func (a *applier) runView(r *applyReq) error {
 // transaction already.
 func (a *applier) runEffects() {
 	for _, r := range a.journal {
-		if r.acked {
-			continue
-		}
 		if r.fx.Acknowledge != nil {
 			r.fx.Acknowledge()
 		}
 	}
 	for _, r := range a.journal {
-		if r.acked {
-			continue
-		}
-		r.acked = true
 		if r.fx.Reveal != nil {
 			r.fx.Reveal()
 		}
@@ -401,8 +395,7 @@ func (a *applier) exec(r *applyReq) error {
 
 // applyEntries applies r's committed entries that carry data and the
 // configuration changes among them, and writes the applied index beside
-// the state. It changes nothing in r, so a replay may run it again after r
-// was handed back.
+// the state.
 func (a *applier) applyEntries(gb groupBuckets, r *applyReq) (fx Applied, count int, confs []confResult, err error) {
 	ents := r.apply.GetEntries()
 	if len(ents) == 0 {
@@ -464,82 +457,15 @@ func (a *applier) confChanged(r *applyReq) bool {
 	return changed
 }
 
-// fail handles a failed request: its group stops, and the transaction,
-// which may hold other groups' applies since the last checkpoint, is rolled
-// back and rebuilt without it. Every other state machine that applied in
-// the lost transaction is restored from its checkpointed bucket and
-// re-applies the same entries (Apply is deterministic, so to the same
-// state); effects that already ran are not run again.
-func (a *applier) fail(failed *applyReq, err error) {
-	failed.err = err
-	failed.fx = Applied{}
-	failed.g.writeFailed.Store(true)
-	a.rebuild()
-}
-
-// rebuild rolls the transaction back and re-runs the journal of every group
-// that has not failed in a fresh one, stopping any group whose replay fails.
-func (a *applier) rebuild() {
-	for {
-		_ = a.tx.Rollback()
-		a.tx = nil
-		a.entries = 0
-		if err := a.begin(); err != nil {
-			a.broken = err
-			return
-		}
-		replay := a.journal[:0:0]
-		for _, r := range a.journal {
-			if !r.g.writeFailed.Load() {
-				replay = append(replay, r)
-			}
-		}
-		a.journal = replay
-		again := a.replay()
-		if again == nil {
-			return
-		}
-		// A replayed Apply failed too: stop that group as well and start
-		// over without it.
-		again.fx = Applied{}
-	}
-}
-
-// replay restores every journalled group and re-runs the journal in the
-// fresh transaction. It returns the request whose replay failed, if any.
-func (a *applier) replay() *applyReq {
-	restored := map[GroupID]bool{}
-	for _, r := range a.journal {
-		if restored[r.g.id] {
-			continue
-		}
-		restored[r.g.id] = true
-		gb, err := openGroupBuckets(a.tx, r.g.id)
-		if err == nil {
-			err = r.g.sm.Restore(gb.state)
-		}
-		if err != nil {
-			r.g.writeFailed.Store(true)
-			r.g.checkpointFailed(fmt.Errorf("raftlog: group %d: restore after rollback: %w", r.g.id, err))
-			return r
-		}
-	}
-	for _, r := range a.journal {
-		gb, err := openGroupBuckets(a.tx, r.g.id)
-		var fx Applied
-		if err == nil {
-			fx, _, _, err = a.applyEntries(gb, r)
-		}
-		if err != nil {
-			r.g.writeFailed.Store(true)
-			r.g.checkpointFailed(err)
-			return r
-		}
-		if !r.acked {
-			r.fx = fx
-		}
-	}
-	return nil
+// fail stops the applier after a failed Apply or install, as a failed
+// checkpoint does: the open transaction, which may hold part of what
+// failed, is rolled back, and nothing more is applied. The state machines
+// that applied in it ran ahead of state.db, so their groups stop too; a
+// restart replays the write-ahead log past the last checkpoint.
+func (a *applier) fail(err error) {
+	_ = a.tx.Rollback()
+	a.tx = nil
+	a.breakOff(err, "apply failed; this node writes nothing more and its groups stop")
 }
 
 // checkpoint commits the open transaction and tells each group how far its
@@ -567,15 +493,8 @@ func (a *applier) checkpoint(now time.Time) {
 	}
 	a.tx = nil
 	if err != nil {
-		a.broken = fmt.Errorf("raftlog: checkpoint: %w", err)
 		a.metrics.writeFailures.Inc()
-		a.log.Error().Err(a.broken).Msg("state checkpoint failed; this node writes nothing more and its groups stop")
-		a.onBroken(a.broken)
-		for _, r := range a.journal {
-			r.g.writeFailed.Store(true)
-			r.g.checkpointFailed(a.broken)
-		}
-		a.journal = nil
+		a.breakOff(fmt.Errorf("raftlog: checkpoint: %w", err), "state checkpoint failed; this node writes nothing more and its groups stop")
 		return
 	}
 	a.metrics.checkpointSeconds.Observe(time.Since(start).Seconds())
@@ -598,6 +517,21 @@ func (a *applier) checkpoint(now time.Time) {
 	a.journal = a.journal[:0]
 	a.entries = 0
 	a.lastCheckpoint = now
+}
+
+// breakOff records err as the applier's end: nothing more is applied, the
+// log writer stops (onBroken), and every group that applied since the last
+// checkpoint stops with err.
+func (a *applier) breakOff(err error, msg string) {
+	a.broken = err
+	a.log.Error().Err(err).Msg(msg)
+	a.onBroken(err)
+	for _, r := range a.journal {
+		r.fx = Applied{}
+		r.g.checkpointFailed(err)
+	}
+	a.journal = nil
+	a.entries = 0
 }
 
 // failQueued answers everything still queued with ErrStopped.
@@ -645,6 +579,3 @@ func (g *Group) installSnapshot(tx *bolt.Tx, gb groupBuckets, snap *pb.Snapshot)
 	}
 	return nil
 }
-
-// errGroupStopped marks a request whose group stopped before it ran.
-var errGroupStopped = errors.New("raftlog: group stopped")

@@ -16,18 +16,20 @@ import (
 )
 
 // simSM is a deterministic state machine for the applier simulation: each
-// entry's data is stored under its index; an entry "poison" fails Apply.
-// It counts the effects that ran per index, and Restore calls.
+// entry's data is stored under its index; an entry "poison" fails Apply
+// (a bug, fixed before the next restart). It counts the effects that ran
+// per index.
 type simSM struct {
-	effects  map[uint64]int
-	restores int
+	effects map[uint64]int
 }
+
+var errPoison = errors.New("simSM: poison")
 
 func (s *simSM) Apply(b *bolt.Bucket, ents []Entry) (Applied, error) {
 	idx := make([]uint64, 0, len(ents))
 	for _, e := range ents {
 		if string(e.Data) == "poison" {
-			return Applied{}, errors.New("simSM: poison")
+			return Applied{}, errPoison
 		}
 		if err := b.Put(binary.BigEndian.AppendUint64(nil, e.Index), append([]byte(nil), e.Data...)); err != nil {
 			return Applied{}, err
@@ -41,7 +43,7 @@ func (s *simSM) Apply(b *bolt.Bucket, ents []Entry) (Applied, error) {
 	}}, nil
 }
 
-func (s *simSM) Restore(*bolt.Bucket) error { s.restores++; return nil }
+func (s *simSM) Restore(*bolt.Bucket) error { return nil }
 
 // simGroup is one group of the simulation: its log (what raft would hand
 // out for apply) and how far it was handed to the applier.
@@ -50,20 +52,21 @@ type simGroup struct {
 	sm     *simSM
 	log    []string // log[i] is the data of index i+2 (index 1 is bootstrap)
 	handed uint64   // last index handed to the applier
-	failed bool
 }
 
 // TestApplierSimulation drives the applier single-threaded, with an
 // injected clock, through a seeded schedule: three groups append and hand
 // entries to apply at random, readers view state between them, one group
-// may hit an entry whose Apply fails (a rollback of the transaction the
-// others share), and the power may be cut (the open transaction lost; the
-// groups restart from their checkpoints and the log replays past them).
-// It checks that every request is answered in the step it was queued in
-// (batching never makes a group wait for another beyond one step), that no
-// effect runs twice between restarts, that views see every applied entry,
-// and that in the end each surviving group's state is exactly its log. A
-// failure names the seed: RAFTLOG_SEED=… replays the same schedule.
+// may hit an entry whose Apply fails (the applier stops: every request of
+// that step and after fails, and no effect of the step runs; the bug is
+// fixed and the node restarts), and the power may be cut (the open
+// transaction lost; the groups restart from their checkpoints and the log
+// replays past them). It checks that every request is answered in the step
+// it was queued in (batching never makes a group wait for another beyond
+// one step), that no effect runs twice between restarts, that views see
+// every applied entry, and that in the end each group's state is exactly
+// its log. A failure names the seed: RAFTLOG_SEED=… replays the same
+// schedule.
 func TestApplierSimulation(t *testing.T) {
 	base := testSeed(t)
 	for i := range uint64(8) {
@@ -122,8 +125,6 @@ func simulateApplier(t *testing.T, seed uint64) {
 				}
 				sg.handed = gs.appliedIdx
 				sg.sm.effects = map[uint64]int{}
-				sg.g.writeFailed.Store(false)
-				sg.failed = false
 			}
 			return nil
 		})
@@ -148,7 +149,7 @@ func simulateApplier(t *testing.T, seed uint64) {
 				sg.log = append(sg.log, data)
 			}
 			last := uint64(len(sg.log)) + initialIndex
-			if sg.failed || sg.handed == last || rng.IntN(3) == 0 {
+			if sg.handed == last || rng.IntN(3) == 0 {
 				continue
 			}
 			hi := sg.handed + 1 + uint64(rng.IntN(int(last-sg.handed)))
@@ -186,14 +187,33 @@ func simulateApplier(t *testing.T, seed uint64) {
 				}
 			}
 		}
-		for _, sg := range groups {
-			sg.g.mu.Lock()
-			for _, r := range sg.g.in.applied {
-				if r.err != nil {
-					sg.failed = true
+		if broken != nil {
+			if !errors.Is(broken, errPoison) {
+				t.Fatalf("seed %d step %d: the applier stopped: %v", seed, stepNo, broken)
+			}
+			for _, r := range batch {
+				if r.apply == nil {
+					continue
+				}
+				if r.err == nil {
+					t.Fatalf("seed %d step %d: an apply of the step whose Apply failed succeeded", seed, stepNo)
+				}
+				for _, e := range r.apply.GetEntries() {
+					if n := r.g.sm.(*simSM).effects[e.GetIndex()]; n != 0 {
+						t.Fatalf("seed %d step %d: group %d's effect of entry %d ran in the step whose Apply failed", seed, stepNo, r.g.id, e.GetIndex())
+					}
 				}
 			}
+			later := &applyReq{g: groups[0].g, done: make(chan struct{}), view: func(*bolt.Bucket) error { return nil }}
+			a.step([]*applyReq{later}, now)
+			if later.err == nil {
+				t.Fatalf("seed %d step %d: the applier served a request after an Apply failed", seed, stepNo)
+			}
+		}
+		for _, sg := range groups {
+			sg.g.mu.Lock()
 			sg.g.in.applied = nil
+			sg.g.in.failure = nil
 			sg.g.mu.Unlock()
 			for i, n := range sg.sm.effects {
 				if n > 1 {
@@ -201,15 +221,23 @@ func simulateApplier(t *testing.T, seed uint64) {
 				}
 			}
 		}
+		if broken != nil {
+			// The bug is fixed; the node restarts.
+			for _, sg := range groups {
+				if i := slices.Index(sg.log, "poison"); i >= 0 {
+					sg.log[i] = "cured"
+				}
+			}
+			broken = nil
+			restart()
+			continue
+		}
 		for _, v := range views {
-			for i := uint64(initialIndex + 1); i <= v.before && !v.sg.failed; i++ {
+			for i := uint64(initialIndex + 1); i <= v.before; i++ {
 				if d := v.sg.log[i-2]; !v.got[d] {
 					t.Fatalf("seed %d step %d: a view of group %d misses entry %d (%s), applied in an earlier step", seed, stepNo, v.sg.g.id, i, d)
 				}
 			}
-		}
-		if broken != nil {
-			t.Fatalf("seed %d: checkpoint failed: %v", seed, broken)
 		}
 		if rng.IntN(60) == 0 {
 			restart()
@@ -255,12 +283,8 @@ func simulateApplier(t *testing.T, seed uint64) {
 			if err != nil {
 				return err
 			}
-			poison := slices.Index(sg.log, "poison")
-			switch {
-			case poison < 0 && n != len(sg.log):
+			if n != len(sg.log) {
 				return fmt.Errorf("group %d holds %d entries, want all %d", sg.g.id, n, len(sg.log))
-			case poison >= 0 && n > poison:
-				return fmt.Errorf("group %d holds %d entries, past its failing entry %d", sg.g.id, n, poison)
 			}
 		}
 		return nil
@@ -282,12 +306,12 @@ func handedBack(r *applyReq) bool {
 	return false
 }
 
-// TestUpdatesAreNotUndoneByAnotherGroupsRollback: an update (a new
-// group's buckets, a pin, a removal) is checkpointed at once, so a later
-// failing Apply in the same batch, whose rollback rebuilds the transaction
-// from the journal, cannot undo what the update's caller was told is
-// durable; and a failing update undoes only itself.
-func TestUpdatesAreNotUndoneByAnotherGroupsRollback(t *testing.T) {
+// TestUpdatesStandAlone: an update (a new group's buckets, a pin, a
+// removal) runs in a transaction of its own, checkpointed at once, so a
+// failing update undoes only itself, and a later failing Apply in the same
+// batch, which rolls back the open transaction and stops the applier,
+// cannot undo what the update's caller was told is durable.
+func TestUpdatesStandAlone(t *testing.T) {
 	db, err := bolt.Open(filepath.Join(t.TempDir(), stateFile), 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -301,7 +325,8 @@ func TestUpdatesAreNotUndoneByAnotherGroupsRollback(t *testing.T) {
 		groups[id] = &Group{id: id, sm: &simSM{effects: map[uint64]int{}}, wake: make(chan struct{}, 1)}
 	}
 	now := time.Unix(1_700_000_000, 0)
-	a := newApplierState(db, zerolog.Nop(), newMetrics(nil, nil, nil), nil, checkpointPolicy{interval: time.Hour, entries: 1 << 20}, func(error) {}, now)
+	var broken error
+	a := newApplierState(db, zerolog.Nop(), newMetrics(nil, nil, nil), nil, checkpointPolicy{interval: time.Hour, entries: 1 << 20}, func(err error) { broken = err }, now)
 	defer func() {
 		if a.tx != nil {
 			_ = a.tx.Rollback()
@@ -329,7 +354,9 @@ func TestUpdatesAreNotUndoneByAnotherGroupsRollback(t *testing.T) {
 	if failing.err == nil {
 		t.Fatal("failing update reported no error")
 	}
-	a.checkpoint(now) // what is still open: group 1's second entry
+	if !errors.Is(broken, errPoison) {
+		t.Fatalf("the applier stopped with %v, want the failed Apply", broken)
+	}
 	err = db.View(func(tx *bolt.Tx) error {
 		if tx.Bucket([]byte("kept")) == nil {
 			t.Error("the update's bucket is gone: a later rollback undid it")
@@ -341,10 +368,11 @@ func TestUpdatesAreNotUndoneByAnotherGroupsRollback(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		for _, i := range []uint64{2, 3} {
-			if gb.state.Get(binary.BigEndian.AppendUint64(nil, i)) == nil {
-				t.Errorf("group 1's entry %d was lost", i)
-			}
+		if gb.state.Get(binary.BigEndian.AppendUint64(nil, 2)) == nil {
+			t.Error("group 1's entry 2, applied before the update, was not checkpointed with it")
+		}
+		if gb.state.Get(binary.BigEndian.AppendUint64(nil, 3)) != nil {
+			t.Error("group 1's entry 3, in the transaction the failed Apply rolled back, was checkpointed")
 		}
 		return nil
 	})

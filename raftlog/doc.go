@@ -91,21 +91,23 @@
 // checkpoint in a bbolt read transaction instead (Backup checkpoints
 // first).
 //
-// A failing Apply stops only its group, and undoes only its own state: the
-// transaction, which may hold every group's applies since the last
-// checkpoint, is rolled back and rebuilt without the failed group. Every
-// other state machine that applied in it gets Restore (from its
-// checkpointed bucket) and re-applies the same entries, kept in a journal
-// since the checkpoint, to the same state; effects that already ran are not
-// run again. No group's log is touched: it is in the write-ahead log.
-//
-// A failing log write or checkpoint (a disk error such as ENOSPC) stops
-// every write of the node: the failed writer refuses all later requests, so
-// no group's log gets a hole behind the lost write and no peer hears of
-// entries that are not on disk; every group stops as its next request is
-// refused, and the node reports the failure (Node.Failed). On restart each
-// group loads its state at its checkpointed applied index and raft replays
-// the log past it.
+// A failing Apply, snapshot install, log write or checkpoint (a bug, a
+// damaged state file, a disk error such as ENOSPC) stops every write of the
+// node. A failing Apply rolls the open transaction back (it may hold part
+// of what failed); its Applied functions and those of the rest of its batch
+// do not run. The failed writer refuses all later requests, so no group's
+// log gets a hole behind the lost write and no peer hears of entries that
+// are not on disk; the groups that applied since the last checkpoint stop
+// at once, the others as their next request is refused, and the node
+// reports the failure (Node.Failed): the process should exit. On restart
+// each group loads its state at its checkpointed applied index and raft
+// replays the log past it; nothing acknowledged is lost, as it is in the
+// write-ahead log. There is one policy, not a contained failure per group:
+// an Apply is deterministic, so its error would recur on every replica and
+// at every restart until the bug is fixed, and keeping the other groups
+// running would take a journal of every apply since the checkpoint, a
+// replay after each rollback and a Restore contract for it, for a node
+// that has to be looked at anyway.
 //
 // # Storage
 //
@@ -126,12 +128,13 @@
 // checkpointed update, then drops its records from the write-ahead log
 // (fdatasync'd), then clears the tombstone; Open finishes a removal a crash
 // cut short (it drops every tombstoned group's log before any group is
-// added), so a removed group's old entries never come back. An update is
-// checkpointed as soon as it ran, so no rollback of a later failing Apply
-// can undo it. A replica removed and added again under the same
-// configuration is an empty log its leader remembers as longer: it stops
-// with ErrStaleLog, so re-adding one is for a configuration change that
-// makes it a new member.
+// added), so a removed group's old entries never come back. An update runs
+// in a transaction of its own, checkpointed at once (what was applied
+// before it is checkpointed first), so a failing update undoes only itself
+// and no later rollback can undo it. A replica removed and added again
+// under the same configuration is an empty log its leader remembers as
+// longer: it stops with ErrStaleLog, so re-adding one is for a
+// configuration change that makes it a new member.
 //
 // # Configuration changes
 //

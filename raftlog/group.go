@@ -63,9 +63,6 @@ type Group struct {
 	// applied is the applied index (checkpointed or not: readers see the
 	// applier's open transaction), published for Status.
 	applied atomic.Uint64
-	// writeFailed: a write or apply of this group failed; the applier skips
-	// the rest.
-	writeFailed atomic.Bool
 
 	// Loop-owned.
 	rn    *raft.RawNode
@@ -194,17 +191,19 @@ func newGroup(n *Node, id GroupID, gs groupState, store *logStore, sm StateMachi
 	g.setConf(gs.conf)
 	g.applied.Store(gs.appliedIdx)
 	g.appliedGge.Set(float64(gs.appliedIdx))
-	rn, err := raft.NewRawNode(n.cfg.raftConfig(g.self, g.store, gs.appliedIdx, raftLogger{g.log}))
+	rn, err := raft.NewRawNode(n.cfg.raftConfig(g.self, g.store, gs.appliedIdx, newRaftLogger(n.cfg, id)))
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: group %d: %w", id, err)
 	}
 	g.rn = rn
 	g.leader.Store(&LeaderEvent{Group: id, Term: store.hard.GetTerm()})
 	if voters := gs.conf.GetVoters(); len(voters) == 1 && voters[0] == g.self && len(gs.conf.GetVotersOutgoing()) == 0 {
-		// A lone voter need not wait an election timeout.
+		// A lone voter need not wait an election timeout, nor a tick: the
+		// loop handles the campaign's Ready as soon as it starts.
 		if err := rn.Campaign(); err != nil {
 			return nil, fmt.Errorf("raftlog: group %d: campaign: %w", id, err)
 		}
+		g.wake <- struct{}{}
 	}
 	return g, nil
 }

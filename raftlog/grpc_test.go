@@ -194,22 +194,17 @@ func TestGRPCSnapshotCatchUp(t *testing.T) {
 	}
 }
 
-// TestGRPCDeadLeaderReplaced measures, with the default 50 ms tick and
-// 10-tick election timeout, how long the survivors take to elect a new
-// leader after the leader's node stops, and checks that they keep
-// committing while messages for the dead peer are dropped, not queued
-// without bound.
+// TestGRPCDeadLeaderReplaced: over gRPC, the survivors elect a new leader
+// after the leader's node stops (how long it takes is logged; the bound in
+// ticks is TestManualTicksDriveElections'), and keep committing while
+// messages for the dead peer are dropped, not queued without bound.
 func TestGRPCDeadLeaderReplaced(t *testing.T) {
 	c := newGRPCCluster(t, 3, []GroupID{1}, nil)
 	lead := c.leader(t, 1, 10*time.Second)
 	c.stop(lead)
 	start := time.Now()
-	newLead := c.leader(t, 1, 5*time.Second)
-	took := time.Since(start)
-	t.Logf("leader %d replaced by %d in %v", lead, newLead, took)
-	if took > 2500*time.Millisecond {
-		t.Errorf("dead leader replaced after %v, want about a second", took)
-	}
+	newLead := c.leader(t, 1, 10*time.Second)
+	t.Logf("leader %d replaced by %d in %v", lead, newLead, time.Since(start))
 	n := c.nodes[newLead]
 	for i := range 100 {
 		p, err := n.Group(1).Propose(context.Background(), []byte(fmt.Sprintf("e%d", i)))

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"regexp"
 	"slices"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/raftgate/raftgate/internal/backoff"
 	"github.com/raftgate/raftgate/raftlog/raftlogpb"
 )
 
@@ -215,7 +215,7 @@ func (p *peerSender) run() {
 		stream   raftlogpb.Raft_SendClient
 		batch    []outbound
 		lastSize int
-		backoff  = backoffMin
+		wait     = backoff.Backoff{Base: backoffMin, Max: backoffMax}
 	)
 	defer func() {
 		if stream != nil {
@@ -240,7 +240,7 @@ func (p *peerSender) run() {
 			if err != nil {
 				stream = nil
 				p.fail(batch, err)
-				if !p.sleep(&backoff) {
+				if !p.sleep(&wait) {
 					return
 				}
 				continue
@@ -276,12 +276,12 @@ func (p *peerSender) run() {
 			}
 			stream = nil
 			p.fail(batch, err)
-			if !p.sleep(&backoff) {
+			if !p.sleep(&wait) {
 				return
 			}
 			continue
 		}
-		backoff = backoffMin
+		wait.Reset()
 		if p.outage != nil {
 			p.log.Info().Msg("raft peer reachable again")
 			p.outage = nil
@@ -357,10 +357,8 @@ func (p *peerSender) drop(batch []outbound) {
 
 // sleep waits out the backoff (with jitter), dropping what is queued in
 // the meantime; false when the transport closes.
-func (p *peerSender) sleep(backoff *time.Duration) bool {
-	d := *backoff/2 + rand.N(*backoff/2+1)
-	*backoff = min(*backoff*2, backoffMax)
-	timer := time.NewTimer(d)
+func (p *peerSender) sleep(wait *backoff.Backoff) bool {
+	timer := time.NewTimer(wait.Next())
 	defer timer.Stop()
 	select {
 	case <-timer.C:

@@ -54,6 +54,9 @@ type recordingSM struct {
 
 var bucketEntries = []byte("entries")
 
+// errToldToFail is recordingSM's Apply error on its failOn entry.
+var errToldToFail = errors.New("recordingSM: told to fail")
+
 func (s *recordingSM) Apply(b *bolt.Bucket, ents []Entry) (Applied, error) {
 	eb, err := b.CreateBucketIfNotExists(bucketEntries)
 	if err != nil {
@@ -64,7 +67,7 @@ func (s *recordingSM) Apply(b *bolt.Bucket, ents []Entry) (Applied, error) {
 	s.mu.Unlock()
 	for _, e := range ents {
 		if failOn != "" && string(e.Data) == failOn {
-			return Applied{}, errors.New("recordingSM: told to fail")
+			return Applied{}, errToldToFail
 		}
 		seq, err := eb.NextSequence()
 		if err != nil {

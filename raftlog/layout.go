@@ -197,10 +197,22 @@ func checkFormatOf(db *bolt.DB, readable []uint64) error {
 			return fmt.Errorf("raftlog: %s: %w: format marker %x", db.Path(), errCorrupt, v)
 		}
 		if have := binary.BigEndian.Uint64(v); !slices.Contains(readable, have) {
-			return fmt.Errorf("raftlog: %s has format %d, this release reads formats %v; use the release that wrote it or a later one (docs/operations.md, \"Rolling restarts\"), or restore this node from a peer (docs/operations.md, \"Backup and restore\")", db.Path(), have, readable)
+			return &FormatError{Path: db.Path(), Have: have, Readable: readable}
 		}
 		return nil
 	})
+}
+
+// FormatError: the state file has a format this release does not read (a
+// later release wrote it).
+type FormatError struct {
+	Path     string
+	Have     uint64
+	Readable []uint64
+}
+
+func (e *FormatError) Error() string {
+	return fmt.Sprintf("raftlog: %s has format %d, this release reads formats %v; use the release that wrote it or a later one (docs/operations.md, \"Rolling restarts\"), or restore this node from a peer (docs/operations.md, \"Backup and restore\")", e.Path, e.Have, e.Readable)
 }
 
 // RaiseFormat durably marks the data dir as format 3 (formatMembership)

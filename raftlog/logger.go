@@ -15,6 +15,17 @@ type raftLogger struct{ zl zerolog.Logger }
 
 var _ raft.Logger = raftLogger{}
 
+// newRaftLogger is group id's raft library logger: Config.Logger's child
+// with component "raft" (raftlog's own messages say "raftlog"), at
+// Config.RaftLogLevel when that is above Logger's level.
+func newRaftLogger(cfg Config, id GroupID) raftLogger {
+	zl := cfg.Logger.With().Str("component", "raft").Uint32("group", uint32(id)).Logger()
+	if cfg.RaftLogLevel > zl.GetLevel() {
+		zl = zl.Level(cfg.RaftLogLevel)
+	}
+	return raftLogger{zl}
+}
+
 func (l raftLogger) Debug(v ...any)                 { l.zl.Debug().Msg(fmt.Sprint(v...)) }
 func (l raftLogger) Debugf(format string, v ...any) { l.zl.Debug().Msgf(format, v...) }
 func (l raftLogger) Info(v ...any)                  { l.zl.Info().Msg(fmt.Sprint(v...)) }

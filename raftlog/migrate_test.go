@@ -2,10 +2,10 @@ package raftlog
 
 import (
 	"encoding/binary"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -184,7 +184,8 @@ func TestRaiseFormatRefusesDowngrade(t *testing.T) {
 	}
 	n.Close()
 	err := earlier()
-	if err == nil || !strings.Contains(err.Error(), "has format 3") {
+	var ferr *FormatError
+	if !errors.As(err, &ferr) || ferr.Have != formatMembership {
 		t.Fatalf("after RaiseFormat, the earlier release's check says %v; want a refusal of format 3", err)
 	}
 	t.Log(err)

@@ -3,6 +3,7 @@ package raftlog
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -235,7 +236,9 @@ func TestWatchStopAndErrStopped(t *testing.T) {
 }
 
 // TestManualTicksDriveElections: with Knobs.ManualTicks raft time moves
-// only when the test calls Node.Tick, so elections happen on cue.
+// only when the test calls Node.Tick, so elections happen on cue; and a
+// dead leader is replaced within two election timeouts (raft's randomized
+// timeout is below that; CheckQuorum and PreVote add no round).
 func TestManualTicksDriveElections(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	c := newCluster(t, testSeed(t), 3, []GroupID{1}, func(cfg *Config) {
@@ -306,11 +309,32 @@ func TestManualTicksDriveElections(t *testing.T) {
 			t.Errorf("metric %s not registered", name)
 		}
 	}
+
+	c.stop(lead)
+	survivors := c.running()
+	replaced := func() bool {
+		var next uint64
+		for _, id := range survivors {
+			ev := c.nodes[id].Group(1).leaderEvent()
+			if ev.Leader == 0 || ev.Leader == lead || (next != 0 && ev.Leader != next) {
+				return false
+			}
+			next = ev.Leader
+		}
+		return true
+	}
+	limit := 2 * c.config(1).ElectionTicks
+	ticks = 0
+	for !replaced() && ticks < limit {
+		c.tickSettled()
+		ticks++
+	}
+	if !replaced() {
+		t.Fatalf("dead leader %d not replaced after %d manual ticks (2 election timeouts)", lead, ticks)
+	}
+	t.Logf("dead leader %d replaced after %d manual ticks", lead, ticks)
 }
 
-// visibilitySM checks, from inside raftlog's hooks, what a reader sees: at
-// Acknowledge the applied entry must not be visible through View yet (the
-// transaction is not committed), at Reveal it must be.
 // orderSM records the order in which Acknowledge and Reveal run.
 type orderSM struct {
 	mu       sync.Mutex
@@ -430,6 +454,34 @@ func TestRaftLoggerDemotesRoutineMessages(t *testing.T) {
 	l.Infof("%x became leader at term %d", 1, 2)
 	if !strings.Contains(buf.String(), "became leader at term 2") {
 		t.Fatalf("info message lost: %q", buf.String())
+	}
+}
+
+// TestRaftLoggerTagsItsComponent: the raft library's messages carry
+// component "raft" and their group, and Config.RaftLogLevel drops those
+// below it (never raftlog's own).
+func TestRaftLoggerTagsItsComponent(t *testing.T) {
+	var buf bytes.Buffer
+	cfg := Config{Logger: zerolog.New(&buf)}
+	newRaftLogger(cfg, 3).Infof("%x became leader at term %d", 1, 2)
+	var rec struct {
+		Component string
+		Group     uint32
+		Message   string
+	}
+	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil || rec.Component != "raft" || rec.Group != 3 {
+		t.Fatalf("raft's message logged as %s (%v), want component raft, group 3", buf.String(), err)
+	}
+	buf.Reset()
+	cfg.RaftLogLevel = zerolog.WarnLevel
+	l := newRaftLogger(cfg, 3)
+	l.Infof("%x became leader at term %d", 1, 2)
+	if buf.Len() != 0 {
+		t.Fatalf("raft's info message passed RaftLogLevel warn: %s", buf.String())
+	}
+	l.Warningf("%x stepped down", 1)
+	if !strings.Contains(buf.String(), "stepped down") {
+		t.Fatalf("raft's warning dropped: %q", buf.String())
 	}
 }
 

@@ -32,6 +32,10 @@
 // replaces and is refused with rpc.ErrConflict when another change came
 // first, so two operators cannot overwrite each other silently.
 //
+// The naming rules of services and handlers are here too (names.go): the
+// admin API registers no other names, and the ingress calls no other
+// handler names.
+//
 // State in the group's bucket:
 //
 //	services   name → rpc.Service

@@ -43,8 +43,9 @@ type Registry struct {
 	// tracker matches each Put and Delete to its applied entry by request
 	// id and term; the reply is the entry's index.
 	tracker *proposals.Tracker[uint64]
-	// catchUps shares read rounds among concurrent CatchUp callers.
-	catchUps rounds
+	// catchUps shares read rounds among concurrent CatchUp callers; its
+	// goroutine ends by Close.
+	catchUps *rounds
 }
 
 // maxPending bounds concurrent Put and Delete calls on the leader.
@@ -54,7 +55,7 @@ var _ raftlog.StateMachine = (*Registry)(nil)
 
 // New returns an empty registry; raftlog's AddGroup restores it.
 func New(logger zerolog.Logger) *Registry {
-	return &Registry{
+	r := &Registry{
 		logger:   logger.With().Str("component", "registry").Logger(),
 		now:      time.Now,
 		ready:    make(chan struct{}),
@@ -62,6 +63,19 @@ func New(logger zerolog.Logger) *Registry {
 		rules:    make(map[string]*rpc.Rule),
 		tracker:  proposals.NewTracker[uint64](maxPending),
 	}
+	// Rounds run only after Start (CatchUp waits for ready), so r.log is
+	// set by then.
+	r.catchUps = newRounds(func(ctx context.Context) error { return r.log.CatchUp(ctx) })
+	return r
+}
+
+// Close fails pending Put and Delete calls with rpc.ErrLostLeadership,
+// ends a running catch-up round (CatchUp then fails with ErrUnavailable)
+// and waits for its goroutine. The registry answers no more calls that
+// need the metadata group; Lookup and List still read the last copy.
+func (r *Registry) Close() {
+	r.tracker.Close()
+	r.catchUps.close()
 }
 
 // MetaLog is what the registry needs of the metadata group; *raftlog.Group
@@ -81,7 +95,6 @@ type MetaLog interface {
 // Start lets the registry propose through log (the metadata group).
 func (r *Registry) Start(log MetaLog) {
 	r.log = log
-	r.catchUps.run = log.CatchUp
 	if _, _, term := r.tracker.Leadership(); term == 0 {
 		// No leadership event yet: start from what the group knows.
 		st := log.Status()
@@ -162,6 +175,9 @@ func (r *Registry) CatchUp(ctx context.Context) error {
 		err := r.catchUps.wait(ctx)
 		if err == nil {
 			return nil
+		}
+		if errors.Is(err, errClosed) {
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		pause := time.NewTimer(catchUpPause)
 		select {

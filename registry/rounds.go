@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"sync"
 )
 
@@ -15,10 +16,35 @@ import (
 // round trip, not one per call.
 type rounds struct {
 	run func(ctx context.Context) error // one round (MetaLog.CatchUp)
+	// ctx is every round's parent; close cancels it, ending the running
+	// round, and waits for the loop (wg).
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 
 	mu      sync.Mutex
 	running bool
+	closed  bool
 	next    *round // gathers callers while a round runs
+}
+
+// errClosed answers a catch-up on a closed registry.
+var errClosed = errors.New("registry: closed")
+
+func newRounds(run func(ctx context.Context) error) *rounds {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &rounds{run: run, ctx: ctx, cancel: cancel}
+}
+
+// close ends the running round (its callers, and those of the round
+// gathering behind it, get its error) and waits for the loop; later calls
+// of wait fail with errClosed.
+func (rs *rounds) close() {
+	rs.mu.Lock()
+	rs.closed = true
+	rs.mu.Unlock()
+	rs.cancel()
+	rs.wg.Wait()
 }
 
 type round struct {
@@ -32,11 +58,16 @@ type round struct {
 func (rs *rounds) wait(ctx context.Context) error {
 	rs.mu.Lock()
 	var r *round
-	if !rs.running {
+	switch {
+	case rs.closed:
+		rs.mu.Unlock()
+		return errClosed
+	case !rs.running:
 		rs.running = true
 		r = &round{done: make(chan struct{})}
+		rs.wg.Add(1)
 		go rs.loop(r)
-	} else {
+	default:
 		if rs.next == nil {
 			rs.next = &round{done: make(chan struct{})}
 		}
@@ -55,8 +86,9 @@ func (rs *rounds) wait(ctx context.Context) error {
 // loop runs r, then the round that gathered callers meanwhile, until none
 // did.
 func (rs *rounds) loop(r *round) {
+	defer rs.wg.Done()
 	for r != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), catchUpRound)
+		ctx, cancel := context.WithTimeout(rs.ctx, catchUpRound)
 		r.err = rs.run(ctx)
 		cancel()
 		close(r.done)

@@ -16,7 +16,7 @@ func TestRoundsShareAndNeverAnswerEarlyCallers(t *testing.T) {
 	started := make(chan int, 10)
 	var mu sync.Mutex
 	n := 0
-	rs := &rounds{run: func(ctx context.Context) error {
+	rs := newRounds(func(ctx context.Context) error {
 		mu.Lock()
 		n++
 		id := n
@@ -24,7 +24,7 @@ func TestRoundsShareAndNeverAnswerEarlyCallers(t *testing.T) {
 		started <- id
 		<-release
 		return nil
-	}}
+	})
 	first := make(chan error, 1)
 	go func() { first <- rs.wait(context.Background()) }()
 	if id := <-started; id != 1 {
@@ -85,7 +85,7 @@ func TestRoundsShareAndNeverAnswerEarlyCallers(t *testing.T) {
 func TestRoundsStopAtTheCallersContext(t *testing.T) {
 	block := make(chan struct{})
 	defer close(block)
-	rs := &rounds{run: func(ctx context.Context) error { <-block; return nil }}
+	rs := newRounds(func(ctx context.Context) error { <-block; return nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	if err := rs.wait(ctx); err != context.DeadlineExceeded {

@@ -22,7 +22,7 @@ import (
 	"github.com/raftgate/raftgate/test/freeport"
 )
 
-// This file runs the ingress API contract (../shared/API.md) against a
+// This file runs the ingress API contract (docs/api.md) against a
 // real three-node cluster in one test process: real raftlog with fsync'd
 // bbolt, real gRPC between nodes, real memberlist, real HTTP.
 

@@ -265,7 +265,7 @@ func (n *Server) Start() (err error) {
 	rcfg.DialOptions = dialOpts
 	rcfg.Logger = n.log
 	if cfg.QuietRaft {
-		rcfg.Logger = n.log.Hook(newRaftChatterHook(cfg.NodeID))
+		rcfg.RaftLogLevel = zerolog.WarnLevel
 	}
 	rcfg.Registerer = reg
 	if cfg.BalanceLeaders {
@@ -610,6 +610,9 @@ func (n *Server) close() error {
 	}
 	for _, p := range n.parts.all() {
 		errs = append(errs, p.Close())
+	}
+	if n.registry != nil {
+		n.registry.Close()
 	}
 	if n.grpc != nil {
 		stopped := make(chan struct{})

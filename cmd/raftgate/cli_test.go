@@ -360,7 +360,7 @@ func TestInvoke(t *testing.T) {
 	if res.code != 0 || res.stdout != "inv_greet\n" || !strings.Contains(res.stderr, "Accepted, runs at 2026-01-01T00:00:10Z") {
 		t.Fatalf("send: %+v", res)
 	}
-	if g.body != "Grace" || g.sent.URL.Query().Get("delay") != "PT10S" || !strings.HasPrefix(g.sent.Header.Get("Content-Type"), "text/plain") {
+	if g.body != "Grace" || g.sent.URL.Query().Get("delay") != "10s" || !strings.HasPrefix(g.sent.Header.Get("Content-Type"), "text/plain") {
 		t.Fatalf("sent %q to %v with %v", g.body, g.sent.URL, g.sent.Header)
 	}
 
@@ -369,7 +369,7 @@ func TestInvoke(t *testing.T) {
 		t.Fatalf("failed invocation: %+v", res)
 	}
 	res = runCLI(t, "", "invoke", "Greeter/slow", "--ingress", srv.URL, "--timeout", "1s")
-	if res.code == 0 || g.last.Header.Get("x-raftgate-timeout") != "1s" || !strings.Contains(res.stderr, "/restate/invocation/inv_slow/attach") {
+	if res.code == 0 || g.last.URL.Query().Get("timeout") != "1s" || !strings.Contains(res.stderr, "/restate/invocation/inv_slow/attach") {
 		t.Fatalf("timed out call: %+v", res)
 	}
 	res = runCLI(t, "", "invoke", "Counter/add", "1", "--key", "a b", "--ingress", srv.URL)

@@ -16,7 +16,7 @@ import (
 	"github.com/raftgate/raftgate/server"
 )
 
-// Default URLs of the operator tools: the API.md default addresses.
+// Default URLs of the operator tools: the default addresses of docs/api.md.
 const (
 	defaultAdminURL   = "http://" + server.DefaultAdminAddr
 	defaultIngressURL = "http://" + server.DefaultIngressAddr

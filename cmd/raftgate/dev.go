@@ -23,7 +23,7 @@ import (
 )
 
 // devPortStep separates the ports of dev nodes: node 2 listens on the
-// defaults + 100, node 3 on + 200 (as in API.md's --initial-cluster).
+// defaults + 100, node 3 on + 200.
 const devPortStep = 100
 
 // devReadyTimeout bounds the wait for the dev cluster to elect leaders.

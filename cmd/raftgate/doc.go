@@ -3,7 +3,7 @@
 // virtual object and a workflow), `echo` serves example services on its
 // own, `status`, `backup`, `services`, `invocations`, `nodes`,
 // `placement`, `rules`, `invoke` and `bench` talk to a running cluster over its admin and ingress HTTP
-// APIs (see API.md, "Command line"), and `version` says which build it is
+// APIs (see docs/operations.md), and `version` says which build it is
 // (version.go).
 //
 // This package maps flags, RAFTGATE_* environment variables and a config

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/raftgate/raftgate/ingress/admin"
+	"github.com/raftgate/raftgate/ingress/client"
+	"github.com/raftgate/raftgate/internal/duration"
 )
 
 // invokeOptions are the flags of `raftgate invoke`.
@@ -29,10 +30,6 @@ type invokeOptions struct {
 	timeout        time.Duration
 	token          string
 }
-
-// statusNotReady is the ingress's answer when a call's client timeout passed
-// before the result existed (the invocation goes on).
-const statusNotReady = 470
 
 func newInvokeCmd(env cliEnv) *cobra.Command {
 	var o invokeOptions
@@ -86,21 +83,17 @@ func readBodyArg(arg string, stdin io.Reader) ([]byte, error) {
 	}
 }
 
-// invocationPath checks SERVICE/HANDLER and returns the ingress path, with
-// key (an object key or workflow id) between the two when given.
-func invocationPath(target, key string) (string, error) {
+// splitTarget checks SERVICE/HANDLER and returns its two parts.
+func splitTarget(target string) (service, handler string, err error) {
 	service, handler, ok := strings.Cut(target, "/")
 	if !ok || service == "" || handler == "" || strings.Contains(handler, "/") {
-		return "", fmt.Errorf("%q: want SERVICE/HANDLER, like Greeter/greet", target)
+		return "", "", fmt.Errorf("%q: want SERVICE/HANDLER, like Greeter/greet", target)
 	}
-	if key != "" {
-		return "/" + url.PathEscape(service) + "/" + url.PathEscape(key) + "/" + url.PathEscape(handler), nil
-	}
-	return "/" + url.PathEscape(service) + "/" + url.PathEscape(handler), nil
+	return service, handler, nil
 }
 
 func runInvoke(cmd *cobra.Command, env cliEnv, o invokeOptions, admin *adminClient, target string, body []byte) error {
-	path, err := invocationPath(target, o.key)
+	service, handler, err := splitTarget(target)
 	if err != nil {
 		return err
 	}
@@ -113,9 +106,37 @@ func runInvoke(cmd *cobra.Command, env cliEnv, o invokeOptions, admin *adminClie
 	if cmd.Flags().Changed("idempotency-key") && strings.TrimSpace(o.idempotencyKey) == "" {
 		return errors.New("--idempotency-key: empty; give a key or leave the flag out")
 	}
+	var opts []client.Option
+	if o.delay != "" {
+		d, err := duration.Parse(o.delay)
+		if err != nil {
+			return fmt.Errorf("--delay: %w", err)
+		}
+		opts = append(opts, client.WithDelay(d))
+	}
+	if o.key != "" {
+		opts = append(opts, client.WithKey(o.key))
+	}
+	if o.idempotencyKey != "" {
+		opts = append(opts, client.WithIdempotencyKey(o.idempotencyKey))
+	}
+	if len(body) == 0 {
+		body = nil
+	} else {
+		opts = append(opts, client.WithContentType(bodyContentType(o.contentType, body)))
+	}
+	var common []client.Option
+	if o.token != "" {
+		common = append(common, client.WithHeader("Authorization", "Bearer "+o.token))
+	}
 	ingress := normalizeBaseURL(o.ingress)
+	c, err := client.New(ingress, common...)
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
 	if !o.send && o.token != "" {
-		mayAttach, err := tokenMayAttach(cmd.Context(), ingress, target, o.token)
+		mayAttach, err := tokenMayAttach(ctx, c, service, handler)
 		if err != nil {
 			return err
 		}
@@ -123,179 +144,117 @@ func runInvoke(cmd *cobra.Command, env cliEnv, o invokeOptions, admin *adminClie
 			// The call's own request needs no attach grant: wait on it
 			// (without progress, which needs the id while waiting).
 			fmt.Fprintln(env.stderr, "the token may not attach to invocations: waiting on the call itself (attempts are not shown)")
-			return callAndWait(cmd, env, o, ingress, path, body)
+			if o.timeout > 0 {
+				opts = append(opts, client.WithTimeout(o.timeout))
+			}
+			resp, err := c.Call(ctx, service, handler, body, opts...)
+			if errors.Is(err, client.ErrNotReady) {
+				fmt.Fprintf(env.stderr, "invocation %s: no result yet; it goes on. Fetch it later with a token that may attach:\n  curl -H 'Authorization: Bearer …' %s/restate/invocation/%s/attach\n",
+					invocationOf(err), ingress, invocationOf(err))
+				return errSilent
+			}
+			if err != nil {
+				return ingressFailure(env, err, "")
+			}
+			return printResult(env, resp.InvocationID, resp)
 		}
 	}
-	sendPath := path + "/send"
-	if o.delay != "" {
-		sendPath += "?delay=" + url.QueryEscape(o.delay)
-	}
-	req, err := http.NewRequestWithContext(cmd.Context(), http.MethodPost, ingress+sendPath, bytes.NewReader(body))
+	sent, err := c.Send(ctx, service, handler, body, opts...)
 	if err != nil {
-		return err
+		return ingressFailure(env, err, "")
 	}
-	if ct := bodyContentType(o.contentType, body); ct != "" {
-		req.Header.Set("Content-Type", ct)
+	if sent.InvocationID == "" {
+		return errors.New("ingress: the answer to send names no invocation")
 	}
-	if o.idempotencyKey != "" {
-		req.Header.Set("idempotency-key", o.idempotencyKey)
-	}
-	setToken(req, o.token)
-	status, hdr, data, err := roundTrip(req)
-	if err != nil {
-		return err
-	}
-	if status/100 != 2 {
-		return ingressFailure(env, status, hdr, data)
-	}
-	var acc struct {
-		InvocationID  string `json:"invocationId"`
-		Status        string `json:"status"`
-		ExecutionTime string `json:"executionTime"`
-	}
-	if err := json.Unmarshal(data, &acc); err != nil || acc.InvocationID == "" {
-		return fmt.Errorf("ingress: unexpected answer to send: %q", data)
-	}
+	id := sent.InvocationID
 	if o.send {
-		note := acc.Status
-		if acc.ExecutionTime != "" {
-			note += ", runs at " + acc.ExecutionTime
+		note := sent.Status
+		if !sent.ExecutionTime.IsZero() {
+			note += ", runs at " + sent.ExecutionTime.Format(time.RFC3339Nano)
 		}
-		fmt.Fprintf(env.stderr, "invocation %s: %s\n", acc.InvocationID, note)
-		fmt.Fprintln(env.stdout, acc.InvocationID)
+		fmt.Fprintf(env.stderr, "invocation %s: %s\n", id, note)
+		fmt.Fprintln(env.stdout, id)
 		return nil
 	}
 
 	// A call is a send and an attach: with the id known while it waits,
 	// invoke can say what the invocation is waiting for.
-	id := acc.InvocationID
-	req, err = http.NewRequestWithContext(cmd.Context(), http.MethodGet, ingress+"/restate/invocation/"+url.PathEscape(id)+"/attach", nil)
-	if err != nil {
-		return err
-	}
+	var wait []client.Option
 	if o.timeout > 0 {
-		req.Header.Set("x-raftgate-timeout", o.timeout.String())
+		wait = append(wait, client.WithTimeout(o.timeout))
 	}
-	setToken(req, o.token)
-	stopWatching := watchInvocation(cmd.Context(), env.stderr, admin, id, invokeProgressEvery)
-	status, hdr, data, err = roundTrip(req)
+	stopWatching := watchInvocation(ctx, env.stderr, admin, id, invokeProgressEvery)
+	resp, err := c.Attach(ctx, id, wait...)
 	stopWatching()
-	if err != nil {
-		return err
-	}
-	if status == statusNotReady {
+	if errors.Is(err, client.ErrNotReady) {
 		fmt.Fprintf(env.stderr, "invocation %s: no result yet; it goes on. Fetch it later with:\n  curl %s/restate/invocation/%s/attach\n",
 			id, ingress, id)
 		return errSilent
 	}
-	if status/100 != 2 {
-		if hdr.Get("x-restate-id") == "" {
-			hdr.Set("x-restate-id", id)
-		}
-		return ingressFailure(env, status, hdr, data)
+	if err != nil {
+		return ingressFailure(env, err, id)
 	}
-	fmt.Fprintf(env.stderr, "invocation %s: %d %s\n", id, status, http.StatusText(status))
-	writeBody(env.stdout, data)
+	return printResult(env, id, resp)
+}
+
+// printResult prints a result: its status on stderr, its body on stdout.
+func printResult(env cliEnv, id string, resp *client.Response) error {
+	fmt.Fprintf(env.stderr, "invocation %s: %d %s\n", id, resp.Status, http.StatusText(resp.Status))
+	writeBody(env.stdout, resp.Body)
 	return nil
 }
 
-// tokenMayAttach asks the ingress, before anything is created, whether
-// token may attach to target's invocations: an attach by an idempotency key
-// nobody uses is refused with 403 for a token without the attach grant (or
-// the service), and otherwise answered "not found" or "not ready" at once.
-// A 403 about the service is returned as the error the call would get.
-func tokenMayAttach(ctx context.Context, ingress, target, token string) (bool, error) {
-	service, handler, _ := strings.Cut(target, "/")
-	probe := ingress + "/restate/invocation/" + url.PathEscape(service) + "/" + url.PathEscape(handler) + "/" +
-		url.PathEscape(fmt.Sprintf("raftgate-cli-probe-%d", time.Now().UnixNano())) + "/attach"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, probe, nil)
-	if err != nil {
-		return false, err
+// invocationOf is the invocation an ingress error names, if any.
+func invocationOf(err error) string {
+	var e *client.Error
+	if errors.As(err, &e) {
+		return e.InvocationID
 	}
-	req.Header.Set("x-raftgate-timeout", "1ms")
-	setToken(req, token)
-	status, _, data, err := roundTrip(req)
-	if err != nil {
-		return false, err
+	return ""
+}
+
+// tokenMayAttach asks the ingress, before anything is created, whether the
+// client's token may attach to service/handler's invocations: an attach by
+// an idempotency key nobody uses is refused with 403 for a token without
+// the attach grant (or the service), and otherwise answered "not found" or
+// "not ready" at once. A 403 about the service is returned as the error
+// the call would get.
+func tokenMayAttach(ctx context.Context, c *client.Client, service, handler string) (bool, error) {
+	probe := fmt.Sprintf("raftgate-cli-probe-%d", time.Now().UnixNano())
+	_, err := c.AttachByKey(ctx, service, handler, probe, client.WithTimeout(time.Millisecond))
+	var e *client.Error
+	if err != nil && !errors.As(err, &e) {
+		return false, fmt.Errorf("ingress: %w", err)
 	}
-	if status != http.StatusForbidden {
+	if e == nil || e.Code != http.StatusForbidden {
 		return true, nil // a 401 or an unknown token shows on the call itself
 	}
-	if e := errorFromResponse(status, data); !strings.Contains(e.Error(), "may not attach") {
-		return false, e
+	if fe := errorFromResponse(e.Code, e.Body); !strings.Contains(fe.Error(), "may not attach") {
+		return false, fe
 	}
 	return false, nil
 }
 
-// callAndWait makes a plain call (POST path) and prints its result, for a
-// token that may call but not attach.
-func callAndWait(cmd *cobra.Command, env cliEnv, o invokeOptions, ingress, path string, body []byte) error {
-	req, err := http.NewRequestWithContext(cmd.Context(), http.MethodPost, ingress+path, bytes.NewReader(body))
-	if err != nil {
-		return err
+// ingressFailure reports an error of the ingress client: a recorded failure
+// of the service itself is shown as is, an error of the cluster as an
+// error. id names the invocation when the answer does not.
+func ingressFailure(env cliEnv, err error, id string) error {
+	var e *client.Error
+	if !errors.As(err, &e) {
+		return fmt.Errorf("ingress: %w", err)
 	}
-	if ct := bodyContentType(o.contentType, body); ct != "" {
-		req.Header.Set("Content-Type", ct)
+	if e.InvocationID != "" {
+		id = e.InvocationID
 	}
-	if o.idempotencyKey != "" {
-		req.Header.Set("idempotency-key", o.idempotencyKey)
-	}
-	if o.timeout > 0 {
-		req.Header.Set("x-raftgate-timeout", o.timeout.String())
-	}
-	setToken(req, o.token)
-	status, hdr, data, err := roundTrip(req)
-	if err != nil {
-		return err
-	}
-	id := hdr.Get("x-restate-id")
-	if status == statusNotReady {
-		fmt.Fprintf(env.stderr, "invocation %s: no result yet; it goes on. Fetch it later with a token that may attach:\n  curl -H 'Authorization: Bearer …' %s/restate/invocation/%s/attach\n",
-			id, ingress, id)
-		return errSilent
-	}
-	if status/100 != 2 {
-		return ingressFailure(env, status, hdr, data)
-	}
-	fmt.Fprintf(env.stderr, "invocation %s: %d %s\n", id, status, http.StatusText(status))
-	writeBody(env.stdout, data)
-	return nil
-}
-
-// setToken adds the ingress API token, if any.
-func setToken(req *http.Request, token string) {
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-}
-
-// roundTrip sends req to the ingress and reads the whole answer.
-func roundTrip(req *http.Request) (int, http.Header, []byte, error) {
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, nil, nil, fmt.Errorf("ingress: %w", err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, nil, nil, fmt.Errorf("ingress: reading the answer: %w", err)
-	}
-	return resp.StatusCode, resp.Header, data, nil
-}
-
-// ingressFailure reports a non-2xx answer: a recorded failure of the
-// service itself is shown as is, an error of the cluster as an error.
-func ingressFailure(env cliEnv, status int, hdr http.Header, data []byte) error {
-	id := hdr.Get("x-restate-id")
-	if hdr.Get("x-restate-error-source") == "invocation" {
-		fmt.Fprintf(env.stderr, "invocation %s failed: %d %s\n", id, status, http.StatusText(status))
-		writeBody(env.stdout, data)
+	if e.Source == "invocation" {
+		fmt.Fprintf(env.stderr, "invocation %s failed: %d %s\n", id, e.Code, http.StatusText(e.Code))
+		writeBody(env.stdout, e.Body)
 		return errSilent
 	}
 	if id != "" {
 		fmt.Fprintf(env.stderr, "invocation %s\n", id)
 	}
-	return errorFromResponse(status, data)
+	return errorFromResponse(e.Code, e.Body)
 }
 
 // invokeProgressEvery is how often a waiting call asks the admin API how

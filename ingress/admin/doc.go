@@ -1,5 +1,5 @@
-// Package admin serves raftgate's admin HTTP API for operators (see API.md,
-// "Admin"): the service registry (PUT/GET/DELETE /services/{name},
+// Package admin serves raftgate's admin HTTP API for operators (see
+// docs/api.md, "Admin API"): the service registry (PUT/GET/DELETE /services/{name},
 // GET /services; a registration's retry policy is shown with the cluster's
 // defaults filled in, and its flow-control limits as stored, limits.go),
 // scope rules (GET /rules, GET/PUT/DELETE /rules/{pattern}, each change at

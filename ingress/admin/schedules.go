@@ -24,8 +24,8 @@ type Schedules interface {
 	Schedule(ctx context.Context, partition uint32, req *rpc.ScheduleRequest) (*rpc.ScheduleList, error)
 }
 
-// ScheduleRequest is the body of PUT /schedules/{id} (API.md, "Schedules
-// and callbacks").
+// ScheduleRequest is the body of PUT /schedules/{id} (docs/api.md,
+// "Schedules").
 type ScheduleRequest struct {
 	// Target is "Service/handler", or "Object/key/handler" for a keyed
 	// service (an object or a workflow), where {tick} in the key stands

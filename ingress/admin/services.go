@@ -8,7 +8,6 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,14 +20,6 @@ import (
 
 // maxServiceBody bounds a PUT /services body; a registration is tiny.
 const maxServiceBody = 64 << 10
-
-// maxNameLen bounds service and handler names.
-const maxNameLen = 128
-
-var (
-	serviceNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
-	handlerNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-)
 
 // ServiceView is the JSON form of a registered service.
 type ServiceView struct {
@@ -339,7 +330,7 @@ func decodeServiceRequest(w http.ResponseWriter, r *http.Request) (ServiceReques
 // validateService checks a registration and returns it in stored form: the
 // URL without trailing slashes (raftgate appends /{service}/{handler}).
 func validateService(name string, req ServiceRequest) (*rpc.Service, error) {
-	if err := ValidateServiceName(name); err != nil {
+	if err := registry.ValidateServiceName(name); err != nil {
 		return nil, err
 	}
 	if req.Name != "" && req.Name != name {
@@ -351,7 +342,7 @@ func validateService(name string, req ServiceRequest) (*rpc.Service, error) {
 	}
 	seen := make(map[string]bool, len(req.Handlers))
 	for _, h := range req.Handlers {
-		if err := ValidateHandlerName(h); err != nil {
+		if err := registry.ValidateHandlerName(h); err != nil {
 			return nil, err
 		}
 		if seen[h] {
@@ -370,7 +361,7 @@ func validateService(name string, req ServiceRequest) (*rpc.Service, error) {
 	svc := &rpc.Service{Name: name, Url: base, Handlers: slices.Clone(req.Handlers), Kind: kind, Shared: slices.Clone(req.Shared), Retry: retry,
 		RejectReusedIdempotencyKeys: req.RejectReusedIdempotencyKeys}
 	for _, h := range slices.Sorted(maps.Keys(req.HandlerConfig)) {
-		if err := ValidateHandlerName(h); err != nil {
+		if err := registry.ValidateHandlerName(h); err != nil {
 			return nil, fmt.Errorf("handlerConfig: %w", err)
 		}
 		if len(req.Handlers) > 0 && !seen[h] {
@@ -473,26 +464,6 @@ func msText(ms int64) string {
 		return ""
 	}
 	return (time.Duration(ms) * time.Millisecond).String()
-}
-
-// ValidateServiceName checks a service name: [A-Za-z0-9_.-]+, at most 128,
-// not only dots (the name is a path segment of the service's URL).
-func ValidateServiceName(name string) error {
-	if name == "" || len(name) > maxNameLen || !serviceNameRE.MatchString(name) || strings.Trim(name, ".") == "" {
-		return fmt.Errorf("service name %q is invalid: want letters, digits, '_', '.' or '-' (1 to %d), not only dots", name, maxNameLen)
-	}
-	return nil
-}
-
-// ValidateHandlerName checks a handler name: a letter or '_', then
-// letters, digits or '_', at most 128. The ingress refuses calls of other
-// names, so no handler path segment can be a dot segment, a separator or
-// a control character.
-func ValidateHandlerName(name string) error {
-	if len(name) > maxNameLen || !handlerNameRE.MatchString(name) {
-		return fmt.Errorf("handler name %q is invalid: want a letter or '_', then letters, digits or '_' (at most %d)", name, maxNameLen)
-	}
-	return nil
 }
 
 // ValidateServiceURL checks a service's base URL (absolute http or https,

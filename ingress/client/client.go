@@ -72,15 +72,14 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 // ErrNotReady whose InvocationID can be passed to Attach.
 func (c *Client) Call(ctx context.Context, service, handler string, body []byte, opts ...Option) (*Response, error) {
 	o := c.options(opts)
-	path := "/" + url.PathEscape(service) + "/" + url.PathEscape(handler)
-	return c.do(ctx, http.MethodPost, path, o.timeoutQuery(), body, o)
+	return c.do(ctx, http.MethodPost, o.handlerPath(service, handler), o.timeoutQuery(), body, o)
 }
 
 // Send submits an invocation of service/handler without waiting for it.
 // WithDelay runs it no earlier than now+delay.
 func (c *Client) Send(ctx context.Context, service, handler string, body []byte, opts ...Option) (*SendResult, error) {
 	o := c.options(opts)
-	path := "/" + url.PathEscape(service) + "/" + url.PathEscape(handler) + "/send"
+	path := o.handlerPath(service, handler) + "/send"
 	var q url.Values
 	if o.delay > 0 {
 		q = url.Values{"delay": {o.delay.String()}}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"net/http"
+	"net/url"
 	"time"
 )
 
@@ -13,6 +14,7 @@ type options struct {
 	httpClient     *http.Client
 	header         http.Header
 	idempotencyKey string
+	key            string
 	delay          time.Duration
 	timeout        time.Duration
 	contentType    string
@@ -49,6 +51,20 @@ func WithHeader(name, value string) Option {
 // key) for the retention window: retries with the same key are safe and get
 // the original invocation and result. Call and Send only.
 func WithIdempotencyKey(key string) Option { return func(o *options) { o.idempotencyKey = key } }
+
+// WithKey addresses a handler of one virtual object (its key) or one
+// workflow (its id): the request goes to /service/key/handler. Call and
+// Send only.
+func WithKey(key string) Option { return func(o *options) { o.key = key } }
+
+// handlerPath is the ingress path of service/handler, with the key of
+// WithKey between them.
+func (o *options) handlerPath(service, handler string) string {
+	if o.key != "" {
+		return "/" + url.PathEscape(service) + "/" + url.PathEscape(o.key) + "/" + url.PathEscape(handler)
+	}
+	return "/" + url.PathEscape(service) + "/" + url.PathEscape(handler)
+}
 
 // WithDelay runs a sent invocation no earlier than now+d. Send only.
 func WithDelay(d time.Duration) Option { return func(o *options) { o.delay = d } }

@@ -139,8 +139,8 @@ func TestLostLeadershipRetriedWithSameRequestID(t *testing.T) {
 }
 
 // TestBrokenStreamFailsInFlightAtOnce stops the leader's gRPC server with
-// requests in flight: they must fail at once (not after a timeout) and
-// succeed at the new leader.
+// requests in flight: they must fail at once and succeed at the new leader
+// (not fail when their context's deadline passes).
 func TestBrokenStreamFailsInFlightAtOnce(t *testing.T) {
 	const n = 50
 	nodes, leader := startNodes(t, 2, ServerConfig{})
@@ -169,15 +169,11 @@ func TestBrokenStreamFailsInFlightAtOnce(t *testing.T) {
 	}
 	testutil.WaitFor(t, 10*time.Second, "all requests held by node 1", func() bool { return held.Load() == n })
 	leader.Store(2)
-	start := time.Now()
 	nodes[0].grpc.Stop()
 	for range n {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
-	}
-	if took := time.Since(start); took > 3*time.Second {
-		t.Fatalf("in-flight requests took %v to move to the new leader", took)
 	}
 	if got := cancelled.Load(); got != n {
 		t.Fatalf("%d backend contexts cancelled on node 1, want %d", got, n)
@@ -246,13 +242,20 @@ func TestClientOverloadedPastBound(t *testing.T) {
 		go c.Attach(ctx, 1, []byte("x"))
 	}
 	testutil.WaitFor(t, 5*time.Second, "bound attaches held", func() bool { return held.Load() == bound })
-	start := time.Now()
-	_, err := c.Attach(context.Background(), 1, []byte("y"))
-	if !errors.Is(err, rpc.ErrOverloaded) {
-		t.Fatalf("err %v, want ErrOverloaded", err)
-	}
-	if took := time.Since(start); took > 500*time.Millisecond {
-		t.Fatalf("overload took %v to report", took)
+	// The held attaches never end: a call that waited for a slot would
+	// never return.
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Attach(ctx, 1, []byte("y"))
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, rpc.ErrOverloaded) {
+			t.Fatalf("err %v, want ErrOverloaded", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a call past the bound waited for a slot instead of failing with ErrOverloaded")
 	}
 }
 
@@ -285,22 +288,19 @@ func TestDeadlineWithoutLeaderIsUnavailable(t *testing.T) {
 	nodes, leader := startNodes(t, 3, ServerConfig{})
 	leader.Store(0) // election under way: every node answers NOT_LEADER, leader unknown
 	c := newTestClient(t, nodes, 1, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	start := time.Now()
 	_, err := c.Append(ctx, 1, invoke(1))
-	took := time.Since(start)
 	var notLeader *rpc.NotLeaderError
 	if !errors.Is(err, rpc.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &notLeader) {
 		t.Fatalf("err %v: want ErrUnavailable wrapping the deadline and the last NOT_LEADER", err)
 	}
-	if took < 250*time.Millisecond || took > 2*time.Second {
-		t.Fatalf("gave up after %v, want about 300ms", took)
-	}
-	// Backoff: a few attempts in 300 ms, spread over the nodes, not a spin.
+	// Backoff: retries, spread over the nodes, not a spin. The delays
+	// (from 50 ms, doubling) allow at most 6 attempts in a second; a
+	// loaded machine only makes fewer.
 	total := nodes[0].backend.appends.Load() + nodes[1].backend.appends.Load() + nodes[2].backend.appends.Load()
 	if total < 2 || total > 12 {
-		t.Fatalf("%d attempts in 300ms, want a handful (backoff from 50ms)", total)
+		t.Fatalf("%d attempts in a second, want a handful (backoff from 50ms)", total)
 	}
 }
 

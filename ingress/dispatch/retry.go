@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/raftgate/raftgate/internal/backoff"
 	"github.com/raftgate/raftgate/rpc"
 )
 
@@ -30,7 +31,7 @@ func (c *Client) retry(ctx context.Context, op string, tmpl *rpc.DispatchRequest
 		defer cancel()
 	}
 	r := route{c: c, partition: tmpl.Partition}
-	wait := backoff{base: c.cfg.BackoffBase, max: c.cfg.BackoffMax}
+	wait := backoff.Backoff{Base: c.cfg.BackoffBase, Max: c.cfg.BackoffMax}
 	var lastErr error
 	for {
 		node := r.pick()
@@ -72,7 +73,7 @@ func (c *Client) retry(ctx context.Context, op string, tmpl *rpc.DispatchRequest
 			continue
 		}
 		r.redirects = 0
-		t := time.NewTimer(wait.next())
+		t := time.NewTimer(wait.Next())
 		select {
 		case <-t.C:
 		case <-ctx.Done():

@@ -1,4 +1,7 @@
-package ingress
+// Package duration parses the delay and timeout syntax of raftgate's
+// ingress (Go durations, Restate's human-friendly forms and ISO-8601), so
+// that the ingress and the command line read the same text the same way.
+package duration
 
 import (
 	"errors"
@@ -10,14 +13,14 @@ import (
 
 // Duration syntax errors (wrapped with the offending text).
 var (
-	errDurationEmpty     = errors.New("empty duration")
-	errDurationNegative  = errors.New("negative duration")
-	errDurationOverflow  = errors.New("duration too large")
-	errDurationSyntax    = errors.New("invalid duration")
-	errDurationAmbiguous = errors.New("years and months have no fixed length; use days or weeks")
+	ErrEmpty     = errors.New("empty duration")
+	ErrNegative  = errors.New("negative duration")
+	ErrOverflow  = errors.New("duration too large")
+	ErrSyntax    = errors.New("invalid duration")
+	ErrAmbiguous = errors.New("years and months have no fixed length; use days or weeks")
 )
 
-// parseDuration parses the delay and timeout syntax of the ingress:
+// Parse parses the delay and timeout syntax of the ingress:
 //
 //   - Go durations: "10s", "1h30m", "1.5s", "500ms", "0";
 //   - the human-friendly forms Restate's ingress and its clients send:
@@ -27,10 +30,10 @@ var (
 //     their length depends on the date).
 //
 // Negative durations are refused; the result never overflows.
-func parseDuration(s string) (time.Duration, error) {
+func Parse(s string) (time.Duration, error) {
 	t := strings.TrimSpace(s)
 	if t == "" {
-		return 0, errDurationEmpty
+		return 0, ErrEmpty
 	}
 	var (
 		d   time.Duration
@@ -38,7 +41,7 @@ func parseDuration(s string) (time.Duration, error) {
 	)
 	switch t[0] {
 	case '-':
-		return 0, fmt.Errorf("%w %q", errDurationNegative, s)
+		return 0, fmt.Errorf("%w %q", ErrNegative, s)
 	case '+':
 		t = t[1:]
 	}
@@ -66,7 +69,7 @@ func scanNumber(s string, i int) (number, int, error) {
 	var n number
 	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
 		if n.whole > (math.MaxUint64-9)/10 {
-			return n, i, errDurationOverflow
+			return n, i, ErrOverflow
 		}
 		n.whole = n.whole*10 + uint64(s[i]-'0')
 		n.hasDigit = true
@@ -84,7 +87,7 @@ func scanNumber(s string, i int) (number, int, error) {
 		}
 	}
 	if !n.hasDigit {
-		return n, i, errDurationSyntax
+		return n, i, ErrSyntax
 	}
 	return n, i, nil
 }
@@ -92,13 +95,13 @@ func scanNumber(s string, i int) (number, int, error) {
 // times returns n·unit, refusing overflow.
 func (n number) times(unit time.Duration) (time.Duration, error) {
 	if n.whole > uint64(math.MaxInt64/int64(unit)) {
-		return 0, errDurationOverflow
+		return 0, ErrOverflow
 	}
 	d := time.Duration(n.whole) * unit
 	if n.fracLen > 0 {
 		f := float64(n.frac) / math.Pow10(n.fracLen) * float64(unit)
 		if float64(d)+f >= math.MaxInt64 {
-			return 0, errDurationOverflow
+			return 0, ErrOverflow
 		}
 		d += time.Duration(f)
 	}
@@ -108,7 +111,7 @@ func (n number) times(unit time.Duration) (time.Duration, error) {
 // add returns a+b, refusing overflow (both are non-negative).
 func add(a, b time.Duration) (time.Duration, error) {
 	if a > math.MaxInt64-b {
-		return 0, errDurationOverflow
+		return 0, ErrOverflow
 	}
 	return a + b, nil
 }
@@ -117,7 +120,7 @@ func add(a, b time.Duration) (time.Duration, error) {
 // [nW][nD][T[nH][nM][nS]], each unit at most once and in order.
 func parseISODuration(s string) (time.Duration, error) {
 	if s == "" {
-		return 0, errDurationSyntax
+		return 0, ErrSyntax
 	}
 	var total time.Duration
 	inTime := false
@@ -127,7 +130,7 @@ func parseISODuration(s string) (time.Duration, error) {
 		c := s[i]
 		if c == 'T' || c == 't' {
 			if inTime || i == len(s)-1 {
-				return 0, errDurationSyntax
+				return 0, ErrSyntax
 			}
 			inTime = true
 			i++
@@ -138,13 +141,13 @@ func parseISODuration(s string) (time.Duration, error) {
 			return 0, err
 		}
 		if j >= len(s) {
-			return 0, errDurationSyntax // number without designator
+			return 0, ErrSyntax // number without designator
 		}
 		var unit time.Duration
 		var r int
 		switch des := s[j] | 0x20; { // lower case
 		case !inTime && des == 'y', !inTime && des == 'm':
-			return 0, errDurationAmbiguous
+			return 0, ErrAmbiguous
 		case !inTime && des == 'w':
 			unit, r = 7*24*time.Hour, 1
 		case !inTime && des == 'd':
@@ -156,10 +159,10 @@ func parseISODuration(s string) (time.Duration, error) {
 		case inTime && des == 's':
 			unit, r = time.Second, 5
 		default:
-			return 0, errDurationSyntax
+			return 0, ErrSyntax
 		}
 		if r <= rank {
-			return 0, errDurationSyntax
+			return 0, ErrSyntax
 		}
 		rank = r
 		d, err := n.times(unit)
@@ -172,7 +175,7 @@ func parseISODuration(s string) (time.Duration, error) {
 		i = j + 1
 	}
 	if rank == 0 {
-		return 0, errDurationSyntax // "P" or "PT" alone
+		return 0, ErrSyntax // "P" or "PT" alone
 	}
 	return total, nil
 }
@@ -204,7 +207,7 @@ func parseUnitDuration(s string) (time.Duration, error) {
 			k++
 		}
 		if k == j {
-			return 0, fmt.Errorf("%w: missing unit (write e.g. 10s, 500ms or PT10S)", errDurationSyntax)
+			return 0, fmt.Errorf("%w: missing unit (write e.g. 10s, 500ms or PT10S)", ErrSyntax)
 		}
 		unit, err := durationUnit(s[j:k])
 		if err != nil {
@@ -242,7 +245,7 @@ func durationUnit(u string) (time.Duration, error) {
 	case "w", "week", "weeks":
 		return 7 * 24 * time.Hour, nil
 	case "M", "month", "months", "y", "year", "years":
-		return 0, errDurationAmbiguous
+		return 0, ErrAmbiguous
 	}
-	return 0, fmt.Errorf("%w: unknown unit %q (use ns, us, ms, s, m, h, d or w)", errDurationSyntax, u)
+	return 0, fmt.Errorf("%w: unknown unit %q (use ns, us, ms, s, m, h, d or w)", ErrSyntax, u)
 }
