@@ -286,10 +286,35 @@ func (s membershipService) Observe(ctx context.Context, req *rpc.ObserveConfig) 
 	if leader, ok := s.leaderElsewhere(); ok {
 		return forward(ctx, leader, s.dialOpts, func(c rpc.MembershipClient) (*rpc.ObserveReply, error) { return c.Observe(ctx, req) })
 	}
-	if err := s.n.cluster.Observe(ctx, req.Observed); err != nil {
+	if err := s.n.recordObserved(ctx, req.Observed); err != nil {
 		return nil, membershipStatus(err)
 	}
 	return &rpc.ObserveReply{}, nil
+}
+
+// recordObserved records a group's configuration in the record (on the
+// metadata leader).
+func (n *Server) recordObserved(ctx context.Context, obs *rpc.PartitionPlacement) error {
+	finishes := finishesMove(n.cluster.State(), obs)
+	if err := n.cluster.Observe(ctx, obs); err != nil {
+		return err
+	}
+	if finishes {
+		n.cfg.Failpoint.reach("after-record", n.log)
+	}
+	return nil
+}
+
+// finishesMove reports whether recording obs ends a move of its group:
+// the configuration the record holds is not the target, obs is.
+func finishesMove(st *cluster.State, obs *rpc.PartitionPlacement) bool {
+	pl, ok := st.Placement(obs.Partition)
+	settled := func(joint bool, voters, learners []uint64) bool {
+		return !joint && len(learners) == 0 && len(voters) == len(pl.Replicas) &&
+			!slices.ContainsFunc(voters, func(id uint64) bool { return !slices.Contains(pl.Replicas, id) })
+	}
+	return ok && obs.Partition != 0 && settled(obs.ObservedJoint, obs.ObservedVoters, obs.ObservedLearners) &&
+		!settled(pl.ObservedJoint, pl.ObservedVoters, pl.ObservedLearners)
 }
 
 func (s membershipService) Remove(ctx context.Context, req *rpc.RemoveRequest) (*rpc.ClusterNode, error) {
@@ -534,9 +559,12 @@ func (n *Server) report(ctx context.Context, st *cluster.State, g *raftlog.Group
 		slices.Equal(cur.ObservedVoters, obs.ObservedVoters) && slices.Equal(cur.ObservedLearners, obs.ObservedLearners) {
 		return
 	}
+	if finishesMove(st, obs) {
+		n.cfg.Failpoint.reach("before-record", n.log)
+	}
 	var err error
 	if n.meta.Status().IsLeader {
-		err = n.cluster.Observe(ctx, obs)
+		err = n.recordObserved(ctx, obs)
 	} else if addr, ok := (membershipService{n: n}).leaderElsewhere(); ok {
 		_, err = forward(ctx, addr, n.dialOpts, func(c rpc.MembershipClient) (*rpc.ObserveReply, error) {
 			return c.Observe(ctx, &rpc.ObserveConfig{Observed: obs})
