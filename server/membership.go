@@ -516,7 +516,7 @@ func (n *Server) followPlacement(st *cluster.State) error {
 			}
 			continue
 		}
-		m := g.Membership()
+		m := g.Membership() // before the applied index: m is at most as new
 		gen := st.Generation(p, n.cfg.NodeID)
 		removed := false
 		select {
@@ -524,8 +524,9 @@ func (n *Server) followPlacement(st *cluster.State) error {
 			removed = true
 		default:
 		}
-		stale := raftlog.GenerationOf(g.Status().Replica) != gen
-		left := len(m.Voters) > 0 && !m.Contains(g.Status().Replica)
+		gs := g.Status()
+		stale := raftlog.GenerationOf(gs.Replica) != gen
+		left := replicaLeft(pl, n.cfg.NodeID, gs.Replica, m, gs.Applied)
 		if removed || left && (!target || stale) {
 			if err := n.closePartition(p); err != nil {
 				n.log.Warn().Err(err).Uint32("partition", p).Msg("placement: cannot delete this node's replica that left its group; trying again")
@@ -535,6 +536,22 @@ func (n *Server) followPlacement(st *cluster.State) error {
 		}
 	}
 	return nil
+}
+
+// replicaLeft reports whether there is proof that this node's replica of
+// a partition, with applied configuration m at index applied, has left
+// the group: its own configuration no longer holds it, or the record
+// holds a configuration the group applied later than this replica's with
+// no replica on this node (replica ids are never reused, so one removed
+// never comes back). The record is the only proof for a replica that was
+// down when it was removed: the others drop its messages as a stranger's
+// and never tell it. A blank replica has no configuration yet: not left.
+func replicaLeft(pl *rpc.PartitionPlacement, node, replica uint64, m raftlog.Membership, applied uint64) bool {
+	if !m.Contains(replica) {
+		return len(m.Voters) > 0
+	}
+	return pl.ObservedIndex > applied && len(pl.ObservedVoters) > 0 &&
+		!slices.Contains(pl.ObservedVoters, node) && !slices.Contains(pl.ObservedLearners, node)
 }
 
 // isActive reports whether the record says this node is active.

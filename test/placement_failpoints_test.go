@@ -261,7 +261,8 @@ type moveOutcome struct {
 // case's role (kill -9, restart with the failpoint), move the partition,
 // restart the node once it killed itself, and wait until the move
 // finished; then check the history and the replicas.
-func (mc *moveCluster) runMoveCase(t *testing.T, rng *rand.Rand, cs moveCase) (out moveOutcome) {
+// out is filled in as the case goes (a failed case ends with Goexit).
+func (mc *moveCluster) runMoveCase(t *testing.T, rng *rand.Rand, cs moveCase, out *moveOutcome) {
 	start := time.Now()
 	c := mc.cluster
 	parent := c.t
@@ -367,7 +368,6 @@ func (mc *moveCluster) runMoveCase(t *testing.T, rng *rand.Rand, cs moveCase) (o
 	if r.v.linearizable != "Ok" {
 		t.Errorf("%s: linearizable: %s", cs, r.v.linearizable)
 	}
-	return out
 }
 
 // runMoveCases runs cases one after the other on one cluster, each in a
@@ -379,7 +379,7 @@ func runMoveCases(t *testing.T, seed uint64, cases []moveCase) {
 	var outs []moveOutcome
 	for _, cs := range cases {
 		var out moveOutcome
-		t.Run(strings.ReplaceAll(cs.String(), "/", "_"), func(t *testing.T) { out = mc.runMoveCase(t, rng, cs) })
+		t.Run(strings.ReplaceAll(cs.String(), "/", "_"), func(t *testing.T) { mc.runMoveCase(t, rng, cs, &out) })
 		outs = append(outs, out)
 		if out.failed {
 			break
