@@ -127,11 +127,16 @@ func startMoveCluster(t *testing.T, seed uint64) *moveCluster {
 		extraArgs: func(int) []string { return []string{"--replication", fmt.Sprint(moveReplication)} }})
 	mc := &moveCluster{cluster: c, svc: newRecorderTagging(t, true), seed: seed}
 	c.registerService(c.nodes[0], "Echo", mc.svc.srv.URL)
-	testutil.WaitFor(t, 30*time.Second, "raftgate placement pause", func() bool {
-		out, err := exec.Command(binary, "placement", "pause", "--admin", c.nodes[0].adminURL()).CombinedOutput()
-		if err != nil {
-			t.Logf("raftgate placement pause: %v: %s", err, out)
+	// Refused until the cluster record exists.
+	var out []byte
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last raftgate placement pause: %s", out)
 		}
+	})
+	testutil.WaitFor(t, 30*time.Second, "raftgate placement pause", func() bool {
+		var err error
+		out, err = exec.Command(binary, "placement", "pause", "--admin", c.nodes[0].adminURL()).CombinedOutput()
 		return err == nil
 	})
 	return mc
