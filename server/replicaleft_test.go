@@ -3,6 +3,7 @@ package server
 import (
 	"testing"
 
+	"github.com/raftgate/raftgate/cluster"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/rpc"
 )
@@ -37,6 +38,34 @@ func TestReplicaLeft(t *testing.T) {
 	} {
 		if got := replicaLeft(tc.pl, 3, self, tc.m, tc.applied); got != tc.want {
 			t.Errorf("%s: replicaLeft = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestFinishesMove: before-record and after-record count only the
+// report that ends a move (the recorded configuration becomes the
+// target), not every report.
+func TestFinishesMove(t *testing.T) {
+	moving := &rpc.PartitionPlacement{Partition: 1, Replicas: []uint64{1, 2, 4}, ObservedVoters: []uint64{1, 2, 3, 4}}
+	settled := &rpc.PartitionPlacement{Partition: 1, Replicas: []uint64{1, 2, 4}, ObservedVoters: []uint64{1, 2, 4}}
+	st := func(pl *rpc.PartitionPlacement) *cluster.State {
+		return &cluster.State{Placements: []*rpc.PartitionPlacement{pl}}
+	}
+	for _, tc := range []struct {
+		name string
+		st   *cluster.State
+		obs  *rpc.PartitionPlacement
+		want bool
+	}{
+		{"the target reached", st(moving), &rpc.PartitionPlacement{Partition: 1, ObservedVoters: []uint64{4, 2, 1}}, true},
+		{"still joint", st(moving), &rpc.PartitionPlacement{Partition: 1, ObservedVoters: []uint64{1, 2, 4}, ObservedJoint: true}, false},
+		{"a learner left", st(moving), &rpc.PartitionPlacement{Partition: 1, ObservedVoters: []uint64{1, 2, 4}, ObservedLearners: []uint64{3}}, false},
+		{"a step of the move", st(moving), &rpc.PartitionPlacement{Partition: 1, ObservedVoters: []uint64{1, 2, 3}, ObservedLearners: []uint64{4}}, false},
+		{"recorded already", st(settled), &rpc.PartitionPlacement{Partition: 1, ObservedVoters: []uint64{1, 2, 4}}, false},
+		{"no such partition", st(moving), &rpc.PartitionPlacement{Partition: 2, ObservedVoters: []uint64{1, 2, 4}}, false},
+	} {
+		if got := finishesMove(tc.st, tc.obs); got != tc.want {
+			t.Errorf("%s: finishesMove = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
