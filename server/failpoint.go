@@ -2,12 +2,13 @@ package server
 
 // Crash-test failpoints: RAFTGATE_FAILPOINT=name[@N] makes a server kill
 // itself with SIGKILL at a durability boundary of its storage, or at a
-// step of a Raft configuration change, so that the process tests
-// (test/crash_failpoints_test.go, test/membership_failpoints_test.go) can
-// check what a restart recovers after a real kill -9 right there. For the end-to-end
-// tests only: a node started with one says so loudly (docs/robustness.md,
-// "Crash failpoints"), and a program embedding a node leaves
-// Config.Failpoint nil.
+// step of a Raft configuration change or of a partition's move, so that
+// the process tests (test/crash_failpoints_test.go,
+// test/membership_failpoints_test.go, test/placement_failpoints_test.go)
+// can check what a restart recovers after a real kill -9 right there. For
+// the end-to-end tests only: a node started with one says so loudly
+// (docs/robustness.md, "Crash failpoints"), and a program embedding a
+// node leaves Config.Failpoint nil.
 
 import (
 	"fmt"
@@ -42,14 +43,28 @@ var failpointHits = map[string][2]int64{
 	"after-log-sync":    {100, 1000},
 	"during-checkpoint": {10, 100},
 	// The steps of a configuration change (raftlog.Knobs.AtConfChange):
-	// a join or a removal takes each once per group.
-	"after-add-learner": {1, 1},
-	"after-enter-joint": {1, 1},
-	"after-leave-joint": {1, 1},
-	"before-remove":     {1, 1},
+	// a join, a removal or a partition's move takes each once per group.
+	// "before-" is the group's leader about to propose the step, "after-"
+	// each replica that applied it, before raft does.
+	"before-add-learner": {1, 1},
+	"after-add-learner":  {1, 1},
+	"before-enter-joint": {1, 1},
+	"after-enter-joint":  {1, 1},
+	"before-leave-joint": {1, 1},
+	"after-leave-joint":  {1, 1},
+	"before-remove":      {1, 1},
+	"after-remove":       {1, 1},
 	// A blank replica (a joining node's) installing its first snapshot,
 	// before the install is durable.
 	"during-snapshot": {1, 1},
+	// A node deleting its replica that left the group (RemoveGroup): its
+	// state is deleted, its log not yet dropped.
+	"during-remove-group": {1, 1},
+	// Recording a move's result (the group's configuration now its
+	// target) in the cluster record: the group's leader about to send it,
+	// and the metadata leader once it is committed, before it answers.
+	"before-record": {1, 1},
+	"after-record":  {1, 1},
 	// A joining node that has its id from the cluster but has not written
 	// it to its identity file (reach, in join).
 	"after-join-reply": {1, 1},
@@ -141,7 +156,9 @@ func (fp *Failpoint) knobs(log zerolog.Logger) *raftlog.Knobs {
 		}
 	case "during-snapshot":
 		k.DuringSnapshotInstall = func(raftlog.GroupID) { hit() }
-	case "after-join-reply":
+	case "during-remove-group":
+		k.AfterRemoveState = func() error { hit(); return nil }
+	case "after-join-reply", "before-record", "after-record":
 		// Not raftlog's: the server calls reach.
 	default: // a configuration change step, named as raftlog names it
 		k.AtConfChange = func(_ raftlog.GroupID, point string) error {

@@ -67,16 +67,23 @@ func TestFailpointKillsAtTheNthHit(t *testing.T) {
 			"before-log-write": k.BeforeLogWrite, "after-log-write": k.AfterLogWrite,
 			"after-log-sync": k.AfterLogSync, "during-checkpoint": k.DuringCheckpoint,
 		}
-		hooks["after-join-reply"] = func() { fp.reach("after-join-reply", zerolog.Nop()) }
+		for _, reached := range []string{"after-join-reply", "before-record", "after-record"} {
+			hooks[reached] = func() { fp.reach(reached, zerolog.Nop()) }
+		}
+		if k.AfterRemoveState != nil {
+			hooks["during-remove-group"] = func() { _ = k.AfterRemoveState() }
+		}
 		if k.DuringSnapshotInstall != nil {
 			hooks["during-snapshot"] = func() { k.DuringSnapshotInstall(1) }
 		}
 		if k.AtConfChange != nil {
-			for _, point := range []string{"after-add-learner", "after-enter-joint", "after-leave-joint", "before-remove"} {
-				hooks[point] = func() { _ = k.AtConfChange(1, point) }
+			for _, step := range []string{"add-learner", "enter-joint", "leave-joint", "remove"} {
+				for _, point := range []string{"before-" + step, "after-" + step} {
+					hooks[point] = func() { _ = k.AtConfChange(1, point) }
+				}
 			}
-			// Other steps' points never count.
-			for _, other := range []string{"before-add-learner", "applied-enter-joint", "after-remove"} {
+			// Other points never count.
+			for _, other := range []string{"applied-enter-joint", "applied-remove", "before-conf-change"} {
 				_ = k.AtConfChange(1, other)
 			}
 		}

@@ -54,8 +54,11 @@ func (n *Server) startLogCheck(ingressAddr string, ingressTLS *tls.Config) {
 				case <-g.Removed():
 					continue // placed elsewhere meanwhile: not this node's to check
 				default:
-					return
 				}
+				if g.ID() != 0 && n.parts.get(uint32(g.ID())) == nil && ctx.Err() == nil {
+					continue // deleted meanwhile: it had left the group (followPlacement)
+				}
+				return
 			}
 		}
 		ln, err := net.Listen("tcp", ingressAddr)

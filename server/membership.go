@@ -286,10 +286,35 @@ func (s membershipService) Observe(ctx context.Context, req *rpc.ObserveConfig) 
 	if leader, ok := s.leaderElsewhere(); ok {
 		return forward(ctx, leader, s.dialOpts, func(c rpc.MembershipClient) (*rpc.ObserveReply, error) { return c.Observe(ctx, req) })
 	}
-	if err := s.n.cluster.Observe(ctx, req.Observed); err != nil {
+	if err := s.n.recordObserved(ctx, req.Observed); err != nil {
 		return nil, membershipStatus(err)
 	}
 	return &rpc.ObserveReply{}, nil
+}
+
+// recordObserved records a group's configuration in the record (on the
+// metadata leader).
+func (n *Server) recordObserved(ctx context.Context, obs *rpc.PartitionPlacement) error {
+	finishes := finishesMove(n.cluster.State(), obs)
+	if err := n.cluster.Observe(ctx, obs); err != nil {
+		return err
+	}
+	if finishes {
+		n.cfg.Failpoint.reach("after-record", n.log)
+	}
+	return nil
+}
+
+// finishesMove reports whether recording obs ends a move of its group:
+// the configuration the record holds is not the target, obs is.
+func finishesMove(st *cluster.State, obs *rpc.PartitionPlacement) bool {
+	pl, ok := st.Placement(obs.Partition)
+	settled := func(joint bool, voters, learners []uint64) bool {
+		return !joint && len(learners) == 0 && len(voters) == len(pl.Replicas) &&
+			!slices.ContainsFunc(voters, func(id uint64) bool { return !slices.Contains(pl.Replicas, id) })
+	}
+	return ok && obs.Partition != 0 && settled(obs.ObservedJoint, obs.ObservedVoters, obs.ObservedLearners) &&
+		!settled(pl.ObservedJoint, pl.ObservedVoters, pl.ObservedLearners)
 }
 
 func (s membershipService) Remove(ctx context.Context, req *rpc.RemoveRequest) (*rpc.ClusterNode, error) {
@@ -491,7 +516,7 @@ func (n *Server) followPlacement(st *cluster.State) error {
 			}
 			continue
 		}
-		m := g.Membership()
+		m := g.Membership() // before the applied index: m is at most as new
 		gen := st.Generation(p, n.cfg.NodeID)
 		removed := false
 		select {
@@ -499,8 +524,9 @@ func (n *Server) followPlacement(st *cluster.State) error {
 			removed = true
 		default:
 		}
-		stale := raftlog.GenerationOf(g.Status().Replica) != gen
-		left := len(m.Voters) > 0 && !m.Contains(g.Status().Replica)
+		gs := g.Status()
+		stale := raftlog.GenerationOf(gs.Replica) != gen
+		left := replicaLeft(pl, n.cfg.NodeID, gs.Replica, m, gs.Applied)
 		if removed || left && (!target || stale) {
 			if err := n.closePartition(p); err != nil {
 				n.log.Warn().Err(err).Uint32("partition", p).Msg("placement: cannot delete this node's replica that left its group; trying again")
@@ -510,6 +536,22 @@ func (n *Server) followPlacement(st *cluster.State) error {
 		}
 	}
 	return nil
+}
+
+// replicaLeft reports whether there is proof that this node's replica of
+// a partition, with applied configuration m at index applied, has left
+// the group: its own configuration no longer holds it, or the record
+// holds a configuration the group applied later than this replica's with
+// no replica on this node (replica ids are never reused, so one removed
+// never comes back). The record is the only proof for a replica that was
+// down when it was removed: the others drop its messages as a stranger's
+// and never tell it. A blank replica has no configuration yet: not left.
+func replicaLeft(pl *rpc.PartitionPlacement, node, replica uint64, m raftlog.Membership, applied uint64) bool {
+	if !m.Contains(replica) {
+		return len(m.Voters) > 0
+	}
+	return pl.ObservedIndex > applied && len(pl.ObservedVoters) > 0 &&
+		!slices.Contains(pl.ObservedVoters, node) && !slices.Contains(pl.ObservedLearners, node)
 }
 
 // isActive reports whether the record says this node is active.
@@ -534,9 +576,12 @@ func (n *Server) report(ctx context.Context, st *cluster.State, g *raftlog.Group
 		slices.Equal(cur.ObservedVoters, obs.ObservedVoters) && slices.Equal(cur.ObservedLearners, obs.ObservedLearners) {
 		return
 	}
+	if finishesMove(st, obs) {
+		n.cfg.Failpoint.reach("before-record", n.log)
+	}
 	var err error
 	if n.meta.Status().IsLeader {
-		err = n.cluster.Observe(ctx, obs)
+		err = n.recordObserved(ctx, obs)
 	} else if addr, ok := (membershipService{n: n}).leaderElsewhere(); ok {
 		_, err = forward(ctx, addr, n.dialOpts, func(c rpc.MembershipClient) (*rpc.ObserveReply, error) {
 			return c.Observe(ctx, &rpc.ObserveConfig{Observed: obs})
