@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,7 +13,8 @@ import (
 
 // TestFlowHotKeyDoesNotStarveColdKey: an object's shared handler under
 // `concurrency: 4` gets flowHotSends sends to one hot key, then one send
-// to a cold key of the same partition. Deliveries held by the limit are
+// to a cold key of the same partition, while the service holds its first
+// calls so that the hot backlog is all queued. Deliveries held by the limit are
 // admitted round robin across keys, so the cold key's invocation does not
 // wait for the hot backlog: fewer than half of the hot deliveries still
 // queued when it was sent go before it (a FIFO would put all of them
@@ -23,7 +25,12 @@ func TestFlowHotKeyDoesNotStarveColdKey(t *testing.T) {
 	}
 	c := startCluster(t, clusterOpts{nodes: 3, partitions: keyedPartitions})
 	svc := newFlowService(t, 0)
-	c.registerFlow("Hot", limitsJSON(svc.srv.URL, `"kind":"object","shared":["get"],"limits":{"concurrency":4}`))
+	// The service holds its first calls until the cold key's send, so
+	// the whole hot backlog is queued behind them when it comes.
+	svc.gate = make(chan struct{})
+	open := sync.OnceFunc(func() { close(svc.gate) })
+	t.Cleanup(open)
+	c.registerFlow("Hot", limitsJSON(svc.srv.URL, `"kind":"object","shared":["get"],"limits":{"concurrency":4},"retry":{"attemptTimeout":"2m"}`))
 	cold := ""
 	for i := 0; cold == ""; i++ {
 		if k := fmt.Sprintf("cold-%d", i); partitionOfKey("Hot", k) == partitionOfKey("Hot", "hot") {
@@ -43,6 +50,7 @@ func TestFlowHotKeyDoesNotStarveColdKey(t *testing.T) {
 	t.Logf("%d sends to the hot key accepted in %v", flowHotSends, time.Since(sendStart).Round(time.Millisecond))
 
 	sentAt := time.Now()
+	open()
 	r, err := postRaw(ctx, c, 0, "/restate/send/Hot/"+cold+"/get", `{"cold":true}`, nil)
 	if err != nil || r.status != http.StatusAccepted {
 		t.Fatalf("send to the cold key: %v %v", r, err)

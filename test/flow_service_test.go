@@ -23,6 +23,8 @@ import (
 type flowService struct {
 	srv  *httptest.Server
 	hold time.Duration
+	// gate, when set, holds every call until it is closed.
+	gate chan struct{}
 
 	mu         sync.Mutex
 	inflight   int
@@ -62,6 +64,9 @@ func (s *flowService) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	// The work runs to its end even when the caller went away (a killed
 	// leader), the stricter case for a concurrency limit.
+	if s.gate != nil {
+		<-s.gate
+	}
 	if s.hold > 0 {
 		<-time.After(s.hold)
 	}
