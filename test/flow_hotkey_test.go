@@ -27,9 +27,14 @@ func TestFlowHotKeyDoesNotStarveColdKey(t *testing.T) {
 	svc := newFlowService(t, 0)
 	// The service holds its first calls until the cold key's send, so
 	// the whole hot backlog is queued behind them when it comes.
-	svc.gate = make(chan struct{})
-	open := sync.OnceFunc(func() { close(svc.gate) })
+	gate := make(chan struct{})
+	svc.mu.Lock()
+	svc.gate = gate
+	svc.mu.Unlock()
+	open := sync.OnceFunc(func() { close(gate) })
 	t.Cleanup(open)
+	// The attempt timeout outlasts the sending of the backlog, so the
+	// held calls are not retried meanwhile.
 	c.registerFlow("Hot", limitsJSON(svc.srv.URL, `"kind":"object","shared":["get"],"limits":{"concurrency":4},"retry":{"attemptTimeout":"2m"}`))
 	cold := ""
 	for i := 0; cold == ""; i++ {

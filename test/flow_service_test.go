@@ -23,10 +23,10 @@ import (
 type flowService struct {
 	srv  *httptest.Server
 	hold time.Duration
-	// gate, when set, holds every call until it is closed.
-	gate chan struct{}
 
-	mu         sync.Mutex
+	mu sync.Mutex
+	// gate, when set, holds every call until it is closed.
+	gate       chan struct{}
 	inflight   int
 	peak       int
 	arrivals   []arrival
@@ -61,11 +61,12 @@ func (s *flowService) serve(w http.ResponseWriter, r *http.Request) {
 	s.arrivals = append(s.arrivals, arrival{at: time.Now(), path: r.URL.Path, id: id})
 	s.deliveries[id]++
 	s.inputs[id] = string(body)
+	gate := s.gate
 	s.mu.Unlock()
 	// The work runs to its end even when the caller went away (a killed
 	// leader), the stricter case for a concurrency limit.
-	if s.gate != nil {
-		<-s.gate
+	if gate != nil {
+		<-gate
 	}
 	if s.hold > 0 {
 		<-time.After(s.hold)
