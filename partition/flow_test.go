@@ -70,7 +70,7 @@ func TestFairQueueRoundRobin(t *testing.T) {
 		next := make(map[string]int)
 		for i := 0; i < 1+rnd.IntN(60); i++ {
 			g := "g" + strconv.Itoa(rnd.IntN(groups))
-			q.push(g, next[g])
+			q.push(g, 0, next[g])
 			next[g]++
 			left[g]++
 		}
@@ -109,10 +109,10 @@ func TestFairQueueHotKeyAndRefusals(t *testing.T) {
 	build := func() *fairQueue[string] {
 		q := newFairQueue[string]()
 		for i := range 1000 {
-			q.push("hot", "h"+strconv.Itoa(i))
+			q.push("hot", 0, "h"+strconv.Itoa(i))
 		}
-		q.push("cold", "c0")
-		q.push("refused", "r0")
+		q.push("cold", 0, "c0")
+		q.push("refused", 0, "r0")
 		return q
 	}
 	last := ""

@@ -464,7 +464,7 @@ func (x DispatchError_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DispatchError_Code.Descriptor instead.
 func (DispatchError_Code) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{55, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{57, 0}
 }
 
 type CallbackState_State int32
@@ -517,7 +517,7 @@ func (x CallbackState_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CallbackState_State.Descriptor instead.
 func (CallbackState_State) EnumDescriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{68, 0}
+	return file_raftgate_proto_rawDescGZIP(), []int{70, 0}
 }
 
 type RaftBatch struct {
@@ -1636,7 +1636,12 @@ type Invoke struct {
 	CallbackUrl string `protobuf:"bytes,80,opt,name=callback_url,json=callbackUrl,proto3" json:"callback_url,omitempty"`
 	// The scope the invocation was sent in (POST /restate/scope/{scope}/…);
 	// empty when none. It selects the scope rules that apply to it.
-	Scope         string `protobuf:"bytes,90,opt,name=scope,proto3" json:"scope,omitempty"`
+	Scope string `protobuf:"bytes,90,opt,name=scope,proto3" json:"scope,omitempty"`
+	// The send's x-raftgate-priority (partition.MinPriority..MaxPriority, 0
+	// by default): among deliveries held by a limit, the (service, key)
+	// groups whose next delivery has the highest priority are admitted
+	// first (partition/flow.go).
+	Priority      int32 `protobuf:"varint,91,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1817,6 +1822,13 @@ func (x *Invoke) GetScope() string {
 		return x.Scope
 	}
 	return ""
+}
+
+func (x *Invoke) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
 }
 
 type Result struct {
@@ -3692,6 +3704,10 @@ type InvocationRecord struct {
 	// Restart links: the new invocation, and the one this restarts.
 	RestartedAs   []byte `protobuf:"bytes,42,opt,name=restarted_as,json=restartedAs,proto3" json:"restarted_as,omitempty"`
 	RestartedFrom []byte `protobuf:"bytes,43,opt,name=restarted_from,json=restartedFrom,proto3" json:"restarted_from,omitempty"`
+	// Flow control (90-99). PENDING, in status and listing answers only
+	// (never stored): the limit the leader's last outbox scan found full
+	// for this due delivery (partition/flow.go), empty when none held it.
+	HeldBy        string `protobuf:"bytes,90,opt,name=held_by,json=heldBy,proto3" json:"held_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3836,6 +3852,13 @@ func (x *InvocationRecord) GetRestartedFrom() []byte {
 		return x.RestartedFrom
 	}
 	return nil
+}
+
+func (x *InvocationRecord) GetHeldBy() string {
+	if x != nil {
+		return x.HeldBy
+	}
+	return ""
 }
 
 // Stored state of one (service, key) of a keyed service that has a running
@@ -4022,6 +4045,7 @@ type DispatchRequest struct {
 	//	*DispatchRequest_Schedule
 	//	*DispatchRequest_PutRule
 	//	*DispatchRequest_DeleteRule
+	//	*DispatchRequest_Backlog
 	Body          isDispatchRequest_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4236,6 +4260,15 @@ func (x *DispatchRequest) GetDeleteRule() *DeleteRule {
 	return nil
 }
 
+func (x *DispatchRequest) GetBacklog() *GetBacklog {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchRequest_Backlog); ok {
+			return x.Backlog
+		}
+	}
+	return nil
+}
+
 type isDispatchRequest_Body interface {
 	isDispatchRequest_Body()
 }
@@ -4307,6 +4340,11 @@ type DispatchRequest_DeleteRule struct {
 	DeleteRule *DeleteRule `protobuf:"bytes,91,opt,name=delete_rule,json=deleteRule,proto3,oneof"`
 }
 
+type DispatchRequest_Backlog struct {
+	// A service's backlog in one partition, read at its leader.
+	Backlog *GetBacklog `protobuf:"bytes,92,opt,name=backlog,proto3,oneof"`
+}
+
 func (*DispatchRequest_Append) isDispatchRequest_Body() {}
 
 func (*DispatchRequest_Output) isDispatchRequest_Body() {}
@@ -4339,6 +4377,8 @@ func (*DispatchRequest_PutRule) isDispatchRequest_Body() {}
 
 func (*DispatchRequest_DeleteRule) isDispatchRequest_Body() {}
 
+func (*DispatchRequest_Backlog) isDispatchRequest_Body() {}
+
 type DispatchResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	CorrelationId uint64                 `protobuf:"varint,1,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
@@ -4354,6 +4394,7 @@ type DispatchResponse struct {
 	//	*DispatchResponse_Operation
 	//	*DispatchResponse_Schedules
 	//	*DispatchResponse_Rule
+	//	*DispatchResponse_Backlog
 	Body          isDispatchResponse_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4493,6 +4534,15 @@ func (x *DispatchResponse) GetRule() *Rule {
 	return nil
 }
 
+func (x *DispatchResponse) GetBacklog() *ServiceBacklog {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchResponse_Backlog); ok {
+			return x.Backlog
+		}
+	}
+	return nil
+}
+
 type isDispatchResponse_Body interface {
 	isDispatchResponse_Body()
 }
@@ -4540,6 +4590,10 @@ type DispatchResponse_Rule struct {
 	Rule *Rule `protobuf:"bytes,90,opt,name=rule,proto3,oneof"`
 }
 
+type DispatchResponse_Backlog struct {
+	Backlog *ServiceBacklog `protobuf:"bytes,91,opt,name=backlog,proto3,oneof"`
+}
+
 func (*DispatchResponse_Appended) isDispatchResponse_Body() {}
 
 func (*DispatchResponse_Result) isDispatchResponse_Body() {}
@@ -4559,6 +4613,8 @@ func (*DispatchResponse_Operation) isDispatchResponse_Body() {}
 func (*DispatchResponse_Schedules) isDispatchResponse_Body() {}
 
 func (*DispatchResponse_Rule) isDispatchResponse_Body() {}
+
+func (*DispatchResponse_Backlog) isDispatchResponse_Body() {}
 
 type AppendInvocation struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -5425,6 +5481,152 @@ func (x *GetKeyStatus) GetKey() string {
 	return ""
 }
 
+type GetBacklog struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBacklog) Reset() {
+	*x = GetBacklog{}
+	mi := &file_raftgate_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBacklog) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBacklog) ProtoMessage() {}
+
+func (x *GetBacklog) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBacklog.ProtoReflect.Descriptor instead.
+func (*GetBacklog) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *GetBacklog) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+// Where a service's deliveries are in one partition, as its leader sees
+// them (partition/backlog.go).
+type ServiceBacklog struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Deliveries under way: called by the leader, or marked under way in
+	// state by an earlier leader until the mark ends.
+	InFlight uint64 `protobuf:"varint,1,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// Due deliveries not started: held by a limit.
+	WaitingForLimit uint64 `protobuf:"varint,2,opt,name=waiting_for_limit,json=waitingForLimit,proto3" json:"waiting_for_limit,omitempty"`
+	// Failed deliveries waiting for their next attempt.
+	WaitingForRetry uint64 `protobuf:"varint,3,opt,name=waiting_for_retry,json=waitingForRetry,proto3" json:"waiting_for_retry,omitempty"`
+	// Paused invocations, waiting for an operator.
+	Paused uint64 `protobuf:"varint,4,opt,name=paused,proto3" json:"paused,omitempty"`
+	// The earliest due time of a delivery waiting for a limit (0: none).
+	OldestWaitingDueUnixMs int64 `protobuf:"varint,5,opt,name=oldest_waiting_due_unix_ms,json=oldestWaitingDueUnixMs,proto3" json:"oldest_waiting_due_unix_ms,omitempty"`
+	// The outbox walk stopped at its bound: the counts are lower bounds.
+	Truncated bool `protobuf:"varint,6,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// The leader's clock when it counted, for the age of the oldest.
+	AtUnixMs      int64 `protobuf:"varint,7,opt,name=at_unix_ms,json=atUnixMs,proto3" json:"at_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceBacklog) Reset() {
+	*x = ServiceBacklog{}
+	mi := &file_raftgate_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceBacklog) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceBacklog) ProtoMessage() {}
+
+func (x *ServiceBacklog) ProtoReflect() protoreflect.Message {
+	mi := &file_raftgate_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceBacklog.ProtoReflect.Descriptor instead.
+func (*ServiceBacklog) Descriptor() ([]byte, []int) {
+	return file_raftgate_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *ServiceBacklog) GetInFlight() uint64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *ServiceBacklog) GetWaitingForLimit() uint64 {
+	if x != nil {
+		return x.WaitingForLimit
+	}
+	return 0
+}
+
+func (x *ServiceBacklog) GetWaitingForRetry() uint64 {
+	if x != nil {
+		return x.WaitingForRetry
+	}
+	return 0
+}
+
+func (x *ServiceBacklog) GetPaused() uint64 {
+	if x != nil {
+		return x.Paused
+	}
+	return 0
+}
+
+func (x *ServiceBacklog) GetOldestWaitingDueUnixMs() int64 {
+	if x != nil {
+		return x.OldestWaitingDueUnixMs
+	}
+	return 0
+}
+
+func (x *ServiceBacklog) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *ServiceBacklog) GetAtUnixMs() int64 {
+	if x != nil {
+		return x.AtUnixMs
+	}
+	return 0
+}
+
 type DispatchError struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Code          DispatchError_Code     `protobuf:"varint,1,opt,name=code,proto3,enum=raftgate.v1.DispatchError_Code" json:"code,omitempty"`
@@ -5437,7 +5639,7 @@ type DispatchError struct {
 
 func (x *DispatchError) Reset() {
 	*x = DispatchError{}
-	mi := &file_raftgate_proto_msgTypes[55]
+	mi := &file_raftgate_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5449,7 +5651,7 @@ func (x *DispatchError) String() string {
 func (*DispatchError) ProtoMessage() {}
 
 func (x *DispatchError) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[55]
+	mi := &file_raftgate_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5462,7 +5664,7 @@ func (x *DispatchError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchError.ProtoReflect.Descriptor instead.
 func (*DispatchError) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{55}
+	return file_raftgate_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *DispatchError) GetCode() DispatchError_Code {
@@ -5529,7 +5731,7 @@ type ScheduleSpec struct {
 
 func (x *ScheduleSpec) Reset() {
 	*x = ScheduleSpec{}
-	mi := &file_raftgate_proto_msgTypes[56]
+	mi := &file_raftgate_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5541,7 +5743,7 @@ func (x *ScheduleSpec) String() string {
 func (*ScheduleSpec) ProtoMessage() {}
 
 func (x *ScheduleSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[56]
+	mi := &file_raftgate_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5554,7 +5756,7 @@ func (x *ScheduleSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleSpec.ProtoReflect.Descriptor instead.
 func (*ScheduleSpec) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{56}
+	return file_raftgate_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ScheduleSpec) GetId() string {
@@ -5692,7 +5894,7 @@ type ScheduleDispatch struct {
 
 func (x *ScheduleDispatch) Reset() {
 	*x = ScheduleDispatch{}
-	mi := &file_raftgate_proto_msgTypes[57]
+	mi := &file_raftgate_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5704,7 +5906,7 @@ func (x *ScheduleDispatch) String() string {
 func (*ScheduleDispatch) ProtoMessage() {}
 
 func (x *ScheduleDispatch) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[57]
+	mi := &file_raftgate_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5717,7 +5919,7 @@ func (x *ScheduleDispatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleDispatch.ProtoReflect.Descriptor instead.
 func (*ScheduleDispatch) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{57}
+	return file_raftgate_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ScheduleDispatch) GetTickUnixMs() int64 {
@@ -5776,7 +5978,7 @@ type ScheduleState struct {
 
 func (x *ScheduleState) Reset() {
 	*x = ScheduleState{}
-	mi := &file_raftgate_proto_msgTypes[58]
+	mi := &file_raftgate_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5788,7 +5990,7 @@ func (x *ScheduleState) String() string {
 func (*ScheduleState) ProtoMessage() {}
 
 func (x *ScheduleState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[58]
+	mi := &file_raftgate_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5801,7 +6003,7 @@ func (x *ScheduleState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleState.ProtoReflect.Descriptor instead.
 func (*ScheduleState) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{58}
+	return file_raftgate_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ScheduleState) GetSpec() *ScheduleSpec {
@@ -5895,7 +6097,7 @@ type ScheduleDispatched struct {
 
 func (x *ScheduleDispatched) Reset() {
 	*x = ScheduleDispatched{}
-	mi := &file_raftgate_proto_msgTypes[59]
+	mi := &file_raftgate_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5907,7 +6109,7 @@ func (x *ScheduleDispatched) String() string {
 func (*ScheduleDispatched) ProtoMessage() {}
 
 func (x *ScheduleDispatched) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[59]
+	mi := &file_raftgate_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5920,7 +6122,7 @@ func (x *ScheduleDispatched) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleDispatched.ProtoReflect.Descriptor instead.
 func (*ScheduleDispatched) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{59}
+	return file_raftgate_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ScheduleDispatched) GetId() string {
@@ -5959,7 +6161,7 @@ type PutSchedule struct {
 
 func (x *PutSchedule) Reset() {
 	*x = PutSchedule{}
-	mi := &file_raftgate_proto_msgTypes[60]
+	mi := &file_raftgate_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5971,7 +6173,7 @@ func (x *PutSchedule) String() string {
 func (*PutSchedule) ProtoMessage() {}
 
 func (x *PutSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[60]
+	mi := &file_raftgate_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5984,7 +6186,7 @@ func (x *PutSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSchedule.ProtoReflect.Descriptor instead.
 func (*PutSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{60}
+	return file_raftgate_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PutSchedule) GetSpec() *ScheduleSpec {
@@ -6025,7 +6227,7 @@ type DeleteSchedule struct {
 
 func (x *DeleteSchedule) Reset() {
 	*x = DeleteSchedule{}
-	mi := &file_raftgate_proto_msgTypes[61]
+	mi := &file_raftgate_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6037,7 +6239,7 @@ func (x *DeleteSchedule) String() string {
 func (*DeleteSchedule) ProtoMessage() {}
 
 func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[61]
+	mi := &file_raftgate_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6050,7 +6252,7 @@ func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSchedule.ProtoReflect.Descriptor instead.
 func (*DeleteSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{61}
+	return file_raftgate_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *DeleteSchedule) GetId() string {
@@ -6082,7 +6284,7 @@ type PauseSchedule struct {
 
 func (x *PauseSchedule) Reset() {
 	*x = PauseSchedule{}
-	mi := &file_raftgate_proto_msgTypes[62]
+	mi := &file_raftgate_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6094,7 +6296,7 @@ func (x *PauseSchedule) String() string {
 func (*PauseSchedule) ProtoMessage() {}
 
 func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[62]
+	mi := &file_raftgate_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6107,7 +6309,7 @@ func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseSchedule.ProtoReflect.Descriptor instead.
 func (*PauseSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{62}
+	return file_raftgate_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *PauseSchedule) GetId() string {
@@ -6158,7 +6360,7 @@ type TriggerSchedule struct {
 
 func (x *TriggerSchedule) Reset() {
 	*x = TriggerSchedule{}
-	mi := &file_raftgate_proto_msgTypes[63]
+	mi := &file_raftgate_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6170,7 +6372,7 @@ func (x *TriggerSchedule) String() string {
 func (*TriggerSchedule) ProtoMessage() {}
 
 func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[63]
+	mi := &file_raftgate_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6183,7 +6385,7 @@ func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerSchedule.ProtoReflect.Descriptor instead.
 func (*TriggerSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{63}
+	return file_raftgate_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *TriggerSchedule) GetId() string {
@@ -6225,7 +6427,7 @@ type ScheduleTick struct {
 
 func (x *ScheduleTick) Reset() {
 	*x = ScheduleTick{}
-	mi := &file_raftgate_proto_msgTypes[64]
+	mi := &file_raftgate_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6237,7 +6439,7 @@ func (x *ScheduleTick) String() string {
 func (*ScheduleTick) ProtoMessage() {}
 
 func (x *ScheduleTick) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[64]
+	mi := &file_raftgate_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6250,7 +6452,7 @@ func (x *ScheduleTick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleTick.ProtoReflect.Descriptor instead.
 func (*ScheduleTick) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{64}
+	return file_raftgate_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ScheduleTick) GetId() string {
@@ -6315,7 +6517,7 @@ type BackfillSchedule struct {
 
 func (x *BackfillSchedule) Reset() {
 	*x = BackfillSchedule{}
-	mi := &file_raftgate_proto_msgTypes[65]
+	mi := &file_raftgate_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6327,7 +6529,7 @@ func (x *BackfillSchedule) String() string {
 func (*BackfillSchedule) ProtoMessage() {}
 
 func (x *BackfillSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[65]
+	mi := &file_raftgate_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6340,7 +6542,7 @@ func (x *BackfillSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillSchedule.ProtoReflect.Descriptor instead.
 func (*BackfillSchedule) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{65}
+	return file_raftgate_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *BackfillSchedule) GetId() string {
@@ -6405,7 +6607,7 @@ type ScheduleRequest struct {
 
 func (x *ScheduleRequest) Reset() {
 	*x = ScheduleRequest{}
-	mi := &file_raftgate_proto_msgTypes[66]
+	mi := &file_raftgate_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6417,7 +6619,7 @@ func (x *ScheduleRequest) String() string {
 func (*ScheduleRequest) ProtoMessage() {}
 
 func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[66]
+	mi := &file_raftgate_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6430,7 +6632,7 @@ func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{66}
+	return file_raftgate_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ScheduleRequest) GetOp() isScheduleRequest_Op {
@@ -6562,7 +6764,7 @@ type ScheduleList struct {
 
 func (x *ScheduleList) Reset() {
 	*x = ScheduleList{}
-	mi := &file_raftgate_proto_msgTypes[67]
+	mi := &file_raftgate_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6574,7 +6776,7 @@ func (x *ScheduleList) String() string {
 func (*ScheduleList) ProtoMessage() {}
 
 func (x *ScheduleList) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[67]
+	mi := &file_raftgate_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6587,7 +6789,7 @@ func (x *ScheduleList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleList.ProtoReflect.Descriptor instead.
 func (*ScheduleList) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{67}
+	return file_raftgate_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ScheduleList) GetSchedules() []*ScheduleState {
@@ -6633,7 +6835,7 @@ type CallbackState struct {
 
 func (x *CallbackState) Reset() {
 	*x = CallbackState{}
-	mi := &file_raftgate_proto_msgTypes[68]
+	mi := &file_raftgate_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6645,7 +6847,7 @@ func (x *CallbackState) String() string {
 func (*CallbackState) ProtoMessage() {}
 
 func (x *CallbackState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[68]
+	mi := &file_raftgate_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6658,7 +6860,7 @@ func (x *CallbackState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallbackState.ProtoReflect.Descriptor instead.
 func (*CallbackState) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{68}
+	return file_raftgate_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *CallbackState) GetState() CallbackState_State {
@@ -6711,7 +6913,7 @@ type CallbackAttempt struct {
 
 func (x *CallbackAttempt) Reset() {
 	*x = CallbackAttempt{}
-	mi := &file_raftgate_proto_msgTypes[69]
+	mi := &file_raftgate_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6723,7 +6925,7 @@ func (x *CallbackAttempt) String() string {
 func (*CallbackAttempt) ProtoMessage() {}
 
 func (x *CallbackAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_raftgate_proto_msgTypes[69]
+	mi := &file_raftgate_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6736,7 +6938,7 @@ func (x *CallbackAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallbackAttempt.ProtoReflect.Descriptor instead.
 func (*CallbackAttempt) Descriptor() ([]byte, []int) {
-	return file_raftgate_proto_rawDescGZIP(), []int{69}
+	return file_raftgate_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *CallbackAttempt) GetInvocationId() []byte {
@@ -6867,7 +7069,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\fR\trequestId\"2\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\x83\x06\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\x9f\x06\n" +
 	"\x06Invoke\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x1d\n" +
 	"\n" +
@@ -6893,7 +7095,8 @@ const file_raftgate_proto_rawDesc = "" +
 	"scheduleId\x12/\n" +
 	"\x14scheduled_at_unix_ms\x18= \x01(\x03R\x11scheduledAtUnixMs\x12!\n" +
 	"\fcallback_url\x18P \x01(\tR\vcallbackUrl\x12\x14\n" +
-	"\x05scope\x18Z \x01(\tR\x05scopeB\v\n" +
+	"\x05scope\x18Z \x01(\tR\x05scope\x12\x1a\n" +
+	"\bpriority\x18[ \x01(\x05R\bpriorityB\v\n" +
 	"\t_delay_ms\"\xa1\x01\n" +
 	"\x06Result\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\rR\x06status\x12\x12\n" +
@@ -7050,7 +7253,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\rDeleteService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\fR\trequestId\"\x97\x06\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\"\xb0\x06\n" +
 	"\x10InvocationRecord\x12+\n" +
 	"\x06invoke\x18\x01 \x01(\v2\x13.raftgate.v1.InvokeR\x06invoke\x129\n" +
 	"\x05state\x18\x02 \x01(\x0e2#.raftgate.v1.InvocationRecord.StateR\x05state\x12\x1a\n" +
@@ -7069,7 +7272,8 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x03url\x18( \x01(\tR\x03url\x124\n" +
 	"\x16resumed_after_attempts\x18) \x01(\rR\x14resumedAfterAttempts\x12!\n" +
 	"\frestarted_as\x18* \x01(\fR\vrestartedAs\x12%\n" +
-	"\x0erestarted_from\x18+ \x01(\fR\rrestartedFrom\"n\n" +
+	"\x0erestarted_from\x18+ \x01(\fR\rrestartedFrom\x12\x17\n" +
+	"\aheld_by\x18Z \x01(\tR\x06heldBy\"n\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aPENDING\x10\x01\x12\v\n" +
@@ -7087,7 +7291,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x14DispatchRequestBatch\x128\n" +
 	"\brequests\x18\x01 \x03(\v2\x1c.raftgate.v1.DispatchRequestR\brequests\"T\n" +
 	"\x15DispatchResponseBatch\x12;\n" +
-	"\tresponses\x18\x01 \x03(\v2\x1d.raftgate.v1.DispatchResponseR\tresponses\"\xad\b\n" +
+	"\tresponses\x18\x01 \x03(\v2\x1d.raftgate.v1.DispatchResponseR\tresponses\"\xe2\b\n" +
 	"\x0fDispatchRequest\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x04R\rcorrelationId\x12\x1d\n" +
 	"\n" +
@@ -7114,8 +7318,9 @@ const file_raftgate_proto_rawDesc = "" +
 	"\bschedule\x18< \x01(\v2\x1c.raftgate.v1.ScheduleRequestH\x00R\bschedule\x121\n" +
 	"\bput_rule\x18Z \x01(\v2\x14.raftgate.v1.PutRuleH\x00R\aputRule\x12:\n" +
 	"\vdelete_rule\x18[ \x01(\v2\x17.raftgate.v1.DeleteRuleH\x00R\n" +
-	"deleteRuleB\x06\n" +
-	"\x04body\"\xca\x04\n" +
+	"deleteRule\x123\n" +
+	"\abacklog\x18\\ \x01(\v2\x17.raftgate.v1.GetBacklogH\x00R\abacklogB\x06\n" +
+	"\x04body\"\x83\x05\n" +
 	"\x10DispatchResponse\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x04R\rcorrelationId\x123\n" +
 	"\bappended\x18\n" +
@@ -7128,7 +7333,8 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x05error\x18\x14 \x01(\v2\x1a.raftgate.v1.DispatchErrorH\x00R\x05error\x126\n" +
 	"\toperation\x18( \x01(\v2\x16.raftgate.v1.OperationH\x00R\toperation\x129\n" +
 	"\tschedules\x18< \x01(\v2\x19.raftgate.v1.ScheduleListH\x00R\tschedules\x12'\n" +
-	"\x04rule\x18Z \x01(\v2\x11.raftgate.v1.RuleH\x00R\x04ruleB\x06\n" +
+	"\x04rule\x18Z \x01(\v2\x11.raftgate.v1.RuleH\x00R\x04rule\x127\n" +
+	"\abacklog\x18[ \x01(\v2\x1b.raftgate.v1.ServiceBacklogH\x00R\abacklogB\x06\n" +
 	"\x04body\"?\n" +
 	"\x10AppendInvocation\x12+\n" +
 	"\x06invoke\x18\x01 \x01(\v2\x13.raftgate.v1.InvokeR\x06invoke\"\xd8\x01\n" +
@@ -7202,7 +7408,19 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x04Done\":\n" +
 	"\fGetKeyStatus\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"\xc3\x02\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"&\n" +
+	"\n" +
+	"GetBacklog\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\"\x95\x02\n" +
+	"\x0eServiceBacklog\x12\x1b\n" +
+	"\tin_flight\x18\x01 \x01(\x04R\binFlight\x12*\n" +
+	"\x11waiting_for_limit\x18\x02 \x01(\x04R\x0fwaitingForLimit\x12*\n" +
+	"\x11waiting_for_retry\x18\x03 \x01(\x04R\x0fwaitingForRetry\x12\x16\n" +
+	"\x06paused\x18\x04 \x01(\x04R\x06paused\x12:\n" +
+	"\x1aoldest_waiting_due_unix_ms\x18\x05 \x01(\x03R\x16oldestWaitingDueUnixMs\x12\x1c\n" +
+	"\ttruncated\x18\x06 \x01(\bR\ttruncated\x12\x1c\n" +
+	"\n" +
+	"at_unix_ms\x18\a \x01(\x03R\batUnixMs\"\xc3\x02\n" +
 	"\rDispatchError\x123\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1f.raftgate.v1.DispatchError.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
@@ -7372,7 +7590,7 @@ func file_raftgate_proto_rawDescGZIP() []byte {
 }
 
 var file_raftgate_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
+var file_raftgate_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
 var file_raftgate_proto_goTypes = []any{
 	(BulkAction)(0),                // 0: raftgate.v1.BulkAction
 	(Service_Kind)(0),              // 1: raftgate.v1.Service.Kind
@@ -7437,28 +7655,30 @@ var file_raftgate_proto_goTypes = []any{
 	(*CancelInvocation)(nil),       // 60: raftgate.v1.CancelInvocation
 	(*Done)(nil),                   // 61: raftgate.v1.Done
 	(*GetKeyStatus)(nil),           // 62: raftgate.v1.GetKeyStatus
-	(*DispatchError)(nil),          // 63: raftgate.v1.DispatchError
-	(*ScheduleSpec)(nil),           // 64: raftgate.v1.ScheduleSpec
-	(*ScheduleDispatch)(nil),       // 65: raftgate.v1.ScheduleDispatch
-	(*ScheduleState)(nil),          // 66: raftgate.v1.ScheduleState
-	(*ScheduleDispatched)(nil),     // 67: raftgate.v1.ScheduleDispatched
-	(*PutSchedule)(nil),            // 68: raftgate.v1.PutSchedule
-	(*DeleteSchedule)(nil),         // 69: raftgate.v1.DeleteSchedule
-	(*PauseSchedule)(nil),          // 70: raftgate.v1.PauseSchedule
-	(*TriggerSchedule)(nil),        // 71: raftgate.v1.TriggerSchedule
-	(*ScheduleTick)(nil),           // 72: raftgate.v1.ScheduleTick
-	(*BackfillSchedule)(nil),       // 73: raftgate.v1.BackfillSchedule
-	(*ScheduleRequest)(nil),        // 74: raftgate.v1.ScheduleRequest
-	(*ScheduleList)(nil),           // 75: raftgate.v1.ScheduleList
-	(*CallbackState)(nil),          // 76: raftgate.v1.CallbackState
-	(*CallbackAttempt)(nil),        // 77: raftgate.v1.CallbackAttempt
-	(*InitCluster)(nil),            // 78: raftgate.v1.InitCluster
-	(*JoinNode)(nil),               // 79: raftgate.v1.JoinNode
-	(*SetNodeState)(nil),           // 80: raftgate.v1.SetNodeState
-	(*UpdateNodeAddrs)(nil),        // 81: raftgate.v1.UpdateNodeAddrs
-	(*SetPlacement)(nil),           // 82: raftgate.v1.SetPlacement
-	(*ObserveConfig)(nil),          // 83: raftgate.v1.ObserveConfig
-	(*SetPlacementPolicy)(nil),     // 84: raftgate.v1.SetPlacementPolicy
+	(*GetBacklog)(nil),             // 63: raftgate.v1.GetBacklog
+	(*ServiceBacklog)(nil),         // 64: raftgate.v1.ServiceBacklog
+	(*DispatchError)(nil),          // 65: raftgate.v1.DispatchError
+	(*ScheduleSpec)(nil),           // 66: raftgate.v1.ScheduleSpec
+	(*ScheduleDispatch)(nil),       // 67: raftgate.v1.ScheduleDispatch
+	(*ScheduleState)(nil),          // 68: raftgate.v1.ScheduleState
+	(*ScheduleDispatched)(nil),     // 69: raftgate.v1.ScheduleDispatched
+	(*PutSchedule)(nil),            // 70: raftgate.v1.PutSchedule
+	(*DeleteSchedule)(nil),         // 71: raftgate.v1.DeleteSchedule
+	(*PauseSchedule)(nil),          // 72: raftgate.v1.PauseSchedule
+	(*TriggerSchedule)(nil),        // 73: raftgate.v1.TriggerSchedule
+	(*ScheduleTick)(nil),           // 74: raftgate.v1.ScheduleTick
+	(*BackfillSchedule)(nil),       // 75: raftgate.v1.BackfillSchedule
+	(*ScheduleRequest)(nil),        // 76: raftgate.v1.ScheduleRequest
+	(*ScheduleList)(nil),           // 77: raftgate.v1.ScheduleList
+	(*CallbackState)(nil),          // 78: raftgate.v1.CallbackState
+	(*CallbackAttempt)(nil),        // 79: raftgate.v1.CallbackAttempt
+	(*InitCluster)(nil),            // 80: raftgate.v1.InitCluster
+	(*JoinNode)(nil),               // 81: raftgate.v1.JoinNode
+	(*SetNodeState)(nil),           // 82: raftgate.v1.SetNodeState
+	(*UpdateNodeAddrs)(nil),        // 83: raftgate.v1.UpdateNodeAddrs
+	(*SetPlacement)(nil),           // 84: raftgate.v1.SetPlacement
+	(*ObserveConfig)(nil),          // 85: raftgate.v1.ObserveConfig
+	(*SetPlacementPolicy)(nil),     // 86: raftgate.v1.SetPlacementPolicy
 }
 var file_raftgate_proto_depIdxs = []int32{
 	9,   // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
@@ -7472,10 +7692,10 @@ var file_raftgate_proto_depIdxs = []int32{
 	15,  // 8: raftgate.v1.Command.fence_service:type_name -> raftgate.v1.FenceService
 	40,  // 9: raftgate.v1.Command.put_service:type_name -> raftgate.v1.PutService
 	41,  // 10: raftgate.v1.Command.delete_service:type_name -> raftgate.v1.DeleteService
-	78,  // 11: raftgate.v1.Command.init_cluster:type_name -> raftgate.v1.InitCluster
-	79,  // 12: raftgate.v1.Command.join_node:type_name -> raftgate.v1.JoinNode
-	80,  // 13: raftgate.v1.Command.set_node_state:type_name -> raftgate.v1.SetNodeState
-	81,  // 14: raftgate.v1.Command.update_node_addrs:type_name -> raftgate.v1.UpdateNodeAddrs
+	80,  // 11: raftgate.v1.Command.init_cluster:type_name -> raftgate.v1.InitCluster
+	81,  // 12: raftgate.v1.Command.join_node:type_name -> raftgate.v1.JoinNode
+	82,  // 13: raftgate.v1.Command.set_node_state:type_name -> raftgate.v1.SetNodeState
+	83,  // 14: raftgate.v1.Command.update_node_addrs:type_name -> raftgate.v1.UpdateNodeAddrs
 	22,  // 15: raftgate.v1.Command.resume:type_name -> raftgate.v1.Resume
 	23,  // 16: raftgate.v1.Command.restart:type_name -> raftgate.v1.Restart
 	24,  // 17: raftgate.v1.Command.kill:type_name -> raftgate.v1.Kill
@@ -7483,20 +7703,20 @@ var file_raftgate_proto_depIdxs = []int32{
 	26,  // 19: raftgate.v1.Command.pause:type_name -> raftgate.v1.Pause
 	27,  // 20: raftgate.v1.Command.bulk:type_name -> raftgate.v1.Bulk
 	28,  // 21: raftgate.v1.Command.bulk_step:type_name -> raftgate.v1.BulkStep
-	82,  // 22: raftgate.v1.Command.set_placement:type_name -> raftgate.v1.SetPlacement
-	83,  // 23: raftgate.v1.Command.observe_config:type_name -> raftgate.v1.ObserveConfig
-	84,  // 24: raftgate.v1.Command.set_placement_policy:type_name -> raftgate.v1.SetPlacementPolicy
-	68,  // 25: raftgate.v1.Command.put_schedule:type_name -> raftgate.v1.PutSchedule
-	69,  // 26: raftgate.v1.Command.delete_schedule:type_name -> raftgate.v1.DeleteSchedule
-	70,  // 27: raftgate.v1.Command.pause_schedule:type_name -> raftgate.v1.PauseSchedule
-	71,  // 28: raftgate.v1.Command.trigger_schedule:type_name -> raftgate.v1.TriggerSchedule
-	72,  // 29: raftgate.v1.Command.schedule_tick:type_name -> raftgate.v1.ScheduleTick
-	77,  // 30: raftgate.v1.Command.callback_attempt:type_name -> raftgate.v1.CallbackAttempt
+	84,  // 22: raftgate.v1.Command.set_placement:type_name -> raftgate.v1.SetPlacement
+	85,  // 23: raftgate.v1.Command.observe_config:type_name -> raftgate.v1.ObserveConfig
+	86,  // 24: raftgate.v1.Command.set_placement_policy:type_name -> raftgate.v1.SetPlacementPolicy
+	70,  // 25: raftgate.v1.Command.put_schedule:type_name -> raftgate.v1.PutSchedule
+	71,  // 26: raftgate.v1.Command.delete_schedule:type_name -> raftgate.v1.DeleteSchedule
+	72,  // 27: raftgate.v1.Command.pause_schedule:type_name -> raftgate.v1.PauseSchedule
+	73,  // 28: raftgate.v1.Command.trigger_schedule:type_name -> raftgate.v1.TriggerSchedule
+	74,  // 29: raftgate.v1.Command.schedule_tick:type_name -> raftgate.v1.ScheduleTick
+	79,  // 30: raftgate.v1.Command.callback_attempt:type_name -> raftgate.v1.CallbackAttempt
 	36,  // 31: raftgate.v1.Command.put_rule:type_name -> raftgate.v1.PutRule
 	37,  // 32: raftgate.v1.Command.delete_rule:type_name -> raftgate.v1.DeleteRule
 	31,  // 33: raftgate.v1.Command.start:type_name -> raftgate.v1.Start
-	73,  // 34: raftgate.v1.Command.backfill_schedule:type_name -> raftgate.v1.BackfillSchedule
-	67,  // 35: raftgate.v1.Command.schedule_dispatched:type_name -> raftgate.v1.ScheduleDispatched
+	75,  // 34: raftgate.v1.Command.backfill_schedule:type_name -> raftgate.v1.BackfillSchedule
+	69,  // 35: raftgate.v1.Command.schedule_dispatched:type_name -> raftgate.v1.ScheduleDispatched
 	16,  // 36: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
 	18,  // 37: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
 	0,   // 38: raftgate.v1.Bulk.action:type_name -> raftgate.v1.BulkAction
@@ -7515,7 +7735,7 @@ var file_raftgate_proto_depIdxs = []int32{
 	17,  // 51: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
 	3,   // 52: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
 	18,  // 53: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
-	76,  // 54: raftgate.v1.InvocationRecord.callback:type_name -> raftgate.v1.CallbackState
+	78,  // 54: raftgate.v1.InvocationRecord.callback:type_name -> raftgate.v1.CallbackState
 	46,  // 55: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
 	47,  // 56: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
 	48,  // 57: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
@@ -7531,51 +7751,53 @@ var file_raftgate_proto_depIdxs = []int32{
 	57,  // 67: raftgate.v1.DispatchRequest.action:type_name -> raftgate.v1.InvocationAction
 	58,  // 68: raftgate.v1.DispatchRequest.bulk:type_name -> raftgate.v1.BulkRequest
 	59,  // 69: raftgate.v1.DispatchRequest.operation:type_name -> raftgate.v1.GetOperation
-	74,  // 70: raftgate.v1.DispatchRequest.schedule:type_name -> raftgate.v1.ScheduleRequest
+	76,  // 70: raftgate.v1.DispatchRequest.schedule:type_name -> raftgate.v1.ScheduleRequest
 	36,  // 71: raftgate.v1.DispatchRequest.put_rule:type_name -> raftgate.v1.PutRule
 	37,  // 72: raftgate.v1.DispatchRequest.delete_rule:type_name -> raftgate.v1.DeleteRule
-	49,  // 73: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
-	52,  // 74: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
-	54,  // 75: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
-	61,  // 76: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
-	43,  // 77: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
-	56,  // 78: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
-	63,  // 79: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
-	29,  // 80: raftgate.v1.DispatchResponse.operation:type_name -> raftgate.v1.Operation
-	75,  // 81: raftgate.v1.DispatchResponse.schedules:type_name -> raftgate.v1.ScheduleList
-	35,  // 82: raftgate.v1.DispatchResponse.rule:type_name -> raftgate.v1.Rule
-	17,  // 83: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
-	18,  // 84: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
-	42,  // 85: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
-	4,   // 86: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
-	42,  // 87: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
-	5,   // 88: raftgate.v1.InvocationAction.kind:type_name -> raftgate.v1.InvocationAction.Kind
-	0,   // 89: raftgate.v1.BulkRequest.action:type_name -> raftgate.v1.BulkAction
-	55,  // 90: raftgate.v1.BulkRequest.filter:type_name -> raftgate.v1.ListInvocations
-	6,   // 91: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
-	64,  // 92: raftgate.v1.ScheduleState.spec:type_name -> raftgate.v1.ScheduleSpec
-	65,  // 93: raftgate.v1.ScheduleState.dispatch:type_name -> raftgate.v1.ScheduleDispatch
-	64,  // 94: raftgate.v1.PutSchedule.spec:type_name -> raftgate.v1.ScheduleSpec
-	68,  // 95: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
-	69,  // 96: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
-	70,  // 97: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
-	71,  // 98: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
-	73,  // 99: raftgate.v1.ScheduleRequest.backfill:type_name -> raftgate.v1.BackfillSchedule
-	66,  // 100: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
-	7,   // 101: raftgate.v1.CallbackState.state:type_name -> raftgate.v1.CallbackState.State
-	8,   // 102: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
-	11,  // 103: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
-	46,  // 104: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
-	44,  // 105: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
-	10,  // 106: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
-	12,  // 107: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
-	47,  // 108: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
-	45,  // 109: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
-	106, // [106:110] is the sub-list for method output_type
-	102, // [102:106] is the sub-list for method input_type
-	102, // [102:102] is the sub-list for extension type_name
-	102, // [102:102] is the sub-list for extension extendee
-	0,   // [0:102] is the sub-list for field type_name
+	63,  // 73: raftgate.v1.DispatchRequest.backlog:type_name -> raftgate.v1.GetBacklog
+	49,  // 74: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
+	52,  // 75: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
+	54,  // 76: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
+	61,  // 77: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
+	43,  // 78: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
+	56,  // 79: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
+	65,  // 80: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
+	29,  // 81: raftgate.v1.DispatchResponse.operation:type_name -> raftgate.v1.Operation
+	77,  // 82: raftgate.v1.DispatchResponse.schedules:type_name -> raftgate.v1.ScheduleList
+	35,  // 83: raftgate.v1.DispatchResponse.rule:type_name -> raftgate.v1.Rule
+	64,  // 84: raftgate.v1.DispatchResponse.backlog:type_name -> raftgate.v1.ServiceBacklog
+	17,  // 85: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
+	18,  // 86: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
+	42,  // 87: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
+	4,   // 88: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
+	42,  // 89: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
+	5,   // 90: raftgate.v1.InvocationAction.kind:type_name -> raftgate.v1.InvocationAction.Kind
+	0,   // 91: raftgate.v1.BulkRequest.action:type_name -> raftgate.v1.BulkAction
+	55,  // 92: raftgate.v1.BulkRequest.filter:type_name -> raftgate.v1.ListInvocations
+	6,   // 93: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
+	66,  // 94: raftgate.v1.ScheduleState.spec:type_name -> raftgate.v1.ScheduleSpec
+	67,  // 95: raftgate.v1.ScheduleState.dispatch:type_name -> raftgate.v1.ScheduleDispatch
+	66,  // 96: raftgate.v1.PutSchedule.spec:type_name -> raftgate.v1.ScheduleSpec
+	70,  // 97: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
+	71,  // 98: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
+	72,  // 99: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
+	73,  // 100: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
+	75,  // 101: raftgate.v1.ScheduleRequest.backfill:type_name -> raftgate.v1.BackfillSchedule
+	68,  // 102: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
+	7,   // 103: raftgate.v1.CallbackState.state:type_name -> raftgate.v1.CallbackState.State
+	8,   // 104: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
+	11,  // 105: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
+	46,  // 106: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
+	44,  // 107: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
+	10,  // 108: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
+	12,  // 109: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
+	47,  // 110: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
+	45,  // 111: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
+	108, // [108:112] is the sub-list for method output_type
+	104, // [104:108] is the sub-list for method input_type
+	104, // [104:104] is the sub-list for extension type_name
+	104, // [104:104] is the sub-list for extension extendee
+	0,   // [0:104] is the sub-list for field type_name
 }
 
 func init() { file_raftgate_proto_init() }
@@ -7638,6 +7860,7 @@ func file_raftgate_proto_init() {
 		(*DispatchRequest_Schedule)(nil),
 		(*DispatchRequest_PutRule)(nil),
 		(*DispatchRequest_DeleteRule)(nil),
+		(*DispatchRequest_Backlog)(nil),
 	}
 	file_raftgate_proto_msgTypes[39].OneofWrappers = []any{
 		(*DispatchResponse_Appended)(nil),
@@ -7650,8 +7873,9 @@ func file_raftgate_proto_init() {
 		(*DispatchResponse_Operation)(nil),
 		(*DispatchResponse_Schedules)(nil),
 		(*DispatchResponse_Rule)(nil),
+		(*DispatchResponse_Backlog)(nil),
 	}
-	file_raftgate_proto_msgTypes[66].OneofWrappers = []any{
+	file_raftgate_proto_msgTypes[68].OneofWrappers = []any{
 		(*ScheduleRequest_Put)(nil),
 		(*ScheduleRequest_Delete)(nil),
 		(*ScheduleRequest_Pause)(nil),
@@ -7666,7 +7890,7 @@ func file_raftgate_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftgate_proto_rawDesc), len(file_raftgate_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   70,
+			NumMessages:   72,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
