@@ -1637,7 +1637,7 @@ type Invoke struct {
 	// The scope the invocation was sent in (POST /restate/scope/{scope}/…);
 	// empty when none. It selects the scope rules that apply to it.
 	Scope string `protobuf:"bytes,90,opt,name=scope,proto3" json:"scope,omitempty"`
-	// The send's x-raftgate-priority (partition.MinPriority..MaxPriority, 0
+	// The send's x-raftgate-priority (ingress.MinPriority..MaxPriority, 0
 	// by default): among deliveries held by a limit, the (service, key)
 	// groups whose next delivery has the highest priority are admitted
 	// first (partition/flow.go).
