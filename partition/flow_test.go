@@ -2,6 +2,7 @@ package partition
 
 import (
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -411,5 +412,33 @@ func TestFairGroupOfPriorities(t *testing.T) {
 	}
 	if plain("k", "", 5) != plain("k", "", 0) || plain("", "i", 5) != plain("", "i", 0) {
 		t.Fatal("a key's deliveries of different priorities are in different groups")
+	}
+}
+
+// A high-priority send goes before the low-priority ones that waited
+// longer for the same limit.
+func TestPriorityAdmittedFirst(t *testing.T) {
+	c, rs := limitedCluster(t, 1, &rpc.Service{Name: "limited", Limits: &rpc.Limits{Concurrency: 1}}, nil)
+	var mu sync.Mutex
+	var order []string
+	rs.answer = func(_ string, _ int, body []byte) (int, http.Header, []byte) {
+		mu.Lock()
+		order = append(order, string(body))
+		mu.Unlock()
+		return http.StatusOK, nil, nil
+	}
+	c.setLeader(0, false)
+	p := c.replicas[0].p
+	// One fairness group each: round robin alone would take the urgent
+	// one (key "z") last.
+	appendInvokes(t, p, 5, func(i int, inv *rpc.Invoke) { inv.IdempotencyKey = "k" + strconv.Itoa(i) })
+	testutil.WaitFor(t, 10*time.Second, "one under way", func() bool { n, _, _ := rs.inFlight(); return n == 1 })
+	appendInvokes(t, p, 1, func(_ int, inv *rpc.Invoke) { inv.Body, inv.Priority, inv.IdempotencyKey = []byte("urgent"), 10, "z" })
+	close(rs.block)
+	testutil.WaitFor(t, 20*time.Second, "all delivered", func() bool { return p.OutboxDepth() == 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(order) != 6 || order[1] != "urgent" {
+		t.Fatalf("delivered in the order %q, want the urgent one second (after the one under way)", order)
 	}
 }
