@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/raftgate/raftgate/internal/testutil"
 	"github.com/raftgate/raftgate/rpc"
 	bolt "go.etcd.io/bbolt"
@@ -25,7 +26,11 @@ func TestBacklogCounts(t *testing.T) {
 		"retrying": {Name: "retrying", Url: failing.srv.URL, Retry: &rpc.RetryPolicy{MaxAttempts: 100, InitialBackoffMs: hour, MaxBackoffMs: hour}},
 		"pausing":  {Name: "pausing", Url: failing.srv.URL, Retry: &rpc.RetryPolicy{MaxAttempts: 1, OnMaxAttempts: rpc.RetryPolicy_PAUSE}},
 	}
-	c := newFakeCluster(t, 1, func(_ int, cfg *Config) { cfg.Services = flowServices{staticServices: services} })
+	reg := prometheus.NewRegistry()
+	c := newFakeCluster(t, 1, func(_ int, cfg *Config) {
+		cfg.Services = flowServices{staticServices: services}
+		cfg.Registerer = reg
+	})
 	c.setLeader(0, false)
 	p := c.replicas[0].p
 	appendInvokes(t, p, 10, nil)
@@ -60,6 +65,32 @@ func TestBacklogCounts(t *testing.T) {
 	})
 	if bl := got["limited"]; bl.OldestWaitingDueUnixMs <= 0 || bl.OldestWaitingDueUnixMs > bl.AtUnixMs {
 		t.Fatalf("oldest waiting due at %d, counted at %d", bl.OldestWaitingDueUnixMs, bl.AtUnixMs)
+	}
+	// The gauges say the same (oldest: due at least 0 s ago).
+	gauges := map[string]float64{}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "service" {
+					gauges[f.GetName()+"/"+l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	for name, want := range map[string]float64{
+		"raftgate_service_in_flight/limited": 3, "raftgate_service_waiting_for_limit/limited": 7,
+		"raftgate_service_waiting_for_retry/retrying": 2, "raftgate_service_paused/pausing": 1,
+	} {
+		if got, ok := gauges[name]; !ok || got != want {
+			t.Errorf("%s = %v (reported: %v), want %v", name, got, ok, want)
+		}
+	}
+	if _, ok := gauges["raftgate_service_oldest_waiting_seconds/limited"]; !ok {
+		t.Error("no raftgate_service_oldest_waiting_seconds for limited")
 	}
 	list, err := p.List(ctxT(t), &rpc.ListInvocations{Service: "limited"})
 	if err != nil {
