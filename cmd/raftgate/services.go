@@ -120,6 +120,9 @@ func newServicesCmd(env cliEnv) *cobra.Command {
 				fmt.Fprintf(tw, "handler %s\t%s\n", name, line)
 			}
 			fmt.Fprintf(tw, "updated\t%s\n", dash(v.UpdatedAt))
+			if v.BacklogError != "" {
+				fmt.Fprintf(tw, "backlog\tunavailable: %s\n", v.BacklogError)
+			}
 			if b := v.Backlog; b != nil {
 				fmt.Fprintf(tw, "in flight\t%d\nwaiting for limit\t%d\nwaiting for retry\t%d\npaused\t%d\noldest waiting\t%s\n",
 					b.InFlight, b.WaitingForLimit, b.WaitingForRetry, b.Paused, b.OldestWaitingAge)

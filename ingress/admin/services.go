@@ -59,8 +59,11 @@ type ServiceView struct {
 	Limits            *LimitsView `json:"limits,omitempty"`
 	PerKeyConcurrency uint32      `json:"perKeyConcurrency,omitempty"`
 	// Backlog is where the service's deliveries are, summed over the
-	// partitions (GET /services/{name} alone).
-	Backlog *BacklogView `json:"backlog,omitempty"`
+	// partitions (GET /services/{name} alone). When some partition's
+	// leader did not answer, BacklogError says why instead: the
+	// registration is still shown.
+	Backlog      *BacklogView `json:"backlog,omitempty"`
+	BacklogError string       `json:"backlogError,omitempty"`
 }
 
 // BacklogView is a service's backlog over every partition, as their
@@ -282,18 +285,18 @@ func (s *server) getService(w http.ResponseWriter, r *http.Request) {
 	}
 	v := s.serviceView(svc)
 	if s.cfg.Backlogs != nil {
-		bl, err := s.backlog(r, name)
-		if err != nil {
-			s.writeCallError(w, r, fmt.Sprintf("backlog of service %q", name), err)
-			return
+		if bl, err := s.backlog(r, name); err != nil {
+			v.BacklogError = err.Error()
+		} else {
+			v.Backlog = bl
 		}
-		v.Backlog = bl
 	}
 	writeJSON(w, http.StatusOK, v)
 }
 
 // backlog asks every partition's leader at once and sums their answers;
 // one failure fails all (a sum with a partition missing would look whole).
+// A node older than backlogs answers them as invalid.
 func (s *server) backlog(r *http.Request, service string) (*BacklogView, error) {
 	ctx, cancel := s.callContext(r)
 	defer cancel()

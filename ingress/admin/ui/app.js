@@ -467,7 +467,7 @@ async function loadServices() {
   for (const s of l.services) {
     api("GET", "/services/" + encodeURIComponent(s.name)).then(v => {
       const cell = document.querySelector(`td[data-backlog="${CSS.escape(s.name)}"]`);
-      if (cell) cell.textContent = backlogText(v.backlog);
+      if (cell) cell.textContent = v.backlogError ? "unavailable: " + v.backlogError : backlogText(v.backlog);
     }, () => {});
   }
 }
