@@ -243,15 +243,16 @@ func (iv *invoker) holderOf(l limited, counts, busy map[string]int, nodeFull boo
 // fairQueue admits waiting items across groups, in order within a group:
 // the groups whose head has the highest priority first, round robin among
 // equals starting after the group served last (last persists across scans
-// in the invoker). Deterministic: groups go in sorted order.
+// in the invoker). Each group is listed in the level of its head's
+// priority, so an admission costs a pass over one level's groups, as
+// without priorities. Deterministic: a level's groups go in sorted order.
 type fairQueue[T any] struct {
-	groups  []string // sorted
 	items   map[string][]prioritized[T]
 	blocked map[string]bool
-	// mixed: the items do not all have the same priority.
-	mixed bool
-	first int32
-	n     int
+	levels  map[int32][]string // sorted: the groups listed at a priority
+	listed  map[string]int32   // the level each group is listed at
+	prios   []int32            // the levels, highest first
+	n       int
 }
 
 type prioritized[T any] struct {
@@ -260,30 +261,45 @@ type prioritized[T any] struct {
 }
 
 func newFairQueue[T any]() *fairQueue[T] {
-	return &fairQueue[T]{items: make(map[string][]prioritized[T]), blocked: make(map[string]bool)}
+	return &fairQueue[T]{items: make(map[string][]prioritized[T]), blocked: make(map[string]bool),
+		levels: make(map[int32][]string), listed: make(map[string]int32)}
 }
 
 func (q *fairQueue[T]) push(group string, prio int32, item T) {
-	if _, ok := q.items[group]; !ok {
-		i, _ := slices.BinarySearch(q.groups, group)
-		q.groups = slices.Insert(q.groups, i, group)
+	if len(q.items[group]) == 0 {
+		q.list(group, prio) // a new head
 	}
-	if q.n == 0 {
-		q.first = prio
-	} else if prio != q.first {
-		q.mixed = true
-	}
-	q.n++
 	q.items[group] = append(q.items[group], prioritized[T]{prio, item})
+	q.n++
+}
+
+// list moves group to level prio.
+func (q *fairQueue[T]) list(group string, prio int32) {
+	if at, ok := q.listed[group]; ok {
+		if at == prio {
+			return
+		}
+		lv := q.levels[at]
+		i, _ := slices.BinarySearch(lv, group)
+		q.levels[at] = slices.Delete(lv, i, i+1)
+	}
+	lv, ok := q.levels[prio]
+	if !ok {
+		i, _ := slices.BinarySearchFunc(q.prios, prio, func(a, b int32) int { return cmp.Compare(b, a) })
+		q.prios = slices.Insert(q.prios, i, prio)
+	}
+	i, _ := slices.BinarySearch(lv, group)
+	q.levels[prio] = slices.Insert(lv, i, group)
+	q.listed[group] = prio
 }
 
 // len returns the items waiting.
 func (q *fairQueue[T]) len() int { return q.n }
 
-// each calls fn with every item waiting.
+// each calls fn with every item waiting, in no particular order.
 func (q *fairQueue[T]) each(fn func(T)) {
-	for _, g := range q.groups {
-		for _, it := range q.items[g] {
+	for _, items := range q.items {
+		for _, it := range items {
 			fn(it.item)
 		}
 	}
@@ -292,59 +308,35 @@ func (q *fairQueue[T]) each(fn func(T)) {
 // next returns the head of the first group after *last (wrapping), of the
 // highest priority among the heads, that admit accepts, and makes it
 // *last. A group whose head admit refuses is passed over until the queue
-// is built again, so its order holds. With one priority it costs one pass
-// over the groups, with several a sort of them.
+// is built again, so its order holds.
 func (q *fairQueue[T]) next(last *string, admit func(T) bool) (T, bool) {
-	n := len(q.groups)
-	start, found := slices.BinarySearch(q.groups, *last)
-	if found {
-		start++
-	}
-	if !q.mixed {
-		for i := range n {
-			if g := q.groups[(start+i)%n]; q.try(g, last, admit) {
-				return q.pop(g), true
+	for _, p := range q.prios {
+		lv := q.levels[p]
+		start, found := slices.BinarySearch(lv, *last)
+		if found {
+			start++
+		}
+		for i := range len(lv) {
+			g := lv[(start+i)%len(lv)]
+			items := q.items[g]
+			if len(items) == 0 || q.blocked[g] {
+				continue
 			}
-		}
-		var zero T
-		return zero, false
-	}
-	order := make([]string, 0, n) // the groups still eligible, in turn
-	for i := range n {
-		if g := q.groups[(start+i)%n]; len(q.items[g]) > 0 && !q.blocked[g] {
-			order = append(order, g)
-		}
-	}
-	slices.SortStableFunc(order, func(a, b string) int { return cmp.Compare(q.items[b][0].prio, q.items[a][0].prio) })
-	for _, g := range order {
-		if q.try(g, last, admit) {
-			return q.pop(g), true
+			if !admit(items[0].item) {
+				q.blocked[g] = true
+				continue
+			}
+			*last = g
+			q.items[g] = items[1:]
+			q.n--
+			if len(items) > 1 {
+				q.list(g, items[1].prio) // its next head's level
+			}
+			return items[0].item, true
 		}
 	}
 	var zero T
 	return zero, false
-}
-
-// try reports whether g's head is there and admitted, and makes g *last
-// if so; a refused head blocks g.
-func (q *fairQueue[T]) try(g string, last *string, admit func(T) bool) bool {
-	items := q.items[g]
-	if len(items) == 0 || q.blocked[g] {
-		return false
-	}
-	if !admit(items[0].item) {
-		q.blocked[g] = true
-		return false
-	}
-	*last = g
-	return true
-}
-
-func (q *fairQueue[T]) pop(g string) T {
-	items := q.items[g]
-	q.items[g] = items[1:]
-	q.n--
-	return items[0].item
 }
 
 // proposeStart marks rec's delivery under way until until and waits for
