@@ -102,6 +102,10 @@ func (h *Handler) invokeChecked(w http.ResponseWriter, r *http.Request, rt route
 	if e != nil {
 		return h.writeError(w, e)
 	}
+	prio, e := priority(r.Header)
+	if e != nil {
+		return h.writeError(w, e)
+	}
 
 	// The id and the request id are fixed before the first attempt, so that
 	// every retry inside the cluster is the same request.
@@ -137,6 +141,7 @@ func (h *Handler) invokeChecked(w http.ResponseWriter, r *http.Request, rt route
 		CallbackUrl:            cbURL,
 		RejectReusedKey:        key != "" && (h.cfg.RejectReusedIdempotencyKeys || svc.GetRejectReusedIdempotencyKeys()),
 		Scope:                  rt.scope,
+		Priority:               prio,
 	}
 	if hasDelay {
 		// Even ?delay=0s: the answer then carries executionTime (the

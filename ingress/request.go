@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,6 +52,29 @@ func callbackURL(h http.Header, allow callback.Allow, svc *rpc.Service) (string,
 		return "", errBadRequest("bad header x-raftgate-callback: " + err.Error())
 	}
 	return vals[0], nil
+}
+
+// Bounds of x-raftgate-priority.
+const (
+	MinPriority = -100
+	MaxPriority = 100
+)
+
+// priority is the request's x-raftgate-priority: an integer from
+// MinPriority to MaxPriority, 0 when absent.
+func priority(h http.Header) (int32, *apiError) {
+	vals := h.Values("x-raftgate-priority")
+	switch {
+	case len(vals) == 0:
+		return 0, nil
+	case len(vals) > 1:
+		return 0, errBadRequest("bad header x-raftgate-priority: given more than once")
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(vals[0]))
+	if err != nil || n < MinPriority || n > MaxPriority {
+		return 0, errBadRequest(fmt.Sprintf("bad header x-raftgate-priority: %q is not an integer from %d to %d", vals[0], MinPriority, MaxPriority))
+	}
+	return int32(n), nil
 }
 
 // queryValue returns the value of the first query parameter named name

@@ -62,6 +62,7 @@ func stampedInvokeCmd(inv *rpc.Invoke, proposedAtUnixMs int64) *rpc.Command {
 	c.ScheduledAtUnixMs = inv.ScheduledAtUnixMs
 	c.CallbackUrl = inv.CallbackUrl
 	c.Scope = inv.Scope
+	c.Priority = inv.Priority
 	if inv.DelayMs != nil {
 		b.delay = *inv.DelayMs
 		c.DelayMs = &b.delay

@@ -31,6 +31,8 @@ func TestStampedInvokeCopiesEveryField(t *testing.T) {
 			m.Set(fd, protoreflect.ValueOfBool(true))
 		case fd.Kind() == protoreflect.Int64Kind:
 			m.Set(fd, protoreflect.ValueOfInt64(int64(fd.Number())))
+		case fd.Kind() == protoreflect.Int32Kind:
+			m.Set(fd, protoreflect.ValueOfInt32(-int32(fd.Number()))) // negative: a sign-extended varint
 		case fd.Kind() == protoreflect.Uint64Kind:
 			m.Set(fd, protoreflect.ValueOfUint64(uint64(fd.Number())))
 		default:

@@ -54,6 +54,7 @@ const (
 	invokeScheduledAt     = 61
 	invokeCallbackURL     = 80
 	invokeScope           = 90
+	invokePriority        = 91
 
 	completeInvocationID = 1
 	completeResult       = 2
@@ -329,6 +330,8 @@ func decodeInvoke(data []byte, box *invokeBox, buf []byte) ([]byte, bool) {
 			inv.ServiceRegisteredIndex = f.varint
 		case f.is(protowire.VarintType, invokeScheduledAt):
 			inv.ScheduledAtUnixMs = int64(f.varint)
+		case f.is(protowire.VarintType, invokePriority):
+			inv.Priority = int32(f.varint)
 		case f.is(protowire.VarintType, invokeDelay):
 			box.delay = int64(f.varint)
 			inv.DelayMs = &box.delay

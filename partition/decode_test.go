@@ -33,7 +33,7 @@ func randomInvoke(r *rand.Rand, withHeaders bool) *rpc.Invoke {
 	inv := &rpc.Invoke{
 		InvocationId: bs(), RequestId: bs(), Body: bs(),
 		Service: str(), Handler: str(), ContentType: str(), IdempotencyKey: str(), Key: str(),
-		ScheduleId: str(), CallbackUrl: str(), Scope: str(), ScheduledAtUnixMs: r.Int64N(1 << 40),
+		ScheduleId: str(), CallbackUrl: str(), Scope: str(), ScheduledAtUnixMs: r.Int64N(1 << 40), Priority: r.Int32N(201) - 100,
 		ProposedAtUnixMs: r.Int64() - r.Int64(), NotBeforeUnixMs: r.Int64N(1 << 40), Exclusive: r.IntN(2) == 0,
 		RejectReusedKey: r.IntN(2) == 0,
 	}
@@ -275,7 +275,7 @@ func TestDecodeInvokeKnowsEveryField(t *testing.T) {
 		invokeBody: true, invokeContentType: true, invokeIdempotencyKey: true, invokeProposerTerm: true,
 		invokeProposedAt: true, invokeNotBefore: true, invokeKey: true, invokeExclusive: true,
 		invokeRegisteredAt: true, invokeDelay: true, invokeScheduleID: true, invokeScheduledAt: true, invokeCallbackURL: true,
-		invokeRejectReusedKey: true, invokeBodyDigest: true, invokeScope: true,
+		invokeRejectReusedKey: true, invokeBodyDigest: true, invokeScope: true, invokePriority: true,
 	}
 	const headers = 7 // repeated messages: left to proto.Unmarshal
 	fields := (&rpc.Invoke{}).ProtoReflect().Descriptor().Fields()

@@ -144,7 +144,8 @@
 //     (at most Invoker.Concurrency per partition and ServiceConcurrency per
 //     service, and within the registered flow control, flow.go), calls the service and proposes Complete or AttemptFailed
 //     (Admit for a due delayed exclusive invocation); the reservation ends
-//     when that command applies. A scan starts after the deliveries an
+//     when that command applies. Backlog (backlog.go) counts a service's
+//     deliveries from the outbox and those reservations. A scan starts after the deliveries an
 //     earlier one found under way at the head of the queue; a delivery
 //     queued before that point, or a reservation released without an
 //     outcome, makes the next one read from there again (invoker.from).

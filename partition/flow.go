@@ -1,8 +1,10 @@
 package partition
 
 import (
+	"cmp"
 	"context"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/raftgate/raftgate/outbox"
@@ -38,8 +40,17 @@ import (
 //     term, so a leader change never adds a burst.
 //   - Fairness: due deliveries held by a limit wait in a fairQueue grouped
 //     by (service, key), the key being the object key, else the
-//     idempotency key (those with neither share one group), and are
-//     admitted round robin across groups, in order within a group.
+//     idempotency key (those with neither share one group per priority),
+//     and are admitted round robin across groups, in order within a group.
+//   - Priority (Invoke.priority, x-raftgate-priority): a group's priority
+//     is its next delivery's; the groups of the highest priority are
+//     admitted first, round robin among equals. Order within a group
+//     holds, so a high-priority delivery behind a low-priority one of its
+//     key waits for it. Deliveries of services without limits are not
+//     held, so priority does not reorder them.
+//   - heldBy: the scan notes, for each delivery it left waiting, the limit
+//     it found full (holderOf), as the leader's soft state for listings;
+//     the next scan replaces it.
 
 // FlowRules is what the invoker needs to enforce flow control, an optional
 // interface of Config.Services (registry.InvokerLookup implements it);
@@ -97,41 +108,59 @@ func share(n uint32, parts, p uint32) int {
 type demand struct {
 	counter string // what it counts against
 	limit   int    // this partition's share
+	name    string // the limit as heldBy names it
 }
+
+// The limits as heldBy names them (docs/api.md); a scope rule's name is
+// "scope rule " and its pattern.
+const (
+	heldByService     = "service concurrency"
+	heldByHandler     = "handler concurrency"
+	heldByPerKey      = "perKeyConcurrency"
+	heldByServiceRate = "service rate"
+	heldByHandlerRate = "handler rate"
+	// heldByNode: the node's own caps (--concurrency per partition and
+	// per service) are full.
+	heldByNode = "node concurrency"
+	// heldByKeyOrder: no limit is full for it, but an earlier delivery of
+	// its (service, key) group waits.
+	heldByKeyOrder = "key order"
+)
 
 // flowOf returns the concurrency limits that hold rec (nil: none) and the
 // token buckets it takes from.
 func (iv *invoker) flowOf(svc *rpc.Service, rule *rpc.Rule, rec *rpc.InvocationRecord) (ds []demand, buckets []bucketSpec) {
 	inv := rec.Invoke
 	parts, p := iv.p.cfg.Partitions, iv.p.cfg.Partition
-	add := func(counter string, l *rpc.Limits) {
+	add := func(counter string, l *rpc.Limits, name, rateName string) {
 		if l.GetConcurrency() > 0 {
-			ds = append(ds, demand{counter: counter, limit: share(l.GetConcurrency(), parts, p)})
+			ds = append(ds, demand{counter: counter, limit: share(l.GetConcurrency(), parts, p), name: name})
 		}
 		if r := l.GetRatePerSecond(); r > 0 {
-			buckets = append(buckets, bucketSpec{name: counter, rate: r / float64(max(parts, 1)), burst: share(l.GetBurst(), parts, p)})
+			buckets = append(buckets, bucketSpec{name: counter, rate: r / float64(max(parts, 1)), burst: share(l.GetBurst(), parts, p), heldBy: rateName})
 		}
 	}
-	add("s\x00"+inv.Service, svc.GetLimits())
+	add("s\x00"+inv.Service, svc.GetLimits(), heldByService, heldByServiceRate)
 	for _, hc := range svc.GetHandlerConfig() {
 		if hc.GetHandler() == inv.Handler {
-			add("h\x00"+inv.Service+"\x00"+inv.Handler, hc.GetLimits())
+			add("h\x00"+inv.Service+"\x00"+inv.Handler, hc.GetLimits(), heldByHandler, heldByHandlerRate)
 		}
 	}
 	if rule != nil && rule.Concurrency > 0 {
-		ds = append(ds, demand{counter: "r\x00" + inv.Scope, limit: share(rule.Concurrency, parts, p)})
+		ds = append(ds, demand{counter: "r\x00" + inv.Scope, limit: share(rule.Concurrency, parts, p), name: "scope rule " + rule.Pattern})
 	}
 	if n := svc.GetPerKeyConcurrency(); n > 0 && inv.Key != "" && !inv.Exclusive {
-		ds = append(ds, demand{counter: "k\x00" + inv.Service + "\x00" + inv.Key, limit: int(n)})
+		ds = append(ds, demand{counter: "k\x00" + inv.Service + "\x00" + inv.Key, limit: int(n), name: heldByPerKey})
 	}
 	return ds, buckets
 }
 
 // bucketSpec is a token bucket a delivery takes a token from.
 type bucketSpec struct {
-	name  string
-	rate  float64
-	burst int
+	name   string
+	rate   float64
+	burst  int
+	heldBy string
 }
 
 // bucket returns the leader's token bucket of spec, created empty.
@@ -178,66 +207,133 @@ type limited struct {
 }
 
 // fairGroup is the fairness group of a delivery: its service and key.
+// Deliveries with no key have no order to keep: they group by priority,
+// so that a high-priority one does not wait behind low-priority ones.
 func fairGroup(inv *rpc.Invoke) string {
 	k := inv.Key
 	if k == "" {
 		k = inv.IdempotencyKey
 	}
+	if k == "" && inv.Priority != 0 {
+		return inv.Service + "\x00\x00" + strconv.Itoa(int(inv.Priority))
+	}
 	return inv.Service + "\x00" + k
 }
 
-// fairQueue admits waiting items round robin across groups, in order
-// within a group, starting after the group served last (last persists
-// across scans in the invoker). Deterministic: groups go in sorted order.
+// holderOf names the limit that holds l after the scan's admissions:
+// the first full concurrency limit, else the node's caps, else an empty
+// token bucket, else the order of its group.
+func (iv *invoker) holderOf(l limited, counts, busy map[string]int, nodeFull bool, now time.Time) string {
+	for _, d := range l.demands {
+		if counts[d.counter] >= d.limit {
+			return d.name
+		}
+	}
+	if nodeFull || busy[l.rec.Invoke.Service] >= iv.cfg.ServiceConcurrency {
+		return heldByNode
+	}
+	for _, b := range l.buckets {
+		if iv.bucket(b, now).TokensAt(now) < 1 {
+			return b.heldBy
+		}
+	}
+	return heldByKeyOrder
+}
+
+// fairQueue admits waiting items across groups, in order within a group:
+// the groups whose head has the highest priority first, round robin among
+// equals starting after the group served last (last persists across scans
+// in the invoker). Each group is listed in the level of its head's
+// priority, so an admission costs a pass over one level's groups, as
+// without priorities. Deterministic: a level's groups go in sorted order.
 type fairQueue[T any] struct {
-	groups  []string // sorted
-	items   map[string][]T
+	items   map[string][]prioritized[T]
 	blocked map[string]bool
+	levels  map[int32][]string // sorted: the groups listed at a priority
+	listed  map[string]int32   // the level each group is listed at
+	prios   []int32            // the levels, highest first
+	n       int
+}
+
+type prioritized[T any] struct {
+	prio int32
+	item T
 }
 
 func newFairQueue[T any]() *fairQueue[T] {
-	return &fairQueue[T]{items: make(map[string][]T), blocked: make(map[string]bool)}
+	return &fairQueue[T]{items: make(map[string][]prioritized[T]), blocked: make(map[string]bool),
+		levels: make(map[int32][]string), listed: make(map[string]int32)}
 }
 
-func (q *fairQueue[T]) push(group string, item T) {
-	if _, ok := q.items[group]; !ok {
-		i, _ := slices.BinarySearch(q.groups, group)
-		q.groups = slices.Insert(q.groups, i, group)
+func (q *fairQueue[T]) push(group string, prio int32, item T) {
+	if len(q.items[group]) == 0 {
+		q.list(group, prio) // a new head
 	}
-	q.items[group] = append(q.items[group], item)
+	q.items[group] = append(q.items[group], prioritized[T]{prio, item})
+	q.n++
+}
+
+// list moves group to level prio.
+func (q *fairQueue[T]) list(group string, prio int32) {
+	if at, ok := q.listed[group]; ok {
+		if at == prio {
+			return
+		}
+		lv := q.levels[at]
+		i, _ := slices.BinarySearch(lv, group)
+		q.levels[at] = slices.Delete(lv, i, i+1)
+	}
+	lv, ok := q.levels[prio]
+	if !ok {
+		i, _ := slices.BinarySearchFunc(q.prios, prio, func(a, b int32) int { return cmp.Compare(b, a) })
+		q.prios = slices.Insert(q.prios, i, prio)
+	}
+	i, _ := slices.BinarySearch(lv, group)
+	q.levels[prio] = slices.Insert(lv, i, group)
+	q.listed[group] = prio
 }
 
 // len returns the items waiting.
-func (q *fairQueue[T]) len() int {
-	n := 0
-	for _, it := range q.items {
-		n += len(it)
+func (q *fairQueue[T]) len() int { return q.n }
+
+// each calls fn with every item waiting, in no particular order.
+func (q *fairQueue[T]) each(fn func(T)) {
+	for _, items := range q.items {
+		for _, it := range items {
+			fn(it.item)
+		}
 	}
-	return n
 }
 
-// next returns the head of the first group after *last (wrapping) that
-// admit accepts, and makes it *last. A group whose head admit refuses is
-// passed over until the queue is built again, so its order holds.
+// next returns the head of the first group after *last (wrapping), of the
+// highest priority among the heads, that admit accepts, and makes it
+// *last. A group whose head admit refuses is passed over until the queue
+// is built again, so its order holds.
 func (q *fairQueue[T]) next(last *string, admit func(T) bool) (T, bool) {
-	n := len(q.groups)
-	start, found := slices.BinarySearch(q.groups, *last)
-	if found {
-		start++
-	}
-	for i := range n {
-		g := q.groups[(start+i)%n]
-		items := q.items[g]
-		if len(items) == 0 || q.blocked[g] {
-			continue
+	for _, p := range q.prios {
+		lv := q.levels[p]
+		start, found := slices.BinarySearch(lv, *last)
+		if found {
+			start++
 		}
-		if !admit(items[0]) {
-			q.blocked[g] = true
-			continue
+		for i := range len(lv) {
+			g := lv[(start+i)%len(lv)]
+			items := q.items[g]
+			if len(items) == 0 || q.blocked[g] {
+				continue
+			}
+			if !admit(items[0].item) {
+				q.blocked[g] = true
+				continue
+			}
+			*last = g
+			q.items[g] = items[1:]
+			q.n--
+			if len(items) > 1 {
+				q.list(g, items[1].prio) // its next head's level
+			}
+			return items[0].item, true
 		}
-		q.items[g] = items[1:]
-		*last = g
-		return items[0], true
 	}
 	var zero T
 	return zero, false

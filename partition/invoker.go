@@ -61,6 +61,9 @@ type invoker struct {
 	holding  map[string][]string
 	held     map[string]heldMark
 	starting map[string]startWait
+	// heldBy names, for each delivery the last scan left waiting for a
+	// limit, the limit it found full (flow.go). Guarded by mu.
+	heldBy map[string]string
 	// buckets are the leader's token buckets and fairLast the fairness
 	// group admitted last (flow.go); used by scan alone.
 	buckets  map[string]*rate.Limiter
@@ -101,6 +104,7 @@ func (iv *invoker) reset() {
 	iv.holding = make(map[string][]string)
 	iv.held = make(map[string]heldMark)
 	iv.starting = make(map[string]startWait)
+	iv.heldBy = nil
 	iv.buckets = make(map[string]*rate.Limiter)
 	iv.fairLast = ""
 	iv.from, iv.scanning, iv.lowered, iv.low = nil, false, false, nil
@@ -184,6 +188,13 @@ func (iv *invoker) isDelivering(id []byte) bool {
 	defer iv.mu.Unlock()
 	_, ok := iv.delivering[string(id)]
 	return ok
+}
+
+// heldByOf names the limit that held id at the last scan ("": none).
+func (iv *invoker) heldByOf(id []byte) string {
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	return iv.heldBy[string(id)]
 }
 
 func (iv *invoker) reserved(id []byte) bool {
@@ -313,6 +324,7 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 		}
 	}
 	var recs []*rpc.InvocationRecord
+	var heldBy map[string]string
 	resume := start // where the next scan may start
 	err := iv.p.log.View(func(b *bolt.Bucket) error {
 		scanned := 0
@@ -368,7 +380,7 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 					if found && rec.State == rpc.InvocationRecord_PENDING {
 						if ds, bs := iv.flowOf(svc, rule, rec); len(ds)+len(bs) > 0 {
 							prefix = false
-							waiting.push(fairGroup(rec.Invoke), limited{rec: rec, demands: ds, buckets: bs})
+							waiting.push(fairGroup(rec.Invoke), rec.Invoke.Priority, limited{rec: rec, demands: ds, buckets: bs})
 							return true
 						}
 					}
@@ -422,6 +434,13 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 			lpicks = append(lpicks, l)
 		}
 		iv.p.metrics.waitingForLimit(waiting.len())
+		nodeFull := len(picks)+len(lpicks) >= free
+		waiting.each(func(l limited) {
+			if heldBy == nil {
+				heldBy = make(map[string]string, waiting.len())
+			}
+			heldBy[string(l.rec.Invoke.InvocationId)] = iv.holderOf(l, counts, busy, nodeFull, clock)
+		})
 		for _, e := range picks {
 			rec, found, err := getRecord(b, e.ID)
 			if err != nil {
@@ -450,6 +469,7 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 		resume = lowerKey(resume, iv.low)
 	}
 	iv.from = resume
+	iv.heldBy = heldBy
 	for _, h := range newHeld {
 		if _, ok := iv.done[h.id]; !ok {
 			iv.held[h.id] = h.heldMark

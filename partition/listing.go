@@ -109,7 +109,7 @@ func (p *Processor) List(ctx context.Context, req *rpc.ListInvocations) (*rpc.In
 	var out *rpc.InvocationList
 	err := p.log.View(func(b *bolt.Bucket) error {
 		var err error
-		out, err = listInvocations(b, req, p.invoker.isDelivering)
+		out, err = listInvocations(b, req, p.invoker)
 		return err
 	})
 	if err != nil {
@@ -120,8 +120,8 @@ func (p *Processor) List(ctx context.Context, req *rpc.ListInvocations) (*rpc.In
 
 // listInvocations walks the listing index backwards from req's start,
 // filtering, until it has req.Limit records or looked at req.MaxScan
-// entries. running tells pending records being delivered.
-func listInvocations(b *bolt.Bucket, req *rpc.ListInvocations, running func(id []byte) bool) (*rpc.InvocationList, error) {
+// entries. live tells pending records being delivered or held.
+func listInvocations(b *bolt.Bucket, req *rpc.ListInvocations, live liveView) (*rpc.InvocationList, error) {
 	limit := clampDefault(req.GetLimit(), DefaultListLimit, MaxListLimit)
 	maxScan := clampDefault(req.GetMaxScan(), DefaultListScan, MaxListScan)
 	out := &rpc.InvocationList{}
@@ -164,7 +164,7 @@ func listInvocations(b *bolt.Bucket, req *rpc.ListInvocations, running func(id [
 			// indexed leaves such an entry: nothing to list.
 			continue
 		}
-		ok, err := matches(b, rec, req, running)
+		ok, err := matches(b, rec, req, live)
 		if err != nil {
 			return nil, err
 		}
@@ -178,9 +178,31 @@ func listInvocations(b *bolt.Bucket, req *rpc.ListInvocations, running func(id [
 	return out, nil
 }
 
+// liveView is what the leader's invoker knows of pending invocations
+// beyond state.
+type liveView interface {
+	isDelivering(id []byte) bool
+	heldByOf(id []byte) string
+}
+
+// showLive marks a pending rec RUNNING while it is delivered, else names
+// the limit that holds it.
+func showLive(rec *rpc.InvocationRecord, live liveView) {
+	if rec.State != rpc.InvocationRecord_PENDING {
+		return
+	}
+	id := rec.Invoke.GetInvocationId()
+	if live.isDelivering(id) {
+		rec.State = rpc.InvocationRecord_RUNNING
+	} else {
+		rec.HeldBy = live.heldByOf(id)
+	}
+}
+
 // matches applies req's filters to rec and, when it matches, fills in
-// what a listing shows: the running state and the result without bodies.
-func matches(b *bolt.Bucket, rec *rpc.InvocationRecord, req *rpc.ListInvocations, running func(id []byte) bool) (bool, error) {
+// what a listing shows: the running state or the limit holding it, and
+// the result without bodies.
+func matches(b *bolt.Bucket, rec *rpc.InvocationRecord, req *rpc.ListInvocations, live liveView) (bool, error) {
 	inv := rec.Invoke
 	if (req.GetService() != "" && inv.GetService() != req.GetService()) ||
 		(req.GetHandler() != "" && inv.GetHandler() != req.GetHandler()) ||
@@ -188,9 +210,7 @@ func matches(b *bolt.Bucket, rec *rpc.InvocationRecord, req *rpc.ListInvocations
 		(req.GetKey() != "" && inv.GetKey() != req.GetKey()) {
 		return false, nil
 	}
-	if rec.State == rpc.InvocationRecord_PENDING && running(inv.GetInvocationId()) {
-		rec.State = rpc.InvocationRecord_RUNNING
-	}
+	showLive(rec, live)
 	want := req.GetStatus()
 	switch want {
 	case rpc.ListInvocations_PENDING:

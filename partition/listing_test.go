@@ -94,7 +94,7 @@ func listPage(tb testing.TB, db *bolt.DB, req *rpc.ListInvocations) *rpc.Invocat
 	var out *rpc.InvocationList
 	if err := db.View(func(tx *bolt.Tx) error {
 		var err error
-		out, err = listInvocations(tx.Bucket(stateBucket), req, func([]byte) bool { return false })
+		out, err = listInvocations(tx.Bucket(stateBucket), req, idleInvoker{})
 		return err
 	}); err != nil {
 		tb.Fatal(err)
@@ -370,3 +370,9 @@ func TestListingByObjectKey(t *testing.T) {
 		t.Fatalf("key carol listed %d records, want none", len(page.Records))
 	}
 }
+
+// idleInvoker is a liveView with nothing delivered or held.
+type idleInvoker struct{}
+
+func (idleInvoker) isDelivering([]byte) bool { return false }
+func (idleInvoker) heldByOf([]byte) string   { return "" }

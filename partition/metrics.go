@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/raftgate/raftgate/outbox"
+	"github.com/raftgate/raftgate/rpc"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -94,6 +95,7 @@ func newMetrics(reg prometheus.Registerer, partition uint32, p *Processor) (*met
 		pausedCollector{p: p, desc: prometheus.NewDesc("raftgate_partition_invocations_paused",
 			"Invocations paused (retries exhausted with onMaxAttempts pause, or an operator's pause), waiting for an operator, by service. Every replica holds the same.",
 			[]string{"service"}, labels)},
+		newBacklogCollector(p, labels),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "raftgate_partition_attach_waiters", Help: "Attach long-polls waiting for a result.", ConstLabels: labels,
 		}, func() float64 { return float64(p.attach.Len()) }),
@@ -190,5 +192,70 @@ func (c pausedCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for service, n := range counts {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), service)
+	}
+}
+
+// backlogCollector reports each service's backlog in the partition
+// (backlog.go), read at scrape time on the leader alone (followers do not
+// know what is reserved): one bounded outbox walk for every service.
+type backlogCollector struct {
+	p                                                 *Processor
+	inFlight, forLimit, forRetry, paused, oldestWaits *prometheus.Desc
+}
+
+func newBacklogCollector(p *Processor, labels prometheus.Labels) backlogCollector {
+	desc := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help+" (backlog.go; the partition's leader alone reports it).", []string{"service"}, labels)
+	}
+	return backlogCollector{p: p,
+		inFlight: desc("raftgate_service_in_flight", "Deliveries of the service under way"),
+		forLimit: desc("raftgate_service_waiting_for_limit", "Due deliveries of the service not started, held by a limit"),
+		forRetry: desc("raftgate_service_waiting_for_retry", "Deliveries of the service waiting for their next attempt"),
+		paused:   desc("raftgate_service_paused", "Paused invocations of the service"),
+		oldestWaits: desc("raftgate_service_oldest_waiting_seconds",
+			"How long the service's longest-waiting due delivery has been due (0: none waits)"),
+	}
+}
+
+func (c backlogCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.inFlight, c.forLimit, c.forRetry, c.paused, c.oldestWaits} {
+		ch <- d
+	}
+}
+
+func (c backlogCollector) Collect(ch chan<- prometheus.Metric) {
+	if leading, _, _ := c.p.tracker.Leadership(); !leading || !c.p.isStarted() {
+		return
+	}
+	now := c.p.now().UnixMilli()
+	var all map[string]*rpc.ServiceBacklog
+	if err := c.p.log.View(func(b *bolt.Bucket) error {
+		var err error
+		if all, _, err = countBacklogs(b, "", now, c.p.invoker.reserved, BacklogScanLimit); err != nil {
+			return err
+		}
+		for service, n := range countPaused(b) {
+			if all[service] == nil {
+				all[service] = &rpc.ServiceBacklog{}
+			}
+			all[service].Paused = uint64(n)
+		}
+		return nil
+	}); err != nil {
+		return
+	}
+	gauge := func(d *prometheus.Desc, v float64, service string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, service)
+	}
+	for service, bl := range all {
+		gauge(c.inFlight, float64(bl.InFlight), service)
+		gauge(c.forLimit, float64(bl.WaitingForLimit), service)
+		gauge(c.forRetry, float64(bl.WaitingForRetry), service)
+		gauge(c.paused, float64(bl.Paused), service)
+		age := 0.0
+		if bl.WaitingForLimit > 0 {
+			age = max(0, float64(now-bl.OldestWaitingDueUnixMs)/1000)
+		}
+		gauge(c.oldestWaits, age, service)
 	}
 }

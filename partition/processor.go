@@ -283,9 +283,7 @@ func (p *Processor) Status(ctx context.Context, id []byte) (*rpc.InvocationRecor
 	if rec == nil {
 		return nil, fmt.Errorf("partition: status: %w", rpc.ErrNotFound)
 	}
-	if rec.State == rpc.InvocationRecord_PENDING && p.invoker.isDelivering(id) {
-		rec.State = rpc.InvocationRecord_RUNNING
-	}
+	showLive(rec, p.invoker)
 	return rec, nil
 }
 

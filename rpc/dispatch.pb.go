@@ -169,7 +169,7 @@ func (x DispatchError_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DispatchError_Code.Descriptor instead.
 func (DispatchError_Code) EnumDescriptor() ([]byte, []int) {
-	return file_rpc_dispatch_proto_rawDescGZIP(), []int{18, 0}
+	return file_rpc_dispatch_proto_rawDescGZIP(), []int{20, 0}
 }
 
 type DispatchRequestBatch struct {
@@ -291,6 +291,7 @@ type DispatchRequest struct {
 	//	*DispatchRequest_Schedule
 	//	*DispatchRequest_PutRule
 	//	*DispatchRequest_DeleteRule
+	//	*DispatchRequest_Backlog
 	Body          isDispatchRequest_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -505,6 +506,15 @@ func (x *DispatchRequest) GetDeleteRule() *DeleteRule {
 	return nil
 }
 
+func (x *DispatchRequest) GetBacklog() *GetBacklog {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchRequest_Backlog); ok {
+			return x.Backlog
+		}
+	}
+	return nil
+}
+
 type isDispatchRequest_Body interface {
 	isDispatchRequest_Body()
 }
@@ -576,6 +586,11 @@ type DispatchRequest_DeleteRule struct {
 	DeleteRule *DeleteRule `protobuf:"bytes,91,opt,name=delete_rule,json=deleteRule,proto3,oneof"`
 }
 
+type DispatchRequest_Backlog struct {
+	// A service's backlog in one partition, read at its leader.
+	Backlog *GetBacklog `protobuf:"bytes,92,opt,name=backlog,proto3,oneof"`
+}
+
 func (*DispatchRequest_Append) isDispatchRequest_Body() {}
 
 func (*DispatchRequest_Output) isDispatchRequest_Body() {}
@@ -608,6 +623,8 @@ func (*DispatchRequest_PutRule) isDispatchRequest_Body() {}
 
 func (*DispatchRequest_DeleteRule) isDispatchRequest_Body() {}
 
+func (*DispatchRequest_Backlog) isDispatchRequest_Body() {}
+
 type DispatchResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	CorrelationId uint64                 `protobuf:"varint,1,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
@@ -623,6 +640,7 @@ type DispatchResponse struct {
 	//	*DispatchResponse_Operation
 	//	*DispatchResponse_Schedules
 	//	*DispatchResponse_Rule
+	//	*DispatchResponse_Backlog
 	Body          isDispatchResponse_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -762,6 +780,15 @@ func (x *DispatchResponse) GetRule() *Rule {
 	return nil
 }
 
+func (x *DispatchResponse) GetBacklog() *ServiceBacklog {
+	if x != nil {
+		if x, ok := x.Body.(*DispatchResponse_Backlog); ok {
+			return x.Backlog
+		}
+	}
+	return nil
+}
+
 type isDispatchResponse_Body interface {
 	isDispatchResponse_Body()
 }
@@ -809,6 +836,10 @@ type DispatchResponse_Rule struct {
 	Rule *Rule `protobuf:"bytes,90,opt,name=rule,proto3,oneof"`
 }
 
+type DispatchResponse_Backlog struct {
+	Backlog *ServiceBacklog `protobuf:"bytes,91,opt,name=backlog,proto3,oneof"`
+}
+
 func (*DispatchResponse_Appended) isDispatchResponse_Body() {}
 
 func (*DispatchResponse_Result) isDispatchResponse_Body() {}
@@ -828,6 +859,8 @@ func (*DispatchResponse_Operation) isDispatchResponse_Body() {}
 func (*DispatchResponse_Schedules) isDispatchResponse_Body() {}
 
 func (*DispatchResponse_Rule) isDispatchResponse_Body() {}
+
+func (*DispatchResponse_Backlog) isDispatchResponse_Body() {}
 
 type AppendInvocation struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1571,6 +1604,152 @@ func (x *GetKeyStatus) GetKey() string {
 	return ""
 }
 
+type GetBacklog struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBacklog) Reset() {
+	*x = GetBacklog{}
+	mi := &file_rpc_dispatch_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBacklog) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBacklog) ProtoMessage() {}
+
+func (x *GetBacklog) ProtoReflect() protoreflect.Message {
+	mi := &file_rpc_dispatch_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBacklog.ProtoReflect.Descriptor instead.
+func (*GetBacklog) Descriptor() ([]byte, []int) {
+	return file_rpc_dispatch_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *GetBacklog) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+// Where a service's deliveries are in one partition, as its leader sees
+// them (partition/backlog.go).
+type ServiceBacklog struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Deliveries under way: called by the leader, or marked under way in
+	// state by an earlier leader until the mark ends.
+	InFlight uint64 `protobuf:"varint,1,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// Due deliveries not started: held by a limit.
+	WaitingForLimit uint64 `protobuf:"varint,2,opt,name=waiting_for_limit,json=waitingForLimit,proto3" json:"waiting_for_limit,omitempty"`
+	// Failed deliveries waiting for their next attempt.
+	WaitingForRetry uint64 `protobuf:"varint,3,opt,name=waiting_for_retry,json=waitingForRetry,proto3" json:"waiting_for_retry,omitempty"`
+	// Paused invocations, waiting for an operator.
+	Paused uint64 `protobuf:"varint,4,opt,name=paused,proto3" json:"paused,omitempty"`
+	// The earliest due time of a delivery waiting for a limit (0: none).
+	OldestWaitingDueUnixMs int64 `protobuf:"varint,5,opt,name=oldest_waiting_due_unix_ms,json=oldestWaitingDueUnixMs,proto3" json:"oldest_waiting_due_unix_ms,omitempty"`
+	// The outbox walk stopped at its bound: the counts are lower bounds.
+	Truncated bool `protobuf:"varint,6,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// The leader's clock when it counted, for the age of the oldest.
+	AtUnixMs      int64 `protobuf:"varint,7,opt,name=at_unix_ms,json=atUnixMs,proto3" json:"at_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceBacklog) Reset() {
+	*x = ServiceBacklog{}
+	mi := &file_rpc_dispatch_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceBacklog) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceBacklog) ProtoMessage() {}
+
+func (x *ServiceBacklog) ProtoReflect() protoreflect.Message {
+	mi := &file_rpc_dispatch_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceBacklog.ProtoReflect.Descriptor instead.
+func (*ServiceBacklog) Descriptor() ([]byte, []int) {
+	return file_rpc_dispatch_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ServiceBacklog) GetInFlight() uint64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *ServiceBacklog) GetWaitingForLimit() uint64 {
+	if x != nil {
+		return x.WaitingForLimit
+	}
+	return 0
+}
+
+func (x *ServiceBacklog) GetWaitingForRetry() uint64 {
+	if x != nil {
+		return x.WaitingForRetry
+	}
+	return 0
+}
+
+func (x *ServiceBacklog) GetPaused() uint64 {
+	if x != nil {
+		return x.Paused
+	}
+	return 0
+}
+
+func (x *ServiceBacklog) GetOldestWaitingDueUnixMs() int64 {
+	if x != nil {
+		return x.OldestWaitingDueUnixMs
+	}
+	return 0
+}
+
+func (x *ServiceBacklog) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *ServiceBacklog) GetAtUnixMs() int64 {
+	if x != nil {
+		return x.AtUnixMs
+	}
+	return 0
+}
+
 type DispatchError struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Code          DispatchError_Code     `protobuf:"varint,1,opt,name=code,proto3,enum=raftgate.v1.DispatchError_Code" json:"code,omitempty"`
@@ -1583,7 +1762,7 @@ type DispatchError struct {
 
 func (x *DispatchError) Reset() {
 	*x = DispatchError{}
-	mi := &file_rpc_dispatch_proto_msgTypes[18]
+	mi := &file_rpc_dispatch_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1595,7 +1774,7 @@ func (x *DispatchError) String() string {
 func (*DispatchError) ProtoMessage() {}
 
 func (x *DispatchError) ProtoReflect() protoreflect.Message {
-	mi := &file_rpc_dispatch_proto_msgTypes[18]
+	mi := &file_rpc_dispatch_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1608,7 +1787,7 @@ func (x *DispatchError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchError.ProtoReflect.Descriptor instead.
 func (*DispatchError) Descriptor() ([]byte, []int) {
-	return file_rpc_dispatch_proto_rawDescGZIP(), []int{18}
+	return file_rpc_dispatch_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DispatchError) GetCode() DispatchError_Code {
@@ -1659,7 +1838,7 @@ type ScheduleRequest struct {
 
 func (x *ScheduleRequest) Reset() {
 	*x = ScheduleRequest{}
-	mi := &file_rpc_dispatch_proto_msgTypes[19]
+	mi := &file_rpc_dispatch_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1671,7 +1850,7 @@ func (x *ScheduleRequest) String() string {
 func (*ScheduleRequest) ProtoMessage() {}
 
 func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rpc_dispatch_proto_msgTypes[19]
+	mi := &file_rpc_dispatch_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1684,7 +1863,7 @@ func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_rpc_dispatch_proto_rawDescGZIP(), []int{19}
+	return file_rpc_dispatch_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ScheduleRequest) GetOp() isScheduleRequest_Op {
@@ -1816,7 +1995,7 @@ type ScheduleList struct {
 
 func (x *ScheduleList) Reset() {
 	*x = ScheduleList{}
-	mi := &file_rpc_dispatch_proto_msgTypes[20]
+	mi := &file_rpc_dispatch_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1828,7 +2007,7 @@ func (x *ScheduleList) String() string {
 func (*ScheduleList) ProtoMessage() {}
 
 func (x *ScheduleList) ProtoReflect() protoreflect.Message {
-	mi := &file_rpc_dispatch_proto_msgTypes[20]
+	mi := &file_rpc_dispatch_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1841,7 +2020,7 @@ func (x *ScheduleList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleList.ProtoReflect.Descriptor instead.
 func (*ScheduleList) Descriptor() ([]byte, []int) {
-	return file_rpc_dispatch_proto_rawDescGZIP(), []int{20}
+	return file_rpc_dispatch_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ScheduleList) GetSchedules() []*ScheduleState {
@@ -1880,7 +2059,7 @@ const file_rpc_dispatch_proto_rawDesc = "" +
 	"\x14DispatchRequestBatch\x128\n" +
 	"\brequests\x18\x01 \x03(\v2\x1c.raftgate.v1.DispatchRequestR\brequests\"T\n" +
 	"\x15DispatchResponseBatch\x12;\n" +
-	"\tresponses\x18\x01 \x03(\v2\x1d.raftgate.v1.DispatchResponseR\tresponses\"\xad\b\n" +
+	"\tresponses\x18\x01 \x03(\v2\x1d.raftgate.v1.DispatchResponseR\tresponses\"\xe2\b\n" +
 	"\x0fDispatchRequest\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x04R\rcorrelationId\x12\x1d\n" +
 	"\n" +
@@ -1907,8 +2086,9 @@ const file_rpc_dispatch_proto_rawDesc = "" +
 	"\bschedule\x18< \x01(\v2\x1c.raftgate.v1.ScheduleRequestH\x00R\bschedule\x121\n" +
 	"\bput_rule\x18Z \x01(\v2\x14.raftgate.v1.PutRuleH\x00R\aputRule\x12:\n" +
 	"\vdelete_rule\x18[ \x01(\v2\x17.raftgate.v1.DeleteRuleH\x00R\n" +
-	"deleteRuleB\x06\n" +
-	"\x04body\"\xca\x04\n" +
+	"deleteRule\x123\n" +
+	"\abacklog\x18\\ \x01(\v2\x17.raftgate.v1.GetBacklogH\x00R\abacklogB\x06\n" +
+	"\x04body\"\x83\x05\n" +
 	"\x10DispatchResponse\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x04R\rcorrelationId\x123\n" +
 	"\bappended\x18\n" +
@@ -1921,7 +2101,8 @@ const file_rpc_dispatch_proto_rawDesc = "" +
 	"\x05error\x18\x14 \x01(\v2\x1a.raftgate.v1.DispatchErrorH\x00R\x05error\x126\n" +
 	"\toperation\x18( \x01(\v2\x16.raftgate.v1.OperationH\x00R\toperation\x129\n" +
 	"\tschedules\x18< \x01(\v2\x19.raftgate.v1.ScheduleListH\x00R\tschedules\x12'\n" +
-	"\x04rule\x18Z \x01(\v2\x11.raftgate.v1.RuleH\x00R\x04ruleB\x06\n" +
+	"\x04rule\x18Z \x01(\v2\x11.raftgate.v1.RuleH\x00R\x04rule\x127\n" +
+	"\abacklog\x18[ \x01(\v2\x1b.raftgate.v1.ServiceBacklogH\x00R\abacklogB\x06\n" +
 	"\x04body\"?\n" +
 	"\x10AppendInvocation\x12+\n" +
 	"\x06invoke\x18\x01 \x01(\v2\x13.raftgate.v1.InvokeR\x06invoke\"\xd8\x01\n" +
@@ -1971,7 +2152,19 @@ const file_rpc_dispatch_proto_rawDesc = "" +
 	"\x04Done\":\n" +
 	"\fGetKeyStatus\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"\xc3\x02\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"&\n" +
+	"\n" +
+	"GetBacklog\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\"\x95\x02\n" +
+	"\x0eServiceBacklog\x12\x1b\n" +
+	"\tin_flight\x18\x01 \x01(\x04R\binFlight\x12*\n" +
+	"\x11waiting_for_limit\x18\x02 \x01(\x04R\x0fwaitingForLimit\x12*\n" +
+	"\x11waiting_for_retry\x18\x03 \x01(\x04R\x0fwaitingForRetry\x12\x16\n" +
+	"\x06paused\x18\x04 \x01(\x04R\x06paused\x12:\n" +
+	"\x1aoldest_waiting_due_unix_ms\x18\x05 \x01(\x03R\x16oldestWaitingDueUnixMs\x12\x1c\n" +
+	"\ttruncated\x18\x06 \x01(\bR\ttruncated\x12\x1c\n" +
+	"\n" +
+	"at_unix_ms\x18\a \x01(\x03R\batUnixMs\"\xc3\x02\n" +
 	"\rDispatchError\x123\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1f.raftgate.v1.DispatchError.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
@@ -2023,7 +2216,7 @@ func file_rpc_dispatch_proto_rawDescGZIP() []byte {
 }
 
 var file_rpc_dispatch_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_rpc_dispatch_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_rpc_dispatch_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_rpc_dispatch_proto_goTypes = []any{
 	(InvocationAction_Kind)(0),    // 0: raftgate.v1.InvocationAction.Kind
 	(DispatchError_Code)(0),       // 1: raftgate.v1.DispatchError.Code
@@ -2045,28 +2238,30 @@ var file_rpc_dispatch_proto_goTypes = []any{
 	(*CancelInvocation)(nil),      // 17: raftgate.v1.CancelInvocation
 	(*Done)(nil),                  // 18: raftgate.v1.Done
 	(*GetKeyStatus)(nil),          // 19: raftgate.v1.GetKeyStatus
-	(*DispatchError)(nil),         // 20: raftgate.v1.DispatchError
-	(*ScheduleRequest)(nil),       // 21: raftgate.v1.ScheduleRequest
-	(*ScheduleList)(nil),          // 22: raftgate.v1.ScheduleList
-	(*PutService)(nil),            // 23: raftgate.v1.PutService
-	(*DeleteService)(nil),         // 24: raftgate.v1.DeleteService
-	(*ListInvocations)(nil),       // 25: raftgate.v1.ListInvocations
-	(*FenceService)(nil),          // 26: raftgate.v1.FenceService
-	(*PutRule)(nil),               // 27: raftgate.v1.PutRule
-	(*DeleteRule)(nil),            // 28: raftgate.v1.DeleteRule
-	(*KeyState)(nil),              // 29: raftgate.v1.KeyState
-	(*Operation)(nil),             // 30: raftgate.v1.Operation
-	(*Rule)(nil),                  // 31: raftgate.v1.Rule
-	(*Invoke)(nil),                // 32: raftgate.v1.Invoke
-	(*Result)(nil),                // 33: raftgate.v1.Result
-	(*InvocationRecord)(nil),      // 34: raftgate.v1.InvocationRecord
-	(BulkAction)(0),               // 35: raftgate.v1.BulkAction
-	(*PutSchedule)(nil),           // 36: raftgate.v1.PutSchedule
-	(*DeleteSchedule)(nil),        // 37: raftgate.v1.DeleteSchedule
-	(*PauseSchedule)(nil),         // 38: raftgate.v1.PauseSchedule
-	(*TriggerSchedule)(nil),       // 39: raftgate.v1.TriggerSchedule
-	(*BackfillSchedule)(nil),      // 40: raftgate.v1.BackfillSchedule
-	(*ScheduleState)(nil),         // 41: raftgate.v1.ScheduleState
+	(*GetBacklog)(nil),            // 20: raftgate.v1.GetBacklog
+	(*ServiceBacklog)(nil),        // 21: raftgate.v1.ServiceBacklog
+	(*DispatchError)(nil),         // 22: raftgate.v1.DispatchError
+	(*ScheduleRequest)(nil),       // 23: raftgate.v1.ScheduleRequest
+	(*ScheduleList)(nil),          // 24: raftgate.v1.ScheduleList
+	(*PutService)(nil),            // 25: raftgate.v1.PutService
+	(*DeleteService)(nil),         // 26: raftgate.v1.DeleteService
+	(*ListInvocations)(nil),       // 27: raftgate.v1.ListInvocations
+	(*FenceService)(nil),          // 28: raftgate.v1.FenceService
+	(*PutRule)(nil),               // 29: raftgate.v1.PutRule
+	(*DeleteRule)(nil),            // 30: raftgate.v1.DeleteRule
+	(*KeyState)(nil),              // 31: raftgate.v1.KeyState
+	(*Operation)(nil),             // 32: raftgate.v1.Operation
+	(*Rule)(nil),                  // 33: raftgate.v1.Rule
+	(*Invoke)(nil),                // 34: raftgate.v1.Invoke
+	(*Result)(nil),                // 35: raftgate.v1.Result
+	(*InvocationRecord)(nil),      // 36: raftgate.v1.InvocationRecord
+	(BulkAction)(0),               // 37: raftgate.v1.BulkAction
+	(*PutSchedule)(nil),           // 38: raftgate.v1.PutSchedule
+	(*DeleteSchedule)(nil),        // 39: raftgate.v1.DeleteSchedule
+	(*PauseSchedule)(nil),         // 40: raftgate.v1.PauseSchedule
+	(*TriggerSchedule)(nil),       // 41: raftgate.v1.TriggerSchedule
+	(*BackfillSchedule)(nil),      // 42: raftgate.v1.BackfillSchedule
+	(*ScheduleState)(nil),         // 43: raftgate.v1.ScheduleState
 }
 var file_rpc_dispatch_proto_depIdxs = []int32{
 	4,  // 0: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
@@ -2076,50 +2271,52 @@ var file_rpc_dispatch_proto_depIdxs = []int32{
 	9,  // 4: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
 	11, // 5: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
 	17, // 6: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
-	23, // 7: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
-	24, // 8: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
+	25, // 7: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
+	26, // 8: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
 	19, // 9: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
-	25, // 10: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
-	26, // 11: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
+	27, // 10: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
+	28, // 11: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
 	14, // 12: raftgate.v1.DispatchRequest.action:type_name -> raftgate.v1.InvocationAction
 	15, // 13: raftgate.v1.DispatchRequest.bulk:type_name -> raftgate.v1.BulkRequest
 	16, // 14: raftgate.v1.DispatchRequest.operation:type_name -> raftgate.v1.GetOperation
-	21, // 15: raftgate.v1.DispatchRequest.schedule:type_name -> raftgate.v1.ScheduleRequest
-	27, // 16: raftgate.v1.DispatchRequest.put_rule:type_name -> raftgate.v1.PutRule
-	28, // 17: raftgate.v1.DispatchRequest.delete_rule:type_name -> raftgate.v1.DeleteRule
-	7,  // 18: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
-	10, // 19: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
-	12, // 20: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
-	18, // 21: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
-	29, // 22: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
-	13, // 23: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
-	20, // 24: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
-	30, // 25: raftgate.v1.DispatchResponse.operation:type_name -> raftgate.v1.Operation
-	22, // 26: raftgate.v1.DispatchResponse.schedules:type_name -> raftgate.v1.ScheduleList
-	31, // 27: raftgate.v1.DispatchResponse.rule:type_name -> raftgate.v1.Rule
-	32, // 28: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
-	33, // 29: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
-	34, // 30: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
-	34, // 31: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
-	0,  // 32: raftgate.v1.InvocationAction.kind:type_name -> raftgate.v1.InvocationAction.Kind
-	35, // 33: raftgate.v1.BulkRequest.action:type_name -> raftgate.v1.BulkAction
-	25, // 34: raftgate.v1.BulkRequest.filter:type_name -> raftgate.v1.ListInvocations
-	1,  // 35: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
-	36, // 36: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
-	37, // 37: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
-	38, // 38: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
-	39, // 39: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
-	40, // 40: raftgate.v1.ScheduleRequest.backfill:type_name -> raftgate.v1.BackfillSchedule
-	41, // 41: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
-	4,  // 42: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
-	2,  // 43: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
-	5,  // 44: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
-	3,  // 45: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
-	44, // [44:46] is the sub-list for method output_type
-	42, // [42:44] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	23, // 15: raftgate.v1.DispatchRequest.schedule:type_name -> raftgate.v1.ScheduleRequest
+	29, // 16: raftgate.v1.DispatchRequest.put_rule:type_name -> raftgate.v1.PutRule
+	30, // 17: raftgate.v1.DispatchRequest.delete_rule:type_name -> raftgate.v1.DeleteRule
+	20, // 18: raftgate.v1.DispatchRequest.backlog:type_name -> raftgate.v1.GetBacklog
+	7,  // 19: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
+	10, // 20: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
+	12, // 21: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
+	18, // 22: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
+	31, // 23: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
+	13, // 24: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
+	22, // 25: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
+	32, // 26: raftgate.v1.DispatchResponse.operation:type_name -> raftgate.v1.Operation
+	24, // 27: raftgate.v1.DispatchResponse.schedules:type_name -> raftgate.v1.ScheduleList
+	33, // 28: raftgate.v1.DispatchResponse.rule:type_name -> raftgate.v1.Rule
+	21, // 29: raftgate.v1.DispatchResponse.backlog:type_name -> raftgate.v1.ServiceBacklog
+	34, // 30: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
+	35, // 31: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
+	36, // 32: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
+	36, // 33: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
+	0,  // 34: raftgate.v1.InvocationAction.kind:type_name -> raftgate.v1.InvocationAction.Kind
+	37, // 35: raftgate.v1.BulkRequest.action:type_name -> raftgate.v1.BulkAction
+	27, // 36: raftgate.v1.BulkRequest.filter:type_name -> raftgate.v1.ListInvocations
+	1,  // 37: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
+	38, // 38: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
+	39, // 39: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
+	40, // 40: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
+	41, // 41: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
+	42, // 42: raftgate.v1.ScheduleRequest.backfill:type_name -> raftgate.v1.BackfillSchedule
+	43, // 43: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
+	4,  // 44: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
+	2,  // 45: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
+	5,  // 46: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
+	3,  // 47: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
+	46, // [46:48] is the sub-list for method output_type
+	44, // [44:46] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_rpc_dispatch_proto_init() }
@@ -2145,6 +2342,7 @@ func file_rpc_dispatch_proto_init() {
 		(*DispatchRequest_Schedule)(nil),
 		(*DispatchRequest_PutRule)(nil),
 		(*DispatchRequest_DeleteRule)(nil),
+		(*DispatchRequest_Backlog)(nil),
 	}
 	file_rpc_dispatch_proto_msgTypes[3].OneofWrappers = []any{
 		(*DispatchResponse_Appended)(nil),
@@ -2157,8 +2355,9 @@ func file_rpc_dispatch_proto_init() {
 		(*DispatchResponse_Operation)(nil),
 		(*DispatchResponse_Schedules)(nil),
 		(*DispatchResponse_Rule)(nil),
+		(*DispatchResponse_Backlog)(nil),
 	}
-	file_rpc_dispatch_proto_msgTypes[19].OneofWrappers = []any{
+	file_rpc_dispatch_proto_msgTypes[21].OneofWrappers = []any{
 		(*ScheduleRequest_Put)(nil),
 		(*ScheduleRequest_Delete)(nil),
 		(*ScheduleRequest_Pause)(nil),
@@ -2173,7 +2372,7 @@ func file_rpc_dispatch_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rpc_dispatch_proto_rawDesc), len(file_rpc_dispatch_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

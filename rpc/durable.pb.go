@@ -1289,7 +1289,12 @@ type Invoke struct {
 	CallbackUrl string `protobuf:"bytes,80,opt,name=callback_url,json=callbackUrl,proto3" json:"callback_url,omitempty"`
 	// The scope the invocation was sent in (POST /restate/scope/{scope}/…);
 	// empty when none. It selects the scope rules that apply to it.
-	Scope         string `protobuf:"bytes,90,opt,name=scope,proto3" json:"scope,omitempty"`
+	Scope string `protobuf:"bytes,90,opt,name=scope,proto3" json:"scope,omitempty"`
+	// The send's x-raftgate-priority (ingress.MinPriority..MaxPriority, 0
+	// by default): among deliveries held by a limit, the (service, key)
+	// groups whose next delivery has the highest priority are admitted
+	// first (partition/flow.go).
+	Priority      int32 `protobuf:"varint,91,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1470,6 +1475,13 @@ func (x *Invoke) GetScope() string {
 		return x.Scope
 	}
 	return ""
+}
+
+func (x *Invoke) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
 }
 
 type Result struct {
@@ -3345,6 +3357,10 @@ type InvocationRecord struct {
 	// Restart links: the new invocation, and the one this restarts.
 	RestartedAs   []byte `protobuf:"bytes,42,opt,name=restarted_as,json=restartedAs,proto3" json:"restarted_as,omitempty"`
 	RestartedFrom []byte `protobuf:"bytes,43,opt,name=restarted_from,json=restartedFrom,proto3" json:"restarted_from,omitempty"`
+	// Flow control (90-99). PENDING, in status and listing answers only
+	// (never stored): the limit the leader's last outbox scan found full
+	// for this due delivery (partition/flow.go), empty when none held it.
+	HeldBy        string `protobuf:"bytes,90,opt,name=held_by,json=heldBy,proto3" json:"held_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3489,6 +3505,13 @@ func (x *InvocationRecord) GetRestartedFrom() []byte {
 		return x.RestartedFrom
 	}
 	return nil
+}
+
+func (x *InvocationRecord) GetHeldBy() string {
+	if x != nil {
+		return x.HeldBy
+	}
+	return ""
 }
 
 // Stored state of one (service, key) of a keyed service that has a running
@@ -5476,7 +5499,7 @@ const file_rpc_durable_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\fR\trequestId\"2\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\x83\x06\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\x9f\x06\n" +
 	"\x06Invoke\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12\x1d\n" +
 	"\n" +
@@ -5502,7 +5525,8 @@ const file_rpc_durable_proto_rawDesc = "" +
 	"scheduleId\x12/\n" +
 	"\x14scheduled_at_unix_ms\x18= \x01(\x03R\x11scheduledAtUnixMs\x12!\n" +
 	"\fcallback_url\x18P \x01(\tR\vcallbackUrl\x12\x14\n" +
-	"\x05scope\x18Z \x01(\tR\x05scopeB\v\n" +
+	"\x05scope\x18Z \x01(\tR\x05scope\x12\x1a\n" +
+	"\bpriority\x18[ \x01(\x05R\bpriorityB\v\n" +
 	"\t_delay_ms\"\xa1\x01\n" +
 	"\x06Result\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\rR\x06status\x12\x12\n" +
@@ -5659,7 +5683,7 @@ const file_rpc_durable_proto_rawDesc = "" +
 	"\rDeleteService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\fR\trequestId\"\x97\x06\n" +
+	"request_id\x18\x02 \x01(\fR\trequestId\"\xb0\x06\n" +
 	"\x10InvocationRecord\x12+\n" +
 	"\x06invoke\x18\x01 \x01(\v2\x13.raftgate.v1.InvokeR\x06invoke\x129\n" +
 	"\x05state\x18\x02 \x01(\x0e2#.raftgate.v1.InvocationRecord.StateR\x05state\x12\x1a\n" +
@@ -5678,7 +5702,8 @@ const file_rpc_durable_proto_rawDesc = "" +
 	"\x03url\x18( \x01(\tR\x03url\x124\n" +
 	"\x16resumed_after_attempts\x18) \x01(\rR\x14resumedAfterAttempts\x12!\n" +
 	"\frestarted_as\x18* \x01(\fR\vrestartedAs\x12%\n" +
-	"\x0erestarted_from\x18+ \x01(\fR\rrestartedFrom\"n\n" +
+	"\x0erestarted_from\x18+ \x01(\fR\rrestartedFrom\x12\x17\n" +
+	"\aheld_by\x18Z \x01(\tR\x06heldBy\"n\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aPENDING\x10\x01\x12\v\n" +

@@ -157,6 +157,17 @@ func (b backend) KeyStatus(ctx context.Context, p uint32, service, key string) (
 	return proc.KeyStatus(ctx, service, key)
 }
 
+func (b backend) Backlog(ctx context.Context, p uint32, service string) (*rpc.ServiceBacklog, error) {
+	if err := b.checkPartition(p); err != nil {
+		return nil, err
+	}
+	proc, err := b.local(p)
+	if err != nil {
+		return nil, err
+	}
+	return proc.Backlog(ctx, service)
+}
+
 func (b backend) List(ctx context.Context, p uint32, req *rpc.ListInvocations) (*rpc.InvocationList, error) {
 	if err := b.checkPartition(p); err != nil {
 		return nil, err

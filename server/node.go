@@ -404,6 +404,7 @@ func (n *Server) Start() (err error) {
 		Placement:      placementView{n: n, svc: membership},
 		Invocations:    n.dispatchClient,
 		Keys:           n.dispatchClient,
+		Backlogs:       n.dispatchClient,
 		Lifecycle:      n.dispatchClient,
 		Schedules:      n.dispatchClient,
 		Registry:       registryView{client: n.dispatchClient, registry: n.registry},

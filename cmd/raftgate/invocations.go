@@ -166,10 +166,10 @@ func printInvocationList(out io.Writer, l admin.InvocationList) error {
 		fmt.Fprintf(out, "no invocations match (looked at %d)\n", l.Scanned)
 	} else {
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintf(tw, "ID\tSTATUS\tSERVICE/HANDLER\tKEY\tATTEMPTS\tACCEPTED\tRESULT\tPARTITION\n")
+		fmt.Fprintf(tw, "ID\tSTATUS\tSERVICE/HANDLER\tKEY\tATTEMPTS\tACCEPTED\tRESULT\tPARTITION\tHELD BY\n")
 		for _, inv := range l.Invocations {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\n", inv.ID, inv.Status, target(inv.Service, inv.Key, inv.Handler),
-				dash(inv.IdempotencyKey), inv.Attempts, dash(inv.AcceptedAt), resultText(inv), inv.Partition)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s\n", inv.ID, inv.Status, target(inv.Service, inv.Key, inv.Handler),
+				dash(inv.IdempotencyKey), inv.Attempts, dash(inv.AcceptedAt), resultText(inv), inv.Partition, dash(inv.HeldBy))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -220,7 +220,10 @@ func printInvocation(out io.Writer, v admin.InvocationView) error {
 		{"next retry", dash(v.NextRetryAt)},
 		{"completed", dash(v.CompletedAt)},
 	}
-	for _, link := range [][2]string{{"restarted as", v.RestartedAs}, {"restarted from", v.RestartedFrom}, {"delivered to", v.URL}} {
+	if v.Priority != 0 {
+		rows = append(rows, [2]string{"priority", strconv.Itoa(int(v.Priority))})
+	}
+	for _, link := range [][2]string{{"held by", v.HeldBy}, {"restarted as", v.RestartedAs}, {"restarted from", v.RestartedFrom}, {"delivered to", v.URL}} {
 		if link[1] != "" {
 			rows = append(rows, link)
 		}

@@ -95,7 +95,7 @@ func newServicesCmd(env cliEnv) *cobra.Command {
 	var showJSON bool
 	show := &cobra.Command{
 		Use:   "show NAME",
-		Short: "show one service's registration: kind, handlers, retry and limits",
+		Short: "show one service's registration (kind, handlers, retry, limits) and its backlog",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var v admin.ServiceView
@@ -120,13 +120,17 @@ func newServicesCmd(env cliEnv) *cobra.Command {
 				fmt.Fprintf(tw, "handler %s\t%s\n", name, line)
 			}
 			fmt.Fprintf(tw, "updated\t%s\n", dash(v.UpdatedAt))
-			if err := tw.Flush(); err != nil {
-				return err
+			if v.BacklogError != "" {
+				fmt.Fprintf(tw, "backlog\tunavailable: %s\n", v.BacklogError)
 			}
-			if v.Limits != nil || v.PerKeyConcurrency != 0 || len(v.HandlerConfig) > 0 {
-				fmt.Fprintln(env.stdout, "(limits are stored; enforcement is not yet in this version)")
+			if b := v.Backlog; b != nil {
+				fmt.Fprintf(tw, "in flight\t%d\nwaiting for limit\t%d\nwaiting for retry\t%d\npaused\t%d\noldest waiting\t%s\n",
+					b.InFlight, b.WaitingForLimit, b.WaitingForRetry, b.Paused, b.OldestWaitingAge)
+				if b.Truncated {
+					fmt.Fprintln(tw, "(backlog counts stopped at their bound: lower bounds)")
+				}
 			}
-			return nil
+			return tw.Flush()
 		},
 	}
 	show.Flags().BoolVar(&showJSON, "json", false, "print the admin API's JSON answer")

@@ -52,6 +52,13 @@ type Keys interface {
 	KeyStatus(ctx context.Context, partition uint32, service, key string) (*rpc.KeyState, error)
 }
 
+// Backlogs reaches each partition's leader for a service's backlog
+// (through the dispatch client); errors as for Invocations.
+type Backlogs interface {
+	// Backlog returns where service's deliveries are in partition.
+	Backlog(ctx context.Context, partition uint32, service string) (*rpc.ServiceBacklog, error)
+}
+
 // Registry is the replicated service registry. PutService and DeleteService
 // are forwarded to the metadata group's leader and return once applied;
 // Lookup and List read this node's replica and must not block.
@@ -91,6 +98,8 @@ type Config struct {
 	Backup func(w io.Writer, size func(int64)) (int64, error)
 	// Keys, when set, serves GET /objects/{object}/{key}. Nil answers 404.
 	Keys Keys
+	// Backlogs, when set, adds "backlog" to GET /services/{name}.
+	Backlogs Backlogs
 	// Lifecycle, when set, serves the invocation actions and bulk
 	// operations (POST /invocations/{id}/{action}, POST
 	// /invocations/bulk, GET /operations/{op}). Nil answers 404.

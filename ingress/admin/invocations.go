@@ -27,6 +27,12 @@ type InvocationView struct {
 	Key string `json:"key,omitempty"`
 	// Scope is the scope it was sent in (POST /restate/scope/{scope}/…).
 	Scope string `json:"scope,omitempty"`
+	// Priority is the send's x-raftgate-priority (omitted when 0).
+	Priority int32 `json:"priority,omitempty"`
+	// HeldBy, when pending, names the limit the partition leader's last
+	// scan found full for it ("service concurrency", "scope rule …", …;
+	// docs/api.md): the leader's soft state, not replicated.
+	HeldBy string `json:"heldBy,omitempty"`
 	// Status is pending, running, completed, queued (an exclusive handler
 	// waiting for its key), scheduled (a delayed exclusive handler, not
 	// yet due, so not yet queued) or paused (its retries were exhausted,
@@ -141,6 +147,8 @@ func invocationView(id invocation.ID, p uint32, rec *rpc.InvocationRecord, full 
 		IdempotencyKey: inv.GetIdempotencyKey(),
 		Key:            inv.GetKey(),
 		Scope:          inv.GetScope(),
+		Priority:       inv.GetPriority(),
+		HeldBy:         rec.GetHeldBy(),
 		Status:         stateName(rec.GetState()),
 		Attempts:       rec.GetAttempts(),
 		LastError:      rec.GetLastError(),

@@ -1,8 +1,12 @@
 package admin
 
 import (
+	"context"
 	"net/http"
+	"strings"
 	"testing"
+
+	"github.com/raftgate/raftgate/rpc"
 )
 
 // TestServiceLimits: limits, handlerConfig and perKeyConcurrency are
@@ -43,5 +47,49 @@ func TestServiceLimits(t *testing.T) {
 		{`{"url":"http://h","kind":"object","perKeyConcurrency":2}`, "has none"},
 	} {
 		wantError(t, f.do(t, "PUT", "/services/Bad", tc.body), http.StatusBadRequest, tc.msg)
+	}
+}
+
+// failingBacklogs answers partition 1 and fails the others.
+type failingBacklogs struct{}
+
+func (failingBacklogs) Backlog(_ context.Context, p uint32, _ string) (*rpc.ServiceBacklog, error) {
+	if p == 1 {
+		return &rpc.ServiceBacklog{InFlight: 1}, nil
+	}
+	return nil, rpc.ErrUnavailable
+}
+
+// GET /services/{name} sums the partitions' backlogs, the oldest wait by
+// each leader's clock; when one does not answer it still shows the
+// registration, with backlogError instead of a partial sum.
+func TestServiceBacklog(t *testing.T) {
+	bl := map[uint32]*rpc.ServiceBacklog{
+		1: {InFlight: 2, WaitingForLimit: 5, WaitingForRetry: 1, OldestWaitingDueUnixMs: 1_000, AtUnixMs: 2_500},
+		2: {InFlight: 1, WaitingForLimit: 1, Paused: 4, Truncated: true, OldestWaitingDueUnixMs: 9_000, AtUnixMs: 9_100},
+	}
+	for _, tc := range []struct {
+		name     string
+		backlogs Backlogs
+		want     *BacklogView
+		err      string
+	}{
+		{"summed", partitionBacklogs(bl), &BacklogView{InFlight: 3, WaitingForLimit: 6, WaitingForRetry: 1, Paused: 4,
+			OldestWaitingAge: "1.5s", OldestWaitingAgeMs: 1500, Truncated: true}, ""},
+		{"a partition missing", failingBacklogs{}, nil, "partition 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, func(c *Config) { c.Backlogs = tc.backlogs })
+			f.registry.services["Shop"] = &rpc.Service{Name: "Shop", Url: "http://127.0.0.1:1"}
+			a := f.do(t, "GET", "/services/Shop", "")
+			if a.status != http.StatusOK {
+				t.Fatalf("GET: %d %s", a.status, a.body)
+			}
+			v := decode[ServiceView](t, a)
+			if (tc.want == nil) != (v.Backlog == nil) || (tc.want != nil && *v.Backlog != *tc.want) || !strings.Contains(v.BacklogError, tc.err) ||
+				(tc.err == "") != (v.BacklogError == "") {
+				t.Fatalf("backlog %+v, error %q; want %+v, error with %q", v.Backlog, v.BacklogError, tc.want, tc.err)
+			}
+		})
 	}
 }

@@ -39,7 +39,13 @@ type InvocationSummary struct {
 	// Key is the object key or workflow id of a keyed service's handler.
 	Key string `json:"key,omitempty"`
 	// Scope is the scope it was sent in (POST /restate/scope/{scope}/…).
-	Scope         string `json:"scope,omitempty"`
+	Scope string `json:"scope,omitempty"`
+	// Priority is the send's x-raftgate-priority (omitted when 0).
+	Priority int32 `json:"priority,omitempty"`
+	// HeldBy, when pending, names the limit the partition leader's last
+	// scan found full for it ("service concurrency", "scope rule …", …;
+	// docs/api.md): the leader's soft state, not replicated.
+	HeldBy        string `json:"heldBy,omitempty"`
 	Status        string `json:"status"`
 	Attempts      uint32 `json:"attempts"`
 	LastError     string `json:"lastError,omitempty"`
@@ -207,6 +213,8 @@ func invocationSummary(p uint32, rec *rpc.InvocationRecord) InvocationSummary {
 		IdempotencyKey: inv.GetIdempotencyKey(),
 		Key:            inv.GetKey(),
 		Scope:          inv.GetScope(),
+		Priority:       inv.GetPriority(),
+		HeldBy:         rec.GetHeldBy(),
 		Status:         stateName(rec.GetState()),
 		Attempts:       rec.GetAttempts(),
 		LastError:      rec.GetLastError(),

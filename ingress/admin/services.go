@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/raftgate/raftgate/registry"
@@ -48,6 +49,30 @@ type ServiceView struct {
 	// the partitions' invokers, partition/flow.go); a handler's limits are in HandlerConfig.
 	Limits            *LimitsView `json:"limits,omitempty"`
 	PerKeyConcurrency uint32      `json:"perKeyConcurrency,omitempty"`
+	// Backlog is where the service's deliveries are, summed over the
+	// partitions (GET /services/{name} alone). When some partition's
+	// leader did not answer, BacklogError says why instead: the
+	// registration is still shown.
+	Backlog      *BacklogView `json:"backlog,omitempty"`
+	BacklogError string       `json:"backlogError,omitempty"`
+}
+
+// BacklogView is a service's backlog over every partition, as their
+// leaders count it (partition/backlog.go).
+type BacklogView struct {
+	InFlight        uint64 `json:"inFlight"`
+	WaitingForLimit uint64 `json:"waitingForLimit"`
+	WaitingForRetry uint64 `json:"waitingForRetry"`
+	Paused          uint64 `json:"paused"`
+	// OldestWaitingAge is how long the longest-waiting due delivery has
+	// been due, in Go syntax ("1.5s"); "0s" when none waits.
+	OldestWaitingAge string `json:"oldestWaitingAge"`
+	// OldestWaitingAgeMs is the same in milliseconds.
+	OldestWaitingAgeMs int64 `json:"oldestWaitingAgeMs"`
+	// Truncated: some partition's count stopped at its bound
+	// (partition.BacklogScanLimit outbox entries); the counts are lower
+	// bounds.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // LimitsView is a service's or handler's flow-control limits; 0 (or
@@ -249,7 +274,50 @@ func (s *server) getService(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, http.StatusNotFound, fmt.Sprintf("service %q is not registered", name))
 		return
 	}
-	writeJSON(w, http.StatusOK, s.serviceView(svc))
+	v := s.serviceView(svc)
+	if s.cfg.Backlogs != nil {
+		if bl, err := s.backlog(r, name); err != nil {
+			v.BacklogError = err.Error()
+		} else {
+			v.Backlog = bl
+		}
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// backlog asks every partition's leader at once and sums their answers;
+// one failure fails all (a sum with a partition missing would look whole).
+// A node older than backlogs answers them as invalid.
+func (s *server) backlog(r *http.Request, service string) (*BacklogView, error) {
+	ctx, cancel := s.callContext(r)
+	defer cancel()
+	n := s.cfg.Partitions
+	parts := make([]*rpc.ServiceBacklog, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { parts[i], errs[i] = s.cfg.Backlogs.Backlog(ctx, i+1, service) })
+	}
+	wg.Wait()
+	out := &BacklogView{}
+	var age int64
+	for i, bl := range parts {
+		if errs[i] != nil {
+			return nil, fmt.Errorf("partition %d: %w", i+1, errs[i])
+		}
+		out.InFlight += bl.GetInFlight()
+		out.WaitingForLimit += bl.GetWaitingForLimit()
+		out.WaitingForRetry += bl.GetWaitingForRetry()
+		out.Paused += bl.GetPaused()
+		out.Truncated = out.Truncated || bl.GetTruncated()
+		if bl.GetWaitingForLimit() > 0 {
+			// Each leader's own clock: clocks need not agree.
+			age = max(age, bl.GetAtUnixMs()-bl.GetOldestWaitingDueUnixMs())
+		}
+	}
+	out.OldestWaitingAgeMs = age
+	out.OldestWaitingAge = (time.Duration(age) * time.Millisecond).String()
+	return out, nil
 }
 
 // putService registers or updates a service: 201 when it was new on this

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/raftgate/raftgate/rpc"
 )
 
 // The console's node table and its "remove" action, driven in headless
@@ -191,4 +193,31 @@ func TestConsolePlacementWithoutMembership(t *testing.T) {
 	if banner := evalJS[string](t, ctx, `document.querySelector("#error").textContent`); strings.Contains(banner, "placement") {
 		t.Fatalf("error banner %q", banner)
 	}
+}
+
+// partitionBacklogs answers each partition's backlog from a table.
+type partitionBacklogs map[uint32]*rpc.ServiceBacklog
+
+func (b partitionBacklogs) Backlog(_ context.Context, p uint32, _ string) (*rpc.ServiceBacklog, error) {
+	if bl, ok := b[p]; ok {
+		return bl, nil
+	}
+	return &rpc.ServiceBacklog{}, nil
+}
+
+// The service list shows each service's backlog summed over the
+// partitions, and the oldest waiting age of the longest wait.
+func TestConsoleShowsBacklog(t *testing.T) {
+	ctx := browserTab(t)
+	backlogs := partitionBacklogs{
+		1: {InFlight: 2, WaitingForLimit: 5, OldestWaitingDueUnixMs: 1_000, AtUnixMs: 2_500},
+		2: {InFlight: 1, WaitingForLimit: 1, WaitingForRetry: 3, Paused: 1, OldestWaitingDueUnixMs: 9_000, AtUnixMs: 9_100},
+	}
+	f := newFixture(t, func(c *Config) { c.Backlogs = backlogs })
+	f.registry.services["Payments"] = &rpc.Service{Name: "Payments", Url: "http://127.0.0.1:9080", Limits: &rpc.Limits{Concurrency: 3}}
+	browse(t, ctx, "open the services", chromedp.Navigate(f.url+"/ui/#/services"))
+	waitConsole(t, ctx, "the backlog of Payments", `(() => {
+		const cell = document.querySelector('#services td[data-backlog="Payments"]');
+		return !!cell && cell.textContent === "3 in flight, 6 waiting for a limit, 3 for a retry, 1 paused; oldest waiting 1.5s";
+	})()`)
 }

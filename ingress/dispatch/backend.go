@@ -36,6 +36,14 @@ type KeyBackend interface {
 	KeyStatus(ctx context.Context, partition uint32, service, key string) (*rpc.KeyState, error)
 }
 
+// BacklogBackend is a Backend that also answers backlog requests (GET
+// /services/{name}); a Backend without it answers them INVALID.
+type BacklogBackend interface {
+	// Backlog returns where service's deliveries are in partition, read
+	// at its leader.
+	Backlog(ctx context.Context, partition uint32, service string) (*rpc.ServiceBacklog, error)
+}
+
 // LifecycleBackend is a Backend that also serves operators' actions on
 // invocations; a Backend without it answers them INVALID.
 type LifecycleBackend interface {

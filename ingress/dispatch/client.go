@@ -365,6 +365,23 @@ func (c *Client) List(ctx context.Context, partitionID uint32, req *rpc.ListInvo
 	return nil, unexpected(opList, resp)
 }
 
+// Backlog returns where a service's deliveries are in a partition (see
+// rpc.ServiceBacklog), read at its leader.
+func (c *Client) Backlog(ctx context.Context, partitionID uint32, service string) (*rpc.ServiceBacklog, error) {
+	resp, err := c.call(ctx, opBacklog, &rpc.DispatchRequest{
+		RequestId: invocation.NewRequestID(),
+		Partition: partitionID,
+		Body:      &rpc.DispatchRequest_Backlog{Backlog: &rpc.GetBacklog{Service: service}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if bl := resp.GetBacklog(); bl != nil {
+		return bl, nil
+	}
+	return nil, unexpected(opBacklog, resp)
+}
+
 // PutService registers or updates a service (metadata group, partition 0).
 func (c *Client) PutService(ctx context.Context, svc *rpc.Service) error {
 	if svc == nil {

@@ -26,6 +26,7 @@ const (
 	opSchedule      = "schedule"
 	opPutRule       = "put_rule"
 	opDeleteRule    = "delete_rule"
+	opBacklog       = "backlog"
 	opUnknown       = "unknown"
 )
 
@@ -67,6 +68,8 @@ func opOf(req *rpc.DispatchRequest) string {
 		return opPutRule
 	case *rpc.DispatchRequest_DeleteRule:
 		return opDeleteRule
+	case *rpc.DispatchRequest_Backlog:
+		return opBacklog
 	default:
 		return opUnknown
 	}
@@ -131,6 +134,15 @@ func execute(ctx context.Context, b Backend, req *rpc.DispatchRequest) *rpc.Disp
 		var ks *rpc.KeyState
 		if ks, err = kb.KeyStatus(ctx, p, r.KeyStatus.GetService(), r.KeyStatus.GetKey()); ks != nil {
 			resp = &rpc.DispatchResponse{Body: &rpc.DispatchResponse_KeyState{KeyState: ks}}
+		}
+	case *rpc.DispatchRequest_Backlog:
+		bb, ok := b.(BacklogBackend)
+		if !ok {
+			return errorResponse(fmt.Errorf("%w: this node does not serve backlogs", rpc.ErrInvalid))
+		}
+		var bl *rpc.ServiceBacklog
+		if bl, err = bb.Backlog(ctx, p, r.Backlog.GetService()); bl != nil {
+			resp = &rpc.DispatchResponse{Body: &rpc.DispatchResponse_Backlog{Backlog: bl}}
 		}
 	case *rpc.DispatchRequest_Action, *rpc.DispatchRequest_Bulk, *rpc.DispatchRequest_Operation:
 		lb, ok := b.(LifecycleBackend)

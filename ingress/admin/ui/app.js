@@ -109,9 +109,10 @@ function localTime(rfc3339) {
   return d.toLocaleString(undefined, { hour12: false }) + "." + String(d.getMilliseconds()).padStart(3, "0");
 }
 
-function statusBadge(status, failed) {
+function statusBadge(status, failed, heldBy) {
   const cls = status === "completed" ? (failed ? "bad" : "ok") : status === "running" || status === "paused" ? "warn" : "";
-  return el("span", { class: "badge " + cls, "data-status": status }, failed ? "failed" : status);
+  const badge = el("span", { class: "badge " + cls, "data-status": status }, failed ? "failed" : status);
+  return heldBy ? el("span", {}, badge, el("div", { class: "muted", "data-field": "held-by" }, "held by " + heldBy)) : badge;
 }
 
 // ---------------------------------------------------------------- routing
@@ -448,6 +449,7 @@ async function loadServices() {
     el("td", { "data-field": "shared" }, (s.shared || []).join(", ") || "–"),
     el("td", { "data-field": "retry" }, retryText(s.retry)),
     el("td", { "data-field": "limits" }, limitsText(s)),
+    el("td", { "data-field": "backlog", "data-backlog": s.name }, "…"),
     el("td", {}, localTime(s.updatedAt)),
     el("td", {}, el("button", {
       type: "button", class: "danger", "data-remove": s.name,
@@ -458,8 +460,24 @@ async function loadServices() {
       }),
     }, "Remove")))));
   if (l.services.length === 0) {
-    fill($("#services tbody"), [el("tr", {}, el("td", { colspan: 9, class: "muted" }, "no services registered"))]);
+    fill($("#services tbody"), [el("tr", {}, el("td", { colspan: 10, class: "muted" }, "no services registered"))]);
   }
+  // Each service's backlog is summed over the partitions' leaders by
+  // GET /services/{name}: one read per service, filled in as they come.
+  for (const s of l.services) {
+    api("GET", "/services/" + encodeURIComponent(s.name)).then(v => {
+      const cell = document.querySelector(`td[data-backlog="${CSS.escape(s.name)}"]`);
+      if (cell) cell.textContent = v.backlogError ? "unavailable: " + v.backlogError : backlogText(v.backlog);
+    }, () => {});
+  }
+}
+
+// backlogText prints a service's backlog (GET /services/{name}).
+function backlogText(b) {
+  if (!b) return "–";
+  let t = `${b.inFlight} in flight, ${b.waitingForLimit} waiting for a limit, ${b.waitingForRetry} for a retry, ${b.paused} paused`;
+  if (b.waitingForLimit) t += `; oldest waiting ${b.oldestWaitingAge}`;
+  return b.truncated ? t + " (at least)" : t;
 }
 
 function retryText(r) {
@@ -467,8 +485,7 @@ function retryText(r) {
   return `${r.maxAttempts}× ${r.initialBackoff}…${r.maxBackoff}, ${r.attemptTimeout} each`;
 }
 
-// limitsText prints a registration's flow-control fields (stored; not
-// yet enforced).
+// limitsText prints a registration's flow-control fields.
 function limitsText(s) {
   const l = s.limits || {};
   const parts = [];
@@ -630,7 +647,7 @@ async function loadInvocations(q) {
     onclick: () => { location.hash = "#/invocations/" + inv.id; },
   },
   el("td", { class: "mono" }, el("a", { href: "#/invocations/" + inv.id }, inv.id)),
-  el("td", {}, statusBadge(inv.status, inv.failed)),
+  el("td", {}, statusBadge(inv.status, inv.failed, inv.heldBy)),
   el("td", {}, target(inv)),
   el("td", { class: "mono" }, dash(inv.idempotencyKey)),
   el("td", {}, String(inv.attempts)),
@@ -737,6 +754,8 @@ async function loadInvocation(id, full) {
     ["service / handler", target(v)],
     ["idempotency key", dash(v.idempotencyKey)],
     ["scope", dash(v.scope)],
+    ...(v.priority ? [["priority", String(v.priority)]] : []),
+    ...(v.heldBy ? [["held by", v.heldBy]] : []),
     ["partition", `${v.partition} · leader: ${leader}`],
     ...(v.queuePosition !== undefined ? [["queue position", `${v.queuePosition} ahead of it`]] : []),
     ["attempts", String(v.attempts)],
