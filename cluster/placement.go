@@ -20,10 +20,21 @@ import (
 // replaced at once).
 const DefaultMaxMoves = 2
 
+// Liveness is what the planner knows of the nodes' health.
+type Liveness struct {
+	// Dead reports a node gone for longer than the operator's patience
+	// (--dead-node-timeout): its replicas are replaced.
+	Dead func(uint64) bool
+	// Down reports a node not heard from now: it keeps its replicas but is
+	// given no new one, so a move never waits on a node that cannot catch
+	// up (nor, once promoted, leaves its partition short of a live
+	// quorum).
+	Down func(uint64) bool
+}
+
 // PlanPlacement returns the partitions whose target placement should
 // change, each with the version it expects (SetPlacement's
-// compare-and-swap). dead reports nodes gone for longer than the caller's
-// patience (their replicas are replaced).
+// compare-and-swap).
 //
 // In order: repair (replicas on nodes that are not active, or dead, are
 // replaced; the replication factor is met), zone spread (at most ⌈R/Z⌉
@@ -32,7 +43,7 @@ const DefaultMaxMoves = 2
 // maxMoves partitions moving at once, none while Paused), and preferred
 // leaders (one of the replicas, spread within one of even). The same input
 // gives the same plan.
-func PlanPlacement(s *State, dead func(uint64) bool, maxMoves int) []*rpc.PartitionPlacement {
+func PlanPlacement(s *State, live Liveness, maxMoves int) []*rpc.PartitionPlacement {
 	if s.ID == nil {
 		return nil
 	}
@@ -40,7 +51,7 @@ func PlanPlacement(s *State, dead func(uint64) bool, maxMoves int) []*rpc.Partit
 	zoneOf := map[uint64]string{}
 	zones := map[string]bool{}
 	for _, n := range s.Nodes {
-		if n.State == rpc.NodeState_NODE_STATE_ACTIVE && !dead(n.Id) {
+		if n.State == rpc.NodeState_NODE_STATE_ACTIVE && !live.Dead(n.Id) {
 			eligible = append(eligible, n.Id)
 			zoneOf[n.Id] = n.Zone
 			zones[n.Zone] = true
@@ -83,13 +94,13 @@ func PlanPlacement(s *State, dead func(uint64) bool, maxMoves int) []*rpc.Partit
 		}
 		return n
 	}
-	// pick returns the least loaded eligible node not in reps, preferring
-	// one whose zone has room; 0 when none.
+	// pick returns the least loaded eligible node that is up and not in
+	// reps, preferring one whose zone has room; 0 when none.
 	pick := func(reps []uint64) uint64 {
 		var best uint64
 		bestRoom := false
 		for _, id := range eligible {
-			if slices.Contains(reps, id) {
+			if slices.Contains(reps, id) || live.Down(id) {
 				continue
 			}
 			room := inZone(reps, zoneOf[id]) < zoneCap
@@ -148,16 +159,19 @@ func PlanPlacement(s *State, dead func(uint64) bool, maxMoves int) []*rpc.Partit
 		}
 	}
 	for !s.Paused && moving < maxMoves {
-		hi, lo := eligible[0], eligible[0]
+		var hi, lo uint64 // a node that is down neither gives nor takes
 		for _, id := range eligible {
-			if load[id] > load[hi] {
+			if live.Down(id) {
+				continue
+			}
+			if hi == 0 || load[id] > load[hi] {
 				hi = id
 			}
-			if load[id] < load[lo] {
+			if lo == 0 || load[id] < load[lo] {
 				lo = id
 			}
 		}
-		if load[hi]-load[lo] <= 1 {
+		if hi == 0 || load[hi]-load[lo] <= 1 {
 			break
 		}
 		moved := false

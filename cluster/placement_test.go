@@ -65,7 +65,7 @@ func placementConverges(t *testing.T, seed uint64) {
 			cp.ObservedVoters = slices.Clone(cp.Replicas)
 			s.Placements[i] = cp
 		}
-		plan := PlanPlacement(s, dead, maxMoves)
+		plan := PlanPlacement(s, Liveness{Dead: dead, Down: dead}, maxMoves)
 		if len(plan) == 0 {
 			break
 		}
@@ -78,7 +78,7 @@ func placementConverges(t *testing.T, seed uint64) {
 			cp.Replicas, cp.PreferredLeader, cp.Version = slices.Clone(pl.Replicas), pl.PreferredLeader, cp.Version+1
 			s.setPlacement(cp)
 		}
-		if again := PlanPlacement(s, dead, maxMoves); !s.Paused && moving(s) > maxMoves && len(again) > 0 {
+		if again := PlanPlacement(s, Liveness{Dead: dead, Down: dead}, maxMoves); !s.Paused && moving(s) > maxMoves && len(again) > 0 {
 			// Repairs may exceed the bound; balance must not add to them.
 			for _, pl := range again {
 				cur, _ := s.Placement(pl.Partition)
@@ -168,4 +168,48 @@ func spread(ids []uint64, count map[uint64]int) (lo, hi int) {
 		lo, hi = min(lo, count[id]), max(hi, count[id])
 	}
 	return lo, hi
+}
+
+// TestPlacementGivesNothingToDownNodes: a node that is down but not dead
+// yet keeps its replicas and is given no new one, neither to repair
+// another's loss nor for balance (the new replica could not catch up, and
+// once promoted would leave its partition short of live voters). Seeded:
+// the subtest's name is the seed.
+func TestPlacementGivesNothingToDownNodes(t *testing.T) {
+	for seed := uint64(1); seed <= 200; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 11))
+			n := 3 + rng.IntN(6)
+			s := &State{ID: bytes.Repeat([]byte{1}, ClusterIDLen), Replication: 3}
+			downSet, deadSet := map[uint64]bool{}, map[uint64]bool{}
+			for id := uint64(1); id <= uint64(n); id++ {
+				s.insert(&rpc.ClusterNode{Id: id, State: active})
+				switch rng.IntN(4) {
+				case 0:
+					downSet[id] = true
+				case 1:
+					downSet[id], deadSet[id] = true, true
+				}
+			}
+			parts := 1 + rng.IntN(12)
+			for p := uint32(1); p <= uint32(parts); p++ {
+				reps := []uint64{1, 2, 3} // everything starts on the first three
+				s.setPlacement(&rpc.PartitionPlacement{Partition: p, Replicas: reps, Version: 1, ObservedVoters: slices.Clone(reps)})
+			}
+			live := Liveness{Dead: func(id uint64) bool { return deadSet[id] }, Down: func(id uint64) bool { return downSet[id] }}
+			for _, pl := range PlanPlacement(s, live, 2) {
+				cur, _ := s.Placement(pl.Partition)
+				for _, id := range pl.Replicas {
+					if downSet[id] && !slices.Contains(cur.Replicas, id) {
+						t.Fatalf("seed %d: partition %d given to node %d, which is down (target %v, was %v)", seed, pl.Partition, id, pl.Replicas, cur.Replicas)
+					}
+				}
+				for _, id := range cur.Replicas {
+					if downSet[id] && !deadSet[id] && !slices.Contains(pl.Replicas, id) {
+						t.Fatalf("seed %d: partition %d taken from node %d, which is down but not dead (target %v, was %v)", seed, pl.Partition, id, pl.Replicas, cur.Replicas)
+					}
+				}
+			}
+		})
+	}
 }

@@ -480,7 +480,7 @@ func (n *Server) reconcile(ctx context.Context, dialOpts []grpc.DialOption) erro
 			}
 			n.log.Info().Uint64("node", s.ID).Str("from", cluster.StateName(s.From)).Str("to", cluster.StateName(s.To)).Msg("membership: node state changed")
 		}
-		if plan := cluster.PlanPlacement(st, n.deadFor(st), cluster.DefaultMaxMoves); len(plan) > 0 {
+		if plan := cluster.PlanPlacement(st, n.liveness(st), cluster.DefaultMaxMoves); len(plan) > 0 {
 			if err := n.cluster.SetPlacements(ctx, plan); err != nil {
 				n.log.Debug().Err(err).Msg("placement: not changed; trying again")
 			} else {
@@ -592,22 +592,29 @@ func (n *Server) report(ctx context.Context, st *cluster.State, g *raftlog.Group
 	}
 }
 
-// deadFor returns whether a node has not been alive in gossip for longer
-// than DeadNodeTimeout: its replicas are then placed elsewhere.
-func (n *Server) deadFor(st *cluster.State) func(uint64) bool {
+// liveness tells the placement planner which nodes are down (not alive
+// in gossip, or a metadata voter this leader has not heard from) and which
+// have been down for longer than DeadNodeTimeout: the replicas of those
+// are placed elsewhere.
+func (n *Server) liveness(st *cluster.State) cluster.Liveness {
 	now := time.Now()
+	meta := n.meta.Status()
 	for _, m := range st.Members() {
 		mem, ok := n.members.Node(m.Id)
-		alive := ok && mem.Alive || m.Id == n.cfg.NodeID
+		heard, voter := meta.Active[m.Id]
+		alive := ok && mem.Alive && (!voter || heard) || m.Id == n.cfg.NodeID
 		if alive {
 			delete(n.downSince, m.Id)
 		} else if _, seen := n.downSince[m.Id]; !seen {
 			n.downSince[m.Id] = now
 		}
 	}
-	return func(id uint64) bool {
-		since, down := n.downSince[id]
-		return down && now.Sub(since) > n.cfg.DeadNodeTimeout
+	return cluster.Liveness{
+		Dead: func(id uint64) bool {
+			since, down := n.downSince[id]
+			return down && now.Sub(since) > n.cfg.DeadNodeTimeout
+		},
+		Down: func(id uint64) bool { _, down := n.downSince[id]; return down },
 	}
 }
 
@@ -783,6 +790,11 @@ func (n *Server) stepGroup(ctx context.Context, st *cluster.State, g *raftlog.Gr
 	case cluster.StepLeaveJoint:
 		_, err = g.LeaveJoint(ctx, m)
 	case cluster.StepRemove:
+		if waitOn, ok := removalWaits(g.Status(), m, step.Replica); ok {
+			n.log.Debug().Uint32("group", uint32(g.Status().Group)).Uint64("node", raftlog.NodeOf(step.Replica)).Uint64("waiting_on", waitOn).
+				Msg("membership: not removing a live voter while another voter is not heard from")
+			return
+		}
 		_, err = g.RemoveReplica(ctx, m, step.Replica)
 	}
 	ev := n.log.Info()
@@ -791,6 +803,24 @@ func (n *Server) stepGroup(ctx context.Context, st *cluster.State, g *raftlog.Gr
 	}
 	ev.Uint32("group", uint32(g.Status().Group)).Str("step", step.Kind.String()).Uint64("node", raftlog.NodeOf(step.Replica)).
 		Msg("membership: configuration change")
+}
+
+// removalWaits reports whether removing replica from the group, whose
+// leader's status is gs, must wait, and on which node: a voter this leader
+// hears from is never removed while another voter is not heard from, so a
+// move whose new replica went down cannot leave its partition on fewer
+// live voters than it had. Removing a voter that is itself down (a
+// repair) never waits: it lowers the quorum the live ones must make.
+func removalWaits(gs raftlog.Status, m raftlog.Membership, replica uint64) (uint64, bool) {
+	if !slices.Contains(m.Voters, replica) || !gs.Active[raftlog.NodeOf(replica)] {
+		return 0, false
+	}
+	for _, r := range m.Voters {
+		if node := raftlog.NodeOf(r); r != replica && !gs.Active[node] {
+			return node, true
+		}
+	}
+	return 0, false
 }
 
 // isEmptyDataDir reports whether dir has nothing but its lock and what a
