@@ -13,4 +13,4 @@
 //	go generate ./rpc
 package rpc
 
-//go:generate protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative raftgate.proto cluster.proto
+//go:generate protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative raftgate.proto cluster.proto shares.proto

@@ -898,6 +898,8 @@ type Command struct {
 	//	*Command_Start
 	//	*Command_BackfillSchedule
 	//	*Command_ScheduleDispatched
+	//	*Command_AdoptShare
+	//	*Command_SetFlowShares
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1246,6 +1248,24 @@ func (x *Command) GetScheduleDispatched() *ScheduleDispatched {
 	return nil
 }
 
+func (x *Command) GetAdoptShare() *AdoptShare {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_AdoptShare); ok {
+			return x.AdoptShare
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetFlowShares() *SetFlowShares {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetFlowShares); ok {
+			return x.SetFlowShares
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -1395,6 +1415,16 @@ type Command_ScheduleDispatched struct {
 	ScheduleDispatched *ScheduleDispatched `protobuf:"bytes,101,opt,name=schedule_dispatched,json=scheduleDispatched,proto3,oneof"`
 }
 
+type Command_AdoptShare struct {
+	// Flow shares (shares.proto; partition/shares.go, cluster/shares.go):
+	// 120-129. SetFlowShares is a metadata group command.
+	AdoptShare *AdoptShare `protobuf:"bytes,120,opt,name=adopt_share,json=adoptShare,proto3,oneof"`
+}
+
+type Command_SetFlowShares struct {
+	SetFlowShares *SetFlowShares `protobuf:"bytes,121,opt,name=set_flow_shares,json=setFlowShares,proto3,oneof"`
+}
+
 func (*Command_Invoke) isCommand_Cmd() {}
 
 func (*Command_Complete) isCommand_Cmd() {}
@@ -1462,6 +1492,10 @@ func (*Command_Start) isCommand_Cmd() {}
 func (*Command_BackfillSchedule) isCommand_Cmd() {}
 
 func (*Command_ScheduleDispatched) isCommand_Cmd() {}
+
+func (*Command_AdoptShare) isCommand_Cmd() {}
+
+func (*Command_SetFlowShares) isCommand_Cmd() {}
 
 // A partition command, proposed to every partition once a service's
 // registration changed (put or delete) at metadata log index `index`, before
@@ -6799,7 +6833,7 @@ var File_raftgate_proto protoreflect.FileDescriptor
 
 const file_raftgate_proto_rawDesc = "" +
 	"\n" +
-	"\x0eraftgate.proto\x12\vraftgate.v1\x1a\rcluster.proto\"f\n" +
+	"\x0eraftgate.proto\x12\vraftgate.v1\x1a\rcluster.proto\x1a\fshares.proto\"f\n" +
 	"\tRaftBatch\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\x04R\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\x04R\x02to\x125\n" +
@@ -6820,7 +6854,7 @@ const file_raftgate_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"Z\n" +
 	"\fCommandBatch\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
-	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\xa4\x10\n" +
+	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\xa6\x11\n" +
 	"\aCommand\x12-\n" +
 	"\x06invoke\x18\n" +
 	" \x01(\v2\x13.raftgate.v1.InvokeH\x00R\x06invoke\x123\n" +
@@ -6858,7 +6892,10 @@ const file_raftgate_proto_rawDesc = "" +
 	"deleteRule\x12*\n" +
 	"\x05start\x18\\ \x01(\v2\x12.raftgate.v1.StartH\x00R\x05start\x12L\n" +
 	"\x11backfill_schedule\x18d \x01(\v2\x1d.raftgate.v1.BackfillScheduleH\x00R\x10backfillSchedule\x12R\n" +
-	"\x13schedule_dispatched\x18e \x01(\v2\x1f.raftgate.v1.ScheduleDispatchedH\x00R\x12scheduleDispatchedB\x05\n" +
+	"\x13schedule_dispatched\x18e \x01(\v2\x1f.raftgate.v1.ScheduleDispatchedH\x00R\x12scheduleDispatched\x12:\n" +
+	"\vadopt_share\x18x \x01(\v2\x17.raftgate.v1.AdoptShareH\x00R\n" +
+	"adoptShare\x12D\n" +
+	"\x0fset_flow_shares\x18y \x01(\v2\x1a.raftgate.v1.SetFlowSharesH\x00R\rsetFlowSharesB\x05\n" +
 	"\x03cmd\"W\n" +
 	"\fFenceService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -7459,6 +7496,8 @@ var file_raftgate_proto_goTypes = []any{
 	(*SetPlacement)(nil),           // 82: raftgate.v1.SetPlacement
 	(*ObserveConfig)(nil),          // 83: raftgate.v1.ObserveConfig
 	(*SetPlacementPolicy)(nil),     // 84: raftgate.v1.SetPlacementPolicy
+	(*AdoptShare)(nil),             // 85: raftgate.v1.AdoptShare
+	(*SetFlowShares)(nil),          // 86: raftgate.v1.SetFlowShares
 }
 var file_raftgate_proto_depIdxs = []int32{
 	9,   // 0: raftgate.v1.RaftBatch.messages:type_name -> raftgate.v1.RaftEnvelope
@@ -7497,85 +7536,87 @@ var file_raftgate_proto_depIdxs = []int32{
 	31,  // 33: raftgate.v1.Command.start:type_name -> raftgate.v1.Start
 	73,  // 34: raftgate.v1.Command.backfill_schedule:type_name -> raftgate.v1.BackfillSchedule
 	67,  // 35: raftgate.v1.Command.schedule_dispatched:type_name -> raftgate.v1.ScheduleDispatched
-	16,  // 36: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
-	18,  // 37: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
-	0,   // 38: raftgate.v1.Bulk.action:type_name -> raftgate.v1.BulkAction
-	55,  // 39: raftgate.v1.Bulk.filter:type_name -> raftgate.v1.ListInvocations
-	0,   // 40: raftgate.v1.Operation.action:type_name -> raftgate.v1.BulkAction
-	55,  // 41: raftgate.v1.Operation.filter:type_name -> raftgate.v1.ListInvocations
-	1,   // 42: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
-	39,  // 43: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
-	38,  // 44: raftgate.v1.Service.handler_config:type_name -> raftgate.v1.HandlerConfig
-	34,  // 45: raftgate.v1.Service.limits:type_name -> raftgate.v1.Limits
-	35,  // 46: raftgate.v1.PutRule.rule:type_name -> raftgate.v1.Rule
-	39,  // 47: raftgate.v1.HandlerConfig.retry:type_name -> raftgate.v1.RetryPolicy
-	34,  // 48: raftgate.v1.HandlerConfig.limits:type_name -> raftgate.v1.Limits
-	2,   // 49: raftgate.v1.RetryPolicy.on_max_attempts:type_name -> raftgate.v1.RetryPolicy.OnMaxAttempts
-	33,  // 50: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
-	17,  // 51: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
-	3,   // 52: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
-	18,  // 53: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
-	76,  // 54: raftgate.v1.InvocationRecord.callback:type_name -> raftgate.v1.CallbackState
-	46,  // 55: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
-	47,  // 56: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
-	48,  // 57: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
-	50,  // 58: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
-	51,  // 59: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
-	53,  // 60: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
-	60,  // 61: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
-	40,  // 62: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
-	41,  // 63: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
-	62,  // 64: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
-	55,  // 65: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
-	15,  // 66: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
-	57,  // 67: raftgate.v1.DispatchRequest.action:type_name -> raftgate.v1.InvocationAction
-	58,  // 68: raftgate.v1.DispatchRequest.bulk:type_name -> raftgate.v1.BulkRequest
-	59,  // 69: raftgate.v1.DispatchRequest.operation:type_name -> raftgate.v1.GetOperation
-	74,  // 70: raftgate.v1.DispatchRequest.schedule:type_name -> raftgate.v1.ScheduleRequest
-	36,  // 71: raftgate.v1.DispatchRequest.put_rule:type_name -> raftgate.v1.PutRule
-	37,  // 72: raftgate.v1.DispatchRequest.delete_rule:type_name -> raftgate.v1.DeleteRule
-	49,  // 73: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
-	52,  // 74: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
-	54,  // 75: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
-	61,  // 76: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
-	43,  // 77: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
-	56,  // 78: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
-	63,  // 79: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
-	29,  // 80: raftgate.v1.DispatchResponse.operation:type_name -> raftgate.v1.Operation
-	75,  // 81: raftgate.v1.DispatchResponse.schedules:type_name -> raftgate.v1.ScheduleList
-	35,  // 82: raftgate.v1.DispatchResponse.rule:type_name -> raftgate.v1.Rule
-	17,  // 83: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
-	18,  // 84: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
-	42,  // 85: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
-	4,   // 86: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
-	42,  // 87: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
-	5,   // 88: raftgate.v1.InvocationAction.kind:type_name -> raftgate.v1.InvocationAction.Kind
-	0,   // 89: raftgate.v1.BulkRequest.action:type_name -> raftgate.v1.BulkAction
-	55,  // 90: raftgate.v1.BulkRequest.filter:type_name -> raftgate.v1.ListInvocations
-	6,   // 91: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
-	64,  // 92: raftgate.v1.ScheduleState.spec:type_name -> raftgate.v1.ScheduleSpec
-	65,  // 93: raftgate.v1.ScheduleState.dispatch:type_name -> raftgate.v1.ScheduleDispatch
-	64,  // 94: raftgate.v1.PutSchedule.spec:type_name -> raftgate.v1.ScheduleSpec
-	68,  // 95: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
-	69,  // 96: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
-	70,  // 97: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
-	71,  // 98: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
-	73,  // 99: raftgate.v1.ScheduleRequest.backfill:type_name -> raftgate.v1.BackfillSchedule
-	66,  // 100: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
-	7,   // 101: raftgate.v1.CallbackState.state:type_name -> raftgate.v1.CallbackState.State
-	8,   // 102: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
-	11,  // 103: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
-	46,  // 104: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
-	44,  // 105: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
-	10,  // 106: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
-	12,  // 107: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
-	47,  // 108: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
-	45,  // 109: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
-	106, // [106:110] is the sub-list for method output_type
-	102, // [102:106] is the sub-list for method input_type
-	102, // [102:102] is the sub-list for extension type_name
-	102, // [102:102] is the sub-list for extension extendee
-	0,   // [0:102] is the sub-list for field type_name
+	85,  // 36: raftgate.v1.Command.adopt_share:type_name -> raftgate.v1.AdoptShare
+	86,  // 37: raftgate.v1.Command.set_flow_shares:type_name -> raftgate.v1.SetFlowShares
+	16,  // 38: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
+	18,  // 39: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
+	0,   // 40: raftgate.v1.Bulk.action:type_name -> raftgate.v1.BulkAction
+	55,  // 41: raftgate.v1.Bulk.filter:type_name -> raftgate.v1.ListInvocations
+	0,   // 42: raftgate.v1.Operation.action:type_name -> raftgate.v1.BulkAction
+	55,  // 43: raftgate.v1.Operation.filter:type_name -> raftgate.v1.ListInvocations
+	1,   // 44: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
+	39,  // 45: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
+	38,  // 46: raftgate.v1.Service.handler_config:type_name -> raftgate.v1.HandlerConfig
+	34,  // 47: raftgate.v1.Service.limits:type_name -> raftgate.v1.Limits
+	35,  // 48: raftgate.v1.PutRule.rule:type_name -> raftgate.v1.Rule
+	39,  // 49: raftgate.v1.HandlerConfig.retry:type_name -> raftgate.v1.RetryPolicy
+	34,  // 50: raftgate.v1.HandlerConfig.limits:type_name -> raftgate.v1.Limits
+	2,   // 51: raftgate.v1.RetryPolicy.on_max_attempts:type_name -> raftgate.v1.RetryPolicy.OnMaxAttempts
+	33,  // 52: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
+	17,  // 53: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
+	3,   // 54: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
+	18,  // 55: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
+	76,  // 56: raftgate.v1.InvocationRecord.callback:type_name -> raftgate.v1.CallbackState
+	46,  // 57: raftgate.v1.DispatchRequestBatch.requests:type_name -> raftgate.v1.DispatchRequest
+	47,  // 58: raftgate.v1.DispatchResponseBatch.responses:type_name -> raftgate.v1.DispatchResponse
+	48,  // 59: raftgate.v1.DispatchRequest.append:type_name -> raftgate.v1.AppendInvocation
+	50,  // 60: raftgate.v1.DispatchRequest.output:type_name -> raftgate.v1.GetOutput
+	51,  // 61: raftgate.v1.DispatchRequest.attach:type_name -> raftgate.v1.AttachInvocation
+	53,  // 62: raftgate.v1.DispatchRequest.status:type_name -> raftgate.v1.GetStatus
+	60,  // 63: raftgate.v1.DispatchRequest.cancel:type_name -> raftgate.v1.CancelInvocation
+	40,  // 64: raftgate.v1.DispatchRequest.put_service:type_name -> raftgate.v1.PutService
+	41,  // 65: raftgate.v1.DispatchRequest.delete_service:type_name -> raftgate.v1.DeleteService
+	62,  // 66: raftgate.v1.DispatchRequest.key_status:type_name -> raftgate.v1.GetKeyStatus
+	55,  // 67: raftgate.v1.DispatchRequest.list:type_name -> raftgate.v1.ListInvocations
+	15,  // 68: raftgate.v1.DispatchRequest.fence_service:type_name -> raftgate.v1.FenceService
+	57,  // 69: raftgate.v1.DispatchRequest.action:type_name -> raftgate.v1.InvocationAction
+	58,  // 70: raftgate.v1.DispatchRequest.bulk:type_name -> raftgate.v1.BulkRequest
+	59,  // 71: raftgate.v1.DispatchRequest.operation:type_name -> raftgate.v1.GetOperation
+	74,  // 72: raftgate.v1.DispatchRequest.schedule:type_name -> raftgate.v1.ScheduleRequest
+	36,  // 73: raftgate.v1.DispatchRequest.put_rule:type_name -> raftgate.v1.PutRule
+	37,  // 74: raftgate.v1.DispatchRequest.delete_rule:type_name -> raftgate.v1.DeleteRule
+	49,  // 75: raftgate.v1.DispatchResponse.appended:type_name -> raftgate.v1.Appended
+	52,  // 76: raftgate.v1.DispatchResponse.result:type_name -> raftgate.v1.InvocationResult
+	54,  // 77: raftgate.v1.DispatchResponse.status:type_name -> raftgate.v1.InvocationStatus
+	61,  // 78: raftgate.v1.DispatchResponse.done:type_name -> raftgate.v1.Done
+	43,  // 79: raftgate.v1.DispatchResponse.key_state:type_name -> raftgate.v1.KeyState
+	56,  // 80: raftgate.v1.DispatchResponse.list:type_name -> raftgate.v1.InvocationList
+	63,  // 81: raftgate.v1.DispatchResponse.error:type_name -> raftgate.v1.DispatchError
+	29,  // 82: raftgate.v1.DispatchResponse.operation:type_name -> raftgate.v1.Operation
+	75,  // 83: raftgate.v1.DispatchResponse.schedules:type_name -> raftgate.v1.ScheduleList
+	35,  // 84: raftgate.v1.DispatchResponse.rule:type_name -> raftgate.v1.Rule
+	17,  // 85: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
+	18,  // 86: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
+	42,  // 87: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
+	4,   // 88: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
+	42,  // 89: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
+	5,   // 90: raftgate.v1.InvocationAction.kind:type_name -> raftgate.v1.InvocationAction.Kind
+	0,   // 91: raftgate.v1.BulkRequest.action:type_name -> raftgate.v1.BulkAction
+	55,  // 92: raftgate.v1.BulkRequest.filter:type_name -> raftgate.v1.ListInvocations
+	6,   // 93: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
+	64,  // 94: raftgate.v1.ScheduleState.spec:type_name -> raftgate.v1.ScheduleSpec
+	65,  // 95: raftgate.v1.ScheduleState.dispatch:type_name -> raftgate.v1.ScheduleDispatch
+	64,  // 96: raftgate.v1.PutSchedule.spec:type_name -> raftgate.v1.ScheduleSpec
+	68,  // 97: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
+	69,  // 98: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
+	70,  // 99: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
+	71,  // 100: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
+	73,  // 101: raftgate.v1.ScheduleRequest.backfill:type_name -> raftgate.v1.BackfillSchedule
+	66,  // 102: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
+	7,   // 103: raftgate.v1.CallbackState.state:type_name -> raftgate.v1.CallbackState.State
+	8,   // 104: raftgate.v1.Raft.Send:input_type -> raftgate.v1.RaftBatch
+	11,  // 105: raftgate.v1.Raft.Snapshot:input_type -> raftgate.v1.SnapshotChunk
+	46,  // 106: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
+	44,  // 107: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
+	10,  // 108: raftgate.v1.Raft.Send:output_type -> raftgate.v1.RaftAck
+	12,  // 109: raftgate.v1.Raft.Snapshot:output_type -> raftgate.v1.SnapshotAck
+	47,  // 110: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
+	45,  // 111: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
+	108, // [108:112] is the sub-list for method output_type
+	104, // [104:108] is the sub-list for method input_type
+	104, // [104:104] is the sub-list for extension type_name
+	104, // [104:104] is the sub-list for extension extendee
+	0,   // [0:104] is the sub-list for field type_name
 }
 
 func init() { file_raftgate_proto_init() }
@@ -7584,6 +7625,7 @@ func file_raftgate_proto_init() {
 		return
 	}
 	file_cluster_proto_init()
+	file_shares_proto_init()
 	file_raftgate_proto_msgTypes[6].OneofWrappers = []any{
 		(*Command_Invoke)(nil),
 		(*Command_Complete)(nil),
@@ -7619,6 +7661,8 @@ func file_raftgate_proto_init() {
 		(*Command_Start)(nil),
 		(*Command_BackfillSchedule)(nil),
 		(*Command_ScheduleDispatched)(nil),
+		(*Command_AdoptShare)(nil),
+		(*Command_SetFlowShares)(nil),
 	}
 	file_raftgate_proto_msgTypes[9].OneofWrappers = []any{}
 	file_raftgate_proto_msgTypes[38].OneofWrappers = []any{
