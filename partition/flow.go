@@ -106,7 +106,7 @@ func (iv *invoker) flowOf(svc *rpc.Service, rule *rpc.Rule, rec *rpc.InvocationR
 	parts, p := iv.p.cfg.Partitions, iv.p.cfg.Partition
 	add := func(counter string, l *rpc.Limits) {
 		if l.GetConcurrency() > 0 {
-			ds = append(ds, demand{counter: counter, limit: share(l.GetConcurrency(), parts, p)})
+			ds = append(ds, demand{counter: counter, limit: iv.shareOf(counter, l.GetConcurrency())})
 		}
 		if r := l.GetRatePerSecond(); r > 0 {
 			buckets = append(buckets, bucketSpec{name: counter, rate: r / float64(max(parts, 1)), burst: share(l.GetBurst(), parts, p)})
@@ -119,7 +119,7 @@ func (iv *invoker) flowOf(svc *rpc.Service, rule *rpc.Rule, rec *rpc.InvocationR
 		}
 	}
 	if rule != nil && rule.Concurrency > 0 {
-		ds = append(ds, demand{counter: "r\x00" + inv.Scope, limit: share(rule.Concurrency, parts, p)})
+		ds = append(ds, demand{counter: "r\x00" + inv.Scope, limit: iv.shareOf("r\x00"+inv.Scope, rule.Concurrency)})
 	}
 	if n := svc.GetPerKeyConcurrency(); n > 0 && inv.Key != "" && !inv.Exclusive {
 		ds = append(ds, demand{counter: "k\x00" + inv.Service + "\x00" + inv.Key, limit: int(n)})

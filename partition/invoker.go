@@ -104,6 +104,7 @@ func (iv *invoker) reset() {
 	iv.buckets = make(map[string]*rate.Limiter)
 	iv.fairLast = ""
 	iv.from, iv.scanning, iv.lowered, iv.low = nil, false, false, nil
+	iv.p.flow.forget()
 }
 
 // lowerFrom makes the next scan start at key or before it (nil: at the
@@ -289,6 +290,7 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 	if free <= 0 {
 		return 0
 	}
+	iv.p.flow.beginScan()
 	rules, _ := iv.p.cfg.Services.(FlowRules)
 	hasRules := rules != nil && rules.HasRules()
 	services := make(map[string]*rpc.Service)
@@ -422,6 +424,7 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 			lpicks = append(lpicks, l)
 		}
 		iv.p.metrics.waitingForLimit(waiting.len())
+		iv.p.flow.endScan(iv.term.Load(), counts, waiting)
 		for _, e := range picks {
 			rec, found, err := getRecord(b, e.ID)
 			if err != nil {
