@@ -21,4 +21,6 @@
 //	cluster  "id"    → cluster id (16 bytes)
 //	         "next"  → next node id (8 bytes big-endian)
 //	         "nodes" → node id (8 bytes big-endian) → rpc.ClusterNode
+//	         "placements" → partition (4 bytes big-endian) → rpc.PartitionPlacement
+//	         "flowshares" → limit key → rpc.FlowShares (shares.go)
 package cluster

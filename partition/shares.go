@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/raftgate/raftgate/cluster"
 	"github.com/raftgate/raftgate/rpc"
 	bolt "go.etcd.io/bbolt"
 )
@@ -21,7 +22,7 @@ import (
 // state and the leader that lowered its share counts against the lower
 // figure only from the moment the adoption applied. Until a limit's first
 // split is adopted a partition takes its part of the static split
-// (staticShare), which may be 0: the parts add up to the limit exactly.
+// (cluster.StaticShare), which may be 0: the parts add up to the limit exactly.
 //
 // The invoker's scan enforces the table it read when it began and, when
 // done, leaves what it counted (in flight, from its reservations and the
@@ -50,25 +51,13 @@ type flowShares struct {
 	demand *rpc.FlowReport // the last scan's count; nil until one this term
 }
 
-// staticShare is partition p's (1..parts) part of a figure n before any
-// split is adopted: n/P, plus one for the first n mod P partitions. It
-// may be 0; the parts add up to n.
-func staticShare(n, parts, p uint32) uint32 {
-	parts = max(parts, 1)
-	s := n / parts
-	if (p-1)%parts < n%parts {
-		s++
-	}
-	return s
-}
-
 // shareOf is this partition's share of limit key with figure n, in the
 // table the scan under way enforces.
 func (iv *invoker) shareOf(key string, n uint32) int {
 	if a, ok := iv.p.flow.scan[key]; ok {
 		return int(a.share)
 	}
-	return int(staticShare(n, iv.p.cfg.Partitions, iv.p.cfg.Partition))
+	return int(cluster.StaticShare(n, iv.p.cfg.Partitions, iv.p.cfg.Partition))
 }
 
 // beginScan makes the scan about to run enforce the adopted table.
