@@ -61,12 +61,15 @@ type Server struct {
 	grpc    *grpc.Server
 	served  chan error // grpc.Serve's result, read by close
 
-	registry   *registry.Registry
-	cluster    *cluster.Cluster
-	meta       *raftlog.Group
-	parts      localPartitions // the partitions with a replica here
-	registerer prometheus.Registerer
-	groups     *groupMetrics
+	registry *registry.Registry
+	cluster  *cluster.Cluster
+	meta     *raftlog.Group
+	parts    localPartitions // the partitions with a replica here
+	// flowReports are the partitions' demand reports, on the metadata
+	// leader (flowshares.go).
+	flowReports flowReports
+	registerer  prometheus.Registerer
+	groups      *groupMetrics
 
 	dispatchServer *dispatch.Server
 	dispatchClient *dispatch.Client
@@ -358,6 +361,7 @@ func (n *Server) Start() (err error) {
 	n.dispatchServer.Register(n.grpc)
 	membership := membershipService{n: n, dialOpts: dialOpts}
 	rpc.RegisterMembershipServer(n.grpc, membership)
+	rpc.RegisterFlowControlServer(n.grpc, flowService{n: n})
 	n.served = make(chan error, 1)
 	go func() {
 		// Serve returns nil once stopped by close (ErrServerStopped if
