@@ -61,15 +61,16 @@ type Server struct {
 	grpc    *grpc.Server
 	served  chan error // grpc.Serve's result, read by close
 
-	registry *registry.Registry
-	cluster  *cluster.Cluster
-	meta     *raftlog.Group
-	parts    localPartitions // the partitions with a replica here
+	registry   *registry.Registry
+	cluster    *cluster.Cluster
+	meta       *raftlog.Group
+	parts      localPartitions // the partitions with a replica here
+	registerer prometheus.Registerer
+	groups     *groupMetrics
+
 	// flowReports are the partitions' demand reports, on the metadata
 	// leader (flowshares.go).
 	flowReports flowReports
-	registerer  prometheus.Registerer
-	groups      *groupMetrics
 
 	dispatchServer *dispatch.Server
 	dispatchClient *dispatch.Client
