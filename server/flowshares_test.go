@@ -37,6 +37,7 @@ func newRecordingService(t *testing.T, hold bool) *recordingService {
 		s.now++
 		s.max = max(s.max, s.now)
 		s.mu.Unlock()
+		time.Sleep(50 * time.Millisecond) // the service's work: calls overlap
 		select {
 		case <-s.release:
 		case <-r.Context().Done():
@@ -63,11 +64,12 @@ func (s *recordingService) figures() (maxInFlight, done int) {
 }
 
 // flowCluster starts three nodes with four partitions and registers the
-// keyed service Limited (handler get shared) with concurrency limit.
+// keyed service Limited (handler get shared) with concurrency limit and
+// an attempt timeout longer than any test.
 func flowCluster(t *testing.T, svc *recordingService, limit int) []server.Config {
 	_, cfgs := servertest.StartCluster(t, 3, freeport.Server, func(c *server.Config) { c.Partitions = 4 })
 	r := testutil.Do(t, http.MethodPut, "http://"+cfgs[0].AdminAddr+"/services/Limited",
-		fmt.Sprintf(`{"url":%q,"kind":"object","shared":["get"],"limits":{"concurrency":%d}}`, svc.srv.URL, limit))
+		fmt.Sprintf(`{"url":%q,"kind":"object","shared":["get"],"limits":{"concurrency":%d},"retry":{"attemptTimeout":"10m"}}`, svc.srv.URL, limit))
 	if r.Status/100 != 2 {
 		t.Fatalf("register: %d %s", r.Status, r.Body)
 	}
@@ -125,6 +127,7 @@ func TestFlowSharesMoveToTheBusyPartition(t *testing.T) {
 	for i, key := range keys {
 		send(t, cfgs, i, key)
 	}
+	// Well within the attempt timeout: no call ends before.
 	testutil.WaitFor(t, 60*time.Second, "3 calls in flight", func() bool {
 		most, _ := svc.figures()
 		return most >= 3
