@@ -290,7 +290,7 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 	if free <= 0 {
 		return 0
 	}
-	iv.p.flow.beginScan()
+	shares := iv.p.flow.current()
 	rules, _ := iv.p.cfg.Services.(FlowRules)
 	hasRules := rules != nil && rules.HasRules()
 	services := make(map[string]*rpc.Service)
@@ -424,7 +424,7 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 			lpicks = append(lpicks, l)
 		}
 		iv.p.metrics.waitingForLimit(waiting.len())
-		iv.p.flow.endScan(iv.term.Load(), counts, waiting)
+		iv.p.flow.endScan(iv.term.Load(), shares, counts, waiting)
 		for _, e := range picks {
 			rec, found, err := getRecord(b, e.ID)
 			if err != nil {

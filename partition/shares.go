@@ -24,8 +24,8 @@ import (
 // split is adopted a partition takes its part of the static split
 // (cluster.StaticShare), which may be 0: the parts add up to the limit exactly.
 //
-// The invoker's scan enforces the table it read when it began and, when
-// done, leaves what it counted (in flight, from its reservations and the
+// The invoker's scan enforces the adopted table and, when done, leaves
+// what it counted (in flight, from its reservations and the
 // marks in state, and waiting) for the leader's demand report (FlowReport),
 // which the metadata leader plans the next split from.
 
@@ -43,45 +43,44 @@ type adopted struct {
 type flowShares struct {
 	// table is the adopted shares as revealed; replaced, never changed.
 	table atomic.Pointer[map[string]adopted]
-	// scan is the table the invoker's scan under way enforces (scan
-	// goroutine only).
-	scan map[string]adopted
 
 	mu     sync.Mutex
 	demand *rpc.FlowReport // the last scan's count; nil until one this term
 }
 
-// shareOf is this partition's share of limit key with figure n, in the
-// table the scan under way enforces.
+// shareOf is this partition's adopted share of limit key with figure n.
 func (iv *invoker) shareOf(key string, n uint32) int {
-	if a, ok := iv.p.flow.scan[key]; ok {
+	if a, ok := iv.p.flow.current()[key]; ok {
 		return int(a.share)
 	}
 	return int(cluster.StaticShare(n, iv.p.cfg.Partitions, iv.p.cfg.Partition))
 }
 
-// beginScan makes the scan about to run enforce the adopted table.
-func (f *flowShares) beginScan() {
+// current returns the adopted shares (nil: none).
+func (f *flowShares) current() map[string]adopted {
 	if t := f.table.Load(); t != nil {
-		f.scan = *t
-	} else {
-		f.scan = nil
+		return *t
 	}
+	return nil
 }
 
 // endScan leaves what a scan counted for the demand report: counts are
-// the deliveries in flight per counter, waiting those held back.
-func (f *flowShares) endScan(term uint64, counts map[string]int, waiting *fairQueue[limited]) {
+// the deliveries in flight per counter, waiting those held back, and
+// shares the adopted table when the scan began. The report names the
+// versions of that table: a share adopted during the scan may have
+// gated some of it, and the metadata leader confirms a version only
+// from a report that names it.
+func (f *flowShares) endScan(term uint64, shares map[string]adopted, counts map[string]int, waiting *fairQueue[limited]) {
 	per := map[string]*rpc.FlowDemand{}
 	demand := func(key string) *rpc.FlowDemand {
 		d, ok := per[key]
 		if !ok {
-			d = &rpc.FlowDemand{Key: key, Adopted: f.scan[key].version}
+			d = &rpc.FlowDemand{Key: key, Adopted: shares[key].version}
 			per[key] = d
 		}
 		return d
 	}
-	for key, a := range f.scan {
+	for key, a := range shares {
 		demand(key).Adopted = a.version
 	}
 	for key, n := range counts {
