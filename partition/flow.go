@@ -16,10 +16,9 @@ import (
 // enforced by each partition's invoker.
 //
 //   - A cluster-wide concurrency limit N is split among the P partitions
-//     statically: partition p gets N/P, plus one for p ≤ N mod P, so the
-//     shares add up to N; a share is never below 1, so a limit below P
-//     holds as P (one per partition). A partition's unused share is not
-//     lent to the others.
+//     by shares that follow the demand and add up to at most N, 0
+//     included (shares.go): a partition enforces the share it adopted
+//     through its log, the static split (cluster.StaticShare) before any.
 //   - What is in flight is counted from state: before calling a limited
 //     service the leader proposes Start, which marks the outbox entry under
 //     way until the attempt's deadline, and calls only once it applied,
@@ -34,7 +33,7 @@ import (
 //     one partition.
 //   - ratePerSecond and burst are token buckets on the leader, one per
 //     service and per handler, with the rate split as rate/P and the
-//     burst as the concurrency (at least 1). A bucket starts empty at each
+//     burst by share (at least 1). A bucket starts empty at each
 //     term, so a leader change never adds a burst.
 //   - Fairness: due deliveries held by a limit wait in a fairQueue grouped
 //     by (service, key), the key being the object key, else the
@@ -80,8 +79,8 @@ func (m *machine) start(b *bolt.Bucket, c *rpc.Start, fx *effects) error {
 	return nil
 }
 
-// share is partition p's (1..parts) share of a cluster-wide figure n: n/P,
-// plus one for the first n mod P partitions, and at least 1.
+// share is partition p's (1..parts) part of a token bucket's burst n:
+// n/P, plus one for the first n mod P partitions, and at least 1.
 func share(n uint32, parts, p uint32) int {
 	if parts == 0 {
 		parts = 1
