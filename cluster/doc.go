@@ -7,6 +7,10 @@
 // Node states change only by compare-and-swap (SetNodeState names the
 // state it expects), so two controllers, or a stale one, never both act.
 //
+// The record also holds the flow shares (shares.go): how each cluster-wide
+// concurrency limit is split among the partitions, changed by
+// compare-and-swap as PlanShares plans from the partitions' demand.
+//
 // Machine is the metadata group's raftlog.StateMachine: it routes each
 // entry to the registry or to the cluster record. Cluster's commands are
 // leader-only and answer once applied (package proposals), as the
