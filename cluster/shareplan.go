@@ -50,11 +50,13 @@ func StaticShare(n, parts, p uint32) uint32 {
 //     fair share exceeds what it holds by a margin (hysteresis): the
 //     figure, less what partitions without a report hold, goes to the
 //     partitions with demand (in flight plus waiting), one each first
-//     (most waiting first), the rest in proportion to demand, never
-//     beyond it; what is left stays with the partitions that hold it.
+//     (most demand first, then those that hold a share), the rest in
+//     proportion to demand, never beyond it; what is left stays with the
+//     partitions that hold it.
 //   - A share is lowered at once; one is raised only as far as the
 //     ceilings leave room (Σ ceilings ≤ figure), so the raise waits until
-//     the partitions that gave the room up confirmed.
+//     the partitions that gave the room up confirmed; raises go to the
+//     partitions with the most demand first.
 func PlanShares(parts uint32, l ShareLimit) *rpc.FlowShares {
 	n := int(l.Figure)
 	if n == 0 || parts == 0 {
@@ -75,7 +77,7 @@ func PlanShares(parts uint32, l ShareLimit) *rpc.FlowShares {
 		}
 	}
 	changed := l.Current != nil && l.Current.Figure != l.Figure
-	// Confirmations.
+	// Confirmations: the partition enforces the share and is within it.
 	for i := range sh {
 		if r, ok := l.Reports[uint32(i+1)]; ok && r.Adopted == ver[i] && int(r.InFlight) <= sh[i] && ceil[i] != sh[i] {
 			ceil[i] = sh[i]
@@ -106,7 +108,7 @@ func PlanShares(parts uint32, l ShareLimit) *rpc.FlowShares {
 			}
 		}
 		room := n - sum(ceil)
-		for _, i := range byWaiting(parts, l.Reports) {
+		for _, i := range byDemand(parts, target, l.Reports) {
 			for sh[i] < target[i] && (sh[i] < ceil[i] || room > 0) {
 				if sh[i] >= ceil[i] {
 					ceil[i]++
@@ -132,7 +134,7 @@ func PlanShares(parts uint32, l ShareLimit) *rpc.FlowShares {
 
 // fairShares splits n among the partitions: those without a report keep
 // their share (lowered if they alone exceed n); those with demand get one
-// each (most waiting first), then the rest in proportion to demand
+// each (most demand first), then the rest in proportion to demand
 // (largest quotient first), never beyond it; what is left goes back to
 // the partitions that hold it now.
 func fairShares(parts uint32, n int, sh []int, reports map[uint32]Demand) []int {
@@ -148,7 +150,7 @@ func fairShares(parts uint32, n int, sh []int, reports map[uint32]Demand) []int 
 		r := reports[uint32(i+1)]
 		return int(r.InFlight) + int(r.Waiting)
 	}
-	order := byWaiting(parts, reports)
+	order := byDemand(parts, sh, reports)
 	for _, i := range order {
 		if avail > 0 && demand(i) > 0 {
 			t[i]++
@@ -178,17 +180,25 @@ func fairShares(parts uint32, n int, sh []int, reports map[uint32]Demand) []int 
 	return t
 }
 
-// byWaiting lists the reporting partitions' indexes, most waiting first,
-// then by partition.
-func byWaiting(parts uint32, reports map[uint32]Demand) []int {
+// byDemand lists the reporting partitions' indexes, most demand (in
+// flight plus waiting) first, then those holding a share (so that a
+// share does not move back and forth between equals), then by partition.
+func byDemand(parts uint32, sh []int, reports map[uint32]Demand) []int {
 	var out []int
 	for i := range int(parts) {
 		if _, ok := reports[uint32(i+1)]; ok {
 			out = append(out, i)
 		}
 	}
+	demand := func(i int) uint64 {
+		r := reports[uint32(i+1)]
+		return uint64(r.InFlight) + uint64(r.Waiting)
+	}
 	slices.SortStableFunc(out, func(a, b int) int {
-		return cmp.Compare(reports[uint32(b+1)].Waiting, reports[uint32(a+1)].Waiting)
+		if c := cmp.Compare(demand(b), demand(a)); c != 0 {
+			return c
+		}
+		return cmp.Compare(min(sh[b], 1), min(sh[a], 1))
 	})
 	return out
 }

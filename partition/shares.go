@@ -80,8 +80,8 @@ func (f *flowShares) endScan(term uint64, shares map[string]adopted, counts map[
 		}
 		return d
 	}
-	for key, a := range shares {
-		demand(key).Adopted = a.version
+	for key := range shares {
+		demand(key) // reported even when idle: its version confirms a lowering
 	}
 	for key, n := range counts {
 		if splitKey(key) {
@@ -187,7 +187,7 @@ func (m *machine) adoptShare(b *bolt.Bucket, c *rpc.AdoptShare, fx *effects) err
 	return nil
 }
 
-// loadShares reads the adopted shares from state (Restore).
+// load reads the adopted shares from state (Restore).
 func (f *flowShares) load(b *bolt.Bucket) error {
 	t := map[string]adopted{}
 	if sb := b.Bucket(sharesBucket); sb != nil {
