@@ -22,12 +22,13 @@ import (
 // state and the leader that lowered its share counts against the lower
 // figure only from the moment the adoption applied. Until a limit's first
 // split is adopted a partition takes its part of the static split
-// (cluster.StaticShare), which may be 0: the parts add up to the limit exactly.
+// (cluster.StaticShare), which may be 0: the parts add up to the limit.
 //
 // The invoker's scan enforces the adopted table and, when done, leaves
-// what it counted (in flight, from its reservations and the
-// marks in state, and waiting) for the leader's demand report (FlowReport),
-// which the metadata leader plans the next split from.
+// what it counted (in flight, from its reservations, unapplied Starts
+// included, and the marks in state; and waiting) for the leader's demand
+// report (FlowReport), which the metadata leader plans the next split
+// from.
 
 // sharesBucket: limit key → 8-byte big-endian version, 4-byte share.
 var sharesBucket = []byte("flowshares")
