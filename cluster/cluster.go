@@ -271,6 +271,8 @@ func requestIDOf(c *rpc.Command) []byte {
 		return cmd.ObserveConfig.RequestId
 	case *rpc.Command_SetPlacementPolicy:
 		return cmd.SetPlacementPolicy.RequestId
+	case *rpc.Command_SetFlowShares:
+		return cmd.SetFlowShares.RequestId
 	}
 	return nil
 }
@@ -279,7 +281,7 @@ func requestIDOf(c *rpc.Command) []byte {
 func isClusterCommand(c *rpc.Command) bool {
 	switch c.Cmd.(type) {
 	case *rpc.Command_InitCluster, *rpc.Command_JoinNode, *rpc.Command_SetNodeState, *rpc.Command_UpdateNodeAddrs,
-		*rpc.Command_SetPlacement, *rpc.Command_ObserveConfig, *rpc.Command_SetPlacementPolicy:
+		*rpc.Command_SetPlacement, *rpc.Command_ObserveConfig, *rpc.Command_SetPlacementPolicy, *rpc.Command_SetFlowShares:
 		return true
 	}
 	return false

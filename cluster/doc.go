@@ -7,6 +7,10 @@
 // Node states change only by compare-and-swap (SetNodeState names the
 // state it expects), so two controllers, or a stale one, never both act.
 //
+// The record also holds the flow shares (shares.go): how each cluster-wide
+// concurrency limit is split among the partitions, changed by
+// compare-and-swap as PlanShares plans from the partitions' demand.
+//
 // Machine is the metadata group's raftlog.StateMachine: it routes each
 // entry to the registry or to the cluster record. Cluster's commands are
 // leader-only and answer once applied (package proposals), as the
@@ -21,4 +25,6 @@
 //	cluster  "id"    → cluster id (16 bytes)
 //	         "next"  → next node id (8 bytes big-endian)
 //	         "nodes" → node id (8 bytes big-endian) → rpc.ClusterNode
+//	         "placements" → partition (4 bytes big-endian) → rpc.PartitionPlacement
+//	         "flowshares" → limit key → rpc.FlowShares (shares.go)
 package cluster

@@ -49,6 +49,9 @@ type State struct {
 	// Placements are the partitions' placements by partition (0, the
 	// metadata group, has only its observed configuration).
 	Placements []*rpc.PartitionPlacement
+	// Shares are the splits of the concurrency limits among the
+	// partitions, by key (shares.go).
+	Shares []*rpc.FlowShares
 	// Index is the metadata log index of the last change.
 	Index uint64
 }
@@ -153,6 +156,7 @@ func (t *tx) mutable(index uint64) *State {
 		cp := *t.next
 		cp.Nodes = slices.Clone(cp.Nodes)
 		cp.Placements = slices.Clone(cp.Placements)
+		cp.Shares = slices.Clone(cp.Shares)
 		t.next, t.dirty = &cp, true
 	}
 	t.next.Index = index
@@ -177,6 +181,8 @@ func (t *tx) apply(index uint64, c *rpc.Command) (res Result, err, failure error
 		err = t.observe(index, cmd.ObserveConfig)
 	case *rpc.Command_SetPlacementPolicy:
 		err = t.setPolicy(index, cmd.SetPlacementPolicy)
+	case *rpc.Command_SetFlowShares:
+		err = t.setFlowShares(index, cmd.SetFlowShares)
 	default:
 		return Result{}, nil, fmt.Errorf("cluster: unexpected command %T", c.Cmd)
 	}
@@ -501,6 +507,9 @@ func load(b *bolt.Bucket) (*State, error) {
 		if err != nil {
 			return nil, err
 		}
+	}
+	if err := loadShares(b, s); err != nil {
+		return nil, err
 	}
 	if nb := b.Bucket(bucketNodes); nb != nil {
 		err := nb.ForEach(func(k, v []byte) error {

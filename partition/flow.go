@@ -18,10 +18,9 @@ import (
 // enforced by each partition's invoker.
 //
 //   - A cluster-wide concurrency limit N is split among the P partitions
-//     statically: partition p gets N/P, plus one for p ≤ N mod P, so the
-//     shares add up to N; a share is never below 1, so a limit below P
-//     holds as P (one per partition). A partition's unused share is not
-//     lent to the others.
+//     by shares that follow the demand and add up to at most N, 0
+//     included (shares.go): a partition enforces the share it adopted
+//     through its log, the static split (cluster.StaticShare) before any.
 //   - What is in flight is counted from state: before calling a limited
 //     service the leader proposes Start, which marks the outbox entry under
 //     way until the attempt's deadline, and calls only once it applied,
@@ -36,7 +35,7 @@ import (
 //     one partition.
 //   - ratePerSecond and burst are token buckets on the leader, one per
 //     service and per handler, with the rate split as rate/P and the
-//     burst as the concurrency (at least 1). A bucket starts empty at each
+//     burst by share (at least 1). A bucket starts empty at each
 //     term, so a leader change never adds a burst.
 //   - Fairness: due deliveries held by a limit wait in a fairQueue grouped
 //     by (service, key), the key being the object key, else the
@@ -91,8 +90,8 @@ func (m *machine) start(b *bolt.Bucket, c *rpc.Start, fx *effects) error {
 	return nil
 }
 
-// share is partition p's (1..parts) share of a cluster-wide figure n: n/P,
-// plus one for the first n mod P partitions, and at least 1.
+// share is partition p's (1..parts) part of a token bucket's burst n:
+// n/P, plus one for the first n mod P partitions, and at least 1.
 func share(n uint32, parts, p uint32) int {
 	if parts == 0 {
 		parts = 1
@@ -134,7 +133,7 @@ func (iv *invoker) flowOf(svc *rpc.Service, rule *rpc.Rule, rec *rpc.InvocationR
 	parts, p := iv.p.cfg.Partitions, iv.p.cfg.Partition
 	add := func(counter string, l *rpc.Limits, name, rateName string) {
 		if l.GetConcurrency() > 0 {
-			ds = append(ds, demand{counter: counter, limit: share(l.GetConcurrency(), parts, p), name: name})
+			ds = append(ds, demand{counter: counter, limit: iv.shareOf(counter, l.GetConcurrency()), name: name})
 		}
 		if r := l.GetRatePerSecond(); r > 0 {
 			buckets = append(buckets, bucketSpec{name: counter, rate: r / float64(max(parts, 1)), burst: share(l.GetBurst(), parts, p), heldBy: rateName})
@@ -147,7 +146,7 @@ func (iv *invoker) flowOf(svc *rpc.Service, rule *rpc.Rule, rec *rpc.InvocationR
 		}
 	}
 	if rule != nil && rule.Concurrency > 0 {
-		ds = append(ds, demand{counter: "r\x00" + inv.Scope, limit: share(rule.Concurrency, parts, p), name: "scope rule " + rule.Pattern})
+		ds = append(ds, demand{counter: "r\x00" + inv.Scope, limit: iv.shareOf("r\x00"+inv.Scope, rule.Concurrency), name: "scope rule " + rule.Pattern})
 	}
 	if n := svc.GetPerKeyConcurrency(); n > 0 && inv.Key != "" && !inv.Exclusive {
 		ds = append(ds, demand{counter: "k\x00" + inv.Service + "\x00" + inv.Key, limit: int(n), name: heldByPerKey})

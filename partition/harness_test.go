@@ -137,7 +137,7 @@ func (c *fakeCluster) setLeader(n int, keepUncommitted bool) {
 	c.mu.Unlock()
 	c.signal()
 	for i, r := range c.replicas {
-		ev := raftlog.LeaderEvent{Group: 1, Term: term, IsSelf: i == n}
+		ev := raftlog.LeaderEvent{Group: raftlog.GroupID(r.p.cfg.Partition), Term: term, IsSelf: i == n}
 		if n >= 0 {
 			ev.Leader = nodeID(n)
 		}

@@ -108,6 +108,7 @@ func (iv *invoker) reset() {
 	iv.buckets = make(map[string]*rate.Limiter)
 	iv.fairLast = ""
 	iv.from, iv.scanning, iv.lowered, iv.low = nil, false, false, nil
+	iv.p.flow.forget()
 }
 
 // lowerFrom makes the next scan start at key or before it (nil: at the
@@ -300,6 +301,7 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 	if free <= 0 {
 		return 0
 	}
+	shares := iv.p.flow.current()
 	rules, _ := iv.p.cfg.Services.(FlowRules)
 	hasRules := rules != nil && rules.HasRules()
 	services := make(map[string]*rpc.Service)
@@ -434,6 +436,7 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 			lpicks = append(lpicks, l)
 		}
 		iv.p.metrics.waitingForLimit(waiting.len())
+		iv.p.flow.endScan(iv.term.Load(), shares, counts, waiting)
 		nodeFull := len(picks)+len(lpicks) >= free
 		waiting.each(func(l limited) {
 			if heldBy == nil {

@@ -83,6 +83,8 @@ type effects struct {
 	applied          [numCommandKinds]int // commands by kind, for metrics
 	// started lists the Start marks applied (flow.go).
 	started []startMark
+	// adopted lists the shares adopted (shares.go).
+	adopted []*rpc.AdoptShare
 }
 
 // queued notes a delivery queued due at due.
@@ -114,12 +116,13 @@ const (
 	kindSchedule
 	kindCallbackAttempt
 	kindStart
+	kindAdoptShare
 	numCommandKinds
 )
 
 // commandKindNames are the metric's kind labels.
 var commandKindNames = [numCommandKinds]string{"invoke", "complete", "cancel", "purge", "attempt_failed", "admit", "fence_service",
-	"resume", "restart", "kill", "purge_invocation", "pause", "bulk", "bulk_step", "schedule", "callback_attempt", "start"}
+	"resume", "restart", "kill", "purge_invocation", "pause", "bulk", "bulk_step", "schedule", "callback_attempt", "start", "adopt_share"}
 
 // machine is the deterministic part of the processor: a function of (state
 // bucket, entries). It has no goroutine, clock, randomness or I/O besides
@@ -295,6 +298,9 @@ func (m *machine) applyCommand(b *bolt.Bucket, term, index uint64, c *rpc.Comman
 	case *rpc.Command_Start:
 		fx.applied[kindStart]++
 		return m.start(b, cmd.Start, fx)
+	case *rpc.Command_AdoptShare:
+		fx.applied[kindAdoptShare]++
+		return m.adoptShare(b, cmd.AdoptShare, fx)
 	default:
 		return fmt.Errorf("partition: unexpected command %T", c.Cmd)
 	}

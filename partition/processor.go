@@ -34,6 +34,7 @@ type Processor struct {
 	attach  *results.Waiters
 	invoker *invoker
 	metrics *metrics
+	flow    flowShares // adopted shares of the split limits (shares.go)
 
 	// queue feeds the proposer loop; its capacity bounds queued commands.
 	queue    chan proposal
@@ -356,6 +357,9 @@ func (p *Processor) Restore(b *bolt.Bucket) error {
 	// deltas must not be added again.
 	p.restores++
 	p.depth.Store(int64(outbox.Count(b)))
+	if err := p.flow.load(b); err != nil {
+		return err
+	}
 	p.invoker.rescan()
 	return nil
 }
@@ -377,6 +381,9 @@ func (p *Processor) reveal(fx *effects, gen uint64) {
 		p.depth.Add(int64(fx.outboxDelta))
 	}
 	p.invoker.startsApplied(fx.started)
+	if p.flow.applied(fx.adopted) {
+		p.invoker.kick() // a raised share admits more, a lowered one is reported
+	}
 	p.invoker.applied(fx.outboxDone, fx.outboxAdded, fx.firstQueued)
 	p.callbacks.applied(fx.callbacksDone, fx.callbacksQueued)
 	p.metrics.applied(fx)

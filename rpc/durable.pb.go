@@ -551,6 +551,8 @@ type Command struct {
 	//	*Command_Start
 	//	*Command_BackfillSchedule
 	//	*Command_ScheduleDispatched
+	//	*Command_AdoptShare
+	//	*Command_SetFlowShares
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -899,6 +901,24 @@ func (x *Command) GetScheduleDispatched() *ScheduleDispatched {
 	return nil
 }
 
+func (x *Command) GetAdoptShare() *AdoptShare {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_AdoptShare); ok {
+			return x.AdoptShare
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetFlowShares() *SetFlowShares {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetFlowShares); ok {
+			return x.SetFlowShares
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -1048,6 +1068,16 @@ type Command_ScheduleDispatched struct {
 	ScheduleDispatched *ScheduleDispatched `protobuf:"bytes,101,opt,name=schedule_dispatched,json=scheduleDispatched,proto3,oneof"`
 }
 
+type Command_AdoptShare struct {
+	// Flow shares (partition/shares.go, cluster/shares.go): 120-129.
+	// SetFlowShares is a metadata group command.
+	AdoptShare *AdoptShare `protobuf:"bytes,120,opt,name=adopt_share,json=adoptShare,proto3,oneof"`
+}
+
+type Command_SetFlowShares struct {
+	SetFlowShares *SetFlowShares `protobuf:"bytes,121,opt,name=set_flow_shares,json=setFlowShares,proto3,oneof"`
+}
+
 func (*Command_Invoke) isCommand_Cmd() {}
 
 func (*Command_Complete) isCommand_Cmd() {}
@@ -1115,6 +1145,10 @@ func (*Command_Start) isCommand_Cmd() {}
 func (*Command_BackfillSchedule) isCommand_Cmd() {}
 
 func (*Command_ScheduleDispatched) isCommand_Cmd() {}
+
+func (*Command_AdoptShare) isCommand_Cmd() {}
+
+func (*Command_SetFlowShares) isCommand_Cmd() {}
 
 // A partition command, proposed to every partition once a service's
 // registration changed (put or delete) at metadata log index `index`, before
@@ -5445,6 +5479,262 @@ func (x *UpdateNodeAddrs) GetNode() *ClusterNode {
 	return nil
 }
 
+// The split of one concurrency limit, as the metadata group holds it.
+type FlowShares struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The limit's counter: "s\0service", "h\0service\0handler" or "r\0scope".
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The cluster-wide figure N the split is for.
+	Figure uint32 `protobuf:"varint,2,opt,name=figure,proto3" json:"figure,omitempty"`
+	// Bumped at each change (compare-and-swap); in SetFlowShares, the
+	// version the change expects (0: none yet).
+	Version uint64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	// One per partition, partition p at index p-1.
+	Parts         []*FlowShare `protobuf:"bytes,4,rep,name=parts,proto3" json:"parts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlowShares) Reset() {
+	*x = FlowShares{}
+	mi := &file_rpc_durable_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlowShares) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlowShares) ProtoMessage() {}
+
+func (x *FlowShares) ProtoReflect() protoreflect.Message {
+	mi := &file_rpc_durable_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlowShares.ProtoReflect.Descriptor instead.
+func (*FlowShares) Descriptor() ([]byte, []int) {
+	return file_rpc_durable_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *FlowShares) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *FlowShares) GetFigure() uint32 {
+	if x != nil {
+		return x.Figure
+	}
+	return 0
+}
+
+func (x *FlowShares) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *FlowShares) GetParts() []*FlowShare {
+	if x != nil {
+		return x.Parts
+	}
+	return nil
+}
+
+// One partition's part of a limit.
+type FlowShare struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the partition may have in flight once it adopted version.
+	Share uint32 `protobuf:"varint,1,opt,name=share,proto3" json:"share,omitempty"`
+	// What it may still have in flight: share, or more while a lowered share
+	// is not yet confirmed adopted and drained. The ceilings add up to at
+	// most the figure.
+	Ceiling uint32 `protobuf:"varint,2,opt,name=ceiling,proto3" json:"ceiling,omitempty"`
+	// Bumped when share changes; the partition adopts each version once.
+	Version       uint64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlowShare) Reset() {
+	*x = FlowShare{}
+	mi := &file_rpc_durable_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlowShare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlowShare) ProtoMessage() {}
+
+func (x *FlowShare) ProtoReflect() protoreflect.Message {
+	mi := &file_rpc_durable_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlowShare.ProtoReflect.Descriptor instead.
+func (*FlowShare) Descriptor() ([]byte, []int) {
+	return file_rpc_durable_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *FlowShare) GetShare() uint32 {
+	if x != nil {
+		return x.Share
+	}
+	return 0
+}
+
+func (x *FlowShare) GetCeiling() uint32 {
+	if x != nil {
+		return x.Ceiling
+	}
+	return 0
+}
+
+func (x *FlowShare) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+// Metadata group command: change the splits of limits, each only if its
+// stored version is the expected one.
+type SetFlowShares struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     []byte                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Shares        []*FlowShares          `protobuf:"bytes,2,rep,name=shares,proto3" json:"shares,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetFlowShares) Reset() {
+	*x = SetFlowShares{}
+	mi := &file_rpc_durable_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetFlowShares) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetFlowShares) ProtoMessage() {}
+
+func (x *SetFlowShares) ProtoReflect() protoreflect.Message {
+	mi := &file_rpc_durable_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetFlowShares.ProtoReflect.Descriptor instead.
+func (*SetFlowShares) Descriptor() ([]byte, []int) {
+	return file_rpc_durable_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *SetFlowShares) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+func (x *SetFlowShares) GetShares() []*FlowShares {
+	if x != nil {
+		return x.Shares
+	}
+	return nil
+}
+
+// Partition command: from now on this partition's share of limit key is
+// share (ignored unless version is above the adopted one).
+type AdoptShare struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Share         uint32                 `protobuf:"varint,3,opt,name=share,proto3" json:"share,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdoptShare) Reset() {
+	*x = AdoptShare{}
+	mi := &file_rpc_durable_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdoptShare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdoptShare) ProtoMessage() {}
+
+func (x *AdoptShare) ProtoReflect() protoreflect.Message {
+	mi := &file_rpc_durable_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdoptShare.ProtoReflect.Descriptor instead.
+func (*AdoptShare) Descriptor() ([]byte, []int) {
+	return file_rpc_durable_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *AdoptShare) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *AdoptShare) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *AdoptShare) GetShare() uint32 {
+	if x != nil {
+		return x.Share
+	}
+	return 0
+}
+
 var File_rpc_durable_proto protoreflect.FileDescriptor
 
 const file_rpc_durable_proto_rawDesc = "" +
@@ -5452,7 +5742,7 @@ const file_rpc_durable_proto_rawDesc = "" +
 	"\x11rpc/durable.proto\x12\vraftgate.v1\"Z\n" +
 	"\fCommandBatch\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
-	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\xa4\x10\n" +
+	"\bcommands\x18\x02 \x03(\v2\x14.raftgate.v1.CommandR\bcommands\"\xa6\x11\n" +
 	"\aCommand\x12-\n" +
 	"\x06invoke\x18\n" +
 	" \x01(\v2\x13.raftgate.v1.InvokeH\x00R\x06invoke\x123\n" +
@@ -5490,7 +5780,10 @@ const file_rpc_durable_proto_rawDesc = "" +
 	"deleteRule\x12*\n" +
 	"\x05start\x18\\ \x01(\v2\x12.raftgate.v1.StartH\x00R\x05start\x12L\n" +
 	"\x11backfill_schedule\x18d \x01(\v2\x1d.raftgate.v1.BackfillScheduleH\x00R\x10backfillSchedule\x12R\n" +
-	"\x13schedule_dispatched\x18e \x01(\v2\x1f.raftgate.v1.ScheduleDispatchedH\x00R\x12scheduleDispatchedB\x05\n" +
+	"\x13schedule_dispatched\x18e \x01(\v2\x1f.raftgate.v1.ScheduleDispatchedH\x00R\x12scheduleDispatched\x12:\n" +
+	"\vadopt_share\x18x \x01(\v2\x17.raftgate.v1.AdoptShareH\x00R\n" +
+	"adoptShare\x12D\n" +
+	"\x0fset_flow_shares\x18y \x01(\v2\x1a.raftgate.v1.SetFlowSharesH\x00R\rsetFlowSharesB\x05\n" +
 	"\x03cmd\"W\n" +
 	"\fFenceService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -5915,7 +6208,26 @@ const file_rpc_durable_proto_rawDesc = "" +
 	"\x0fUpdateNodeAddrs\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x12,\n" +
-	"\x04node\x18\x02 \x01(\v2\x18.raftgate.v1.ClusterNodeR\x04node*s\n" +
+	"\x04node\x18\x02 \x01(\v2\x18.raftgate.v1.ClusterNodeR\x04node\"~\n" +
+	"\n" +
+	"FlowShares\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06figure\x18\x02 \x01(\rR\x06figure\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\x12,\n" +
+	"\x05parts\x18\x04 \x03(\v2\x16.raftgate.v1.FlowShareR\x05parts\"U\n" +
+	"\tFlowShare\x12\x14\n" +
+	"\x05share\x18\x01 \x01(\rR\x05share\x12\x18\n" +
+	"\aceiling\x18\x02 \x01(\rR\aceiling\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\"_\n" +
+	"\rSetFlowShares\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\fR\trequestId\x12/\n" +
+	"\x06shares\x18\x02 \x03(\v2\x17.raftgate.v1.FlowSharesR\x06shares\"N\n" +
+	"\n" +
+	"AdoptShare\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x14\n" +
+	"\x05share\x18\x03 \x01(\rR\x05share*s\n" +
 	"\n" +
 	"BulkAction\x12\x14\n" +
 	"\x10BULK_UNSPECIFIED\x10\x00\x12\x0f\n" +
@@ -5946,7 +6258,7 @@ func file_rpc_durable_proto_rawDescGZIP() []byte {
 }
 
 var file_rpc_durable_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_rpc_durable_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_rpc_durable_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_rpc_durable_proto_goTypes = []any{
 	(BulkAction)(0),                // 0: raftgate.v1.BulkAction
 	(NodeState)(0),                 // 1: raftgate.v1.NodeState
@@ -6008,7 +6320,11 @@ var file_rpc_durable_proto_goTypes = []any{
 	(*JoinNode)(nil),               // 57: raftgate.v1.JoinNode
 	(*SetNodeState)(nil),           // 58: raftgate.v1.SetNodeState
 	(*UpdateNodeAddrs)(nil),        // 59: raftgate.v1.UpdateNodeAddrs
-	nil,                            // 60: raftgate.v1.PartitionPlacement.GenerationsEntry
+	(*FlowShares)(nil),             // 60: raftgate.v1.FlowShares
+	(*FlowShare)(nil),              // 61: raftgate.v1.FlowShare
+	(*SetFlowShares)(nil),          // 62: raftgate.v1.SetFlowShares
+	(*AdoptShare)(nil),             // 63: raftgate.v1.AdoptShare
+	nil,                            // 64: raftgate.v1.PartitionPlacement.GenerationsEntry
 }
 var file_rpc_durable_proto_depIdxs = []int32{
 	8,  // 0: raftgate.v1.CommandBatch.commands:type_name -> raftgate.v1.Command
@@ -6046,45 +6362,49 @@ var file_rpc_durable_proto_depIdxs = []int32{
 	25, // 32: raftgate.v1.Command.start:type_name -> raftgate.v1.Start
 	48, // 33: raftgate.v1.Command.backfill_schedule:type_name -> raftgate.v1.BackfillSchedule
 	42, // 34: raftgate.v1.Command.schedule_dispatched:type_name -> raftgate.v1.ScheduleDispatched
-	10, // 35: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
-	12, // 36: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
-	0,  // 37: raftgate.v1.Bulk.action:type_name -> raftgate.v1.BulkAction
-	38, // 38: raftgate.v1.Bulk.filter:type_name -> raftgate.v1.ListInvocations
-	0,  // 39: raftgate.v1.Operation.action:type_name -> raftgate.v1.BulkAction
-	38, // 40: raftgate.v1.Operation.filter:type_name -> raftgate.v1.ListInvocations
-	2,  // 41: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
-	33, // 42: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
-	32, // 43: raftgate.v1.Service.handler_config:type_name -> raftgate.v1.HandlerConfig
-	28, // 44: raftgate.v1.Service.limits:type_name -> raftgate.v1.Limits
-	29, // 45: raftgate.v1.PutRule.rule:type_name -> raftgate.v1.Rule
-	33, // 46: raftgate.v1.HandlerConfig.retry:type_name -> raftgate.v1.RetryPolicy
-	28, // 47: raftgate.v1.HandlerConfig.limits:type_name -> raftgate.v1.Limits
-	3,  // 48: raftgate.v1.RetryPolicy.on_max_attempts:type_name -> raftgate.v1.RetryPolicy.OnMaxAttempts
-	27, // 49: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
-	11, // 50: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
-	4,  // 51: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
-	12, // 52: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
-	49, // 53: raftgate.v1.InvocationRecord.callback:type_name -> raftgate.v1.CallbackState
-	5,  // 54: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
-	39, // 55: raftgate.v1.ScheduleState.spec:type_name -> raftgate.v1.ScheduleSpec
-	40, // 56: raftgate.v1.ScheduleState.dispatch:type_name -> raftgate.v1.ScheduleDispatch
-	39, // 57: raftgate.v1.PutSchedule.spec:type_name -> raftgate.v1.ScheduleSpec
-	6,  // 58: raftgate.v1.CallbackState.state:type_name -> raftgate.v1.CallbackState.State
-	1,  // 59: raftgate.v1.ClusterNode.state:type_name -> raftgate.v1.NodeState
-	51, // 60: raftgate.v1.InitCluster.nodes:type_name -> raftgate.v1.ClusterNode
-	53, // 61: raftgate.v1.InitCluster.placements:type_name -> raftgate.v1.PartitionPlacement
-	60, // 62: raftgate.v1.PartitionPlacement.generations:type_name -> raftgate.v1.PartitionPlacement.GenerationsEntry
-	53, // 63: raftgate.v1.SetPlacement.placements:type_name -> raftgate.v1.PartitionPlacement
-	53, // 64: raftgate.v1.ObserveConfig.observed:type_name -> raftgate.v1.PartitionPlacement
-	51, // 65: raftgate.v1.JoinNode.node:type_name -> raftgate.v1.ClusterNode
-	1,  // 66: raftgate.v1.SetNodeState.from:type_name -> raftgate.v1.NodeState
-	1,  // 67: raftgate.v1.SetNodeState.to:type_name -> raftgate.v1.NodeState
-	51, // 68: raftgate.v1.UpdateNodeAddrs.node:type_name -> raftgate.v1.ClusterNode
-	69, // [69:69] is the sub-list for method output_type
-	69, // [69:69] is the sub-list for method input_type
-	69, // [69:69] is the sub-list for extension type_name
-	69, // [69:69] is the sub-list for extension extendee
-	0,  // [0:69] is the sub-list for field type_name
+	63, // 35: raftgate.v1.Command.adopt_share:type_name -> raftgate.v1.AdoptShare
+	62, // 36: raftgate.v1.Command.set_flow_shares:type_name -> raftgate.v1.SetFlowShares
+	10, // 37: raftgate.v1.Invoke.headers:type_name -> raftgate.v1.Header
+	12, // 38: raftgate.v1.Complete.result:type_name -> raftgate.v1.Result
+	0,  // 39: raftgate.v1.Bulk.action:type_name -> raftgate.v1.BulkAction
+	38, // 40: raftgate.v1.Bulk.filter:type_name -> raftgate.v1.ListInvocations
+	0,  // 41: raftgate.v1.Operation.action:type_name -> raftgate.v1.BulkAction
+	38, // 42: raftgate.v1.Operation.filter:type_name -> raftgate.v1.ListInvocations
+	2,  // 43: raftgate.v1.Service.kind:type_name -> raftgate.v1.Service.Kind
+	33, // 44: raftgate.v1.Service.retry:type_name -> raftgate.v1.RetryPolicy
+	32, // 45: raftgate.v1.Service.handler_config:type_name -> raftgate.v1.HandlerConfig
+	28, // 46: raftgate.v1.Service.limits:type_name -> raftgate.v1.Limits
+	29, // 47: raftgate.v1.PutRule.rule:type_name -> raftgate.v1.Rule
+	33, // 48: raftgate.v1.HandlerConfig.retry:type_name -> raftgate.v1.RetryPolicy
+	28, // 49: raftgate.v1.HandlerConfig.limits:type_name -> raftgate.v1.Limits
+	3,  // 50: raftgate.v1.RetryPolicy.on_max_attempts:type_name -> raftgate.v1.RetryPolicy.OnMaxAttempts
+	27, // 51: raftgate.v1.PutService.service:type_name -> raftgate.v1.Service
+	11, // 52: raftgate.v1.InvocationRecord.invoke:type_name -> raftgate.v1.Invoke
+	4,  // 53: raftgate.v1.InvocationRecord.state:type_name -> raftgate.v1.InvocationRecord.State
+	12, // 54: raftgate.v1.InvocationRecord.result:type_name -> raftgate.v1.Result
+	49, // 55: raftgate.v1.InvocationRecord.callback:type_name -> raftgate.v1.CallbackState
+	5,  // 56: raftgate.v1.ListInvocations.status:type_name -> raftgate.v1.ListInvocations.Status
+	39, // 57: raftgate.v1.ScheduleState.spec:type_name -> raftgate.v1.ScheduleSpec
+	40, // 58: raftgate.v1.ScheduleState.dispatch:type_name -> raftgate.v1.ScheduleDispatch
+	39, // 59: raftgate.v1.PutSchedule.spec:type_name -> raftgate.v1.ScheduleSpec
+	6,  // 60: raftgate.v1.CallbackState.state:type_name -> raftgate.v1.CallbackState.State
+	1,  // 61: raftgate.v1.ClusterNode.state:type_name -> raftgate.v1.NodeState
+	51, // 62: raftgate.v1.InitCluster.nodes:type_name -> raftgate.v1.ClusterNode
+	53, // 63: raftgate.v1.InitCluster.placements:type_name -> raftgate.v1.PartitionPlacement
+	64, // 64: raftgate.v1.PartitionPlacement.generations:type_name -> raftgate.v1.PartitionPlacement.GenerationsEntry
+	53, // 65: raftgate.v1.SetPlacement.placements:type_name -> raftgate.v1.PartitionPlacement
+	53, // 66: raftgate.v1.ObserveConfig.observed:type_name -> raftgate.v1.PartitionPlacement
+	51, // 67: raftgate.v1.JoinNode.node:type_name -> raftgate.v1.ClusterNode
+	1,  // 68: raftgate.v1.SetNodeState.from:type_name -> raftgate.v1.NodeState
+	1,  // 69: raftgate.v1.SetNodeState.to:type_name -> raftgate.v1.NodeState
+	51, // 70: raftgate.v1.UpdateNodeAddrs.node:type_name -> raftgate.v1.ClusterNode
+	61, // 71: raftgate.v1.FlowShares.parts:type_name -> raftgate.v1.FlowShare
+	60, // 72: raftgate.v1.SetFlowShares.shares:type_name -> raftgate.v1.FlowShares
+	73, // [73:73] is the sub-list for method output_type
+	73, // [73:73] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_rpc_durable_proto_init() }
@@ -6127,6 +6447,8 @@ func file_rpc_durable_proto_init() {
 		(*Command_Start)(nil),
 		(*Command_BackfillSchedule)(nil),
 		(*Command_ScheduleDispatched)(nil),
+		(*Command_AdoptShare)(nil),
+		(*Command_SetFlowShares)(nil),
 	}
 	file_rpc_durable_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
@@ -6135,7 +6457,7 @@ func file_rpc_durable_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rpc_durable_proto_rawDesc), len(file_rpc_durable_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   54,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

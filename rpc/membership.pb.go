@@ -441,6 +441,173 @@ func (x *JoinReply) GetMembers() []*ClusterNode {
 	return nil
 }
 
+// One limit's demand in a partition, as its leader's last scan saw it.
+type FlowDemand struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The version of the share the scan enforced (0: the static split).
+	Adopted       uint64 `protobuf:"varint,2,opt,name=adopted,proto3" json:"adopted,omitempty"`
+	InFlight      uint32 `protobuf:"varint,3,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	Waiting       uint32 `protobuf:"varint,4,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlowDemand) Reset() {
+	*x = FlowDemand{}
+	mi := &file_rpc_membership_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlowDemand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlowDemand) ProtoMessage() {}
+
+func (x *FlowDemand) ProtoReflect() protoreflect.Message {
+	mi := &file_rpc_membership_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlowDemand.ProtoReflect.Descriptor instead.
+func (*FlowDemand) Descriptor() ([]byte, []int) {
+	return file_rpc_membership_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *FlowDemand) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *FlowDemand) GetAdopted() uint64 {
+	if x != nil {
+		return x.Adopted
+	}
+	return 0
+}
+
+func (x *FlowDemand) GetInFlight() uint32 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *FlowDemand) GetWaiting() uint32 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
+// A partition leader's report of its demand; soft state.
+type FlowReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Partition     uint32                 `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	Term          uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	Demand        []*FlowDemand          `protobuf:"bytes,3,rep,name=demand,proto3" json:"demand,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlowReport) Reset() {
+	*x = FlowReport{}
+	mi := &file_rpc_membership_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlowReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlowReport) ProtoMessage() {}
+
+func (x *FlowReport) ProtoReflect() protoreflect.Message {
+	mi := &file_rpc_membership_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlowReport.ProtoReflect.Descriptor instead.
+func (*FlowReport) Descriptor() ([]byte, []int) {
+	return file_rpc_membership_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *FlowReport) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *FlowReport) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *FlowReport) GetDemand() []*FlowDemand {
+	if x != nil {
+		return x.Demand
+	}
+	return nil
+}
+
+type FlowReportReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlowReportReply) Reset() {
+	*x = FlowReportReply{}
+	mi := &file_rpc_membership_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlowReportReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlowReportReply) ProtoMessage() {}
+
+func (x *FlowReportReply) ProtoReflect() protoreflect.Message {
+	mi := &file_rpc_membership_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlowReportReply.ProtoReflect.Descriptor instead.
+func (*FlowReportReply) Descriptor() ([]byte, []int) {
+	return file_rpc_membership_proto_rawDescGZIP(), []int{10}
+}
+
 var File_rpc_membership_proto protoreflect.FileDescriptor
 
 const file_rpc_membership_proto_rawDesc = "" +
@@ -472,7 +639,19 @@ const file_rpc_membership_proto_rawDesc = "" +
 	"\n" +
 	"partitions\x18\x03 \x01(\rR\n" +
 	"partitions\x122\n" +
-	"\amembers\x18\x04 \x03(\v2\x18.raftgate.v1.ClusterNodeR\amembers2\x9c\x03\n" +
+	"\amembers\x18\x04 \x03(\v2\x18.raftgate.v1.ClusterNodeR\amembers\"o\n" +
+	"\n" +
+	"FlowDemand\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
+	"\aadopted\x18\x02 \x01(\x04R\aadopted\x12\x1b\n" +
+	"\tin_flight\x18\x03 \x01(\rR\binFlight\x12\x18\n" +
+	"\awaiting\x18\x04 \x01(\rR\awaiting\"o\n" +
+	"\n" +
+	"FlowReport\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\rR\tpartition\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\x12/\n" +
+	"\x06demand\x18\x03 \x03(\v2\x17.raftgate.v1.FlowDemandR\x06demand\"\x11\n" +
+	"\x0fFlowReportReply2\x9c\x03\n" +
 	"\n" +
 	"Membership\x12D\n" +
 	"\bDescribe\x12\x1c.raftgate.v1.DescribeRequest\x1a\x1a.raftgate.v1.DescribeReply\x128\n" +
@@ -480,7 +659,9 @@ const file_rpc_membership_proto_rawDesc = "" +
 	"\x06Remove\x12\x1a.raftgate.v1.RemoveRequest\x1a\x18.raftgate.v1.ClusterNode\x12@\n" +
 	"\aObserve\x12\x1a.raftgate.v1.ObserveConfig\x1a\x19.raftgate.v1.ObserveReply\x12D\n" +
 	"\fChangePolicy\x12\x19.raftgate.v1.PolicyChange\x1a\x19.raftgate.v1.ObserveReply\x12F\n" +
-	"\rMovePartition\x12\x1a.raftgate.v1.PartitionMove\x1a\x19.raftgate.v1.ObserveReplyB\"Z github.com/raftgate/raftgate/rpcb\x06proto3"
+	"\rMovePartition\x12\x1a.raftgate.v1.PartitionMove\x1a\x19.raftgate.v1.ObserveReply2N\n" +
+	"\vFlowControl\x12?\n" +
+	"\x06Report\x12\x17.raftgate.v1.FlowReport\x1a\x1c.raftgate.v1.FlowReportReplyB\"Z github.com/raftgate/raftgate/rpcb\x06proto3"
 
 var (
 	file_rpc_membership_proto_rawDescOnce sync.Once
@@ -494,7 +675,7 @@ func file_rpc_membership_proto_rawDescGZIP() []byte {
 	return file_rpc_membership_proto_rawDescData
 }
 
-var file_rpc_membership_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_rpc_membership_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_rpc_membership_proto_goTypes = []any{
 	(*PolicyChange)(nil),    // 0: raftgate.v1.PolicyChange
 	(*PartitionMove)(nil),   // 1: raftgate.v1.PartitionMove
@@ -504,31 +685,37 @@ var file_rpc_membership_proto_goTypes = []any{
 	(*DescribeRequest)(nil), // 5: raftgate.v1.DescribeRequest
 	(*JoinRequest)(nil),     // 6: raftgate.v1.JoinRequest
 	(*JoinReply)(nil),       // 7: raftgate.v1.JoinReply
-	(*ClusterNode)(nil),     // 8: raftgate.v1.ClusterNode
-	(*ObserveConfig)(nil),   // 9: raftgate.v1.ObserveConfig
+	(*FlowDemand)(nil),      // 8: raftgate.v1.FlowDemand
+	(*FlowReport)(nil),      // 9: raftgate.v1.FlowReport
+	(*FlowReportReply)(nil), // 10: raftgate.v1.FlowReportReply
+	(*ClusterNode)(nil),     // 11: raftgate.v1.ClusterNode
+	(*ObserveConfig)(nil),   // 12: raftgate.v1.ObserveConfig
 }
 var file_rpc_membership_proto_depIdxs = []int32{
-	8,  // 0: raftgate.v1.DescribeReply.node:type_name -> raftgate.v1.ClusterNode
-	8,  // 1: raftgate.v1.JoinRequest.node:type_name -> raftgate.v1.ClusterNode
-	8,  // 2: raftgate.v1.JoinReply.node:type_name -> raftgate.v1.ClusterNode
-	8,  // 3: raftgate.v1.JoinReply.members:type_name -> raftgate.v1.ClusterNode
-	5,  // 4: raftgate.v1.Membership.Describe:input_type -> raftgate.v1.DescribeRequest
-	6,  // 5: raftgate.v1.Membership.Join:input_type -> raftgate.v1.JoinRequest
-	4,  // 6: raftgate.v1.Membership.Remove:input_type -> raftgate.v1.RemoveRequest
-	9,  // 7: raftgate.v1.Membership.Observe:input_type -> raftgate.v1.ObserveConfig
-	0,  // 8: raftgate.v1.Membership.ChangePolicy:input_type -> raftgate.v1.PolicyChange
-	1,  // 9: raftgate.v1.Membership.MovePartition:input_type -> raftgate.v1.PartitionMove
-	3,  // 10: raftgate.v1.Membership.Describe:output_type -> raftgate.v1.DescribeReply
-	7,  // 11: raftgate.v1.Membership.Join:output_type -> raftgate.v1.JoinReply
-	8,  // 12: raftgate.v1.Membership.Remove:output_type -> raftgate.v1.ClusterNode
-	2,  // 13: raftgate.v1.Membership.Observe:output_type -> raftgate.v1.ObserveReply
-	2,  // 14: raftgate.v1.Membership.ChangePolicy:output_type -> raftgate.v1.ObserveReply
-	2,  // 15: raftgate.v1.Membership.MovePartition:output_type -> raftgate.v1.ObserveReply
-	10, // [10:16] is the sub-list for method output_type
-	4,  // [4:10] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	11, // 0: raftgate.v1.DescribeReply.node:type_name -> raftgate.v1.ClusterNode
+	11, // 1: raftgate.v1.JoinRequest.node:type_name -> raftgate.v1.ClusterNode
+	11, // 2: raftgate.v1.JoinReply.node:type_name -> raftgate.v1.ClusterNode
+	11, // 3: raftgate.v1.JoinReply.members:type_name -> raftgate.v1.ClusterNode
+	8,  // 4: raftgate.v1.FlowReport.demand:type_name -> raftgate.v1.FlowDemand
+	5,  // 5: raftgate.v1.Membership.Describe:input_type -> raftgate.v1.DescribeRequest
+	6,  // 6: raftgate.v1.Membership.Join:input_type -> raftgate.v1.JoinRequest
+	4,  // 7: raftgate.v1.Membership.Remove:input_type -> raftgate.v1.RemoveRequest
+	12, // 8: raftgate.v1.Membership.Observe:input_type -> raftgate.v1.ObserveConfig
+	0,  // 9: raftgate.v1.Membership.ChangePolicy:input_type -> raftgate.v1.PolicyChange
+	1,  // 10: raftgate.v1.Membership.MovePartition:input_type -> raftgate.v1.PartitionMove
+	9,  // 11: raftgate.v1.FlowControl.Report:input_type -> raftgate.v1.FlowReport
+	3,  // 12: raftgate.v1.Membership.Describe:output_type -> raftgate.v1.DescribeReply
+	7,  // 13: raftgate.v1.Membership.Join:output_type -> raftgate.v1.JoinReply
+	11, // 14: raftgate.v1.Membership.Remove:output_type -> raftgate.v1.ClusterNode
+	2,  // 15: raftgate.v1.Membership.Observe:output_type -> raftgate.v1.ObserveReply
+	2,  // 16: raftgate.v1.Membership.ChangePolicy:output_type -> raftgate.v1.ObserveReply
+	2,  // 17: raftgate.v1.Membership.MovePartition:output_type -> raftgate.v1.ObserveReply
+	10, // 18: raftgate.v1.FlowControl.Report:output_type -> raftgate.v1.FlowReportReply
+	12, // [12:19] is the sub-list for method output_type
+	5,  // [5:12] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_rpc_membership_proto_init() }
@@ -543,9 +730,9 @@ func file_rpc_membership_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rpc_membership_proto_rawDesc), len(file_rpc_membership_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   11,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_rpc_membership_proto_goTypes,
 		DependencyIndexes: file_rpc_membership_proto_depIdxs,

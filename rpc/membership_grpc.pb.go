@@ -343,3 +343,109 @@ var Membership_ServiceDesc = grpc.ServiceDesc{
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "rpc/membership.proto",
 }
+
+const (
+	FlowControl_Report_FullMethodName = "/raftgate.v1.FlowControl/Report"
+)
+
+// FlowControlClient is the client API for FlowControl service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Served by every node; forwarded to the metadata leader.
+type FlowControlClient interface {
+	Report(ctx context.Context, in *FlowReport, opts ...grpc.CallOption) (*FlowReportReply, error)
+}
+
+type flowControlClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewFlowControlClient(cc grpc.ClientConnInterface) FlowControlClient {
+	return &flowControlClient{cc}
+}
+
+func (c *flowControlClient) Report(ctx context.Context, in *FlowReport, opts ...grpc.CallOption) (*FlowReportReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FlowReportReply)
+	err := c.cc.Invoke(ctx, FlowControl_Report_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// FlowControlServer is the server API for FlowControl service.
+// All implementations must embed UnimplementedFlowControlServer
+// for forward compatibility.
+//
+// Served by every node; forwarded to the metadata leader.
+type FlowControlServer interface {
+	Report(context.Context, *FlowReport) (*FlowReportReply, error)
+	mustEmbedUnimplementedFlowControlServer()
+}
+
+// UnimplementedFlowControlServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedFlowControlServer struct{}
+
+func (UnimplementedFlowControlServer) Report(context.Context, *FlowReport) (*FlowReportReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Report not implemented")
+}
+func (UnimplementedFlowControlServer) mustEmbedUnimplementedFlowControlServer() {}
+func (UnimplementedFlowControlServer) testEmbeddedByValue()                     {}
+
+// UnsafeFlowControlServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to FlowControlServer will
+// result in compilation errors.
+type UnsafeFlowControlServer interface {
+	mustEmbedUnimplementedFlowControlServer()
+}
+
+func RegisterFlowControlServer(s grpc.ServiceRegistrar, srv FlowControlServer) {
+	// If the following call panics, it indicates UnimplementedFlowControlServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&FlowControl_ServiceDesc, srv)
+}
+
+func _FlowControl_Report_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FlowReport)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FlowControlServer).Report(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FlowControl_Report_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FlowControlServer).Report(ctx, req.(*FlowReport))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// FlowControl_ServiceDesc is the grpc.ServiceDesc for FlowControl service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var FlowControl_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "raftgate.v1.FlowControl",
+	HandlerType: (*FlowControlServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Report",
+			Handler:    _FlowControl_Report_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "rpc/membership.proto",
+}

@@ -472,6 +472,7 @@ func (n *Server) reconcile(ctx context.Context, dialOpts []grpc.DialOption) erro
 			n.report(ctx, st, g)
 		}
 	}
+	n.flowShares(ctx, st)
 	if n.meta.Status().IsLeader {
 		for _, s := range cluster.PlanNodes(st) {
 			if _, err := n.cluster.SetState(ctx, s.ID, s.From, s.To); err != nil {

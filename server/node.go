@@ -68,6 +68,10 @@ type Server struct {
 	registerer prometheus.Registerer
 	groups     *groupMetrics
 
+	// flowReports are the partitions' demand reports, on the metadata
+	// leader (flowshares.go).
+	flowReports flowReports
+
 	dispatchServer *dispatch.Server
 	dispatchClient *dispatch.Client
 	ingress        *ingress.Handler
@@ -358,6 +362,7 @@ func (n *Server) Start() (err error) {
 	n.dispatchServer.Register(n.grpc)
 	membership := membershipService{n: n, dialOpts: dialOpts}
 	rpc.RegisterMembershipServer(n.grpc, membership)
+	rpc.RegisterFlowControlServer(n.grpc, flowService{n: n})
 	n.served = make(chan error, 1)
 	go func() {
 		// Serve returns nil once stopped by close (ErrServerStopped if
