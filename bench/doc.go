@@ -2,7 +2,8 @@
 // compare raftgate with etcd and Restate (compare), measure how its costs
 // scale (costmodel), where the CPU of an accepted invocation goes, layer by
 // layer (layers), what its threads cost in context switches (ctxswitch),
-// and how it drains a backlog and idles (backlog). It is
+// how it drains a backlog and idles (backlog), and what each node spends
+// per invocation as the cluster grows with R = 3 (scale). It is
 // a separate Go module so that the main module never depends on etcd; its
 // own code lives in the sub-packages echo, etcdput and fsyncprobe (what a
 // bbolt-shaped commit costs on this disk, by pages written, or, with
