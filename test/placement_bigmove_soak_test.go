@@ -107,7 +107,12 @@ func TestPlacementBigMove(t *testing.T) {
 	byID := func(id uint64) *node {
 		return c.nodes[slices.IndexFunc(c.nodes, func(n *node) bool { return uint64(n.id) == id })]
 	}
+	// The partition to move is one whose new node does not lead the
+	// other, so that killing the receiver leaves the probe's ingress up.
 	big, small := view.Partitions[0], view.Partitions[1]
+	if !big.holds(small.Leader, "") {
+		big, small = small, big
+	}
 	sender, smallLeader := byID(big.Leader), byID(small.Leader)
 	var from, to uint64
 	for _, n := range c.nodes {
@@ -119,6 +124,10 @@ func TestPlacementBigMove(t *testing.T) {
 		}
 	}
 	receiver := byID(to)
+	if smallLeader == receiver {
+		t.Logf("node %d leads partition %d and lacks partition %d, and the other way round: the probe's ingress is down while the receiver restarts, its errors are not counted",
+			smallLeader.id, small.ID, big.ID)
+	}
 	t.Logf("partition %d (led by node %d) moves from node %d to node %d; partition %d led by node %d takes the probe",
 		big.ID, big.Leader, from, to, small.ID, small.Leader)
 
@@ -268,7 +277,7 @@ func TestPlacementBigMove(t *testing.T) {
 		small.ID, len(before), p99(before), len(during), p99(during))
 	t.Logf("sender's state.db: %d MB before the move, at most %d MB during it (%+.1f%%)",
 		sizeBefore>>20, maxSize>>20, float64(maxSize-sizeBefore)*100/float64(sizeBefore))
-	if errs := append(beforeErrs, duringErrs...); len(errs) > 0 {
+	if errs := append(beforeErrs, duringErrs...); len(errs) > 0 && smallLeader != receiver {
 		t.Errorf("%d accepts of the unmoved partition failed, first: %v", len(errs), errs[0])
 	}
 	if maxSize-sizeBefore > sizeBefore/2 {
