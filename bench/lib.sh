@@ -146,9 +146,16 @@ start_raftgate() {
 		log "leadership not balanced: measuring anyway"
 }
 
-# rg_balanced: every group is led by its preferred voter (raftlog's
-# PreferredLeader: the group id modulo the sorted voters).
+# rg_balanced: every group is led by its preferred voter as raftlog's
+# leader balancing computes it (PreferredLeader: the group id modulo its
+# sorted voters; with placement, a partition's voters come from GET
+# /placement, else every node is a voter).
 rg_balanced() {
+	if curl -sf "$RG_ADMIN/placement" >"$WORK_DIR/placement.json"; then
+		jq -e 'all(.partitions[]; ([.replicas[] | select(.role == "voter") | .node] | sort) as $v |
+			.leader == $v[.id % ($v | length)])' "$WORK_DIR/placement.json" >/dev/null
+		return
+	fi
 	curl -sf "$RG_ADMIN/cluster" | python3 -c '
 import json, sys
 c = json.load(sys.stdin)
