@@ -147,13 +147,14 @@ start_raftgate() {
 }
 
 # rg_balanced: every group is led by its preferred voter as raftlog's
-# leader balancing computes it (PreferredLeader: the group id modulo its
-# sorted voters; with placement, a partition's voters come from GET
-# /placement, else every node is a voter).
+# leader balancing computes it: placement's preferred leader when it is a
+# voter (GET /placement), else PreferredLeader (the group id modulo its
+# sorted voters; every node is a voter without placement).
 rg_balanced() {
 	if curl -sf "$RG_ADMIN/placement" >"$WORK_DIR/placement.json"; then
 		jq -e 'all(.partitions[]; ([.replicas[] | select(.role == "voter") | .node] | sort) as $v |
-			.leader == $v[.id % ($v | length)])' "$WORK_DIR/placement.json" >/dev/null
+			.preferredLeader as $p |
+			.leader == (if any($v[]; . == $p) then $p else $v[.id % ($v | length)] end))' "$WORK_DIR/placement.json" >/dev/null
 		return
 	fi
 	curl -sf "$RG_ADMIN/cluster" | python3 -c '

@@ -213,7 +213,7 @@ func PlanPlacement(s *State, live Liveness, maxMoves int) []*rpc.PartitionPlacem
 		if pl.PreferredLeader != 0 || len(pl.Replicas) == 0 {
 			continue
 		}
-		pl.PreferredLeader = leastOf(pl.Replicas, leads)
+		pl.PreferredLeader = leastOf(p, pl.Replicas, leads)
 		leads[pl.PreferredLeader]++
 		changed[p] = true
 	}
@@ -255,12 +255,16 @@ func settled(pl *rpc.PartitionPlacement) bool {
 	return !pl.ObservedJoint && len(pl.ObservedLearners) == 0 && sameSet(pl.ObservedVoters, pl.Replicas)
 }
 
-// leastOf returns the id of ids with the fewest count, the lowest id on a
-// tie.
-func leastOf(ids []uint64, count map[uint64]int) uint64 {
-	best := ids[0]
-	for _, id := range ids {
-		if count[id] < count[best] || count[id] == count[best] && id < best {
+// leastOf returns the replica of partition p with the fewest count. Ties
+// go to the first in the sorted replicas from position p mod their number,
+// raftlog.PreferredLeader's rule, so that a balanced cluster's preferred
+// leaders are the ones raftlog would pick without placement.
+func leastOf(p uint32, ids []uint64, count map[uint64]int) uint64 {
+	sorted := slices.Sorted(slices.Values(ids))
+	best := uint64(0)
+	for k := range sorted {
+		id := sorted[(int(p)+k)%len(sorted)]
+		if best == 0 || count[id] < count[best] {
 			best = id
 		}
 	}

@@ -23,6 +23,29 @@ func PreferredLeader(id GroupID, voters []uint64) uint64 {
 	return sorted[int(uint64(id)%uint64(len(sorted)))]
 }
 
+// SetPreferredLeader names the node that should lead the group when it is
+// up (the cluster's placement records one per partition); 0 goes back to
+// PreferredLeader's choice. A node that is not a voter of the group is
+// ignored until it is one. Safe to call from any goroutine.
+func (g *Group) SetPreferredLeader(node uint64) { g.preferredNode.Store(node) }
+
+// preferredVoter returns the replica balancing hands the group to: the
+// node SetPreferredLeader named when it is a voter, else PreferredLeader's
+// choice; 0 while balancing is off or the group is joint.
+func (g *Group) preferredVoter() uint64 {
+	if g.preferred == 0 {
+		return 0
+	}
+	if node := g.preferredNode.Load(); node != 0 {
+		for _, r := range g.Membership().Voters {
+			if NodeOf(r) == node {
+				return r
+			}
+		}
+	}
+	return g.preferred
+}
+
 // balanceLeadership runs on the group's loop on every iteration, with the
 // ticks it handled (loop-owned state). A leader that has led for
 // LeaderBalanceTicks hands the group to its preferred voter once that voter
@@ -39,13 +62,14 @@ func PreferredLeader(id GroupID, voters []uint64) uint64 {
 // up to 64 times; seeing the preferred voter lead for a whole interval
 // resets it.
 func (g *Group) balanceLeadership(ticks int) {
-	if g.preferred == 0 {
+	to := g.preferredVoter()
+	if to == 0 {
 		return
 	}
 	every := g.n.cfg.LeaderBalanceTicks
 	g.balanceTicks += ticks
 	if !g.isLeader {
-		if g.balanceTicks >= every && g.leader.Load().Leader == NodeOf(g.preferred) {
+		if g.balanceTicks >= every && g.leader.Load().Leader == NodeOf(to) {
 			g.balanceBackoff = 0
 		}
 		return
@@ -53,7 +77,6 @@ func (g *Group) balanceLeadership(ticks int) {
 	if g.balanceTicks < every<<g.balanceBackoff {
 		return
 	}
-	to := g.preferred
 	if to == g.self {
 		g.balanceTicks, g.balanceBackoff = 0, 0
 		return

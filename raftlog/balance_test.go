@@ -132,3 +132,57 @@ func TestLeaderBalanceMovesGroupsToPreferredVoters(t *testing.T) {
 		}
 	}
 }
+
+// TestSetPreferredLeaderOverrides: a node named by SetPreferredLeader
+// (placement's preferred leader) gets the group, on manual ticks, where
+// PreferredLeader would have chosen another; a node that is not a voter is
+// ignored; 0 goes back to PreferredLeader's choice.
+func TestSetPreferredLeaderOverrides(t *testing.T) {
+	const every = 20
+	c := newCluster(t, testSeed(t), 3, []GroupID{1}, func(cfg *Config) {
+		cfg.Knobs = &Knobs{ManualTicks: true}
+		cfg.LeaderBalanceTicks = every
+	})
+	ledBy := func(want uint64) bool {
+		for _, id := range c.running() {
+			if c.nodes[id].Group(1).leaderEvent().Leader != want {
+				return false
+			}
+		}
+		return true
+	}
+	tickUntil := func(what string, want uint64) {
+		t.Helper()
+		for n := 0; !ledBy(want); n++ {
+			if n == 30*every {
+				t.Fatalf("after %d ticks, %s: leader %d", n, what, c.nodes[c.ids[0]].Group(1).leaderEvent().Leader)
+			}
+			c.tickSettled()
+		}
+	}
+	def := PreferredLeader(1, c.ids)
+	tickUntil("led by PreferredLeader's choice", def)
+	other := c.ids[0]
+	if other == def {
+		other = c.ids[1]
+	}
+	setAll := func(node uint64) {
+		for _, id := range c.ids {
+			c.nodes[id].Group(1).SetPreferredLeader(node)
+		}
+	}
+	setAll(99) // not a voter: no change
+	for range 3 * every {
+		c.tickSettled()
+	}
+	if !ledBy(def) {
+		t.Fatalf("a preferred node that is not a voter moved the leadership")
+	}
+	setAll(other)
+	tickUntil("led by the node SetPreferredLeader named", other)
+	if err := c.proposeAnywhere(1, "after-override"); err != nil {
+		t.Fatal(err)
+	}
+	setAll(0)
+	tickUntil("led by PreferredLeader's choice again", def)
+}

@@ -104,6 +104,9 @@ type Group struct {
 	preferred      uint64
 	balanceTicks   int
 	balanceBackoff int
+	// preferredNode is the node the application prefers as leader
+	// (SetPreferredLeader; 0: PreferredLeader's choice).
+	preferredNode atomic.Uint64
 
 	// confWaits are the configuration changes this node proposed, by log
 	// index, waiting for their outcome in the applier (membership.go).

@@ -467,6 +467,9 @@ func (n *Server) reconcile(ctx context.Context, dialOpts []grpc.DialOption) erro
 		return err
 	}
 	for _, g := range n.localGroups() {
+		if pl, ok := st.Placement(uint32(g.ID())); ok && g.ID() != 0 {
+			g.SetPreferredLeader(pl.PreferredLeader) // balancing follows placement
+		}
 		if g.Status().IsLeader {
 			n.stepGroup(ctx, st, g)
 			n.report(ctx, st, g)
