@@ -22,6 +22,7 @@ type placementView struct {
 			Role string `json:"role"`
 		} `json:"replicas"`
 		PreferredLeader uint64 `json:"preferredLeader"`
+		Leader          uint64 `json:"leader"`
 		Move            *struct {
 			From []uint64 `json:"from"`
 			To   []uint64 `json:"to"`
@@ -103,6 +104,22 @@ func TestPlacementZonesUnderLoad(t *testing.T) {
 		return spreadOK(perNode) && spreadOK(leads)
 	})
 	t.Logf("placement settled: %s", last)
+	// Leader balancing follows placement: each partition ends up led by
+	// its preferred leader, so leaders per node are within one of even too.
+	testutil.WaitFor(t, 90*time.Second, "every partition led by its preferred leader", func() bool {
+		v, err := readPlacement(c.nodes[0])
+		if err != nil {
+			return false
+		}
+		b, _ := json.Marshal(v)
+		last = string(b)
+		for _, p := range v.Partitions {
+			if p.Leader == 0 || p.Leader != p.PreferredLeader {
+				return false
+			}
+		}
+		return true
+	})
 	rt.progress(30)
 	rt.end()
 	c.nodes = append(c.nodes, joined...)
