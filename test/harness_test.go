@@ -140,7 +140,7 @@ func startCluster(t testing.TB, opts clusterOpts) *cluster {
 	for _, n := range c.nodes {
 		initialCluster := c.initial
 		if c.net != nil {
-			initialCluster = c.net.initialCluster(n.id, ids, realAddr)
+			initialCluster = c.net.initialCluster(ids)
 		}
 		args := []string{
 			"server",
@@ -187,6 +187,9 @@ func (c *cluster) start(n *node) {
 		c.t.Fatalf("start node %d: %v", n.id, err)
 	}
 	n.cmd = cmd
+	if c.net != nil {
+		c.net.setPID(n.id, cmd.Process.Pid)
+	}
 	n.exited = make(chan struct{})
 	go func(exited chan struct{}) {
 		cmd.Wait()
