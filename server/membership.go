@@ -499,9 +499,17 @@ func (n *Server) followPlacement(st *cluster.State) error {
 			removed = true
 		default:
 		}
-		stale := raftlog.GenerationOf(g.Status().Replica) != gen
-		left := len(m.Voters) > 0 && !m.Contains(g.Status().Replica)
-		if removed || left && (!target || stale) {
+		gs := g.Status()
+		stale := raftlog.GenerationOf(gs.Replica) != gen
+		left := len(m.Voters) > 0 && !m.Contains(gs.Replica)
+		// The group's leader recorded a configuration without this node
+		// at an index past all this replica applied: the replica was
+		// removed meanwhile (a replica id never comes back), or, blank,
+		// was never added. A replica removed while its node was down or
+		// cut off learns it from nobody else: the members drop its
+		// messages, as those of a stranger.
+		gone := pl.ObservedIndex > gs.Applied && !slices.Contains(pl.ObservedVoters, n.cfg.NodeID) && !slices.Contains(pl.ObservedLearners, n.cfg.NodeID)
+		if removed || (left || gone) && (!target || stale) {
 			if err := n.closePartition(p); err != nil {
 				n.log.Warn().Err(err).Uint32("partition", p).Msg("placement: cannot delete this node's replica that left its group; trying again")
 				continue
