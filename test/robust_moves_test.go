@@ -540,17 +540,24 @@ func TestMoveAwayFromDownReplica(t *testing.T) {
 	var last string
 	defer func() {
 		if t.Failed() {
-			t.Logf("node %d's GET /cluster last: %s", from.id, last)
+			t.Logf("node %d last: %s", from.id, last)
 		}
 	}()
 	testutil.WaitFor(t, 30*time.Second, fmt.Sprintf("node %d ready again, without its replica of partition %d", from.id, p.ID), func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		r, err := do(ctx, http.MethodGet, from.adminURL()+"/readyz", nil, nil)
+		if err != nil {
+			last = err.Error()
+			return false
+		}
 		v, err := c.view(from)
 		if err != nil {
 			last = err.Error()
 			return false
 		}
-		last = fmt.Sprintf("%+v", v)
-		return v.Ready && !slices.ContainsFunc(v.Partitions, func(g groupView) bool {
+		last = fmt.Sprintf("/readyz %d %s, /cluster %+v", r.status, r.body, v)
+		return r.status == http.StatusOK && !slices.ContainsFunc(v.Partitions, func(g groupView) bool {
 			return g.ID == p.ID
 		})
 	})
