@@ -591,11 +591,18 @@ func (n *Node) deliverSnapshot(id GroupID, m *pb.Message, path string) delivery 
 // checkSender says whether g takes a message from m's sender to m's
 // addressee (delivered), or why not.
 func (n *Node) checkSender(g *Group, m *pb.Message) delivery {
+	conf := g.conf.Load()
 	if m.GetTo() != g.self {
+		// A removed replica that slept through its removal may still
+		// address this node's replica of its time, gone too: tell it,
+		// or it campaigns forever in a configuration nobody else has.
+		if conf.removedFrom(m.GetFrom()) {
+			n.log.Warn().Uint32("group", uint32(g.id)).Uint64("from", m.GetFrom()).Uint64("to", m.GetTo()).Msg("raft message refused: the sender is a replica removed from the group")
+			return fromRemoved
+		}
 		n.log.Debug().Uint32("group", uint32(g.id)).Uint64("to", m.GetTo()).Uint64("self", g.self).Msg("raft message refused: addressed to another replica of this node")
 		return dropped
 	}
-	conf := g.conf.Load()
 	switch from := m.GetFrom(); {
 	case conf.Contains(from), conf.blank():
 		return delivered

@@ -473,8 +473,10 @@ func TestRobustnessMoves(t *testing.T) {
 // they drop its messages. The node must still become ready and delete
 // that replica (the cluster record shows the group's configuration
 // without it at an index past what the replica applied). Found by
-// TestRobustnessMoves: the node campaigned for the group forever and
-// never became ready again.
+// TestRobustnessMoves, as two bugs: the node kept the replica, which
+// campaigned forever; and, once it was deleted, the node's start-up log
+// check, still waiting for that replica to catch up, gave up and never
+// served (/readyz 503 for good).
 func TestMoveAwayFromDownReplica(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process-level test skipped in -short mode")
