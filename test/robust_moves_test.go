@@ -120,7 +120,7 @@ func runMovesRound(t *testing.T, c *cluster, svc *recorder, rng *rand.Rand, seed
 	out.v.delivered -= delivered0
 	t.Logf("moves: faults %s", strings.Join(out.faults, ", "))
 	t.Logf("moves: %s", out.moves)
-	report(t, "moves", out.row)
+	reportVerdict(t, "moves", out.v)
 	if out.v.linearizable != "Ok" {
 		t.Errorf("moves: linearizable: %s", out.v.linearizable)
 	}
