@@ -54,11 +54,12 @@ func startMovesCluster(t *testing.T) *cluster {
 	return c
 }
 
-// movesRow is one moves round's figures.
+// movesRow is what moves rounds found.
 type movesRow struct {
-	row
+	rounds int
+	v      verdict
 	moves  moveCounts
-	faults []string
+	faults []string // "name hold", in order
 }
 
 // runMovesRound is one round: traffic, mover and faults for chaos, then
@@ -77,7 +78,7 @@ func runMovesRound(t *testing.T, c *cluster, svc *recorder, rng *rand.Rand, seed
 	go func() { defer close(moverDone); mv.run(ctx) }()
 	defer func() { stopMover(); <-moverDone }()
 
-	out := movesRow{row: row{failpoint: "moves"}}
+	out := movesRow{rounds: 1}
 	end := time.Now().Add(chaos)
 	for time.Now().Before(end) && !t.Failed() {
 		fp := randomFault(rng)
@@ -108,7 +109,6 @@ func runMovesRound(t *testing.T, c *cluster, svc *recorder, rng *rand.Rand, seed
 	}
 	if applied, err := c.waitConverged(60 * time.Second); err != nil {
 		t.Errorf("moves: %v", err)
-		out.note = "replicas diverged"
 	} else {
 		t.Logf("moves: replicas converged at applied indexes %v with equal state digests", applied)
 	}
