@@ -470,19 +470,13 @@ func (n *Server) reconcile(ctx context.Context, dialOpts []grpc.DialOption) erro
 }
 
 // followPlacement opens this node's replicas of the partitions placed on
-// it, and closes those that left their group's configuration (the proof:
-// the group's own applied configuration no longer holds this replica, or
-// the group told it it was removed) and are not placed here any more.
+// it, and closes those that left their group's configuration and are not
+// placed here any more (the group told it it was removed, or replicaLeft).
 func (n *Server) followPlacement(st *cluster.State) error {
 	for p := uint32(1); p <= n.cfg.Partitions; p++ {
-		pl, ok := st.Placement(p)
-		if !ok {
-			continue
-		}
-		target := slices.Contains(pl.Replicas, n.cfg.NodeID)
 		g := n.raft.Group(raftlog.GroupID(p))
 		if g == nil {
-			if target && n.isActive(st) {
+			if placedOn(st, p, n.cfg.NodeID) && n.isActive(st) {
 				if err := n.openPartition(p, openBlank); err != nil {
 					n.log.Warn().Err(err).Uint32("partition", p).Msg("placement: cannot open this node's replica; trying again")
 					continue
@@ -491,8 +485,6 @@ func (n *Server) followPlacement(st *cluster.State) error {
 			}
 			continue
 		}
-		m := g.Membership()
-		gen := st.Generation(p, n.cfg.NodeID)
 		removed := false
 		select {
 		case <-g.Removed():
@@ -500,16 +492,7 @@ func (n *Server) followPlacement(st *cluster.State) error {
 		default:
 		}
 		gs := g.Status()
-		stale := raftlog.GenerationOf(gs.Replica) != gen
-		left := len(m.Voters) > 0 && !m.Contains(gs.Replica)
-		// The group's leader recorded a configuration without this node
-		// at an index past all this replica applied: the replica was
-		// removed meanwhile (a replica id never comes back), or, blank,
-		// was never added. A replica removed while its node was down or
-		// cut off learns it from nobody else: the members drop its
-		// messages, as those of a stranger.
-		gone := pl.ObservedIndex > gs.Applied && !slices.Contains(pl.ObservedVoters, n.cfg.NodeID) && !slices.Contains(pl.ObservedLearners, n.cfg.NodeID)
-		if removed || (left || gone) && (!target || stale) {
+		if removed || replicaLeft(st, p, n.cfg.NodeID, gs.Replica, gs.Applied, g.Membership()) {
 			if err := n.closePartition(p); err != nil {
 				n.log.Warn().Err(err).Uint32("partition", p).Msg("placement: cannot delete this node's replica that left its group; trying again")
 				continue
@@ -518,6 +501,32 @@ func (n *Server) followPlacement(st *cluster.State) error {
 		}
 	}
 	return nil
+}
+
+// replicaLeft reports whether this node's replica of partition p (replica
+// id, applied up to applied, with the configuration m applied) has proof
+// that it left the group, or never joined it, and is not this node's to
+// keep: not placed here, or placed here in another generation. The proof
+// is the replica's own configuration without it; or, blank, none at all
+// (a blank replica holds nothing); or the configuration the group's
+// leader recorded leaving this node out at an index past all the replica
+// applied (a replica id never comes back). The last is how a replica
+// removed while its node was down or cut off learns it: the members drop
+// the messages of a replica they no longer know.
+func replicaLeft(st *cluster.State, p uint32, node, replica, applied uint64, m raftlog.Membership) bool {
+	pl, ok := st.Placement(p)
+	if !ok {
+		return false
+	}
+	target := slices.Contains(pl.Replicas, node)
+	stale := raftlog.GenerationOf(replica) != st.Generation(p, node)
+	if target && !stale {
+		return false
+	}
+	blank := len(m.Voters) == 0
+	left := !blank && !m.Contains(replica)
+	gone := pl.ObservedIndex > applied && !slices.Contains(pl.ObservedVoters, node) && !slices.Contains(pl.ObservedLearners, node)
+	return blank || left || gone
 }
 
 // isActive reports whether the record says this node is active.
