@@ -12,7 +12,8 @@ import (
 // addressed to an older replica of this node (the removed one slept
 // through both changes). Without that answer the removed replica, in a
 // configuration no member has any more, campaigns forever and its node
-// never deletes it.
+// never deletes it. And a message for a newer replica of this node stops
+// the one running here.
 func TestCheckSenderTellsARemovedReplica(t *testing.T) {
 	n := &Node{log: zerolog.Nop()}
 	g := &Group{id: 3, self: ReplicaID(1, 2)}
@@ -27,6 +28,10 @@ func TestCheckSenderTellsARemovedReplica(t *testing.T) {
 		{"member, to this node's older replica", ReplicaID(4, 0), ReplicaID(1, 0), dropped},
 		{"stranger, to this node's older replica", ReplicaID(3, 0), ReplicaID(1, 0), dropped},
 		{"member, to this replica", ReplicaID(2, 5), ReplicaID(1, 2), delivered},
+		// A learner removed while its node was down never sends, so
+		// nobody tells it; the leader's messages to the node's newer
+		// replica are the proof.
+		{"member, to a newer replica of this node", ReplicaID(2, 5), ReplicaID(1, 3), toNewer},
 	} {
 		if got := n.checkSender(g, &pb.Message{From: new(c.from), To: new(c.to)}); got != c.want {
 			t.Errorf("%s: %d, want %d", c.name, got, c.want)
