@@ -155,9 +155,11 @@
 // configuration older than the one applied. Knobs.AtConfChange names a
 // failpoint before, in and after each step.
 //
-// A replica that applies its own removal, or whose messages a member
-// refuses as those of a removed replica (see Transport), stops its group
-// with ErrRemoved and closes Group.Removed; that is not a node failure.
+// A replica that applies its own removal, whose messages a member refuses
+// as those of a removed replica (see Transport), or that receives a
+// message for a newer replica of its node (a configuration holds one
+// replica per node), stops its group with ErrRemoved and closes
+// Group.Removed; that is not a node failure.
 //
 // A binary built with the raftgate_nosync tag skips every fsync (state.db
 // and the write-ahead log), to measure what durability costs

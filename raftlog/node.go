@@ -545,6 +545,11 @@ const (
 	// fromRemoved: the sender is a replica the group removed; the
 	// transport tells its node (Node.removedByPeer).
 	fromRemoved
+	// toNewer: addressed to a newer replica of this node than the one
+	// running here, which the group thus removed (a configuration holds
+	// one replica per node): it stops, so that the node can open the new
+	// one.
+	toNewer
 )
 
 // deliver hands a message received from a peer to its group. The sender
@@ -557,6 +562,9 @@ func (n *Node) deliver(id GroupID, m *pb.Message) delivery {
 		return dropped
 	}
 	if d := n.checkSender(g, m); d != delivered {
+		if d == toNewer {
+			n.removedByPeer(id, g.self)
+		}
 		return d
 	}
 	if m.GetType() == pb.MsgSnap {
@@ -580,6 +588,9 @@ func (n *Node) deliverSnapshot(id GroupID, m *pb.Message, path string) delivery 
 		return dropped
 	}
 	if d := n.checkSender(g, m); d != delivered {
+		if d == toNewer {
+			n.removedByPeer(id, g.self)
+		}
 		return d
 	}
 	if !g.enqueueSnapshot(m, path) {
@@ -591,11 +602,22 @@ func (n *Node) deliverSnapshot(id GroupID, m *pb.Message, path string) delivery 
 // checkSender says whether g takes a message from m's sender to m's
 // addressee (delivered), or why not.
 func (n *Node) checkSender(g *Group, m *pb.Message) delivery {
+	conf := g.conf.Load()
 	if m.GetTo() != g.self {
+		// A removed replica that slept through its removal may still
+		// address this node's replica of its time, gone too: tell it,
+		// or it campaigns forever in a configuration nobody else has.
+		if to := m.GetTo(); NodeOf(to) == NodeOf(g.self) && GenerationOf(to) > GenerationOf(g.self) {
+			n.log.Warn().Uint32("group", uint32(g.id)).Uint64("to", to).Uint64("self", g.self).Msg("raft message for a newer replica of this node: this one was removed")
+			return toNewer
+		}
+		if conf.removedFrom(m.GetFrom()) {
+			n.log.Warn().Uint32("group", uint32(g.id)).Uint64("from", m.GetFrom()).Uint64("to", m.GetTo()).Msg("raft message refused: the sender is a replica removed from the group")
+			return fromRemoved
+		}
 		n.log.Debug().Uint32("group", uint32(g.id)).Uint64("to", m.GetTo()).Uint64("self", g.self).Msg("raft message refused: addressed to another replica of this node")
 		return dropped
 	}
-	conf := g.conf.Load()
 	switch from := m.GetFrom(); {
 	case conf.Contains(from), conf.blank():
 		return delivered

@@ -50,15 +50,12 @@ func (n *Server) startLogCheck(ingressAddr string, ingressTLS *tls.Config) {
 		}
 		for _, g := range n.localGroups() {
 			if !n.catchUp(ctx, g) {
-				select {
-				case <-g.Removed():
-					continue // placed elsewhere meanwhile: not this node's to check
-				default:
+				if ctx.Err() != nil || !n.leftNode(g) {
+					return
 				}
-				if g.ID() != 0 && n.parts.get(uint32(g.ID())) == nil && ctx.Err() == nil {
-					continue // deleted meanwhile: it had left the group (followPlacement)
-				}
-				return
+				// Placed elsewhere meanwhile: not this node's to check. A
+				// replica removed while this node was down never catches
+				// up: the reconciler deletes it (followPlacement).
 			}
 		}
 		ln, err := net.Listen("tcp", ingressAddr)
@@ -90,6 +87,17 @@ func (n *Server) waitActive(ctx context.Context) bool {
 			return false
 		case <-changed:
 		}
+	}
+}
+
+// leftNode reports whether g, stopped, is no longer this node's replica:
+// the group told it it was removed, or the reconciler deleted it.
+func (n *Server) leftNode(g *raftlog.Group) bool {
+	select {
+	case <-g.Removed():
+		return true
+	default:
+		return n.raft.Group(g.ID()) != g
 	}
 }
 

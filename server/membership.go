@@ -499,19 +499,13 @@ func (n *Server) reconcile(ctx context.Context, dialOpts []grpc.DialOption) erro
 }
 
 // followPlacement opens this node's replicas of the partitions placed on
-// it, and closes those that left their group's configuration (the proof:
-// the group's own applied configuration no longer holds this replica, or
-// the group told it it was removed) and are not placed here any more.
+// it, and closes those that left their group's configuration and are not
+// placed here any more (the group told it it was removed, or replicaLeft).
 func (n *Server) followPlacement(st *cluster.State) error {
 	for p := uint32(1); p <= n.cfg.Partitions; p++ {
-		pl, ok := st.Placement(p)
-		if !ok {
-			continue
-		}
-		target := slices.Contains(pl.Replicas, n.cfg.NodeID)
 		g := n.raft.Group(raftlog.GroupID(p))
 		if g == nil {
-			if target && n.isActive(st) {
+			if placedOn(st, p, n.cfg.NodeID) && n.isActive(st) {
 				if err := n.openPartition(p, openBlank); err != nil {
 					n.log.Warn().Err(err).Uint32("partition", p).Msg("placement: cannot open this node's replica; trying again")
 					continue
@@ -520,8 +514,6 @@ func (n *Server) followPlacement(st *cluster.State) error {
 			}
 			continue
 		}
-		m := g.Membership() // before the applied index: m is at most as new
-		gen := st.Generation(p, n.cfg.NodeID)
 		removed := false
 		select {
 		case <-g.Removed():
@@ -529,9 +521,7 @@ func (n *Server) followPlacement(st *cluster.State) error {
 		default:
 		}
 		gs := g.Status()
-		stale := raftlog.GenerationOf(gs.Replica) != gen
-		left := replicaLeft(pl, n.cfg.NodeID, gs.Replica, m, gs.Applied)
-		if removed || left && (!target || stale) {
+		if removed || replicaLeft(st, p, n.cfg.NodeID, gs.Replica, gs.Applied, g.Membership()) {
 			if err := n.closePartition(p); err != nil {
 				n.log.Warn().Err(err).Uint32("partition", p).Msg("placement: cannot delete this node's replica that left its group; trying again")
 				continue
@@ -542,20 +532,30 @@ func (n *Server) followPlacement(st *cluster.State) error {
 	return nil
 }
 
-// replicaLeft reports whether there is proof that this node's replica of
-// a partition, with applied configuration m at index applied, has left
-// the group: its own configuration no longer holds it, or the record
-// holds a configuration the group applied later than this replica's with
-// no replica on this node (replica ids are never reused, so one removed
-// never comes back). The record is the only proof for a replica that was
-// down when it was removed: the others drop its messages as a stranger's
-// and never tell it. A blank replica has no configuration yet: not left.
-func replicaLeft(pl *rpc.PartitionPlacement, node, replica uint64, m raftlog.Membership, applied uint64) bool {
-	if !m.Contains(replica) {
-		return len(m.Voters) > 0
+// replicaLeft reports whether this node's replica of partition p (replica
+// id, applied up to applied, with the configuration m applied) has proof
+// that it left the group, or never joined it, and is not this node's to
+// keep: not placed here, or placed here in another generation. The proof
+// is the replica's own configuration without it; or, blank, none at all
+// (a blank replica holds nothing); or the configuration the group's
+// leader recorded leaving this node out at an index past all the replica
+// applied (a replica id never comes back). The last is how a replica
+// removed while its node was down or cut off learns it: the members drop
+// the messages of a replica they no longer know.
+func replicaLeft(st *cluster.State, p uint32, node, replica, applied uint64, m raftlog.Membership) bool {
+	pl, ok := st.Placement(p)
+	if !ok {
+		return false
 	}
-	return pl.ObservedIndex > applied && len(pl.ObservedVoters) > 0 &&
-		!slices.Contains(pl.ObservedVoters, node) && !slices.Contains(pl.ObservedLearners, node)
+	target := slices.Contains(pl.Replicas, node)
+	stale := raftlog.GenerationOf(replica) != st.Generation(p, node)
+	if target && !stale {
+		return false
+	}
+	blank := len(m.Voters) == 0
+	left := !blank && !m.Contains(replica)
+	gone := pl.ObservedIndex > applied && !slices.Contains(pl.ObservedVoters, node) && !slices.Contains(pl.ObservedLearners, node)
+	return blank || left || gone
 }
 
 // isActive reports whether the record says this node is active.

@@ -192,11 +192,14 @@ func (t *trackedRegisterer) release() {
 	t.cs = nil
 }
 
-// placedOn reports whether the record places a replica of partition p on
-// node: in its target, or in the configuration its leader last reported.
+// placedOn reports whether the record's target places a replica of
+// partition p on node. A node that is only in the configuration the
+// leader last recorded, with no replica of p stored, had its replica
+// deleted: it left, and a blank one would be of no generation the group
+// knows.
 func placedOn(st *cluster.State, p uint32, node uint64) bool {
 	pl, ok := st.Placement(p)
-	return ok && (slices.Contains(pl.Replicas, node) || slices.Contains(pl.ObservedVoters, node) || slices.Contains(pl.ObservedLearners, node))
+	return ok && slices.Contains(pl.Replicas, node)
 }
 
 // scheduleDispatch is partition.Dispatch over the node's dispatch client,

@@ -8,37 +8,48 @@ import (
 	"github.com/raftgate/raftgate/rpc"
 )
 
-// TestReplicaLeft: the proof that lets a node delete its replica. The
-// regression: node 3, moving partition 1's replica to node 4, killed
-// after it applied the joint configuration and restarted after the group
-// had left it and removed node 3's replica. Its own configuration still
-// holds it, and the others drop its messages as a stranger's, so only the
-// record (a configuration applied later, without node 3) proves it left;
-// without that proof it stayed, campaigning, and node 3 never became
-// ready again.
+// TestReplicaLeft: which of node 1's replicas of partition 1 the
+// reconciler deletes. Partition 1 is placed on nodes 2, 3, 4 (node 4 in
+// generation 7); its leader recorded voters 2, 3, 4 at index 100.
 func TestReplicaLeft(t *testing.T) {
-	r := func(node uint64, gen uint32) uint64 { return raftlog.ReplicaID(node, gen) }
-	self := r(3, 8)
-	joint := raftlog.Membership{Voters: []uint64{r(1, 0), r(2, 0), self, r(4, 9)}, Outgoing: []uint64{r(1, 0), r(2, 0), self}}
-	after := &rpc.PartitionPlacement{Partition: 1, Replicas: []uint64{1, 2, 4}, ObservedVoters: []uint64{1, 2, 4}, ObservedIndex: 5000}
-	for _, tc := range []struct {
-		name    string
-		pl      *rpc.PartitionPlacement
-		m       raftlog.Membership
-		applied uint64
-		want    bool
+	st := &cluster.State{Placements: []*rpc.PartitionPlacement{{
+		Partition: 1, Replicas: []uint64{2, 3, 4}, Generations: map[uint64]uint32{4: 7}, Version: 7,
+		ObservedVoters: []uint64{2, 3, 4}, ObservedIndex: 100,
+	}}}
+	voters := raftlog.Membership{Voters: []uint64{raftlog.ReplicaID(1, 0), 2, 3}}
+	for _, c := range []struct {
+		name      string
+		node      uint64
+		replica   uint64
+		applied   uint64
+		m         raftlog.Membership
+		wantLeft  bool
+		wantPlace bool
 	}{
-		{"removed while down: the record says so", after, joint, 3568, true},
-		{"the record is older than this replica's state", &rpc.PartitionPlacement{Partition: 1, ObservedVoters: []uint64{1, 2, 4}, ObservedIndex: 3000}, joint, 3568, false},
-		{"the record still holds this node", &rpc.PartitionPlacement{Partition: 1, ObservedVoters: []uint64{1, 2, 3, 4}, ObservedIndex: 5000}, joint, 3568, false},
-		{"the record holds this node as a learner", &rpc.PartitionPlacement{Partition: 1, ObservedVoters: []uint64{1, 2}, ObservedLearners: []uint64{3}, ObservedIndex: 5000}, joint, 3568, false},
-		{"nothing recorded yet", &rpc.PartitionPlacement{Partition: 1}, joint, 3568, false},
-		{"its own configuration left it", &rpc.PartitionPlacement{Partition: 1}, raftlog.Membership{Voters: []uint64{r(1, 0), r(2, 0), r(4, 9)}}, 3600, true},
-		{"a blank replica", after, raftlog.Membership{}, 0, false},
+		// Bug: a replica removed while its node was down kept a
+		// configuration holding itself, and was never deleted.
+		{"removed while down: the record shows it out past what it applied", 1, raftlog.ReplicaID(1, 0), 50, voters, true, false},
+		{"the record is older than what it applied: no proof", 1, raftlog.ReplicaID(1, 0), 150, voters, false, false},
+		{"its own configuration left it out", 1, raftlog.ReplicaID(1, 0), 150, raftlog.Membership{Voters: []uint64{2, 3, 4}}, true, false},
+		// Bug: a blank replica not placed here (opened at a restart from
+		// a stale record) waited for ever for a leader.
+		{"blank, not placed here", 1, raftlog.ReplicaID(1, 0), 0, raftlog.Membership{}, true, false},
+		{"blank, placed here in another generation", 4, raftlog.ReplicaID(4, 3), 0, raftlog.Membership{}, true, true},
+		{"blank, placed here: a learner to be", 4, raftlog.ReplicaID(4, 7), 0, raftlog.Membership{}, false, true},
+		{"a voter placed here", 2, 2, 50, raftlog.Membership{Voters: []uint64{2, 3, raftlog.ReplicaID(4, 7)}}, false, true},
 	} {
-		if got := replicaLeft(tc.pl, 3, self, tc.m, tc.applied); got != tc.want {
-			t.Errorf("%s: replicaLeft = %v, want %v", tc.name, got, tc.want)
+		if got := replicaLeft(st, 1, c.node, c.replica, c.applied, c.m); got != c.wantLeft {
+			t.Errorf("%s: replicaLeft %v, want %v", c.name, got, c.wantLeft)
 		}
+		if got := placedOn(st, 1, c.node); got != c.wantPlace {
+			t.Errorf("%s: placedOn %v, want %v", c.name, got, c.wantPlace)
+		}
+	}
+	// Bug: a restart opened a blank replica (generation 0, an id the
+	// group had used) on a node only in the recorded configuration.
+	st.Placements[0].ObservedVoters = []uint64{1, 2, 3}
+	if placedOn(st, 1, 1) {
+		t.Error("placedOn: node 1 is only in the recorded configuration, not in the target")
 	}
 }
 

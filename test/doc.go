@@ -11,7 +11,9 @@
 // traffic → failpoint → history → validate: robust_traffic_test.go drives
 // careful clients, robust_failpoints_test.go holds one small type per
 // fault, robust_check_test.go validates the history (porcupine for
-// linearizability per invocation). badinput_test.go throws garbage at the
+// linearizability per invocation). robust_moves_test.go runs random
+// placement moves under the same faults on five nodes with R = 3.
+// badinput_test.go throws garbage at the
 // node and gossip ports; regressions_test.go guards the fixes of product
 // bugs the robustness suite found.
 // console_test.go drives the operator console in headless Chromium

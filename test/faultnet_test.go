@@ -3,8 +3,13 @@ package test
 import (
 	"fmt"
 	"io"
+	"maps"
 	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -56,38 +61,41 @@ func (g *gate) wait(done <-chan struct{}) bool {
 	}
 }
 
-// linkProxy carries every connection node `from` opens to node `to`
-// (Raft transport and dispatch). forward gates from→to bytes, backward the
-// replies.
-type linkProxy struct {
-	from, to          int
-	lis               net.Listener
-	target            string
-	forward, backward *gate
-	done              chan struct{}
-	wg                sync.WaitGroup
+// nodeProxy carries every connection into node `to` (Raft transport,
+// dispatch, membership calls). Every node dials `to` through it: the
+// cluster record holds one address per node, which every node then dials,
+// so the proxy cannot be told by address who dials. It asks the kernel
+// instead (dialler): the process that owns the connection's other end.
+// forward gates the dialler's bytes to `to`, backward the replies, each of
+// the ordered pair's link.
+type nodeProxy struct {
+	to     int
+	lis    net.Listener
+	target string
+	net    *faultNet
+	done   chan struct{}
+	wg     sync.WaitGroup
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 }
 
-func newLinkProxy(t testing.TB, from, to int, target string) *linkProxy {
+func newNodeProxy(t testing.TB, f *faultNet, to int, target string) *nodeProxy {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("proxy listen: %v", err)
 	}
-	p := &linkProxy{from: from, to: to, lis: lis, target: target,
-		forward: newGate(), backward: newGate(), done: make(chan struct{}),
+	p := &nodeProxy{to: to, lis: lis, target: target, net: f, done: make(chan struct{}),
 		conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.acceptLoop()
 	return p
 }
 
-func (p *linkProxy) addr() string { return p.lis.Addr().String() }
+func (p *nodeProxy) addr() string { return p.lis.Addr().String() }
 
-func (p *linkProxy) acceptLoop() {
+func (p *nodeProxy) acceptLoop() {
 	defer p.wg.Done()
 	for {
 		c, err := p.lis.Accept()
@@ -99,7 +107,7 @@ func (p *linkProxy) acceptLoop() {
 	}
 }
 
-func (p *linkProxy) track(c net.Conn, add bool) bool {
+func (p *nodeProxy) track(c net.Conn, add bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if add {
@@ -115,12 +123,21 @@ func (p *linkProxy) track(c net.Conn, add bool) bool {
 	return true
 }
 
-func (p *linkProxy) serve(client net.Conn) {
+func (p *nodeProxy) serve(client net.Conn) {
 	defer p.wg.Done()
 	defer client.Close()
+	from := p.net.dialler(client)
+	if from == 0 {
+		// Gone already (a dialler killed while connecting), or a node
+		// started a moment ago: closing is safe, a live dialler dials
+		// again, and nothing passes a cut unseen.
+		p.net.unidentified.Add(1)
+		return
+	}
+	l := p.net.links[[2]int{from, p.to}]
 	// Even the connection attempt waits for the link: a partitioned peer
 	// cannot be reached at all.
-	if !p.forward.wait(p.done) {
+	if !l.forward.wait(p.done) {
 		return
 	}
 	server, err := net.Dial("tcp", p.target)
@@ -135,13 +152,13 @@ func (p *linkProxy) serve(client net.Conn) {
 	defer p.track(server, false)
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.pipe(server, client, p.forward) }()
-	go func() { defer wg.Done(); p.pipe(client, server, p.backward) }()
+	go func() { defer wg.Done(); p.pipe(server, client, l.forward) }()
+	go func() { defer wg.Done(); p.pipe(client, server, l.backward) }()
 	wg.Wait()
 }
 
 // pipe copies src to dst while g is open.
-func (p *linkProxy) pipe(dst, src net.Conn, g *gate) {
+func (p *nodeProxy) pipe(dst, src net.Conn, g *gate) {
 	defer func() {
 		if tc, ok := dst.(*net.TCPConn); ok {
 			tc.CloseWrite()
@@ -171,7 +188,7 @@ func (p *linkProxy) pipe(dst, src net.Conn, g *gate) {
 	}
 }
 
-func (p *linkProxy) close() {
+func (p *nodeProxy) close() {
 	p.mu.Lock()
 	select {
 	case <-p.done:
@@ -186,20 +203,33 @@ func (p *linkProxy) close() {
 	p.wg.Wait()
 }
 
-// faultNet is one proxy per ordered pair of nodes, so a test can cut any
-// direction between any two nodes. Gossip does not go through it.
+// link is the two directions of one ordered pair of nodes.
+type link struct{ forward, backward *gate }
+
+// faultNet is one proxy per node and a link per ordered pair of nodes, so
+// a test can cut any direction between any two nodes. Gossip does not go
+// through it.
 type faultNet struct {
-	links map[[2]int]*linkProxy
+	proxies map[int]*nodeProxy
+	links   map[[2]int]*link
+
+	// unidentified counts connections closed because no node's process
+	// held their other end.
+	unidentified atomic.Int64
+
+	mu   sync.Mutex
+	pids map[int]int // process id -> node id, kept by setPID
 }
 
-// newFaultNet builds proxies between every pair of the given node ids;
+// newFaultNet builds a proxy in front of each of the given nodes;
 // nodeAddr returns the real listen address of a node.
 func newFaultNet(t testing.TB, ids []int, nodeAddr func(id int) string) *faultNet {
-	f := &faultNet{links: map[[2]int]*linkProxy{}}
+	f := &faultNet{proxies: map[int]*nodeProxy{}, links: map[[2]int]*link{}, pids: map[int]int{}}
 	for _, from := range ids {
+		f.proxies[from] = newNodeProxy(t, f, from, nodeAddr(from))
 		for _, to := range ids {
 			if from != to {
-				f.links[[2]int{from, to}] = newLinkProxy(t, from, to, nodeAddr(to))
+				f.links[[2]int{from, to}] = &link{newGate(), newGate()}
 			}
 		}
 	}
@@ -207,21 +237,72 @@ func newFaultNet(t testing.TB, ids []int, nodeAddr func(id int) string) *faultNe
 	return f
 }
 
-// initialCluster is node from's --initial-cluster: its own real address,
-// and for every peer the proxy of the link from→peer.
-func (f *faultNet) initialCluster(from int, ids []int, nodeAddr func(id int) string) string {
-	s := ""
-	for i, to := range ids {
-		if i > 0 {
-			s += ","
+// setPID records that node id runs as process pid (at each start).
+func (f *faultNet) setPID(id, pid int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for p, n := range f.pids {
+		if n == id {
+			delete(f.pids, p)
 		}
-		addr := nodeAddr(to)
-		if to != from {
-			addr = f.links[[2]int{from, to}].addr()
-		}
-		s += fmt.Sprintf("%d=%s", to, addr)
 	}
-	return s
+	f.pids[pid] = id
+}
+
+// dialler returns the node whose process owns the other end of c, an
+// accepted loopback connection, or 0: it finds the socket in
+// /proc/net/tcp (local port = c's remote port, remote port = c's local
+// port) and the process holding its inode among the nodes'.
+func (f *faultNet) dialler(c net.Conn) int {
+	local, ok1 := c.LocalAddr().(*net.TCPAddr)
+	remote, ok2 := c.RemoteAddr().(*net.TCPAddr)
+	if !ok1 || !ok2 {
+		return 0
+	}
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return 0
+	}
+	want := fmt.Sprintf(":%04X", remote.Port)
+	peer := fmt.Sprintf(":%04X", local.Port)
+	inode := ""
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		fs := strings.Fields(line)
+		if len(fs) > 9 && strings.HasSuffix(fs[1], want) && strings.HasSuffix(fs[2], peer) {
+			inode = fs[9]
+			break
+		}
+	}
+	if inode == "" {
+		return 0
+	}
+	f.mu.Lock()
+	pids := maps.Clone(f.pids)
+	f.mu.Unlock()
+	sock := "socket:[" + inode + "]"
+	for pid, id := range pids {
+		dir := fmt.Sprintf("/proc/%d/fd", pid)
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if target, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && target == sock {
+				return id
+			}
+		}
+	}
+	return 0
+}
+
+// initialCluster is the --initial-cluster of every node: each node's
+// proxy.
+func (f *faultNet) initialCluster(ids []int) string {
+	var parts []string
+	for _, id := range ids {
+		parts = append(parts, fmt.Sprintf("%d=%s", id, f.proxies[id].addr()))
+	}
+	return strings.Join(parts, ",")
 }
 
 // cut stops all bytes travelling from node a to node b (both a's requests
@@ -250,7 +331,7 @@ func (f *faultNet) heal() {
 }
 
 func (f *faultNet) close() {
-	for _, l := range f.links {
-		l.close()
+	for _, p := range f.proxies {
+		p.close()
 	}
 }

@@ -140,7 +140,7 @@ func startCluster(t testing.TB, opts clusterOpts) *cluster {
 	for _, n := range c.nodes {
 		initialCluster := c.initial
 		if c.net != nil {
-			initialCluster = c.net.initialCluster(n.id, ids, realAddr)
+			initialCluster = c.net.initialCluster(ids)
 		}
 		args := []string{
 			"server",
@@ -187,6 +187,9 @@ func (c *cluster) start(n *node) {
 		c.t.Fatalf("start node %d: %v", n.id, err)
 	}
 	n.cmd = cmd
+	if c.net != nil {
+		c.net.setPID(n.id, cmd.Process.Pid)
+	}
 	n.exited = make(chan struct{})
 	go func(exited chan struct{}) {
 		cmd.Wait()
@@ -198,18 +201,27 @@ func (c *cluster) start(n *node) {
 // waitReady waits for the node's /readyz.
 func (c *cluster) waitReady(n *node, timeout time.Duration) {
 	c.t.Helper()
+	var last string
+	defer func() {
+		if c.t.Failed() {
+			c.t.Logf("node %d's last /readyz answer: %s", n.id, last)
+		}
+	}()
 	testutil.WaitFor(c.t, timeout, fmt.Sprintf("node %d ready", n.id), func() bool {
 		select {
 		case <-n.exited:
 			c.t.Fatalf("node %d exited while starting:\n%s", n.id, tail(n.logPath, 40))
 		default:
 		}
-		resp, err := http.Get(n.adminURL() + "/readyz")
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		r, err := do(ctx, http.MethodGet, n.adminURL()+"/readyz", nil, nil)
 		if err != nil {
+			last = err.Error()
 			return false
 		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+		last = fmt.Sprintf("%d %s", r.status, r.body)
+		return r.status == http.StatusOK
 	})
 }
 

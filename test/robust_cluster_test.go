@@ -14,15 +14,18 @@ import (
 
 // clusterView is the part of GET /cluster the robustness suite reads.
 type clusterView struct {
-	Ready      bool `json:"ready"`
-	Partitions []struct {
-		ID           uint32 `json:"id"`
-		Leader       uint64 `json:"leader"`
-		Term         uint64 `json:"term"`
-		AppliedIndex uint64 `json:"appliedIndex"`
-		StateDigest  string `json:"stateDigest"`
-		DigestIndex  uint64 `json:"digestIndex"`
-	} `json:"partitions"`
+	Ready      bool        `json:"ready"`
+	Partitions []groupView `json:"partitions"`
+}
+
+// groupView is one of the groups (0 = metadata) a node holds a replica of.
+type groupView struct {
+	ID           uint32 `json:"id"`
+	Leader       uint64 `json:"leader"`
+	Term         uint64 `json:"term"`
+	AppliedIndex uint64 `json:"appliedIndex"`
+	StateDigest  string `json:"stateDigest"`
+	DigestIndex  uint64 `json:"digestIndex"`
 }
 
 // view returns node n's GET /cluster, or an error if it does not answer

@@ -16,14 +16,7 @@ import (
 //	RAFTGATE_SOAK_DURATION=30m RAFTGATE_ROBUSTNESS_REPORT=$PWD/docs/robustness-table.md \
 //	  go test -tags soak ./test -run RobustnessSoak -v -timeout 0
 func TestRobustnessSoak(t *testing.T) {
-	budget := 10 * time.Minute
-	if s := os.Getenv("RAFTGATE_SOAK_DURATION"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			t.Fatalf("RAFTGATE_SOAK_DURATION: %v", err)
-		}
-		budget = d
-	}
+	budget := soakDuration(t)
 	seed := robustnessSeed(t)
 	t.Logf("seed %d, duration %v", seed, budget)
 	c := startCluster(t, clusterOpts{nodes: 3, partitions: robustnessPartitions, proxied: true})
@@ -41,6 +34,19 @@ func TestRobustnessSoak(t *testing.T) {
 		}
 	}
 	writeReport(t, rows, seed)
+}
+
+// soakDuration is RAFTGATE_SOAK_DURATION (a Go duration), 10m if unset.
+func soakDuration(t *testing.T) time.Duration {
+	s := os.Getenv("RAFTGATE_SOAK_DURATION")
+	if s == "" {
+		return 10 * time.Minute
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatalf("RAFTGATE_SOAK_DURATION: %v", err)
+	}
+	return d
 }
 
 func mergeRows(a, b row) row {

@@ -261,11 +261,16 @@ func mergeVerdicts(a, b verdict) verdict {
 
 // report logs a run's findings and fails the test on any violation.
 func report(t *testing.T, name string, r row) {
-	v := r.v
-	t.Logf("%s: ops %d, acknowledged %d, unknown outcome %d, lost %d, wrong %d, multiple results %d, stale 404 %d, key conflicts %d, never delivered %d, linearizable %s",
-		name, v.ops, v.acked, v.unknown, v.lost, v.wrong, v.multiResults, v.stale404, v.keyConflicts, v.neverDelivered, v.linearizable)
-	t.Logf("%s: recovery after fault end p50 %v max %v; during the fault (from its start) p50 %v max %v; service deliveries %d for %d invocations",
-		name, pct(r.recovery, 50), pct(r.recovery, 100), pct(r.duringFault, 50), pct(r.duringFault, 100), v.delivered, v.distinct)
+	reportVerdict(t, name, r.v)
+	t.Logf("%s: recovery after fault end p50 %v max %v; during the fault (from its start) p50 %v max %v",
+		name, pct(r.recovery, 50), pct(r.recovery, 100), pct(r.duringFault, 50), pct(r.duringFault, 100))
+}
+
+// reportVerdict logs what validation found and fails the test on any
+// violation.
+func reportVerdict(t *testing.T, name string, v verdict) {
+	t.Logf("%s: ops %d, acknowledged %d, unknown outcome %d, lost %d, wrong %d, multiple results %d, stale 404 %d, key conflicts %d, never delivered %d, linearizable %s; service deliveries %d for %d invocations",
+		name, v.ops, v.acked, v.unknown, v.lost, v.wrong, v.multiResults, v.stale404, v.keyConflicts, v.neverDelivered, v.linearizable, v.delivered, v.distinct)
 	for _, p := range v.problems {
 		t.Errorf("%s: %s", name, p)
 	}
