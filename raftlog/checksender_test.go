@@ -18,6 +18,7 @@ func TestCheckSenderTellsARemovedReplica(t *testing.T) {
 	n := &Node{log: zerolog.Nop()}
 	g := &Group{id: 3, self: ReplicaID(1, 2)}
 	g.conf.Store(&Membership{Voters: []uint64{ReplicaID(1, 2), ReplicaID(2, 5), ReplicaID(4, 0)}})
+	g.leader.Store(&LeaderEvent{Group: 3, Leader: 2, Term: 8})
 	for _, c := range []struct {
 		name     string
 		from, to uint64
@@ -32,8 +33,22 @@ func TestCheckSenderTellsARemovedReplica(t *testing.T) {
 		// nobody tells it; the leader's messages to the node's newer
 		// replica are the proof.
 		{"member, to a newer replica of this node", ReplicaID(2, 5), ReplicaID(1, 3), toNewer},
+		// Bug 11: this replica's configuration lags; the group replaced
+		// node 4's replica, or added node 5, whose replica now leads at a
+		// term this replica never saw. It must hear them to catch up.
+		{"newer replica of a member's node", ReplicaID(4, 7), ReplicaID(1, 2), delivered},
+		{"a leader added since, at a higher term", ReplicaID(5, 0), ReplicaID(1, 2), delivered},
+		{"a stranger's vote request at a higher term", ReplicaID(5, 0), ReplicaID(1, 2), dropped},
+		{"a stranger's append at this replica's term", ReplicaID(5, 0), ReplicaID(1, 2), dropped},
 	} {
-		if got := n.checkSender(g, &pb.Message{From: new(c.from), To: new(c.to)}); got != c.want {
+		typ, term := pb.MessageType_MsgHeartbeat, uint64(9)
+		switch c.name {
+		case "a stranger's vote request at a higher term":
+			typ = pb.MessageType_MsgPreVote
+		case "a stranger's append at this replica's term":
+			typ, term = pb.MessageType_MsgApp, 8
+		}
+		if got := n.checkSender(g, &pb.Message{Type: typ.Enum(), Term: new(term), From: new(c.from), To: new(c.to)}); got != c.want {
 			t.Errorf("%s: %d, want %d", c.name, got, c.want)
 		}
 	}

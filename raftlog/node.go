@@ -624,10 +624,28 @@ func (n *Node) checkSender(g *Group, m *pb.Message) delivery {
 	case conf.removedFrom(from):
 		n.log.Warn().Uint32("group", uint32(g.id)).Uint64("from", from).Msg("raft message refused: the sender is a replica removed from the group")
 		return fromRemoved
+	case conf.supersededBy(from), isLeaderMessage(m) && m.GetTerm() > g.leader.Load().Term:
+		// This replica's configuration lags: the group replaced the
+		// sender's node's replica it knows by a newer one, or a leader
+		// elected since (a higher term than any this replica saw) was
+		// added after it. Refusing them would leave it behind for ever
+		// (docs/robustness.md, bug 11). A removed replica never sends a
+		// higher term: pre-vote keeps a lone campaigner at its own.
+		return delivered
 	default:
 		n.log.Warn().Uint32("group", uint32(g.id)).Uint64("from", from).Msg("raft message refused: sender is not a member of the group")
 		return dropped
 	}
+}
+
+// isLeaderMessage reports whether m is one only a leader sends its
+// followers.
+func isLeaderMessage(m *pb.Message) bool {
+	switch m.GetType() {
+	case pb.MessageType_MsgApp, pb.MessageType_MsgHeartbeat, pb.MessageType_MsgSnap:
+		return true
+	}
+	return false
 }
 
 // removedByPeer: a peer refused a message of replica of group id as one

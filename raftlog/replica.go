@@ -134,6 +134,13 @@ func (m Membership) removedFrom(replica uint64) bool {
 	return other != 0 && GenerationOf(other) > GenerationOf(replica)
 }
 
+// supersededBy reports whether replica is a newer generation of a node
+// whose replica m holds: the group replaced that replica after m.
+func (m Membership) supersededBy(replica uint64) bool {
+	other := m.Replica(NodeOf(replica))
+	return other != 0 && GenerationOf(replica) > GenerationOf(other)
+}
+
 var (
 	// ErrConfigChanged: the group's applied configuration is not the one a
 	// configuration change expected (another change came first). Nothing
