@@ -167,11 +167,7 @@ func TestRetryWhilePendingTakesOverReply(t *testing.T) {
 		_, err := c.replicas[0].p.Append(ctxT(t), inv)
 		first <- err
 	}()
-	testutil.WaitFor(t, 5*time.Second, "entry appended", func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return len(c.entries) == 1
-	})
+	testutil.WaitFor(t, 5*time.Second, "entry appended", func() bool { return c.entryCount() == 1 })
 	second := make(chan *rpc.Appended, 1)
 	go func() {
 		a, err := c.replicas[0].p.Append(ctxT(t), inv)

@@ -105,6 +105,17 @@ func (nw *MemNetwork) Intercept(fn func(from uint64, group GroupID, m *pb.Messag
 	nw.intercept.Store(&fn)
 }
 
+// Inject delivers m to node to as if its sender (m.From, a member of the
+// group) had sent it, past every fault: a test forges raft messages with it
+// (MsgTimeoutNow to start an election at a chosen replica). It reports
+// whether the node took the message.
+func (nw *MemNetwork) Inject(to uint64, group GroupID, m *pb.Message) bool {
+	nw.mu.Lock()
+	dst := nw.nodes[to]
+	nw.mu.Unlock()
+	return dst != nil && dst.deliver(group, proto.Clone(m).(*pb.Message)) == delivered
+}
+
 // route decides one message's fate: its destination (nil = lost) and delay.
 func (nw *MemNetwork) route(from, to uint64) (*Node, time.Duration) {
 	nw.mu.Lock()
