@@ -53,8 +53,9 @@ type Cluster struct {
 	// Guarded by mu.
 	hold    bool
 	limit   uint64          // with hold: the highest index a follower may acknowledge
-	log     []raftlog.Entry // data entries the leaders replicated, by index
-	elected int             // the node Elect made leader last, -1 before
+	log     []raftlog.Entry // entries the leaders replicated, from index base
+	base    uint64
+	elected int // the node Elect made leader last, -1 before
 }
 
 // New starts the cluster; the test's cleanup closes it.
@@ -239,13 +240,17 @@ func (c *Cluster) intercept(_ uint64, group raftlog.GroupID, m *pb.Message) bool
 	case pb.MsgApp:
 		for _, e := range m.GetEntries() {
 			idx := e.GetIndex()
-			if idx > uint64(len(c.log))+1 {
-				break // a gap: the follower will reject it
+			if len(c.log) == 0 {
+				c.base = idx // the log before it was bootstrapped or compacted
 			}
-			if idx <= uint64(len(c.log)) && c.log[idx-1].Term == e.GetTerm() {
+			if idx < c.base || idx > c.base+uint64(len(c.log)) {
+				continue // older than the first entry seen, or a gap the follower rejects
+			}
+			at := int(idx - c.base)
+			if at < len(c.log) && c.log[at].Term == e.GetTerm() {
 				continue
 			}
-			c.log = c.log[:idx-1]
+			c.log = c.log[:at]
 			re := raftlog.Entry{Index: idx, Term: e.GetTerm()}
 			if e.GetType() == pb.EntryNormal && len(e.GetData()) > 0 {
 				re.Data = append([]byte(nil), e.GetData()...)
@@ -261,13 +266,20 @@ func (c *Cluster) intercept(_ uint64, group raftlog.GroupID, m *pb.Message) bool
 	return true
 }
 
-// WaitApplied waits until the given nodes applied everything the node Elect
-// made leader last has committed, ticking that leader so that it
-// replicates to followers that missed messages.
+// WaitApplied waits until the node Elect made leader last committed every
+// entry replicated so far (up to HoldCommits' limit) and the given nodes
+// applied everything it committed. It ticks that leader meanwhile, so that
+// it replicates to followers that missed messages.
 func (c *Cluster) WaitApplied(nodes ...int) {
 	c.tb.Helper()
 	c.mu.Lock()
-	lead := c.elected
+	lead, target := c.elected, c.base+uint64(len(c.log))
+	if len(c.log) > 0 {
+		target--
+	}
+	if c.hold {
+		target = min(target, c.limit)
+	}
 	c.mu.Unlock()
 	if lead < 0 {
 		lead = c.Leader()
@@ -278,6 +290,9 @@ func (c *Cluster) WaitApplied(nodes ...int) {
 	c.waitFor("nodes to apply the leader's commits", func() bool {
 		c.Tick(lead)
 		committed := c.groups[lead].Status().Committed
+		if committed < target {
+			return false
+		}
 		for _, i := range nodes {
 			if c.groups[i].Status().Applied < committed {
 				return false
