@@ -97,6 +97,17 @@ func TestElectHoldRelease(t *testing.T) {
 		ents := c.Appended()
 		return len(ents) == 2 && string(ents[1].Data) == "b"
 	})
+	// Heartbeat rounds, in which the followers' acknowledgements of b
+	// arrive: the leader still must not commit it.
+	for range 5 {
+		c.Tick(1)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := c.Group(1).ReadIndex(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	if st := c.Group(1).Status(); st.Committed >= c.Appended()[1].Index {
 		t.Fatalf("held entry committed: %+v", st)
 	}
