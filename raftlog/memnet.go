@@ -65,18 +65,6 @@ func (nw *MemNetwork) Isolate(id uint64, all []uint64) {
 	}
 }
 
-// Partition cuts every link between side a and side b.
-func (nw *MemNetwork) Partition(a, b []uint64) {
-	nw.mu.Lock()
-	defer nw.mu.Unlock()
-	for _, x := range a {
-		for _, y := range b {
-			nw.cut[[2]uint64{x, y}] = true
-			nw.cut[[2]uint64{y, x}] = true
-		}
-	}
-}
-
 // Heal restores every link and turns random faults off.
 func (nw *MemNetwork) Heal() {
 	nw.mu.Lock()
