@@ -10,13 +10,6 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// entryCount is the number of entries in the shared log.
-func (c *fakeCluster) entryCount() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.entries)
-}
-
 // While the leader's last entry is unapplied, new commands wait and go
 // together in one entry once it applies.
 func TestHeldBatchGoesAsOneEntryAfterApply(t *testing.T) {

@@ -34,10 +34,10 @@ func TestRetentionByLogTimeWithLeaderClockAhead(t *testing.T) {
 	c.setLeader(0, false)
 	completeN(t, c.replicas[0].p, 3)
 	clock.Advance(30 * time.Minute)
-	c.setLeader(1, false) // term 2: the fast clock leads
+	c.setLeader(1, false) // a new term: the fast clock leads
 	c.waitApplied()
 	p := c.replicas[1].p
-	retention := p.retentionClock(2)
+	retention := p.retentionClock(c.rc.Group(1).Status().Term)
 	start := clock.Now()
 
 	// Log time is the results' completion when the term began (nothing

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"sync"
@@ -18,58 +17,51 @@ import (
 	"github.com/raftgate/raftgate/invocation"
 	"github.com/raftgate/raftgate/outbox"
 	"github.com/raftgate/raftgate/raftlog"
+	"github.com/raftgate/raftgate/raftlog/raftlogtest"
 	"github.com/raftgate/raftgate/rpc"
 	"github.com/rs/zerolog"
 	bolt "go.etcd.io/bbolt"
 )
 
-// fakeCluster is a Raft group in miniature for the layer above raftlog: one
-// shared log, a leader and a term, and replicas that really apply committed
-// entries in order to their own bbolt files, on one applier goroutine (like
-// raftlog's writer), calling Acknowledge before and Reveal after each commit.
+// fakeCluster runs the partition's Raft group on real raftlog nodes
+// (raftlogtest: own write-ahead log, bbolt state file and applier each, an
+// in-memory network, manual ticks), one Processor per replica, so the
+// processors see raftlog's own order: Apply, Acknowledge and Reveal in the
+// applier's open transaction, the checkpoint later. The test chooses the
+// leader (setLeader) and may hold commits (setHold, commitUpTo). A
+// one-replica cluster gets a second voter without a processor, so that its
+// commits can be held and its log read from the network (entryCount).
 type fakeCluster struct {
 	t        *testing.T
+	rc       *raftlogtest.Cluster
 	replicas []*replica
-	kick     chan struct{}
-	stop     chan struct{}
-	done     chan struct{}
 
 	mu sync.Mutex
 	// Guarded by mu.
-	entries   []raftlog.Entry
-	committed uint64
-	term      uint64
-	leader    int  // replica index, -1 for none
-	hold      bool // append proposals without committing them
-	applied   *sync.Cond
+	leader int  // replica index setLeader chose, -1 before
+	hold   bool // append proposals without committing them
 }
 
-// replica is one node's processor over its own bbolt file; it implements
+// replica is one node's processor over its raftlog group; it implements
 // Log for its processor.
 type replica struct {
-	c       *fakeCluster
-	n       int
-	db      *bolt.DB
-	p       *Processor
-	down    bool   // guarded by c.mu: stops applying (crashed)
-	applied uint64 // guarded by c.mu
+	c *fakeCluster
+	n int
+	g *raftlog.Group
+	p *Processor
+	// down (guarded by c.mu) refuses proposals and reads; from the next
+	// setLeader, waitApplied or signal the node is also cut off from the
+	// others (crashed). Setting it back heals the network.
+	down bool
+	// db, in tests that apply to a bbolt file of their own without a
+	// cluster, is the replica's whole state (only View and dump work).
+	db *bolt.DB
 }
-
-var stateBucket = []byte("state")
 
 func newFakeCluster(t *testing.T, n int, configure func(i int, cfg *Config)) *fakeCluster {
 	t.Helper()
-	c := &fakeCluster{t: t, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), leader: -1}
-	c.applied = sync.NewCond(&c.mu)
-	dir := t.TempDir()
+	c := &fakeCluster{t: t, leader: -1}
 	for i := range n {
-		db, err := bolt.Open(filepath.Join(dir, "node"+strconv.Itoa(i)+".db"), 0o600, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket(stateBucket); return err }); err != nil {
-			t.Fatal(err)
-		}
 		cfg := testConfig(t)
 		if configure != nil {
 			configure(i, &cfg)
@@ -78,31 +70,50 @@ func newFakeCluster(t *testing.T, n int, configure func(i int, cfg *Config)) *fa
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := &replica{c: c, n: i, db: db, p: p}
-		if err := db.View(func(tx *bolt.Tx) error { return p.Restore(tx.Bucket(stateBucket)) }); err != nil {
-			t.Fatal(err)
-		}
-		c.replicas = append(c.replicas, r)
+		c.replicas = append(c.replicas, &replica{c: c, n: i, p: p})
 	}
-	go c.applyLoop()
-	for _, r := range c.replicas {
+	c.rc = raftlogtest.New(t, raftlogtest.Options{
+		Nodes: max(n, 2),
+		// The partition's own group id: processors take only their
+		// group's leadership events.
+		Group: raftlog.GroupID(c.replicas[0].p.cfg.Partition),
+		StateMachine: func(i int) raftlog.StateMachine {
+			if i < n {
+				return c.replicas[i].p
+			}
+			return bareState{}
+		},
+		Watch: func(i int, ev raftlog.LeaderEvent) {
+			if i < n {
+				c.replicas[i].p.OnLeadership(ev)
+			}
+		},
+	})
+	for i, r := range c.replicas {
+		r.g = c.rc.Group(i)
 		r.p.Start(r)
 	}
+	// Runs before the nodes close (cleanups run last first).
 	t.Cleanup(func() {
 		for _, r := range c.replicas {
 			_ = r.p.Close()
 		}
-		close(c.stop)
-		<-c.done
-		c.mu.Lock()
-		c.applied.Broadcast()
-		c.mu.Unlock()
-		for _, r := range c.replicas {
-			_ = r.db.Close()
-		}
 	})
 	return c
 }
+
+// stateBucket is the state bucket of the tests that apply to a bbolt file
+// of their own, without a cluster.
+var stateBucket = []byte("state")
+
+// bareState is the state machine of the voter without a processor.
+type bareState struct{}
+
+func (bareState) Apply(*bolt.Bucket, []raftlog.Entry) (raftlog.Applied, error) {
+	return raftlog.Applied{}, nil
+}
+
+func (bareState) Restore(*bolt.Bucket) error { return nil }
 
 func testConfig(t *testing.T) Config {
 	cfg := DefaultConfig()
@@ -117,60 +128,103 @@ func testConfig(t *testing.T) Config {
 	return cfg
 }
 
-func nodeID(i int) uint64 { return uint64(i + 1) }
-
-// setLeader makes replica n the leader of a new term (-1: no leader).
-// keepUncommitted commits what the old leader appended (the new leader had
-// it); otherwise it is truncated (it never reached a majority).
+// setLeader makes replica n the leader of a new term and returns once
+// every live processor knows it (and, unless commits are held, applied
+// what it committed). keepUncommitted says that the new leader has what
+// the old one appended, to commit it: here every follower has it (only
+// commits are held), so false is only for a log with nothing pending.
 func (c *fakeCluster) setLeader(n int, keepUncommitted bool) {
-	c.mu.Lock()
-	c.term++
-	c.leader = n
-	if keepUncommitted {
-		if !c.hold {
-			c.committed = uint64(len(c.entries))
-		}
-	} else {
-		c.entries = c.entries[:c.committed]
-	}
-	term := c.term
-	c.mu.Unlock()
+	c.t.Helper()
 	c.signal()
-	for i, r := range c.replicas {
-		ev := raftlog.LeaderEvent{Group: raftlog.GroupID(r.p.cfg.Partition), Term: term, IsSelf: i == n}
-		if n >= 0 {
-			ev.Leader = nodeID(n)
+	if !keepUncommitted && c.pending() {
+		c.t.Fatal("setLeader(_, false) with uncommitted entries: the followers have them")
+	}
+	c.rc.Elect(n)
+	term := c.rc.Group(n).Status().Term
+	c.mu.Lock()
+	c.leader = n
+	hold := c.hold
+	c.mu.Unlock()
+	testutil.WaitFor(c.t, 20*time.Second, "processors to learn the new leader", func() bool {
+		for _, r := range c.live() {
+			if _, _, t := r.p.tracker.Leadership(); t < term {
+				return false
+			}
 		}
-		r.p.OnLeadership(ev)
+		return true
+	})
+	if !hold {
+		c.waitApplied()
 	}
 }
 
+// pending says whether the leader appended entries with data it has not
+// committed.
+func (c *fakeCluster) pending() bool {
+	lead := c.rc.Leader()
+	if lead < 0 {
+		return false
+	}
+	ents := c.rc.Appended()
+	return len(ents) > 0 && ents[len(ents)-1].Index > c.rc.Group(lead).Status().Committed
+}
+
+// setHold holds (or releases) the commits of what the leader appends from
+// now on.
 func (c *fakeCluster) setHold(hold bool) {
 	c.mu.Lock()
 	c.hold = hold
+	c.mu.Unlock()
 	if !hold {
-		c.committed = uint64(len(c.entries))
+		c.rc.ReleaseCommits()
+		return
 	}
-	c.mu.Unlock()
-	c.signal()
+	var committed uint64
+	if lead := c.rc.Leader(); lead >= 0 {
+		committed = c.rc.Group(lead).Status().Committed
+	}
+	c.rc.HoldCommits(committed)
 }
 
-// commitUpTo commits the log up to index (while holding).
-func (c *fakeCluster) commitUpTo(index uint64) {
-	c.mu.Lock()
-	c.committed = max(c.committed, min(index, uint64(len(c.entries))))
-	c.mu.Unlock()
-	c.signal()
+// commitUpTo commits (while holding) the log up to its index-th entry with
+// data, and the entries without data before the next one (raft commits an
+// older term's entry only with one of the leader's term).
+func (c *fakeCluster) commitUpTo(index int) {
+	c.t.Helper()
+	ents := c.rc.Appended()
+	if index > len(ents) {
+		c.t.Fatalf("commitUpTo(%d): %d entries appended", index, len(ents))
+	}
+	limit := ents[index-1].Index
+	if index < len(ents) {
+		limit = ents[index].Index - 1
+	}
+	c.rc.HoldCommits(limit)
 }
 
-// appendRaw appends an entry as the current leader would, committed.
+// appendRaw appends an entry as the current leader would, bypassing its
+// processor; before any setLeader, the voter without a processor leads.
 func (c *fakeCluster) appendRaw(data []byte) {
+	c.t.Helper()
 	c.mu.Lock()
-	c.entries = append(c.entries, raftlog.Entry{Index: uint64(len(c.entries) + 1), Term: c.term, Data: data})
-	c.committed = uint64(len(c.entries))
+	lead := c.leader
 	c.mu.Unlock()
-	c.signal()
+	if lead < 0 {
+		if c.rc.Len() == len(c.replicas) {
+			c.t.Fatal("appendRaw before setLeader needs a one-replica cluster")
+		}
+		lead = len(c.replicas)
+		if c.rc.Leader() != lead {
+			c.rc.Elect(lead)
+		}
+	}
+	if _, err := c.rc.Group(lead).Propose(ctxT(c.t), data); err != nil {
+		c.t.Fatal(err)
+	}
 }
+
+// entryCount is the number of entries with data in the leader's log.
+func (c *fakeCluster) entryCount() int { return len(c.rc.Appended()) }
 
 // countInvokes counts Invoke commands in the log.
 func (c *fakeCluster) countInvokes(t *testing.T) int {
@@ -193,10 +247,9 @@ func (c *fakeCluster) countCommands(t *testing.T, match func(*rpc.Command) bool)
 // match.
 func (c *fakeCluster) commandsPerEntry(t *testing.T, match func(*rpc.Command) bool) []int {
 	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	counts := make([]int, len(c.entries))
-	for i, e := range c.entries {
+	ents := c.rc.Appended()
+	counts := make([]int, len(ents))
+	for i, e := range ents {
 		b, err := rpc.DecodeBatch(e.Data)
 		if err != nil {
 			t.Fatal(err)
@@ -210,139 +263,80 @@ func (c *fakeCluster) commandsPerEntry(t *testing.T, match func(*rpc.Command) bo
 	return counts
 }
 
+// signal cuts the replicas that are down off the network, and heals it
+// when none is.
 func (c *fakeCluster) signal() {
-	select {
-	case c.kick <- struct{}{}:
-	default:
+	var down []int
+	for _, r := range c.replicas {
+		c.mu.Lock()
+		if r.down {
+			down = append(down, r.n)
+		}
+		c.mu.Unlock()
+	}
+	c.rc.Net.Heal()
+	all := make([]uint64, c.rc.Len())
+	for i := range all {
+		all[i] = c.rc.NodeID(i)
+	}
+	for _, n := range down {
+		c.rc.Net.Isolate(c.rc.NodeID(n), all)
 	}
 }
 
-func (c *fakeCluster) applyLoop() {
-	defer close(c.done)
-	for {
-		select {
-		case <-c.stop:
-			return
-		case <-c.kick:
-		}
-		for _, r := range c.replicas {
-			c.mu.Lock()
-			if r.down || r.applied >= c.committed {
-				c.mu.Unlock()
-				continue
-			}
-			batch := append([]raftlog.Entry(nil), c.entries[r.applied:c.committed]...)
-			c.mu.Unlock()
-			// Like raftlog: Acknowledge before the commit, Reveal after.
-			var fx raftlog.Applied
-			err := r.db.Update(func(tx *bolt.Tx) error {
-				var err error
-				if fx, err = r.p.Apply(tx.Bucket(stateBucket), batch); err == nil && fx.Acknowledge != nil {
-					fx.Acknowledge()
-				}
-				return err
-			})
-			if err != nil {
-				c.t.Errorf("replica %d: apply: %v", r.n, err)
-				return
-			}
-			if fx.Reveal != nil {
-				fx.Reveal()
-			}
-			c.mu.Lock()
-			r.applied = batch[len(batch)-1].Index
-			c.applied.Broadcast()
-			c.mu.Unlock()
+// live returns the replicas that are not down.
+func (c *fakeCluster) live() []*replica {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*replica
+	for _, r := range c.replicas {
+		if !r.down {
+			out = append(out, r)
 		}
 	}
+	return out
 }
 
-// waitApplied blocks until every live replica applied everything committed.
+// waitApplied blocks until every live replica applied everything the
+// leader committed.
 func (c *fakeCluster) waitApplied() {
 	c.t.Helper()
 	c.signal()
-	// Generous: TestLargeBacklogBounded applies 20,000 Invokes in one
-	// transaction, which takes seconds under -race on a busy machine.
-	testutil.WaitFor(c.t, 15*time.Second, "replicas applied the log", func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		for _, r := range c.replicas {
-			if !r.down && r.applied < c.committed {
-				return false
-			}
-		}
-		return true
-	})
+	var nodes []int
+	for _, r := range c.live() {
+		nodes = append(nodes, r.n)
+	}
+	c.rc.WaitApplied(nodes...)
+}
+
+func (r *replica) isDown() bool {
+	r.c.mu.Lock()
+	defer r.c.mu.Unlock()
+	return r.down
 }
 
 func (r *replica) Propose(ctx context.Context, data []byte) (raftlog.Proposal, error) {
-	c := r.c
-	c.mu.Lock()
-	if c.leader != r.n || r.down {
-		defer c.mu.Unlock()
-		return raftlog.Proposal{}, &raftlog.NotLeaderError{Group: 1, Leader: c.leaderIDLocked(), Term: c.term}
+	if r.isDown() {
+		return raftlog.Proposal{}, &raftlog.NotLeaderError{Group: r.g.ID()}
 	}
-	e := raftlog.Entry{Index: uint64(len(c.entries) + 1), Term: c.term, Data: append([]byte(nil), data...)}
-	c.entries = append(c.entries, e)
-	if !c.hold {
-		c.committed = e.Index
-	}
-	c.mu.Unlock()
-	c.signal()
-	return raftlog.Proposal{Index: e.Index, Term: e.Term}, nil
+	return r.g.Propose(ctx, data)
 }
 
 func (r *replica) ReadIndex(ctx context.Context) error {
-	c := r.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.leader != r.n || r.down {
-		return &raftlog.NotLeaderError{Group: 1, Leader: c.leaderIDLocked(), Term: c.term}
+	if r.isDown() {
+		return &raftlog.NotLeaderError{Group: r.g.ID()}
 	}
-	target, term := c.committed, c.term
-	c.signal()
-	// Wake the wait below when ctx ends, so a stuck read fails instead of
-	// hanging the test.
-	stopWake := context.AfterFunc(ctx, func() {
-		c.mu.Lock()
-		c.applied.Broadcast()
-		c.mu.Unlock()
-	})
-	defer stopWake()
-	for r.applied < target {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		select {
-		case <-c.stop:
-			return raftlog.ErrStopped
-		default:
-		}
-		c.applied.Wait()
-		if c.term != term {
-			return &raftlog.NotLeaderError{Group: 1, Leader: c.leaderIDLocked(), Term: c.term}
-		}
-	}
-	return nil
+	return r.g.ReadIndex(ctx)
 }
 
 func (r *replica) View(fn func(b *bolt.Bucket) error) error {
-	return r.db.View(func(tx *bolt.Tx) error { return fn(tx.Bucket(stateBucket)) })
-}
-
-func (r *replica) Status() raftlog.Status {
-	c := r.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return raftlog.Status{Group: 1, Leader: c.leaderIDLocked(), Term: c.term, IsLeader: c.leader == r.n, Applied: r.applied, Committed: c.committed}
-}
-
-func (c *fakeCluster) leaderIDLocked() uint64 {
-	if c.leader < 0 {
-		return 0
+	if r.db != nil {
+		return r.db.View(func(tx *bolt.Tx) error { return fn(tx.Bucket(stateBucket)) })
 	}
-	return nodeID(c.leader)
+	return r.g.View(fn)
 }
+
+func (r *replica) Status() raftlog.Status { return r.g.Status() }
 
 // dump returns every key and value beneath the replica's state bucket.
 func (r *replica) dump(t testing.TB) string { return dumpState(t, r.View) }

@@ -242,6 +242,8 @@ func TestSchedulePauseResumeTriggerDelete(t *testing.T) {
 	if st := readSchedule(t, f.leader(), "p"); st.NextTickUnixMs != f.clock.Now().Add(time.Second).UnixMilli() {
 		t.Fatalf("resumed: next tick %d, want now+1s", st.NextTickUnixMs)
 	}
+	// A tick while the triggered run is still running would be skipped.
+	f.waitState("triggered run finished", "p", func(st *rpc.ScheduleState) bool { return len(st.Running) == 0 })
 	f.advance(time.Second)
 	f.waitState("tick after resume", "p", func(st *rpc.ScheduleState) bool { return st.Runs == 2 && st.Skipped == 0 })
 	if _, err := p.Schedule(ctxT(t), scheduleReq(&rpc.DeleteSchedule{Id: "p"})); err != nil {

@@ -254,6 +254,9 @@ type Knobs struct {
 	// LogFS is the write-ahead log's file layer (wal.CrashFS in power-loss
 	// tests); nil is the operating system's.
 	LogFS wal.FS
+	// Network, when set, carries the node's Raft messages instead of gRPC
+	// (Peers' addresses are then unused).
+	Network *MemNetwork
 }
 
 func (k *Knobs) walFS() wal.FS {

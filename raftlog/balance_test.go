@@ -96,7 +96,7 @@ func TestLeaderBalanceMovesGroupsToPreferredVoters(t *testing.T) {
 	// Cut off node 2, group 1's preferred voter: group 1 elects another
 	// leader, which must not try to hand it back while node 2 is away.
 	const away = 2
-	c.nw.isolate(away, c.ids)
+	c.nw.Isolate(away, c.ids)
 	rest := slices.DeleteFunc(slices.Clone(c.ids), func(id uint64) bool { return id == away })
 	ledByRest := func(ls map[GroupID]uint64) bool {
 		l := c.nodes[rest[0]].Group(1).leaderEvent().Leader
@@ -123,7 +123,7 @@ func TestLeaderBalanceMovesGroupsToPreferredVoters(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c.nw.heal()
+	c.nw.Heal()
 	tickUntil("every group back with its preferred voter after the heal", 20*every, balanced)
 	for _, gid := range groups {
 		got := c.converged(gid, 1, 10*time.Second)

@@ -87,7 +87,7 @@ func TestReelectionAfterLeaderCutOff(t *testing.T) {
 	c := newCluster(t, testSeed(t), 3, []GroupID{1}, nil)
 	old := c.leader(1, c.ids, 5*time.Second)
 	oldTerm := c.nodes[old].Group(1).leaderEvent().Term
-	c.nw.isolate(old, c.ids)
+	c.nw.Isolate(old, c.ids)
 	rest := slices.DeleteFunc(slices.Clone(c.ids), func(id uint64) bool { return id == old })
 	start := time.Now()
 	lead := c.leader(1, rest, 5*time.Second)
@@ -102,7 +102,7 @@ func TestReelectionAfterLeaderCutOff(t *testing.T) {
 	if err := c.propose(lead, 1, "after"); err != nil {
 		t.Fatal(err)
 	}
-	c.nw.heal()
+	c.nw.Heal()
 	c.converged(1, 1, 5*time.Second)
 }
 
@@ -112,7 +112,7 @@ func TestMinorityCannotCommitAndHealedPartitionConverges(t *testing.T) {
 	if err := c.propose(old, 1, "before"); err != nil {
 		t.Fatal(err)
 	}
-	c.nw.isolate(old, c.ids)
+	c.nw.Isolate(old, c.ids)
 	// The isolated leader still accepts proposals until CheckQuorum steps it
 	// down, but it can never commit them.
 	var orphan []uint64
@@ -134,7 +134,7 @@ func TestMinorityCannotCommitAndHealedPartitionConverges(t *testing.T) {
 			t.Fatalf("minority side applied %q", e)
 		}
 	}
-	c.nw.heal()
+	c.nw.Heal()
 	got := c.converged(1, 11, 10*time.Second)
 	for _, e := range got {
 		if len(e) >= 6 && e[:6] == "orphan" {
@@ -150,7 +150,7 @@ func TestMinorityCannotCommitAndHealedPartitionConverges(t *testing.T) {
 func TestFaultyNetworkSameSequence(t *testing.T) {
 	seed := testSeed(t)
 	c := newCluster(t, seed, 3, []GroupID{1, 2}, nil)
-	c.nw.setFaults(10, 5*time.Millisecond)
+	c.nw.SetFaults(10, 5*time.Millisecond)
 	acked := map[GroupID][]string{}
 	deadline := time.Now().Add(3 * time.Second)
 	round := 0
@@ -167,14 +167,14 @@ func TestFaultyNetworkSameSequence(t *testing.T) {
 		}
 		if round%3 == 0 {
 			lead := c.leader(1, c.ids, 10*time.Second)
-			c.nw.isolate(lead, c.ids)
+			c.nw.Isolate(lead, c.ids)
 			rest := slices.DeleteFunc(slices.Clone(c.ids), func(id uint64) bool { return id == lead })
 			c.leader(1, rest, 10*time.Second)
-			c.nw.heal()
-			c.nw.setFaults(10, 5*time.Millisecond)
+			c.nw.Heal()
+			c.nw.SetFaults(10, 5*time.Millisecond)
 		}
 	}
-	c.nw.heal()
+	c.nw.Heal()
 	for _, gid := range c.groups {
 		got := c.converged(gid, len(acked[gid]), 10*time.Second)
 		for _, a := range acked[gid] {
@@ -452,7 +452,7 @@ func TestLeaderStatusTellsSilentVoter(t *testing.T) {
 	if cut == lead {
 		cut = c.ids[1]
 	}
-	c.nw.isolate(cut, c.ids)
+	c.nw.Isolate(cut, c.ids)
 	testutil.WaitFor(t, 5*time.Second, fmt.Sprintf("voter %d reported inactive, the others active", cut), func() bool {
 		st := c.nodes[lead].Group(1).Status()
 		for _, id := range c.ids {

@@ -210,4 +210,12 @@
 // stream ends with codes.FailedPrecondition and a "raftlog-removed"
 // trailer listing group/replica, and the sender's node stops those
 // groups.
+//
+// Tests swap the transport for a MemNetwork (Knobs.Network): nodes of one
+// process exchange marshalled messages in memory, with seeded faults (cut
+// links, drops, delays), an interceptor and forged messages. With
+// Knobs.ManualTicks the test drives Raft time (Node.Tick). The package
+// raftlog/raftlogtest builds whole clusters on both for the tests of the
+// state machines above raftlog, so that they run under the applier's real
+// order (Apply, Acknowledge, Reveal, checkpoint).
 package raftlog

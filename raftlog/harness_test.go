@@ -132,7 +132,7 @@ func entriesOf(t testing.TB, g *Group) []string {
 // cluster is a set of nodes over the in-memory network.
 type cluster struct {
 	t      testing.TB
-	nw     *memNetwork
+	nw     *MemNetwork
 	ids    []uint64
 	groups []GroupID
 	dirs   map[uint64]string
@@ -146,7 +146,7 @@ type cluster struct {
 
 func newCluster(t testing.TB, seed uint64, size int, groups []GroupID, tune func(*Config)) *cluster {
 	c := &cluster{
-		t: t, nw: newMemNetwork(seed), groups: groups, tune: tune,
+		t: t, nw: NewMemNetwork(seed), groups: groups, tune: tune,
 		dirs: make(map[uint64]string), nodes: make(map[uint64]*Node),
 		sms: make(map[uint64]map[GroupID]*recordingSM), replicas: make(map[uint64]uint64),
 	}

@@ -167,7 +167,7 @@ func TestMembershipReplaceVoterUnderLoad(t *testing.T) {
 		cfg.SnapshotEntries, cfg.SnapshotCatchUpEntries = 200, 50
 		cfg.CheckpointInterval = 20 * time.Millisecond
 	})
-	c.nw.setFaults(1, 2*time.Millisecond)
+	c.nw.SetFaults(1, 2*time.Millisecond)
 	lead := c.leader(1, c.ids, 10*time.Second)
 	w := startWriter([]*Node{c.nodes[1], c.nodes[2], c.nodes[3]})
 	testutil.WaitFor(t, 30*time.Second, "400 acknowledged writes", func() bool { return w.count() >= 400 })
@@ -233,7 +233,7 @@ func TestMembershipReplaceVoterUnderLoad(t *testing.T) {
 		t.Fatalf("final configuration %v, want voters on %v", m, want)
 	}
 	acked := w.finish()
-	c.nw.heal()
+	c.nw.Heal()
 	c.stop(victim)
 	got := c.converged(1, len(acked), 30*time.Second)
 	have := map[string]bool{}

@@ -140,7 +140,7 @@ func TestRefusesAnotherFormat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{t: t, nw: newMemNetwork(1), dirs: map[uint64]string{1: dir}, ids: []uint64{1}}
+	c := &cluster{t: t, nw: NewMemNetwork(1), dirs: map[uint64]string{1: dir}, ids: []uint64{1}}
 	if _, err := open(c.config(1), c.nw.transportFor); err == nil {
 		t.Fatal("a state.db of format 4 was opened")
 	} else {
@@ -155,7 +155,7 @@ func TestRefusesAnotherFormat(t *testing.T) {
 // opens.
 func TestRaiseFormatRefusesDowngrade(t *testing.T) {
 	dir := t.TempDir()
-	c := &cluster{t: t, nw: newMemNetwork(1), dirs: map[uint64]string{1: dir}, ids: []uint64{1}}
+	c := &cluster{t: t, nw: NewMemNetwork(1), dirs: map[uint64]string{1: dir}, ids: []uint64{1}}
 	earlier := func() error {
 		db, err := bolt.Open(filepath.Join(dir, stateFile), 0o600, nil)
 		if err != nil {

@@ -82,10 +82,13 @@ type watcher struct {
 // Open opens (or creates) the node's storage. Call RegisterGRPC on the
 // server that listens at Peers[NodeID], then AddGroup for every group.
 func Open(cfg Config) (*Node, error) {
+	if cfg.Knobs != nil && cfg.Knobs.Network != nil {
+		return open(cfg, cfg.Knobs.Network.transportFor)
+	}
 	return open(cfg, func(n *Node) transport { return newGRPCTransport(n) })
 }
 
-// open lets tests swap the transport (see the in-memory network in tests).
+// open lets tests swap the transport (MemNetwork.transportFor).
 func open(cfg Config, newTransport func(*Node) transport) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

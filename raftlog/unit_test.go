@@ -189,7 +189,7 @@ func TestReadIndexBatchesAndWaitsForApply(t *testing.T) {
 	}
 	t.Logf("50 concurrent reads in %d ReadIndex rounds", rounds)
 	// A leader cut off from its quorum cannot confirm a read index.
-	c.nw.isolate(lead, c.ids)
+	c.nw.Isolate(lead, c.ids)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := g.ReadIndex(ctx)
@@ -500,7 +500,7 @@ func TestCatchUpOnFollower(t *testing.T) {
 	}
 	// Slow the network so that the follower's apply trails the leader's
 	// commit when CatchUp is called.
-	c.nw.setFaults(0, 20*time.Millisecond)
+	c.nw.SetFaults(0, 20*time.Millisecond)
 	for i := range 20 {
 		if err := c.propose(lead, 1, fmt.Sprintf("e%d", i)); err != nil {
 			t.Fatal(err)
@@ -523,8 +523,8 @@ func TestCatchUpOnFollower(t *testing.T) {
 	}
 	// Cut off, the follower cannot confirm a read index: it must not
 	// return success.
-	c.nw.setFaults(0, 0)
-	c.nw.isolate(follower, c.ids)
+	c.nw.SetFaults(0, 0)
+	c.nw.Isolate(follower, c.ids)
 	short, cancelShort := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancelShort()
 	if err := g.CatchUp(short); err == nil {

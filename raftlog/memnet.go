@@ -11,9 +11,11 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// memNetwork is an in-memory network between nodes of one test, with
-// faults driven by a seeded RNG: cut links, drop a percentage, delay.
-type memNetwork struct {
+// MemNetwork is an in-memory network between the nodes of one process, for
+// tests (Knobs.Network; raftlog/raftlogtest builds clusters on it), with
+// faults driven by a seeded RNG: cut links, drop a percentage, delay, and an
+// interceptor that sees (and may change or drop) every delivered message.
+type MemNetwork struct {
 	// mu guards every field below.
 	mu      sync.Mutex
 	nodes   map[uint64]*Node
@@ -23,23 +25,27 @@ type memNetwork struct {
 	rng     *rand.Rand
 	// onSend, when set, sees every message a node sends (before faults).
 	onSend atomic.Pointer[func(from uint64, group GroupID, m *pb.Message)]
+	// intercept, when set, sees each message about to be delivered.
+	intercept atomic.Pointer[func(from uint64, group GroupID, m *pb.Message) bool]
 }
 
-func newMemNetwork(seed uint64) *memNetwork {
-	return &memNetwork{
+// NewMemNetwork returns a network with no faults whose random faults
+// (SetFaults) are drawn from seed.
+func NewMemNetwork(seed uint64) *MemNetwork {
+	return &MemNetwork{
 		nodes: make(map[uint64]*Node),
 		cut:   make(map[[2]uint64]bool),
 		rng:   rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 	}
 }
 
-func (nw *memNetwork) attach(n *Node) {
+func (nw *MemNetwork) attach(n *Node) {
 	nw.mu.Lock()
 	nw.nodes[n.cfg.NodeID] = n
 	nw.mu.Unlock()
 }
 
-func (nw *memNetwork) detach(id uint64, n *Node) {
+func (nw *MemNetwork) detach(id uint64, n *Node) {
 	nw.mu.Lock()
 	if nw.nodes[id] == n {
 		delete(nw.nodes, id)
@@ -47,8 +53,8 @@ func (nw *memNetwork) detach(id uint64, n *Node) {
 	nw.mu.Unlock()
 }
 
-// isolate cuts every link to and from id.
-func (nw *memNetwork) isolate(id uint64, all []uint64) {
+// Isolate cuts every link between id and the nodes of all.
+func (nw *MemNetwork) Isolate(id uint64, all []uint64) {
 	nw.mu.Lock()
 	defer nw.mu.Unlock()
 	for _, o := range all {
@@ -59,33 +65,47 @@ func (nw *memNetwork) isolate(id uint64, all []uint64) {
 	}
 }
 
-// partition cuts every link between side a and side b.
-func (nw *memNetwork) partition(a, b []uint64) {
-	nw.mu.Lock()
-	defer nw.mu.Unlock()
-	for _, x := range a {
-		for _, y := range b {
-			nw.cut[[2]uint64{x, y}] = true
-			nw.cut[[2]uint64{y, x}] = true
-		}
-	}
-}
-
-func (nw *memNetwork) heal() {
+// Heal restores every link and turns random faults off.
+func (nw *MemNetwork) Heal() {
 	nw.mu.Lock()
 	defer nw.mu.Unlock()
 	clear(nw.cut)
 	nw.dropPct, nw.delay = 0, 0
 }
 
-func (nw *memNetwork) setFaults(dropPct int, delay time.Duration) {
+// SetFaults drops dropPct percent of messages and delays the others by up
+// to delay.
+func (nw *MemNetwork) SetFaults(dropPct int, delay time.Duration) {
 	nw.mu.Lock()
 	defer nw.mu.Unlock()
 	nw.dropPct, nw.delay = dropPct, delay
 }
 
+// Intercept calls fn (nil: none) with each message about to be delivered,
+// a copy the receiver owns: fn may change it, or return false to drop it
+// (a lost message; the sender is not told). fn runs on the sender's
+// goroutine and must not block.
+func (nw *MemNetwork) Intercept(fn func(from uint64, group GroupID, m *pb.Message) bool) {
+	if fn == nil {
+		nw.intercept.Store(nil)
+		return
+	}
+	nw.intercept.Store(&fn)
+}
+
+// Inject delivers m to node to as if its sender (m.From, a member of the
+// group) had sent it, past every fault: a test forges raft messages with it
+// (MsgTimeoutNow to start an election at a chosen replica). It reports
+// whether the node took the message.
+func (nw *MemNetwork) Inject(to uint64, group GroupID, m *pb.Message) bool {
+	nw.mu.Lock()
+	dst := nw.nodes[to]
+	nw.mu.Unlock()
+	return dst != nil && dst.deliver(group, proto.Clone(m).(*pb.Message)) == delivered
+}
+
 // route decides one message's fate: its destination (nil = lost) and delay.
-func (nw *memNetwork) route(from, to uint64) (*Node, time.Duration) {
+func (nw *MemNetwork) route(from, to uint64) (*Node, time.Duration) {
 	nw.mu.Lock()
 	defer nw.mu.Unlock()
 	dst := nw.nodes[to]
@@ -102,16 +122,16 @@ func (nw *memNetwork) route(from, to uint64) (*Node, time.Duration) {
 	return dst, d
 }
 
-// memTransport is one node's endpoint. Messages are marshalled and
+// memTransport is one node's endpoint on a MemNetwork. Messages are marshalled and
 // unmarshalled as on the wire, so no pointer is shared between nodes.
 type memTransport struct {
-	nw   *memNetwork
+	nw   *MemNetwork
 	n    *Node
 	wg   sync.WaitGroup
 	stop chan struct{}
 }
 
-func (nw *memNetwork) transportFor(n *Node) transport {
+func (nw *MemNetwork) transportFor(n *Node) transport {
 	t := &memTransport{nw: nw, n: n, stop: make(chan struct{})}
 	nw.attach(n)
 	return t
@@ -135,6 +155,9 @@ func (t *memTransport) send(group GroupID, msgs []*pb.Message) {
 			cp := &pb.Message{}
 			if err := proto.Unmarshal(b, cp); err != nil {
 				panic(err)
+			}
+			if fn := t.nw.intercept.Load(); fn != nil && !(*fn)(t.n.cfg.NodeID, group, cp) {
+				return
 			}
 			// As the gRPC server does: a removed node, or a removed
 			// replica, gets the "removed" answer.
