@@ -284,6 +284,38 @@ func (c *Client) Append(ctx context.Context, partitionID uint32, inv *rpc.Invoke
 	return nil, unexpected(opAppend, resp)
 }
 
+// Call appends inv and waits for its result in one request to the
+// partition's leader (AppendInvocation.attach), the request id chosen as
+// for Append. The answer's Result is nil when the leader could not wait
+// for it (it lost leadership, ctx's deadline passed, or it is of a release
+// before calls): the invocation was appended all the same, and the caller
+// attaches to it by id. Failed attempts are retried as for Append, but none
+// is started after appendTimeout (from now) has passed; an attempt that
+// reached the leader waits as long as ctx allows, and when ctx's deadline
+// passes a little longer (callGrace) for the leader's answer, which tells
+// an appended invocation from one that may not be.
+func (c *Client) Call(ctx context.Context, partitionID uint32, inv *rpc.Invoke, appendTimeout time.Duration) (*rpc.Appended, error) {
+	if inv == nil {
+		return nil, fmt.Errorf("%w: nil invoke", rpc.ErrInvalid)
+	}
+	if len(inv.RequestId) == 0 {
+		inv = proto.Clone(inv).(*rpc.Invoke)
+		inv.RequestId = invocation.NewRequestID()
+	}
+	resp, err := c.callUntil(ctx, opCall, &rpc.DispatchRequest{
+		RequestId: inv.RequestId,
+		Partition: partitionID,
+		Body:      &rpc.DispatchRequest_Append{Append: &rpc.AppendInvocation{Invoke: inv, Attach: true}},
+	}, time.Now().Add(appendTimeout))
+	if err != nil {
+		return nil, err
+	}
+	if a := resp.GetAppended(); a != nil {
+		return a, nil
+	}
+	return nil, unexpected(opCall, resp)
+}
+
 // Output returns the invocation's result if it has one (rpc.ErrNotReady
 // otherwise), read linearizably at the leader.
 func (c *Client) Output(ctx context.Context, partitionID uint32, id []byte) (*rpc.InvocationResult, error) {
