@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,7 +54,12 @@ type replica struct {
 	p       *Processor
 	down    bool   // guarded by c.mu: stops applying (crashed)
 	applied uint64 // guarded by c.mu
+	reads   atomic.Int64 // ReadIndex calls whose ctx carries countedRead
 }
+
+// countedRead marks the context of a request whose ReadIndex rounds a test
+// counts (replica.reads), apart from the leader loops' own.
+type countedRead struct{}
 
 var stateBucket = []byte("state")
 
@@ -293,6 +299,9 @@ func (r *replica) Propose(ctx context.Context, data []byte) (raftlog.Proposal, e
 }
 
 func (r *replica) ReadIndex(ctx context.Context) error {
+	if ctx.Value(countedRead{}) != nil {
+		r.reads.Add(1)
+	}
 	c := r.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
