@@ -52,8 +52,8 @@ type replica struct {
 	n       int
 	db      *bolt.DB
 	p       *Processor
-	down    bool   // guarded by c.mu: stops applying (crashed)
-	applied uint64 // guarded by c.mu
+	down    bool         // guarded by c.mu: stops applying (crashed)
+	applied uint64       // guarded by c.mu
 	reads   atomic.Int64 // ReadIndex calls whose ctx carries countedRead
 }
 
