@@ -64,7 +64,7 @@ type ClientConfig struct {
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
 	// DefaultTimeout bounds calls whose context has no deadline (Attach
-	// excepted: it waits as long as its context).
+	// and Call excepted: they wait as long as their context).
 	DefaultTimeout time.Duration
 	Logger         zerolog.Logger
 	// Registerer receives the client's metrics; nil registers none.
