@@ -168,14 +168,7 @@ func (h *Handler) invokeChecked(w http.ResponseWriter, r *http.Request, rt route
 		return h.invokeChecked(w, r, asked, body, h.currentLookup, false)
 	}
 	if err != nil {
-		ae, ok := appendError(actx, r.Context(), err, part, key, id)
-		if !ok {
-			return statusClientGone
-		}
-		if ae.code >= 500 {
-			h.log.Warn().Err(err).Uint32("partition", part).Stringer("invocation", id).Msg("append failed")
-		}
-		return h.writeError(w, ae)
+		return h.appendFailed(w, actx, r.Context(), err, part, key, id)
 	}
 	if send {
 		if key != "" && appended.GetCompletedAtUnixMs() > 0 {
@@ -210,16 +203,21 @@ func (h *Handler) call(w http.ResponseWriter, r *http.Request, c Caller, start t
 		return h.lookupFailed(w, ctx, r.Context(), ctx.Err(), part, id)
 	}
 	if err != nil {
-		ae, ok := appendError(ctx, r.Context(), err, part, key, id)
-		if !ok {
-			return statusClientGone
-		}
-		if ae.code >= 500 {
-			h.log.Warn().Err(err).Uint32("partition", part).Stringer("invocation", id).Msg("call failed")
-		}
-		return h.writeError(w, ae)
+		return h.appendFailed(w, ctx, r.Context(), err, part, key, id)
 	}
 	return h.waitResult(w, r, start, timeout, part, id, key)
+}
+
+// appendFailed answers an append or call that failed (see appendError).
+func (h *Handler) appendFailed(w http.ResponseWriter, ctx, reqCtx context.Context, err error, part uint32, key string, id invocation.ID) int {
+	ae, ok := appendError(ctx, reqCtx, err, part, key, id)
+	if !ok {
+		return statusClientGone
+	}
+	if ae.code >= 500 {
+		h.log.Warn().Err(err).Uint32("partition", part).Stringer("invocation", id).Msg("append failed")
+	}
+	return h.writeError(w, ae)
 }
 
 // forwardHeaders copies the configured headers into the invocation.

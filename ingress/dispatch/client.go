@@ -263,25 +263,7 @@ func (c *Client) Close() error {
 // once it is applied. The request id is inv.RequestId, or a fresh one (on a
 // copy of inv) when it has none; every retry reuses it.
 func (c *Client) Append(ctx context.Context, partitionID uint32, inv *rpc.Invoke) (*rpc.Appended, error) {
-	if inv == nil {
-		return nil, fmt.Errorf("%w: nil invoke", rpc.ErrInvalid)
-	}
-	if len(inv.RequestId) == 0 {
-		inv = proto.Clone(inv).(*rpc.Invoke)
-		inv.RequestId = invocation.NewRequestID()
-	}
-	resp, err := c.call(ctx, opAppend, &rpc.DispatchRequest{
-		RequestId: inv.RequestId,
-		Partition: partitionID,
-		Body:      &rpc.DispatchRequest_Append{Append: &rpc.AppendInvocation{Invoke: inv}},
-	})
-	if err != nil {
-		return nil, err
-	}
-	if a := resp.GetAppended(); a != nil {
-		return a, nil
-	}
-	return nil, unexpected(opAppend, resp)
+	return c.appendInvocation(ctx, opAppend, partitionID, inv, time.Time{})
 }
 
 // Call appends inv and waits for its result in one request to the
@@ -295,6 +277,12 @@ func (c *Client) Append(ctx context.Context, partitionID uint32, inv *rpc.Invoke
 // passes a little longer (callGrace) for the leader's answer, which tells
 // an appended invocation from one that may not be.
 func (c *Client) Call(ctx context.Context, partitionID uint32, inv *rpc.Invoke, appendTimeout time.Duration) (*rpc.Appended, error) {
+	return c.appendInvocation(ctx, opCall, partitionID, inv, time.Now().Add(appendTimeout))
+}
+
+// appendInvocation sends an append (op append) or a call (op call, with
+// attach set).
+func (c *Client) appendInvocation(ctx context.Context, op string, partitionID uint32, inv *rpc.Invoke, retryUntil time.Time) (*rpc.Appended, error) {
 	if inv == nil {
 		return nil, fmt.Errorf("%w: nil invoke", rpc.ErrInvalid)
 	}
@@ -302,18 +290,18 @@ func (c *Client) Call(ctx context.Context, partitionID uint32, inv *rpc.Invoke, 
 		inv = proto.Clone(inv).(*rpc.Invoke)
 		inv.RequestId = invocation.NewRequestID()
 	}
-	resp, err := c.callUntil(ctx, opCall, &rpc.DispatchRequest{
+	resp, err := c.callUntil(ctx, op, &rpc.DispatchRequest{
 		RequestId: inv.RequestId,
 		Partition: partitionID,
-		Body:      &rpc.DispatchRequest_Append{Append: &rpc.AppendInvocation{Invoke: inv, Attach: true}},
-	}, time.Now().Add(appendTimeout))
+		Body:      &rpc.DispatchRequest_Append{Append: &rpc.AppendInvocation{Invoke: inv, Attach: op == opCall}},
+	}, retryUntil)
 	if err != nil {
 		return nil, err
 	}
 	if a := resp.GetAppended(); a != nil {
 		return a, nil
 	}
-	return nil, unexpected(opCall, resp)
+	return nil, unexpected(op, resp)
 }
 
 // Output returns the invocation's result if it has one (rpc.ErrNotReady
