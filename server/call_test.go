@@ -5,12 +5,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/raftgate/raftgate/internal/testutil"
+	"github.com/raftgate/raftgate/server"
 	"github.com/raftgate/raftgate/server/servertest"
 	"github.com/raftgate/raftgate/test/freeport"
 )
@@ -43,7 +43,7 @@ func TestCallIsOneDispatchRequest(t *testing.T) {
 		testutil.WaitFor(t, 10*time.Second, fmt.Sprintf("node %d knows Echo", i+1), func() bool {
 			return testutil.Do(t, http.MethodPost, ingress, `"warm"`).Status == http.StatusOK
 		})
-		before := dispatchCalls(t, cfg.AdminAddr)
+		before := server.DispatchCalls(t, cfg.AdminAddr)
 		const calls = 8
 		for n := range calls {
 			payload := fmt.Sprintf(`"n%d-%d"`, i, n)
@@ -51,7 +51,7 @@ func TestCallIsOneDispatchRequest(t *testing.T) {
 				t.Fatalf("node %d call = %d %s, want 200 %s", i+1, r.Status, r.Body, payload)
 			}
 		}
-		after := dispatchCalls(t, cfg.AdminAddr)
+		after := server.DispatchCalls(t, cfg.AdminAddr)
 		if got := after["call"] - before["call"]; got != calls || after["append"] != before["append"] || after["attach"] != before["attach"] {
 			t.Fatalf("node %d: %d calls made %v dispatch requests (before %v), want %d of op call and no append or attach",
 				i+1, calls, after, before, calls)
@@ -70,23 +70,4 @@ func TestCallIsOneDispatchRequest(t *testing.T) {
 	if deliveries[id] != 1 {
 		t.Fatalf("%d deliveries of the resubmitted invocation, want 1", deliveries[id])
 	}
-}
-
-// dispatchCalls reads raftgate_dispatch_client_calls_total by op from a
-// node's /metrics.
-func dispatchCalls(t *testing.T, admin string) map[string]float64 {
-	r := testutil.Do(t, http.MethodGet, "http://"+admin+"/metrics", "")
-	out := map[string]float64{}
-	const prefix = `raftgate_dispatch_client_calls_total{op="`
-	for _, line := range strings.Split(string(r.Body), "\n") {
-		rest, ok := strings.CutPrefix(line, prefix)
-		if !ok {
-			continue
-		}
-		op := rest[:strings.IndexByte(rest, '"')]
-		var v float64
-		fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v)
-		out[op] += v
-	}
-	return out
 }

@@ -71,7 +71,14 @@ func TestCallFallsBackToAttachWhenLeaderMoves(t *testing.T) {
 // clientCalls reads raftgate_dispatch_client_calls_total by op from nd's
 // /metrics.
 func clientCalls(t *testing.T, nd *Server) map[string]float64 {
-	r := call(t, http.MethodGet, "http://"+nd.cfg.AdminAddr+"/metrics", "")
+	return DispatchCalls(t, nd.cfg.AdminAddr)
+}
+
+// DispatchCalls reads raftgate_dispatch_client_calls_total by op from the
+// /metrics of the node whose admin API is at admin (exported for the
+// package's external tests).
+func DispatchCalls(t *testing.T, admin string) map[string]float64 {
+	r := call(t, http.MethodGet, "http://"+admin+"/metrics", "")
 	out := map[string]float64{}
 	const prefix = `raftgate_dispatch_client_calls_total{op="`
 	for _, line := range strings.Split(r.body, "\n") {
