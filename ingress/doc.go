@@ -39,7 +39,8 @@
 //  3. with a Dispatcher that is a Caller (ingress/dispatch's client),
 //     Caller.Call: the append and the wait for the result in one request
 //     to the partition's leader, retried with the same request id for up
-//     to Config.RequestTimeout, waiting until the result exists, the
+//     to Config.RequestTimeout (the client timeout if shorter), waiting
+//     until the result exists, the
 //     client timeout passes (470) or the client goes away; an answer
 //     without the result (the leader lost leadership mid-wait, or is of an
 //     older release) goes on to step 5 with the invocation appended;
