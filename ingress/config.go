@@ -33,6 +33,18 @@ type Dispatcher interface {
 	Attach(ctx context.Context, partition uint32, id []byte) (*rpc.InvocationResult, error)
 }
 
+// Caller is a Dispatcher that also appends a call and waits for its result
+// in one request to the leader (see ingress/dispatch Client.Call). A call
+// through a Dispatcher without it is an Append followed by an Attach.
+type Caller interface {
+	// Call appends inv, starting no retry after appendTimeout, and waits
+	// for its result as long as ctx allows: Appended.Result is set if it
+	// came. Without it the invocation was appended all the same (the
+	// leader could not wait, or does not know calls), and the caller
+	// attaches by id.
+	Call(ctx context.Context, partition uint32, inv *rpc.Invoke, appendTimeout time.Duration) (*rpc.Appended, error)
+}
+
 // ServiceResolver finds a service in the replicated service registry for a
 // request. Lookup is called on every call and send, from many goroutines at
 // once. It returns an error wrapping rpc.ErrNotFound when there is no such

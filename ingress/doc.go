@@ -36,9 +36,18 @@
 //     append runs here without a hop) and a request id,
 //     both reused on every retry; mark an object's exclusive handlers and a
 //     workflow's run exclusive (the partition queues them per key);
-//  3. Dispatcher.Append with a deadline of Config.RequestTimeout; the
-//     dispatcher retries the same request until the deadline;
-//  4. Dispatcher.Attach until the result exists, the client timeout passes
+//  3. with a Dispatcher that is a Caller (ingress/dispatch's client),
+//     Caller.Call: the append and the wait for the result in one request
+//     to the partition's leader, retried with the same request id for up
+//     to Config.RequestTimeout (the client timeout if shorter), waiting
+//     until the result exists, the
+//     client timeout passes (470) or the client goes away; an answer
+//     without the result (the leader lost leadership mid-wait, or is of an
+//     older release) goes on to step 5 with the invocation appended;
+//  4. otherwise, and for a workflow's run (409 at once when it ran
+//     before), Dispatcher.Append with a deadline of Config.RequestTimeout;
+//     the dispatcher retries the same request until the deadline;
+//  5. Dispatcher.Attach until the result exists, the client timeout passes
 //     (470) or the client goes away;
-//  5. answer with the result's status, body and content type.
+//  6. answer with the result's status, body and content type.
 package ingress

@@ -156,6 +156,11 @@ func (h *Handler) invokeChecked(w http.ResponseWriter, r *http.Request, rt route
 	if timeout > 0 && timeout < appendTimeout {
 		appendTimeout = timeout
 	}
+	if c, ok := h.cfg.Dispatcher.(Caller); ok && !send && !workflowRun {
+		// A workflow's run answers 409 at once when it was invoked
+		// before, so it does not wait at the leader.
+		return h.call(w, r, c, start, timeout, appendTimeout, part, id, inv, asked, body, key, again)
+	}
 	actx, cancel := context.WithTimeoutCause(r.Context(), appendTimeout, errAppendDeadline)
 	appended, err := h.cfg.Dispatcher.Append(actx, part, inv)
 	cancel()
@@ -163,14 +168,7 @@ func (h *Handler) invokeChecked(w http.ResponseWriter, r *http.Request, rt route
 		return h.invokeChecked(w, r, asked, body, h.currentLookup, false)
 	}
 	if err != nil {
-		ae, ok := appendError(actx, r.Context(), err, part, key, id)
-		if !ok {
-			return statusClientGone
-		}
-		if ae.code >= 500 {
-			h.log.Warn().Err(err).Uint32("partition", part).Stringer("invocation", id).Msg("append failed")
-		}
-		return h.writeError(w, ae)
+		return h.appendFailed(w, actx, r.Context(), err, part, key, id)
 	}
 	if send {
 		if key != "" && appended.GetCompletedAtUnixMs() > 0 {
@@ -184,6 +182,42 @@ func (h *Handler) invokeChecked(w http.ResponseWriter, r *http.Request, rt route
 		return h.writeError(w, &apiError{code: http.StatusConflict, id: id.String(), msg: "the workflow method was already invoked"})
 	}
 	return h.waitResult(w, r, start, timeout, part, id, key)
+}
+
+// call appends inv and waits for its result in one request to the leader;
+// an answer without the result (see Caller) falls back to waitResult.
+func (h *Handler) call(w http.ResponseWriter, r *http.Request, c Caller, start time.Time, timeout, appendTimeout time.Duration,
+	part uint32, id invocation.ID, inv *rpc.Invoke, asked route, body []byte, key string, again bool) int {
+	ctx, cancel := h.waitContext(r, start, timeout)
+	defer cancel()
+	appended, err := c.Call(ctx, part, inv, appendTimeout)
+	if errors.Is(err, rpc.ErrStaleRegistry) && again && r.Context().Err() == nil {
+		return h.invokeChecked(w, r, asked, body, h.currentLookup, false)
+	}
+	if err == nil && appended.GetResult() != nil {
+		return h.writeResult(w, id, key, appended.GetResult())
+	}
+	if ctx.Err() != nil && (err == nil || errors.Is(context.Cause(ctx), errStopWaiting)) {
+		// The wait ended (when draining, the invocation may have been
+		// appended or not).
+		return h.lookupFailed(w, ctx, r.Context(), ctx.Err(), part, id)
+	}
+	if err != nil {
+		return h.appendFailed(w, ctx, r.Context(), err, part, key, id)
+	}
+	return h.waitResult(w, r, start, timeout, part, id, key)
+}
+
+// appendFailed answers an append or call that failed (see appendError).
+func (h *Handler) appendFailed(w http.ResponseWriter, ctx, reqCtx context.Context, err error, part uint32, key string, id invocation.ID) int {
+	ae, ok := appendError(ctx, reqCtx, err, part, key, id)
+	if !ok {
+		return statusClientGone
+	}
+	if ae.code >= 500 {
+		h.log.Warn().Err(err).Uint32("partition", part).Stringer("invocation", id).Msg("append failed")
+	}
+	return h.writeError(w, ae)
 }
 
 // forwardHeaders copies the configured headers into the invocation.

@@ -135,23 +135,30 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request, rt route, grant
 // timeout (client's, else DefaultCallTimeout, counted from start) passes, or
 // the client goes away.
 func (h *Handler) waitResult(w http.ResponseWriter, r *http.Request, start time.Time, timeout time.Duration, part uint32, id invocation.ID, key string) int {
-	if timeout <= 0 {
-		timeout = h.cfg.DefaultCallTimeout
-	}
-	ctx, cancel := context.WithCancelCause(r.Context())
-	defer cancel(nil)
-	stop := context.AfterFunc(h.stopWaiting, func() { cancel(errStopWaiting) })
-	defer stop()
-	if timeout > 0 {
-		var cancelTimeout context.CancelFunc
-		ctx, cancelTimeout = context.WithDeadlineCause(ctx, start.Add(timeout), errWaitDeadline)
-		defer cancelTimeout()
-	}
+	ctx, cancel := h.waitContext(r, start, timeout)
+	defer cancel()
 	res, err := h.cfg.Dispatcher.Attach(ctx, part, id[:])
 	if err != nil {
 		return h.lookupFailed(w, ctx, r.Context(), err, part, id)
 	}
 	return h.writeResult(w, id, key, res)
+}
+
+// waitContext is the context of a wait for a result: it ends when the
+// client goes away, the ingress stops waiting (errStopWaiting) or the wait
+// timeout passes (the client's, else DefaultCallTimeout, counted from
+// start; errWaitDeadline).
+func (h *Handler) waitContext(r *http.Request, start time.Time, timeout time.Duration) (context.Context, func()) {
+	if timeout <= 0 {
+		timeout = h.cfg.DefaultCallTimeout
+	}
+	ctx, cancel := context.WithCancelCause(r.Context())
+	stop := context.AfterFunc(h.stopWaiting, func() { cancel(errStopWaiting) })
+	if timeout <= 0 {
+		return ctx, func() { stop(); cancel(nil) }
+	}
+	dctx, cancelTimeout := context.WithDeadlineCause(ctx, start.Add(timeout), errWaitDeadline)
+	return dctx, func() { cancelTimeout(); stop(); cancel(nil) }
 }
 
 func (h *Handler) lookupFailed(w http.ResponseWriter, ctx, reqCtx context.Context, err error, part uint32, id invocation.ID) int {

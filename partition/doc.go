@@ -129,7 +129,11 @@
 // after Log.ReadIndex, which waits until this node applied the read index
 // (checkpointed or not), so a read after an acknowledgement finds what was
 // acknowledged. Followers answer *rpc.NotLeaderError with the leader and
-// term they know.
+// term they know. Call (an append that waits for the result) needs no
+// ReadIndex: its attach waiter is registered before the proposal, so a
+// completion applied after its entry wakes it and one applied before shows
+// in the append's reply (then, rarely, the stored result is read after a
+// ReadIndex).
 //
 // # Leader-only work
 //

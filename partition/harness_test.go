@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,7 +57,13 @@ type replica struct {
 	// db, in tests that apply to a bbolt file of their own without a
 	// cluster, is the replica's whole state (only View and dump work).
 	db *bolt.DB
+	// reads counts ReadIndex calls whose ctx carries countedRead.
+	reads atomic.Int64
 }
+
+// countedRead marks the context of a request whose ReadIndex rounds a test
+// counts (replica.reads), apart from the leader loops' own.
+type countedRead struct{}
 
 func newFakeCluster(t *testing.T, n int, configure func(i int, cfg *Config)) *fakeCluster {
 	t.Helper()
@@ -323,6 +330,9 @@ func (r *replica) Propose(ctx context.Context, data []byte) (raftlog.Proposal, e
 }
 
 func (r *replica) ReadIndex(ctx context.Context) error {
+	if ctx.Value(countedRead{}) != nil {
+		r.reads.Add(1)
+	}
 	if r.isDown() {
 		return &raftlog.NotLeaderError{Group: r.g.ID()}
 	}

@@ -259,6 +259,50 @@ func (p *Processor) Attach(ctx context.Context, id []byte) (*rpc.InvocationResul
 	return p.attach.Wait(ctx, wt)
 }
 
+// Call is Append followed by a wait for the result, in one request: the
+// answer carries the result (Appended.Result) once the invocation has one.
+// The attach waiter is registered before the proposal, so a completion
+// applied after the invocation's entry wakes it, and one applied before
+// shows in the reply (CompletedAtUnixMs); so no ReadIndex round is needed
+// but for the rare resubmit of an invocation that had completed. When the
+// wait ends without a result (leadership lost, ctx ended) the answer is the
+// Appended alone: the invocation was accepted, and the caller attaches to
+// it by id.
+func (p *Processor) Call(ctx context.Context, inv *rpc.Invoke) (*rpc.Appended, error) {
+	if err := validateInvoke(inv); err != nil {
+		return nil, err
+	}
+	leading, _, term := p.tracker.Leadership()
+	if !leading || !p.isStarted() {
+		return nil, p.tracker.NotLeader()
+	}
+	id := inv.InvocationId
+	wt, err := p.attach.Add(id)
+	if err != nil {
+		return nil, err
+	}
+	defer p.attach.Remove(wt)
+	// From here on a leadership change fails wt; one before is seen here.
+	if leadingNow, _, termNow := p.tracker.Leadership(); !leadingNow || termNow != term {
+		return nil, p.tracker.NotLeader()
+	}
+	a, err := p.request(ctx, inv.RequestId, stampedInvokeCmd(inv, p.now().UnixMilli()))
+	if err != nil {
+		return nil, err
+	}
+	// a is this caller's own reply (the tracker hands it to one waiter).
+	if a.GetCompletedAtUnixMs() > 0 {
+		if res, err := p.Output(ctx, id); err == nil {
+			a.Result = res
+		}
+		return a, nil
+	}
+	if res, err := p.attach.Wait(ctx, wt); err == nil {
+		a.Result = res
+	}
+	return a, nil
+}
+
 // Status returns the invocation's record, its result included when
 // completed; linearizable like Output. State is RUNNING while the leader is
 // delivering it; a QUEUED one carries its queue position.

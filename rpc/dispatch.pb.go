@@ -863,8 +863,15 @@ func (*DispatchResponse_Rule) isDispatchResponse_Body() {}
 func (*DispatchResponse_Backlog) isDispatchResponse_Body() {}
 
 type AppendInvocation struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Invoke        *Invoke                `protobuf:"bytes,1,opt,name=invoke,proto3" json:"invoke,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Invoke *Invoke                `protobuf:"bytes,1,opt,name=invoke,proto3" json:"invoke,omitempty"`
+	// A call: once the entry applied, the leader also waits for the
+	// invocation's result and answers it in Appended.result, so that a call
+	// costs one request to the leader. An answer without result (the leader
+	// lost leadership or the caller's timeout_ms passed while it waited, or a
+	// node of an older release ignored this field) is still an appended
+	// invocation: the caller attaches to it by id.
+	Attach        bool `protobuf:"varint,2,opt,name=attach,proto3" json:"attach,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -906,6 +913,13 @@ func (x *AppendInvocation) GetInvoke() *Invoke {
 	return nil
 }
 
+func (x *AppendInvocation) GetAttach() bool {
+	if x != nil {
+		return x.Attach
+	}
+	return false
+}
+
 type Appended struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	InvocationId       []byte                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
@@ -913,6 +927,9 @@ type Appended struct {
 	NotBeforeUnixMs    int64                  `protobuf:"varint,3,opt,name=not_before_unix_ms,json=notBeforeUnixMs,proto3" json:"not_before_unix_ms,omitempty"`
 	// Set when the invocation had already completed.
 	CompletedAtUnixMs int64 `protobuf:"varint,4,opt,name=completed_at_unix_ms,json=completedAtUnixMs,proto3" json:"completed_at_unix_ms,omitempty"`
+	// AppendInvocation.attach: the invocation's result, when the leader had
+	// it before the wait ended.
+	Result *InvocationResult `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
 	// BackfillSchedule: the runs it started (ticks without a run yet).
 	Started       uint64 `protobuf:"varint,100,opt,name=started,proto3" json:"started,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -975,6 +992,13 @@ func (x *Appended) GetCompletedAtUnixMs() int64 {
 		return x.CompletedAtUnixMs
 	}
 	return 0
+}
+
+func (x *Appended) GetResult() *InvocationResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
 }
 
 func (x *Appended) GetStarted() uint64 {
@@ -2103,14 +2127,16 @@ const file_rpc_dispatch_proto_rawDesc = "" +
 	"\tschedules\x18< \x01(\v2\x19.raftgate.v1.ScheduleListH\x00R\tschedules\x12'\n" +
 	"\x04rule\x18Z \x01(\v2\x11.raftgate.v1.RuleH\x00R\x04rule\x127\n" +
 	"\abacklog\x18[ \x01(\v2\x1b.raftgate.v1.ServiceBacklogH\x00R\abacklogB\x06\n" +
-	"\x04body\"?\n" +
+	"\x04body\"W\n" +
 	"\x10AppendInvocation\x12+\n" +
-	"\x06invoke\x18\x01 \x01(\v2\x13.raftgate.v1.InvokeR\x06invoke\"\xd8\x01\n" +
+	"\x06invoke\x18\x01 \x01(\v2\x13.raftgate.v1.InvokeR\x06invoke\x12\x16\n" +
+	"\x06attach\x18\x02 \x01(\bR\x06attach\"\x8f\x02\n" +
 	"\bAppended\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\x12/\n" +
 	"\x13previously_accepted\x18\x02 \x01(\bR\x12previouslyAccepted\x12+\n" +
 	"\x12not_before_unix_ms\x18\x03 \x01(\x03R\x0fnotBeforeUnixMs\x12/\n" +
-	"\x14completed_at_unix_ms\x18\x04 \x01(\x03R\x11completedAtUnixMs\x12\x18\n" +
+	"\x14completed_at_unix_ms\x18\x04 \x01(\x03R\x11completedAtUnixMs\x125\n" +
+	"\x06result\x18\x05 \x01(\v2\x1d.raftgate.v1.InvocationResultR\x06result\x12\x18\n" +
 	"\astarted\x18d \x01(\x04R\astarted\"0\n" +
 	"\tGetOutput\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\fR\finvocationId\"7\n" +
@@ -2295,28 +2321,29 @@ var file_rpc_dispatch_proto_depIdxs = []int32{
 	33, // 28: raftgate.v1.DispatchResponse.rule:type_name -> raftgate.v1.Rule
 	21, // 29: raftgate.v1.DispatchResponse.backlog:type_name -> raftgate.v1.ServiceBacklog
 	34, // 30: raftgate.v1.AppendInvocation.invoke:type_name -> raftgate.v1.Invoke
-	35, // 31: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
-	36, // 32: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
-	36, // 33: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
-	0,  // 34: raftgate.v1.InvocationAction.kind:type_name -> raftgate.v1.InvocationAction.Kind
-	37, // 35: raftgate.v1.BulkRequest.action:type_name -> raftgate.v1.BulkAction
-	27, // 36: raftgate.v1.BulkRequest.filter:type_name -> raftgate.v1.ListInvocations
-	1,  // 37: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
-	38, // 38: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
-	39, // 39: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
-	40, // 40: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
-	41, // 41: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
-	42, // 42: raftgate.v1.ScheduleRequest.backfill:type_name -> raftgate.v1.BackfillSchedule
-	43, // 43: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
-	4,  // 44: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
-	2,  // 45: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
-	5,  // 46: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
-	3,  // 47: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
-	46, // [46:48] is the sub-list for method output_type
-	44, // [44:46] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	10, // 31: raftgate.v1.Appended.result:type_name -> raftgate.v1.InvocationResult
+	35, // 32: raftgate.v1.InvocationResult.result:type_name -> raftgate.v1.Result
+	36, // 33: raftgate.v1.InvocationStatus.record:type_name -> raftgate.v1.InvocationRecord
+	36, // 34: raftgate.v1.InvocationList.records:type_name -> raftgate.v1.InvocationRecord
+	0,  // 35: raftgate.v1.InvocationAction.kind:type_name -> raftgate.v1.InvocationAction.Kind
+	37, // 36: raftgate.v1.BulkRequest.action:type_name -> raftgate.v1.BulkAction
+	27, // 37: raftgate.v1.BulkRequest.filter:type_name -> raftgate.v1.ListInvocations
+	1,  // 38: raftgate.v1.DispatchError.code:type_name -> raftgate.v1.DispatchError.Code
+	38, // 39: raftgate.v1.ScheduleRequest.put:type_name -> raftgate.v1.PutSchedule
+	39, // 40: raftgate.v1.ScheduleRequest.delete:type_name -> raftgate.v1.DeleteSchedule
+	40, // 41: raftgate.v1.ScheduleRequest.pause:type_name -> raftgate.v1.PauseSchedule
+	41, // 42: raftgate.v1.ScheduleRequest.trigger:type_name -> raftgate.v1.TriggerSchedule
+	42, // 43: raftgate.v1.ScheduleRequest.backfill:type_name -> raftgate.v1.BackfillSchedule
+	43, // 44: raftgate.v1.ScheduleList.schedules:type_name -> raftgate.v1.ScheduleState
+	4,  // 45: raftgate.v1.Dispatch.Stream:input_type -> raftgate.v1.DispatchRequest
+	2,  // 46: raftgate.v1.Dispatch.Batches:input_type -> raftgate.v1.DispatchRequestBatch
+	5,  // 47: raftgate.v1.Dispatch.Stream:output_type -> raftgate.v1.DispatchResponse
+	3,  // 48: raftgate.v1.Dispatch.Batches:output_type -> raftgate.v1.DispatchResponseBatch
+	47, // [47:49] is the sub-list for method output_type
+	45, // [45:47] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_rpc_dispatch_proto_init() }

@@ -28,6 +28,7 @@ type backend struct {
 
 var (
 	_ dispatch.Backend          = backend{}
+	_ dispatch.CallBackend      = backend{}
 	_ dispatch.KeyBackend       = backend{}
 	_ dispatch.LifecycleBackend = backend{}
 	_ dispatch.ScheduleBackend  = backend{}
@@ -76,6 +77,14 @@ func (b backend) Append(ctx context.Context, p uint32, inv *rpc.Invoke) (*rpc.Ap
 		return nil, err
 	}
 	return proc.Append(ctx, inv)
+}
+
+func (b backend) Call(ctx context.Context, p uint32, inv *rpc.Invoke) (*rpc.Appended, error) {
+	proc, err := b.processor(p, inv.GetInvocationId())
+	if err != nil {
+		return nil, err
+	}
+	return proc.Call(ctx, inv)
 }
 
 func (b backend) Output(ctx context.Context, p uint32, id []byte) (*rpc.InvocationResult, error) {

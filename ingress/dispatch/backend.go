@@ -28,6 +28,15 @@ type Backend interface {
 	FenceService(ctx context.Context, partition uint32, requestID []byte, service string, index uint64) error
 }
 
+// CallBackend is a Backend that also serves calls: an append with attach
+// set. A Backend without it answers them as plain appends (no result), as a
+// node of an older release does, and the caller attaches by id.
+type CallBackend interface {
+	// Call appends inv and, once applied, waits for its result until ctx
+	// ends or leadership is lost: Appended.Result is set if it came.
+	Call(ctx context.Context, partition uint32, inv *rpc.Invoke) (*rpc.Appended, error)
+}
+
 // KeyBackend is a Backend that also answers key status requests (GET
 // /objects/{object}/{key}); a Backend without it answers them INVALID.
 type KeyBackend interface {

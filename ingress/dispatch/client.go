@@ -64,7 +64,7 @@ type ClientConfig struct {
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
 	// DefaultTimeout bounds calls whose context has no deadline (Attach
-	// excepted: it waits as long as its context).
+	// and Call excepted: they wait as long as their context).
 	DefaultTimeout time.Duration
 	Logger         zerolog.Logger
 	// Registerer receives the client's metrics; nil registers none.
@@ -263,6 +263,26 @@ func (c *Client) Close() error {
 // once it is applied. The request id is inv.RequestId, or a fresh one (on a
 // copy of inv) when it has none; every retry reuses it.
 func (c *Client) Append(ctx context.Context, partitionID uint32, inv *rpc.Invoke) (*rpc.Appended, error) {
+	return c.appendInvocation(ctx, opAppend, partitionID, inv, time.Time{})
+}
+
+// Call appends inv and waits for its result in one request to the
+// partition's leader (AppendInvocation.attach), the request id chosen as
+// for Append. The answer's Result is nil when the leader could not wait
+// for it (it lost leadership, ctx's deadline passed, or it is of a release
+// before calls): the invocation was appended all the same, and the caller
+// attaches to it by id. Failed attempts are retried as for Append, but none
+// is started after appendTimeout (from now) has passed; an attempt that
+// reached the leader waits as long as ctx allows, and when ctx's deadline
+// passes a little longer (callGrace) for the leader's answer, which tells
+// an appended invocation from one that may not be.
+func (c *Client) Call(ctx context.Context, partitionID uint32, inv *rpc.Invoke, appendTimeout time.Duration) (*rpc.Appended, error) {
+	return c.appendInvocation(ctx, opCall, partitionID, inv, time.Now().Add(appendTimeout))
+}
+
+// appendInvocation sends an append (op append) or a call (op call, with
+// attach set).
+func (c *Client) appendInvocation(ctx context.Context, op string, partitionID uint32, inv *rpc.Invoke, retryUntil time.Time) (*rpc.Appended, error) {
 	if inv == nil {
 		return nil, fmt.Errorf("%w: nil invoke", rpc.ErrInvalid)
 	}
@@ -270,18 +290,18 @@ func (c *Client) Append(ctx context.Context, partitionID uint32, inv *rpc.Invoke
 		inv = proto.Clone(inv).(*rpc.Invoke)
 		inv.RequestId = invocation.NewRequestID()
 	}
-	resp, err := c.call(ctx, opAppend, &rpc.DispatchRequest{
+	resp, err := c.callUntil(ctx, op, &rpc.DispatchRequest{
 		RequestId: inv.RequestId,
 		Partition: partitionID,
-		Body:      &rpc.DispatchRequest_Append{Append: &rpc.AppendInvocation{Invoke: inv}},
-	})
+		Body:      &rpc.DispatchRequest_Append{Append: &rpc.AppendInvocation{Invoke: inv, Attach: op == opCall}},
+	}, retryUntil)
 	if err != nil {
 		return nil, err
 	}
 	if a := resp.GetAppended(); a != nil {
 		return a, nil
 	}
-	return nil, unexpected(opAppend, resp)
+	return nil, unexpected(op, resp)
 }
 
 // Output returns the invocation's result if it has one (rpc.ErrNotReady

@@ -52,7 +52,13 @@
 //   - A peer that vanishes without closing its TCP connection is only
 //     noticed by gRPC keepalive: give the client keepalive.ClientParameters
 //     in DialOptions and the server a matching EnforcementPolicy.
-//   - Attach carries the caller's remaining deadline (timeout_ms) so the
+//   - Client.Call is an append with attach set: the leader answers once
+//     the result exists, so a call costs one request; a node without
+//     CallBackend (an older release) answers a plain append, and the
+//     caller attaches by id. Call starts no retry after its append timeout,
+//     and after its deadline still waits callGrace for the leader's answer,
+//     which says the invocation was appended.
+//   - Attach and Call carry the caller's remaining deadline (timeout_ms) so the
 //     server drops the wait when the caller gives up; a caller that cancels
 //     without a deadline leaves the server's wait in place until the
 //     invocation completes or the stream ends.

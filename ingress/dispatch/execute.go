@@ -11,6 +11,7 @@ import (
 // Operation names, used in metrics and logs.
 const (
 	opAppend        = "append"
+	opCall          = "call"
 	opOutput        = "output"
 	opAttach        = "attach"
 	opStatus        = "status"
@@ -37,6 +38,9 @@ var errEmptyAnswer = errors.New("dispatch: backend returned no answer")
 func opOf(req *rpc.DispatchRequest) string {
 	switch req.Body.(type) {
 	case *rpc.DispatchRequest_Append:
+		if req.GetAppend().GetAttach() {
+			return opCall
+		}
 		return opAppend
 	case *rpc.DispatchRequest_Output:
 		return opOutput
@@ -87,7 +91,12 @@ func execute(ctx context.Context, b Backend, req *rpc.DispatchRequest) *rpc.Disp
 			return errorResponse(fmt.Errorf("%w: append without invoke", rpc.ErrInvalid))
 		}
 		var a *rpc.Appended
-		if a, err = b.Append(ctx, p, r.Append.Invoke); a != nil {
+		if cb, ok := b.(CallBackend); ok && r.Append.Attach {
+			a, err = cb.Call(ctx, p, r.Append.Invoke)
+		} else {
+			a, err = b.Append(ctx, p, r.Append.Invoke)
+		}
+		if a != nil {
 			resp = &rpc.DispatchResponse{Body: &rpc.DispatchResponse_Appended{Appended: a}}
 		}
 	case *rpc.DispatchRequest_Output:

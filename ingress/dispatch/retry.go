@@ -10,32 +10,45 @@ import (
 	"github.com/raftgate/raftgate/rpc"
 )
 
+// callGrace is how long a call's attempt still waits for the leader's
+// answer after the caller's deadline: the leader stops waiting for the
+// result at that deadline (timeout_ms) and answers that the invocation was
+// appended.
+const callGrace = 500 * time.Millisecond
+
 // call sends one logical request, retrying as described in the package
 // comment, and returns the answer (never an error answer: those come back
 // as errors).
 func (c *Client) call(ctx context.Context, op string, tmpl *rpc.DispatchRequest) (*rpc.DispatchResponse, error) {
+	return c.callUntil(ctx, op, tmpl, time.Time{})
+}
+
+// callUntil is call that starts no retry after retryUntil (zero: no such
+// bound).
+func (c *Client) callUntil(ctx context.Context, op string, tmpl *rpc.DispatchRequest, retryUntil time.Time) (*rpc.DispatchResponse, error) {
 	start := time.Now()
-	resp, err := c.retry(ctx, op, tmpl)
+	resp, err := c.retry(ctx, op, tmpl, retryUntil)
 	c.metrics.calls.get(op, resultLabel(err)).Inc()
 	c.metrics.seconds.get(op, "").Observe(time.Since(start).Seconds())
 	return resp, err
 }
 
-func (c *Client) retry(ctx context.Context, op string, tmpl *rpc.DispatchRequest) (*rpc.DispatchResponse, error) {
+func (c *Client) retry(ctx context.Context, op string, tmpl *rpc.DispatchRequest, retryUntil time.Time) (*rpc.DispatchResponse, error) {
 	if c.closed.Load() {
 		return nil, ErrClosed
 	}
-	if _, ok := ctx.Deadline(); !ok && op != opAttach {
+	wait := op == opAttach || op == opCall // as long as ctx allows
+	if _, ok := ctx.Deadline(); !ok && !wait {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.DefaultTimeout)
 		defer cancel()
 	}
 	r := route{c: c, partition: tmpl.Partition}
-	wait := backoff.Backoff{Base: c.cfg.BackoffBase, Max: c.cfg.BackoffMax}
+	delay := backoff.Backoff{Base: c.cfg.BackoffBase, Max: c.cfg.BackoffMax}
 	var lastErr error
 	for {
 		node := r.pick()
-		resp, err := c.attempt(ctx, node, tmpl, op == opAttach)
+		resp, err := c.attempt(ctx, node, tmpl, wait, op == opCall)
 		if err == nil {
 			e := resp.GetError()
 			if e == nil {
@@ -57,8 +70,12 @@ func (c *Client) retry(ctx context.Context, op string, tmpl *rpc.DispatchRequest
 		case !retryable:
 			return nil, err
 		}
-		c.metrics.retries.get(reason, "").Inc()
 		lastErr = err
+		if !retryUntil.IsZero() && time.Now().After(retryUntil) {
+			return nil, fmt.Errorf("dispatch to partition %d: %w: no leader took the request in time (last error: %w)",
+				tmpl.Partition, rpc.ErrUnavailable, lastErr)
+		}
+		c.metrics.retries.get(reason, "").Inc()
 		var notLeader *rpc.NotLeaderError
 		immediate := false
 		if errors.As(err, &notLeader) {
@@ -73,7 +90,7 @@ func (c *Client) retry(ctx context.Context, op string, tmpl *rpc.DispatchRequest
 			continue
 		}
 		r.redirects = 0
-		t := time.NewTimer(wait.Next())
+		t := time.NewTimer(delay.Next())
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -89,9 +106,11 @@ func (c *Client) retry(ctx context.Context, op string, tmpl *rpc.DispatchRequest
 // attempt sends the request once to node p, on a fresh correlation id, and
 // waits for its answer, the stream breaking, or ctx.
 //
-// Only long waits (attach) carry the deadline to the server: other requests
-// end with leadership anyway, and a server-side timer per request costs CPU.
-func (c *Client) attempt(ctx context.Context, p *peer, tmpl *rpc.DispatchRequest, sendTimeout bool) (*rpc.DispatchResponse, error) {
+// Only long waits (attach, call) carry the deadline to the server: other
+// requests end with leadership anyway, and a server-side timer per request
+// costs CPU. With grace, an answer is still awaited for callGrace after
+// ctx's deadline.
+func (c *Client) attempt(ctx context.Context, p *peer, tmpl *rpc.DispatchRequest, sendTimeout, grace bool) (*rpc.DispatchResponse, error) {
 	if !p.tryAcquire() {
 		c.metrics.overloads.Inc()
 		return nil, fmt.Errorf("%w: %d requests in flight to node %d", rpc.ErrOverloaded, c.cfg.MaxInFlightPerNode, p.id)
@@ -137,8 +156,27 @@ func (c *Client) attempt(ctx context.Context, p *peer, tmpl *rpc.DispatchRequest
 			return nil, st.failure()
 		}
 	case <-ctx.Done():
+		if grace && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			if resp, ok := lateAnswer(answer, st.done); ok {
+				return resp, nil
+			}
+		}
 		st.abandon(corr)
 		return nil, ctx.Err()
+	}
+}
+
+// lateAnswer waits up to callGrace for an answer on answer.
+func lateAnswer(answer <-chan *rpc.DispatchResponse, broken <-chan struct{}) (*rpc.DispatchResponse, bool) {
+	t := time.NewTimer(callGrace)
+	defer t.Stop()
+	select {
+	case resp := <-answer:
+		return resp, true
+	case <-broken:
+		return nil, false
+	case <-t.C:
+		return nil, false
 	}
 }
 
