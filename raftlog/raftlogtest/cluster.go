@@ -166,6 +166,7 @@ func (c *Cluster) Elect(i int) {
 		c.Elect((i + 1) % len(c.nodes))
 		st = c.groups[i].Status()
 	}
+	c.catchUp(i)
 	from := st.Membership.Voters[0]
 	if from == st.Replica {
 		from = st.Membership.Voters[1]
@@ -179,6 +180,29 @@ func (c *Cluster) Elect(i int) {
 		return now.IsLeader && now.Term > st.Term
 	})
 	c.setElected(i)
+}
+
+// catchUp waits, ticking the leader, until node i acknowledged all the
+// leader's log, so that the voters grant it their votes: an entry that
+// committed on the others alone would make them refuse, and with manual
+// ticks nobody would campaign again. With commits held, acknowledgements
+// stop at the hold, and i is taken as it is.
+func (c *Cluster) catchUp(i int) {
+	lead := c.Leader()
+	c.mu.Lock()
+	hold, target := c.hold, c.base+uint64(len(c.log))
+	if len(c.log) > 0 {
+		target--
+	}
+	c.mu.Unlock()
+	if lead < 0 || lead == i || hold {
+		return
+	}
+	node := c.NodeID(i)
+	c.waitFor(fmt.Sprintf("node %d to hold the leader's log", i), func() bool {
+		c.Tick(lead)
+		return c.groups[lead].Status().Match[node] >= target
+	})
 }
 
 func (c *Cluster) setElected(i int) {
