@@ -18,6 +18,11 @@
 // bugs the robustness suite found.
 // console_test.go drives the operator console in headless Chromium
 // (chromedp); it skips without a browser unless CI is set.
+// placement_failpoints_test.go kills the nodes of a placement move at each
+// of its steps (the whole matrix with -tags soak). flow_*_test.go check
+// flow control from a service that records its own in-flight calls and
+// arrival times (concurrency and scope rules across a leader kill, rates,
+// a hot key beside a cold one, Restate 1.7's paths and TypeScript client).
 //
 // The ordinary run (`go test ./test/`) keeps each scenario short; longer
 // soaks run with `-tags soak` (RAFTGATE_SOAK_DURATION).
