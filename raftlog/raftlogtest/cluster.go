@@ -166,19 +166,41 @@ func (c *Cluster) Elect(i int) {
 		c.Elect((i + 1) % len(c.nodes))
 		st = c.groups[i].Status()
 	}
-	c.catchUp(i)
-	from := st.Membership.Voters[0]
-	if from == st.Replica {
-		from = st.Membership.Voters[1]
+	// The voters refuse i when its log lags theirs (the leader may append
+	// between catchUp and the vote), and with manual ticks nobody would
+	// campaign again: then every node is ticked until the group has a
+	// leader, and i tries again.
+	for attempt := 1; ; attempt++ {
+		c.catchUp(i)
+		st = c.groups[i].Status()
+		from := st.Membership.Voters[0]
+		if from == st.Replica {
+			from = st.Membership.Voters[1]
+		}
+		m := &pb.Message{Type: pb.MsgTimeoutNow.Enum(), From: &from, To: &st.Replica, Term: &st.Term}
+		if !c.Net.Inject(c.NodeID(i), c.group, m) {
+			c.tb.Fatalf("raftlogtest: node %d refused the forged MsgTimeoutNow", i)
+		}
+		won := poll(2*time.Second, func() bool {
+			now := c.groups[i].Status()
+			return now.IsLeader && now.Term > st.Term
+		})
+		if won {
+			break
+		}
+		if attempt == 10 {
+			c.tb.Fatalf("raftlogtest: node %d did not win an election in %d attempts", i, attempt)
+		}
+		all := make([]int, len(c.nodes))
+		for k := range all {
+			all[k] = k
+		}
+		c.waitFor("a leader after a refused election", func() bool {
+			c.Tick(all...)
+			lead := c.Leader()
+			return lead >= 0 && c.groups[lead].Status().Term > st.Term
+		})
 	}
-	m := &pb.Message{Type: pb.MsgTimeoutNow.Enum(), From: &from, To: &st.Replica, Term: &st.Term}
-	if !c.Net.Inject(c.NodeID(i), c.group, m) {
-		c.tb.Fatalf("raftlogtest: node %d refused the forged MsgTimeoutNow", i)
-	}
-	c.waitFor(fmt.Sprintf("node %d to lead after term %d", i, st.Term), func() bool {
-		now := c.groups[i].Status()
-		return now.IsLeader && now.Term > st.Term
-	})
 	c.setElected(i)
 }
 
@@ -203,6 +225,18 @@ func (c *Cluster) catchUp(i int) {
 		c.Tick(lead)
 		return c.groups[lead].Status().Match[node] >= target
 	})
+}
+
+// poll reports whether cond held within d, looking every millisecond.
+func poll(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return true
 }
 
 func (c *Cluster) setElected(i int) {
