@@ -73,8 +73,10 @@ func wantedIn(s *State, group uint32, node uint64) bool {
 // demoted to make room: a configuration only grows to the cap.
 const MaxMetaVoters = 5
 
-// wantedReplica reports whether replica r should be in group: its node is
+// WantedReplica reports whether replica r should be in group: its node is
 // wanted there, in the generation the target gives it.
+func WantedReplica(s *State, group uint32, r uint64) bool { return wantedReplica(s, group, r) }
+
 func wantedReplica(s *State, group uint32, r uint64) bool {
 	node := raftlog.NodeOf(r)
 	return wantedIn(s, group, node) && raftlog.GenerationOf(r) == s.Generation(group, node)

@@ -794,7 +794,13 @@ func (n *Server) stepGroup(ctx context.Context, st *cluster.State, g *raftlog.Gr
 	case cluster.StepLeaveJoint:
 		_, err = g.LeaveJoint(ctx, m)
 	case cluster.StepRemove:
-		if waitOn, ok := removalWaits(g.Status(), m, step.Replica); ok {
+		waitOn, wait := removalWaits(g.Status(), m, step.Replica)
+		if silent := m.Replica(waitOn); wait && !cluster.WantedReplica(st, uint32(g.Status().Group), silent) {
+			// The silent voter goes too: remove it first (a removal of
+			// a voter not heard from never waits).
+			step.Replica, wait = silent, false
+		}
+		if wait {
 			n.log.Debug().Uint32("group", uint32(g.Status().Group)).Uint64("node", raftlog.NodeOf(step.Replica)).Uint64("waiting_on", waitOn).
 				Msg("membership: not removing a live voter while another voter is not heard from")
 			return
