@@ -70,7 +70,9 @@ func (v nodesView) Nodes(ctx context.Context) ([]admin.NodeView, error) {
 }
 
 func (v nodesView) RemoveNode(ctx context.Context, id uint64, force bool) (admin.NodeView, error) {
-	node, err := v.svc.Remove(ctx, &rpc.RemoveRequest{Id: id, Force: force})
+	node, err := throughFailover(ctx, func(ctx context.Context) (*rpc.ClusterNode, error) {
+		return v.svc.Remove(ctx, &rpc.RemoveRequest{Id: id, Force: force})
+	})
 	if err != nil {
 		st := status.Convert(err)
 		switch st.Code() {

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/raftgate/raftgate/ingress/admin"
+	"github.com/raftgate/raftgate/internal/backoff"
 	"github.com/raftgate/raftgate/raftlog"
 	"github.com/raftgate/raftgate/rpc"
 )
@@ -70,7 +72,9 @@ func (v placementView) Placement(context.Context) (admin.PlacementView, error) {
 }
 
 func (v placementView) SetReplication(ctx context.Context, r int) error {
-	_, err := v.svc.ChangePolicy(ctx, &rpc.PolicyChange{Replication: uint32(r)})
+	_, err := throughFailover(ctx, func(ctx context.Context) (*rpc.ObserveReply, error) {
+		return v.svc.ChangePolicy(ctx, &rpc.PolicyChange{Replication: uint32(r)})
+	})
 	return adminError(err)
 }
 
@@ -79,12 +83,14 @@ func (v placementView) SetPaused(ctx context.Context, paused bool) error {
 	if paused {
 		change.Pause = 1
 	}
-	_, err := v.svc.ChangePolicy(ctx, change)
+	_, err := throughFailover(ctx, func(ctx context.Context) (*rpc.ObserveReply, error) { return v.svc.ChangePolicy(ctx, change) })
 	return adminError(err)
 }
 
 func (v placementView) Move(ctx context.Context, p uint32, from, to uint64) error {
-	_, err := v.svc.MovePartition(ctx, &rpc.PartitionMove{Partition: p, From: from, To: to})
+	_, err := throughFailover(ctx, func(ctx context.Context) (*rpc.ObserveReply, error) {
+		return v.svc.MovePartition(ctx, &rpc.PartitionMove{Partition: p, From: from, To: to})
+	})
 	return adminError(err)
 }
 
@@ -112,6 +118,9 @@ func (s membershipService) ChangePolicy(ctx context.Context, req *rpc.PolicyChan
 		return forward(ctx, leader, s.dialOpts, func(c rpc.MembershipClient) (*rpc.ObserveReply, error) { return c.ChangePolicy(ctx, req) })
 	}
 	st := s.n.cluster.State()
+	if st.ID == nil {
+		return nil, status.Error(codes.Unavailable, "the cluster record is not created yet")
+	}
 	r, paused := st.Replication, st.Paused
 	if req.Replication != 0 {
 		r = req.Replication
@@ -140,6 +149,9 @@ func (s membershipService) MovePartition(ctx context.Context, req *rpc.Partition
 	}
 	to, ok := st.Node(req.To)
 	switch {
+	case slices.Contains(pl.Replicas, req.To) && !slices.Contains(pl.Replicas, req.From):
+		// Already placed so: a retry of a move whose answer was lost.
+		return &rpc.ObserveReply{}, nil
 	case !slices.Contains(pl.Replicas, req.From):
 		return nil, status.Errorf(codes.FailedPrecondition, "partition %d has no replica on node %d (its replicas: %v)", req.Partition, req.From, pl.Replicas)
 	case slices.Contains(pl.Replicas, req.To):
@@ -162,4 +174,30 @@ func (s membershipService) MovePartition(ctx context.Context, req *rpc.Partition
 	}
 	s.n.log.Info().Uint32("partition", req.Partition).Uint64("from", req.From).Uint64("to", req.To).Msg("placement: partition moved by an operator")
 	return &rpc.ObserveReply{}, nil
+}
+
+// metaFailoverWait bounds how long an operator's change waits for the
+// metadata group to elect a new leader when the one it knew is gone: an
+// election takes a few seconds, and a change that fails in the meantime
+// only makes the operator (or a script) retry by hand.
+const metaFailoverWait = 10 * time.Second
+
+// throughFailover runs call, an idempotent change sent to the metadata
+// leader, again while it fails as unavailable (the leader it knew is dead,
+// or no leader yet), until metaFailoverWait or ctx ends.
+func throughFailover[R any](ctx context.Context, call func(context.Context) (R, error)) (R, error) {
+	ctx, cancel := context.WithTimeout(ctx, metaFailoverWait)
+	defer cancel()
+	b := backoff.Backoff{Base: 50 * time.Millisecond, Max: 500 * time.Millisecond}
+	for {
+		r, err := call(ctx)
+		if status.Code(err) != codes.Unavailable {
+			return r, err
+		}
+		select {
+		case <-ctx.Done():
+			return r, err
+		case <-time.After(b.Next()):
+		}
+	}
 }
