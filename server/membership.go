@@ -322,6 +322,9 @@ func (s membershipService) Remove(ctx context.Context, req *rpc.RemoveRequest) (
 		return forward(ctx, leader, s.dialOpts, func(c rpc.MembershipClient) (*rpc.ClusterNode, error) { return c.Remove(ctx, req) })
 	}
 	n := s.n
+	if err := n.meta.ReadIndex(ctx); err != nil { // a new leader reads what its predecessor committed
+		return nil, membershipStatus(err)
+	}
 	st := n.cluster.State()
 	node, ok := st.Node(req.Id)
 	if !ok {
@@ -404,8 +407,9 @@ func forward[R any](ctx context.Context, addr string, dialOpts []grpc.DialOption
 // membershipStatus maps a cluster command's error to a gRPC status.
 func membershipStatus(err error) error {
 	var nl *rpc.NotLeaderError
+	var groupNL *raftlog.NotLeaderError
 	switch {
-	case errors.As(err, &nl), errors.Is(err, rpc.ErrLostLeadership), errors.Is(err, cluster.ErrNoCluster):
+	case errors.As(err, &nl), errors.As(err, &groupNL), errors.Is(err, rpc.ErrLostLeadership), errors.Is(err, cluster.ErrNoCluster):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, rpc.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
@@ -785,6 +789,17 @@ func (n *Server) stepGroup(ctx context.Context, st *cluster.State, g *raftlog.Gr
 	}
 	ctx, cancel := context.WithTimeout(ctx, confStepTimeout)
 	defer cancel()
+	// This node's replica of the record may lag the metadata leader's (a
+	// target changed again since): plan the step again from a record that
+	// holds everything committed, so no step serves a superseded target.
+	if err := n.meta.CatchUp(ctx); err != nil {
+		n.log.Debug().Err(err).Uint32("group", uint32(g.Status().Group)).Msg("membership: record not caught up; the next round tries again")
+		return
+	}
+	st = n.cluster.State()
+	if step = cluster.PlanGroup(st, uint32(g.Status().Group), m); step.Kind == cluster.StepNone {
+		return
+	}
 	var err error
 	switch step.Kind {
 	case cluster.StepAddLearner:

@@ -117,6 +117,11 @@ func (s membershipService) ChangePolicy(ctx context.Context, req *rpc.PolicyChan
 	if leader, ok := s.leaderElsewhere(); ok {
 		return forward(ctx, leader, s.dialOpts, func(c rpc.MembershipClient) (*rpc.ObserveReply, error) { return c.ChangePolicy(ctx, req) })
 	}
+	// A leader elected a moment ago may not have applied what its
+	// predecessor committed: read the record once it has.
+	if err := s.n.meta.ReadIndex(ctx); err != nil {
+		return nil, membershipStatus(err)
+	}
 	st := s.n.cluster.State()
 	if st.ID == nil {
 		return nil, status.Error(codes.Unavailable, "the cluster record is not created yet")
@@ -141,6 +146,9 @@ func (s membershipService) ChangePolicy(ctx context.Context, req *rpc.PolicyChan
 func (s membershipService) MovePartition(ctx context.Context, req *rpc.PartitionMove) (*rpc.ObserveReply, error) {
 	if leader, ok := s.leaderElsewhere(); ok {
 		return forward(ctx, leader, s.dialOpts, func(c rpc.MembershipClient) (*rpc.ObserveReply, error) { return c.MovePartition(ctx, req) })
+	}
+	if err := s.n.meta.ReadIndex(ctx); err != nil {
+		return nil, membershipStatus(err)
 	}
 	st := s.n.cluster.State()
 	pl, ok := st.Placement(req.Partition)
