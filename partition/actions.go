@@ -52,7 +52,7 @@ func (p *Processor) Bulk(ctx context.Context, requestID []byte, req *rpc.BulkReq
 			return nil, err
 		}
 		var op *rpc.Operation
-		err := p.log.View(func(b *bolt.Bucket) error {
+		err := p.log.ViewCheckpoint(ctx, func(b *bolt.Bucket) error { // a scan: beside the applier
 			var err error
 			op, err = dryRun(b, req.GetAction(), req.GetFilter(), p.now().UnixMilli())
 			return err
@@ -90,7 +90,11 @@ func (p *Processor) readOperation(ctx context.Context, id string, countMatched b
 		return nil, err
 	}
 	var op *rpc.Operation
-	err := p.log.View(func(b *bolt.Bucket) error {
+	view := p.log.View
+	if countMatched {
+		view = p.log.ViewCheckpoint // a scan: beside the applier
+	}
+	err := view(ctx, func(b *bolt.Bucket) error {
 		var err error
 		op, err = readOperation(b, id, p.now().UnixMilli(), countMatched)
 		return err
@@ -120,7 +124,7 @@ func (p *Processor) bulkLoop(ctx context.Context) {
 	}
 	for {
 		var running string
-		err := p.log.View(func(b *bolt.Bucket) error {
+		err := p.log.View(ctx, func(b *bolt.Bucket) error {
 			if ab := b.Bucket(operationsActiveBucket); ab != nil {
 				if k, _ := ab.Cursor().First(); k != nil {
 					running = string(k[8:])

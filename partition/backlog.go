@@ -39,7 +39,7 @@ func (p *Processor) Backlog(ctx context.Context, service string) (*rpc.ServiceBa
 	}
 	var out *rpc.ServiceBacklog
 	now := p.now().UnixMilli()
-	err := p.log.View(func(b *bolt.Bucket) error {
+	err := p.log.ViewCheckpoint(ctx, func(b *bolt.Bucket) error { // a long walk: beside the applier
 		all, truncated, err := countBacklogs(b, service, now, p.invoker.reserved, BacklogScanLimit)
 		if err != nil {
 			return err

@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"testing"
@@ -123,7 +124,7 @@ func TestBacklogWalkIsBounded(t *testing.T) {
 		truncated bool
 	}{{5, false}, {4, true}} {
 		t.Run(strconv.Itoa(tc.limit), func(t *testing.T) {
-			if err := p.log.View(func(b *bolt.Bucket) error {
+			if err := p.log.View(context.Background(), func(b *bolt.Bucket) error {
 				_, truncated, err := countBacklogs(b, "limited", p.now().UnixMilli(), p.invoker.reserved, tc.limit)
 				if truncated != tc.truncated {
 					t.Errorf("walking at most %d of 5: truncated %v", tc.limit, truncated)

@@ -205,7 +205,7 @@ func (cb *callbacks) scan(ctx context.Context, wg *sync.WaitGroup) time.Duration
 		return wait // woken when one ends
 	}
 	n := 0
-	err := cb.p.log.View(func(b *bolt.Bucket) error {
+	err := cb.p.log.View(ctx, func(b *bolt.Bucket) error {
 		return outbox.ScanCallbacks(b, func(e outbox.Entry) bool {
 			n++
 			if e.Due > now.UnixMilli() {
@@ -244,7 +244,7 @@ func (cb *callbacks) scan(ctx context.Context, wg *sync.WaitGroup) time.Duration
 func (cb *callbacks) deliver(ctx context.Context, e outbox.Entry) {
 	var rec *rpc.InvocationRecord
 	var res *rpc.InvocationResult
-	err := cb.p.log.View(func(b *bolt.Bucket) error {
+	err := cb.p.log.View(ctx, func(b *bolt.Bucket) error {
 		var err error
 		rec, res, err = readInvocation(b, e.ID)
 		return err

@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -27,7 +28,7 @@ func callbackAttemptCmd(c *rpc.CallbackAttempt) *rpc.Command {
 func queuedCallbacks(t *testing.T, r *replica) []outbox.Entry {
 	t.Helper()
 	var got []outbox.Entry
-	if err := r.View(func(b *bolt.Bucket) error {
+	if err := r.View(context.Background(), func(b *bolt.Bucket) error {
 		return outbox.ScanCallbacks(b, func(e outbox.Entry) bool { got = append(got, e); return true })
 	}); err != nil {
 		t.Fatal(err)
@@ -39,7 +40,7 @@ func readRecord(t *testing.T, r *replica, id []byte) (*rpc.InvocationRecord, *rp
 	t.Helper()
 	var rec *rpc.InvocationRecord
 	var res *rpc.InvocationResult
-	if err := r.View(func(b *bolt.Bucket) error {
+	if err := r.View(context.Background(), func(b *bolt.Bucket) error {
 		var err error
 		rec, res, err = readInvocation(b, id)
 		return err

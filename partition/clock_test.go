@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -37,7 +38,7 @@ func TestRetentionByLogTimeWithLeaderClockAhead(t *testing.T) {
 	c.setLeader(1, false) // a new term: the fast clock leads
 	c.waitApplied()
 	p := c.replicas[1].p
-	retention := p.retentionClock(c.rc.Group(1).Status().Term)
+	retention := p.retentionClock(context.Background(), c.rc.Group(1).Status().Term)
 	start := clock.Now()
 
 	// Log time is the results' completion when the term began (nothing

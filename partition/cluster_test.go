@@ -274,7 +274,7 @@ func TestRaftClusterEveryInvocationHasExactlyOneResult(t *testing.T) {
 	for _, n := range c.nodes {
 		var b []byte
 		for _, inv := range invs {
-			res, err := n.proc.readResult(inv.InvocationId)
+			res, err := n.proc.readResult(context.Background(), inv.InvocationId)
 			if err != nil {
 				t.Fatalf("node %d: result of %x: %v", n.id, inv.InvocationId, err)
 			}
@@ -400,7 +400,7 @@ func TestRaftClusterFollowerRestartCatchesUp(t *testing.T) {
 		}
 	}
 	for _, inv := range invs {
-		if _, err := c.nodes[down].proc.readResult(inv.InvocationId); err != nil {
+		if _, err := c.nodes[down].proc.readResult(context.Background(), inv.InvocationId); err != nil {
 			t.Fatalf("no result for %x on the node that was down: %v", inv.InvocationId, err)
 		}
 	}

@@ -26,8 +26,15 @@ type Log interface {
 	// ReadIndex returns once this node, still leader, applied everything
 	// committed before the call.
 	ReadIndex(ctx context.Context) error
-	// View runs fn in a read transaction over the group's state bucket.
-	View(fn func(b *bolt.Bucket) error) error
+	// View runs fn over the group's state bucket as applied so far, on
+	// the applier that every partition of the node shares: for short
+	// reads (a record, a bounded scan).
+	View(ctx context.Context, fn func(b *bolt.Bucket) error) error
+	// ViewCheckpoint runs fn over the state applied before the call, in a
+	// read transaction of its own, beside the applier: for long reads
+	// (listings, backlog counts), which must not hold up other
+	// partitions' acknowledgements.
+	ViewCheckpoint(ctx context.Context, fn func(b *bolt.Bucket) error) error
 	// Status returns the group's state on this node.
 	Status() raftlog.Status
 }

@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -80,7 +81,7 @@ func TestFenceRefusesOlderRegistrations(t *testing.T) {
 func TestNoFenceNoBucket(t *testing.T) {
 	entries, _ := mixedLog(t)
 	r := applyAll(t, entries, 7)
-	if err := r.View(func(b *bolt.Bucket) error {
+	if err := r.View(context.Background(), func(b *bolt.Bucket) error {
 		if b.Bucket(fencesBucket) != nil {
 			t.Fatal("fences bucket created without a fence")
 		}

@@ -339,11 +339,18 @@ func (r *replica) ReadIndex(ctx context.Context) error {
 	return r.g.ReadIndex(ctx)
 }
 
-func (r *replica) View(fn func(b *bolt.Bucket) error) error {
+func (r *replica) View(ctx context.Context, fn func(b *bolt.Bucket) error) error {
 	if r.db != nil {
 		return r.db.View(func(tx *bolt.Tx) error { return fn(tx.Bucket(stateBucket)) })
 	}
-	return r.g.View(fn)
+	return r.g.View(ctx, fn)
+}
+
+func (r *replica) ViewCheckpoint(ctx context.Context, fn func(b *bolt.Bucket) error) error {
+	if r.db != nil {
+		return r.View(ctx, fn)
+	}
+	return r.g.ViewCheckpoint(ctx, fn)
 }
 
 func (r *replica) Status() raftlog.Status { return r.g.Status() }
@@ -352,7 +359,7 @@ func (r *replica) Status() raftlog.Status { return r.g.Status() }
 func (r *replica) dump(t testing.TB) string { return dumpState(t, r.View) }
 
 // dumpState returns every key and value beneath the bucket view reads.
-func dumpState(t testing.TB, view func(func(*bolt.Bucket) error) error) string {
+func dumpState(t testing.TB, view func(context.Context, func(*bolt.Bucket) error) error) string {
 	t.Helper()
 	var buf bytes.Buffer
 	var walk func(prefix string, b *bolt.Bucket) error
@@ -366,7 +373,7 @@ func dumpState(t testing.TB, view func(func(*bolt.Bucket) error) error) string {
 			return nil
 		})
 	}
-	if err := view(func(b *bolt.Bucket) error { return walk("", b) }); err != nil {
+	if err := view(context.Background(), func(b *bolt.Bucket) error { return walk("", b) }); err != nil {
 		t.Fatal(err)
 	}
 	return buf.String()

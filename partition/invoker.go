@@ -328,7 +328,7 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 	var recs []*rpc.InvocationRecord
 	var heldBy map[string]string
 	resume := start // where the next scan may start
-	err := iv.p.log.View(func(b *bolt.Bucket) error {
+	err := iv.p.log.View(ctx, func(b *bolt.Bucket) error {
 		scanned := 0
 		// prefix: every entry read so far is reserved or picked, so the
 		// next scan may start after the last of them.

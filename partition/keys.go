@@ -274,7 +274,7 @@ func (p *Processor) KeyStatus(ctx context.Context, service, key string) (*rpc.Ke
 		return nil, p.mapLogError(err)
 	}
 	var ks *rpc.KeyState
-	err := p.log.View(func(b *bolt.Bucket) error {
+	err := p.log.View(ctx, func(b *bolt.Bucket) error {
 		var err error
 		ks, err = readKeyStatus(b, service, key)
 		return err

@@ -2,6 +2,7 @@ package partition
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"testing"
 
@@ -78,7 +79,7 @@ func recordOf(t *testing.T, r *replica, id []byte) (*rpc.InvocationRecord, *rpc.
 	t.Helper()
 	var rec *rpc.InvocationRecord
 	var res *rpc.InvocationResult
-	if err := r.View(func(b *bolt.Bucket) error {
+	if err := r.View(context.Background(), func(b *bolt.Bucket) error {
 		var err error
 		rec, res, err = readInvocation(b, id)
 		return err
@@ -92,7 +93,7 @@ func queuedAt(t *testing.T, r *replica, id []byte) (int64, bool) {
 	t.Helper()
 	var due int64
 	var found bool
-	_ = r.View(func(b *bolt.Bucket) error {
+	_ = r.View(context.Background(), func(b *bolt.Bucket) error {
 		return outbox.Scan(b, func(e outbox.Entry) bool {
 			if string(e.ID) == string(id) {
 				due, found = e.Due, true
@@ -124,7 +125,7 @@ func TestLifecycleCommands(t *testing.T) {
 	if _, queued := queuedAt(t, pausedState, a.InvocationId); queued {
 		t.Fatal("a paused invocation is still in the outbox")
 	}
-	_ = pausedState.View(func(b *bolt.Bucket) error {
+	_ = pausedState.View(context.Background(), func(b *bolt.Bucket) error {
 		if n := countPaused(b); n["s"] != 1 || len(n) != 1 {
 			t.Errorf("paused per service = %v, want s:1", n)
 		}
@@ -190,7 +191,7 @@ func TestLifecycleCommands(t *testing.T) {
 	case string(nrec.Invoke.Body) != string(e.Body) || nrec.Invoke.Handler != e.Handler || nrec.AcceptedAtUnixMs != 5008:
 		t.Fatalf("restarted invocation's input %v", nrec.Invoke)
 	}
-	_ = state.View(func(b *bolt.Bucket) error {
+	_ = state.View(context.Background(), func(b *bolt.Bucket) error {
 		if n := countPaused(b); len(n) != 0 {
 			t.Errorf("paused per service = %v after resume, want none", n)
 		}
@@ -240,7 +241,7 @@ func TestBulkAppliesToTheSetMatchingAtItsPosition(t *testing.T) {
 		t.Fatal(err)
 	}
 	ops := map[string]*rpc.Operation{}
-	_ = state.View(func(b *bolt.Bucket) error {
+	_ = state.View(context.Background(), func(b *bolt.Bucket) error {
 		for _, id := range []string{"op_1", "op_2"} {
 			op, err := readOperation(b, id, 9999, true)
 			if err != nil {
@@ -277,7 +278,7 @@ func TestBulkAppliesToTheSetMatchingAtItsPosition(t *testing.T) {
 		}
 	}
 	// A dry run of resuming the b's counts them; the resume then applies.
-	_ = state.View(func(b *bolt.Bucket) error {
+	_ = state.View(context.Background(), func(b *bolt.Bucket) error {
 		op, err := dryRun(b, rpc.BulkAction_BULK_RESUME, &rpc.ListInvocations{Status: rpc.ListInvocations_PAUSED}, 9999)
 		if err != nil || op.Matched != 10 {
 			t.Errorf("dry run = %v, %v; want 10", op, err)
@@ -306,7 +307,7 @@ func TestBulkPurgeAndResume(t *testing.T) {
 		l.add(&rpc.Command{Cmd: &rpc.Command_BulkStep{BulkStep: &rpc.BulkStep{ProposedAtUnixMs: int64(3003 + i)}}})
 	}
 	state, _ := l.sameEverywhere()
-	_ = state.View(func(b *bolt.Bucket) error {
+	_ = state.View(context.Background(), func(b *bolt.Bucket) error {
 		op, err := readOperation(b, "op_p", 9999, false)
 		if err != nil || !op.Done || op.Applied != 6 {
 			t.Errorf("op_p = %v, %v; want done, 6 applied", op, err)
@@ -335,7 +336,7 @@ func TestBulkEdges(t *testing.T) {
 	before, _ := l.run(1)
 	l.add(purgeCmd(&rpc.Purge{BeforeUnixMs: 2, Limit: 10, ProposedAtUnixMs: 3})) // retention drops finished operations
 	state, replies := l.sameEverywhere()
-	_ = before.View(func(b *bolt.Bucket) error {
+	_ = before.View(context.Background(), func(b *bolt.Bucket) error {
 		if op, err := readOperation(b, "op_e", 1, false); err != nil || !op.Done || op.Applied != 0 {
 			t.Errorf("bulk on an empty partition = %v, %v", op, err)
 		}
@@ -344,7 +345,7 @@ func TestBulkEdges(t *testing.T) {
 	if replies["1"] != nil || replies["2"] != nil || !errors.Is(replies["3"], rpc.ErrInvalid) {
 		t.Fatalf("replies %v", replies)
 	}
-	_ = state.View(func(b *bolt.Bucket) error {
+	_ = state.View(context.Background(), func(b *bolt.Bucket) error {
 		if _, err := readOperation(b, "op_e", 1, false); !errors.Is(err, rpc.ErrNotFound) {
 			t.Errorf("operation past retention: %v", err)
 		}

@@ -107,7 +107,9 @@ func (p *Processor) List(ctx context.Context, req *rpc.ListInvocations) (*rpc.In
 		return nil, err
 	}
 	var out *rpc.InvocationList
-	err := p.log.View(func(b *bolt.Bucket) error {
+	// A page may scan MaxListScan entries: beside the applier, so other
+	// partitions' acknowledgements do not wait for it.
+	err := p.log.ViewCheckpoint(ctx, func(b *bolt.Bucket) error {
 		var err error
 		out, err = listInvocations(b, req, p.invoker)
 		return err

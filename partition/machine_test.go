@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -81,7 +82,7 @@ func TestReplicasFedTheSameLogStoreTheSameBytes(t *testing.T) {
 	if a, b := one.dump(t), seven.dump(t); a != b {
 		t.Fatalf("replicas differ:\n%s\n---\n%s", a, b)
 	}
-	err := one.View(func(b *bolt.Bucket) error {
+	err := one.View(context.Background(), func(b *bolt.Bucket) error {
 		for i, id := range ids {
 			rec, res, err := readInvocation(b, id)
 			if err != nil {
@@ -389,5 +390,5 @@ func FuzzApply(f *testing.F) {
 }
 
 func dumpBucket(t testing.TB, b *bolt.Bucket) string {
-	return dumpState(t, func(fn func(*bolt.Bucket) error) error { return fn(b) })
+	return dumpState(t, func(_ context.Context, fn func(*bolt.Bucket) error) error { return fn(b) })
 }

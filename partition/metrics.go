@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -155,7 +156,7 @@ func (p *Processor) outboxOldestAge() float64 {
 		return 0
 	}
 	var due int64
-	err := p.log.View(func(b *bolt.Bucket) error {
+	err := p.log.View(context.Background(), func(b *bolt.Bucket) error {
 		return outbox.Scan(b, func(e outbox.Entry) bool {
 			due = e.Due
 			return false // the queue is ordered by due time: the first is the oldest
@@ -184,7 +185,8 @@ func (c pausedCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	var counts map[string]int
-	if err := c.p.log.View(func(b *bolt.Bucket) error {
+	// Long reads (every paused record, the outbox): beside the applier.
+	if err := c.p.log.ViewCheckpoint(context.Background(), func(b *bolt.Bucket) error {
 		counts = countPaused(b)
 		return nil
 	}); err != nil {
@@ -229,7 +231,7 @@ func (c backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	now := c.p.now().UnixMilli()
 	var all map[string]*rpc.ServiceBacklog
-	if err := c.p.log.View(func(b *bolt.Bucket) error {
+	if err := c.p.log.ViewCheckpoint(context.Background(), func(b *bolt.Bucket) error {
 		var err error
 		if all, _, err = countBacklogs(b, "", now, c.p.invoker.reserved, BacklogScanLimit); err != nil {
 			return err

@@ -227,7 +227,7 @@ func (p *Processor) Output(ctx context.Context, id []byte) (*rpc.InvocationResul
 	if err := p.readBarrier(ctx, id); err != nil {
 		return nil, err
 	}
-	return p.readResult(id)
+	return p.readResult(ctx, id)
 }
 
 // Attach waits until the invocation has a result, ctx ends or this node
@@ -311,7 +311,7 @@ func (p *Processor) Status(ctx context.Context, id []byte) (*rpc.InvocationRecor
 		return nil, err
 	}
 	var rec *rpc.InvocationRecord
-	err := p.log.View(func(b *bolt.Bucket) error {
+	err := p.log.View(ctx, func(b *bolt.Bucket) error {
 		r, res, err := readInvocation(b, id)
 		if r != nil && r.State == rpc.InvocationRecord_QUEUED {
 			r.QueuePosition = queuePosition(b, r)
@@ -480,9 +480,9 @@ func (p *Processor) leaderRead(ctx context.Context) error {
 // readResult reads the invocation's result from this replica's applied
 // state: rpc.ErrNotFound for an unknown id or a purged result,
 // rpc.ErrNotReady while it has none.
-func (p *Processor) readResult(id []byte) (*rpc.InvocationResult, error) {
+func (p *Processor) readResult(ctx context.Context, id []byte) (*rpc.InvocationResult, error) {
 	var res *rpc.InvocationResult
-	err := p.log.View(func(b *bolt.Bucket) error {
+	err := p.log.View(ctx, func(b *bolt.Bucket) error {
 		rec, r, err := readInvocation(b, id)
 		switch {
 		case err != nil:

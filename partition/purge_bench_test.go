@@ -170,7 +170,7 @@ func benchPurgeBacklog(b *testing.B, backlog, limit int) {
 
 	purged := func() bool {
 		var found bool
-		_ = groups[1].View(func(bk *bolt.Bucket) error { _, found = results.Oldest(bk); return nil })
+		_ = groups[1].View(context.Background(), func(bk *bolt.Bucket) error { _, found = results.Oldest(bk); return nil })
 		return !found
 	}
 	var done atomic.Bool

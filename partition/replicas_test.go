@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -43,7 +44,7 @@ func TestPurgeRemovesExactlyExpiredOnEveryReplica(t *testing.T) {
 	}
 	// 45 minutes later the first three are 75 minutes old, the others 45.
 	clock.Advance(45 * time.Minute)
-	if proposed, err := p.sweepOnce(ctxT(t), p.retentionClock(1)); err != nil || !proposed {
+	if proposed, err := p.sweepOnce(ctxT(t), p.retentionClock(context.Background(), 1)); err != nil || !proposed {
 		t.Fatal("sweep proposed nothing", err)
 	}
 	testutil.WaitFor(t, 5*time.Second, "purge applied", func() bool {
@@ -53,7 +54,7 @@ func TestPurgeRemovesExactlyExpiredOnEveryReplica(t *testing.T) {
 	c.waitApplied()
 	for _, r := range c.replicas {
 		for _, inv := range old {
-			if err := r.View(func(b *bolt.Bucket) error {
+			if err := r.View(context.Background(), func(b *bolt.Bucket) error {
 				if _, found, _ := getRecord(b, inv.InvocationId); found {
 					t.Errorf("replica %d kept expired record", r.n)
 				}
@@ -63,7 +64,7 @@ func TestPurgeRemovesExactlyExpiredOnEveryReplica(t *testing.T) {
 			}
 		}
 		for _, inv := range fresh {
-			if _, err := r.p.readResult(inv.InvocationId); err != nil {
+			if _, err := r.p.readResult(context.Background(), inv.InvocationId); err != nil {
 				t.Errorf("replica %d lost a live result: %v", r.n, err)
 			}
 		}
@@ -78,7 +79,7 @@ func TestPurgeRemovesExactlyExpiredOnEveryReplica(t *testing.T) {
 	}
 	// Nothing expired: the sweep proposes nothing.
 	awaitOutput(t, p, old[0].InvocationId)
-	if proposed, err := p.sweepOnce(ctxT(t), p.retentionClock(1)); err != nil || proposed {
+	if proposed, err := p.sweepOnce(ctxT(t), p.retentionClock(context.Background(), 1)); err != nil || proposed {
 		t.Fatalf("sweep with nothing expired proposed %v, %v", proposed, err)
 	}
 }

@@ -119,7 +119,7 @@ func (p *Processor) dispatchLoop(ctx context.Context) {
 // wait before looking again.
 func (p *Processor) dispatchRuns(ctx context.Context, proposed map[string]time.Time) time.Duration {
 	var states []*rpc.ScheduleState
-	if err := p.log.View(func(b *bolt.Bucket) error {
+	if err := p.log.View(ctx, func(b *bolt.Bucket) error {
 		return scanSchedules(b, func(st *rpc.ScheduleState) {
 			if len(st.Dispatch) > 0 {
 				states = append(states, st)

@@ -410,7 +410,7 @@ func (p *Processor) readSchedules(ctx context.Context, id string) (*rpc.Schedule
 		return nil, err
 	}
 	list := &rpc.ScheduleList{}
-	err := p.log.View(func(b *bolt.Bucket) error {
+	err := p.log.ViewCheckpoint(ctx, func(b *bolt.Bucket) error { // every schedule: beside the applier
 		if id != "" {
 			st, err := getSchedule(b, id)
 			if st != nil {
@@ -526,7 +526,7 @@ func (p *Processor) scheduleLoop(ctx context.Context) {
 // fire proposes every due tick and returns how long to wait for the next.
 func (s *scheduler) fire(ctx context.Context) time.Duration {
 	var states []*rpc.ScheduleState
-	if err := s.p.log.View(func(b *bolt.Bucket) error {
+	if err := s.p.log.View(ctx, func(b *bolt.Bucket) error {
 		return scanSchedules(b, func(st *rpc.ScheduleState) { states = append(states, st) })
 	}); err != nil {
 		s.p.logger.Warn().Err(err).Msg("scheduler: reading schedules failed")

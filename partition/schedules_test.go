@@ -49,7 +49,7 @@ func scheduleReq(op any) *rpc.ScheduleRequest {
 func readSchedule(t *testing.T, r *replica, id string) *rpc.ScheduleState {
 	t.Helper()
 	var st *rpc.ScheduleState
-	if err := r.View(func(b *bolt.Bucket) error {
+	if err := r.View(context.Background(), func(b *bolt.Bucket) error {
 		var err error
 		st, err = getSchedule(b, id)
 		return err

@@ -17,7 +17,7 @@ import (
 // downtime or a shorter retention) is worked off in bounded entries that
 // other commands and groups interleave with.
 func (p *Processor) sweepLoop(ctx context.Context, term uint64) {
-	clock := p.retentionClock(term)
+	clock := p.retentionClock(ctx, term)
 	t := time.NewTicker(p.cfg.SweepInterval)
 	defer t.Stop()
 	for {
@@ -39,7 +39,7 @@ func (p *Processor) sweepOnce(ctx context.Context, clock retentionClock) (bool, 
 	before := clock.now().Add(-p.cfg.Retention).UnixMilli()
 	var oldest int64
 	var found bool
-	if err := p.log.View(func(b *bolt.Bucket) error {
+	if err := p.log.View(ctx, func(b *bolt.Bucket) error {
 		oldest, found = results.Oldest(b)
 		return nil
 	}); err != nil {
@@ -89,10 +89,10 @@ func (c retentionClock) now() time.Time {
 // runs as the node learns it leads, before its first proposals of the term
 // can have committed, so the proof fails only in a rare race; the sweeper
 // then falls back to the wall clock for the term and says so.
-func (p *Processor) retentionClock(term uint64) retentionClock {
+func (p *Processor) retentionClock(ctx context.Context, term uint64) retentionClock {
 	c := retentionClock{wall: p.now, start: p.now()}
 	var newest int64
-	err := p.log.View(func(b *bolt.Bucket) error {
+	err := p.log.View(ctx, func(b *bolt.Bucket) error {
 		newest = newestStamp(b)
 		return nil
 	})

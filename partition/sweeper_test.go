@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -29,7 +30,7 @@ func completeN(t *testing.T, p *Processor, n int) []*rpc.Invoke {
 func storedResults(t *testing.T, r *replica) int {
 	t.Helper()
 	n := 0
-	if err := r.View(func(b *bolt.Bucket) error {
+	if err := r.View(context.Background(), func(b *bolt.Bucket) error {
 		return b.Bucket([]byte("results")).ForEach(func(_, _ []byte) error { n++; return nil })
 	}); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -22,8 +23,11 @@ type applyReq struct {
 	// checkpointed before done is closed.
 	install *pb.Snapshot
 	// view reads the group's state bucket inside the applier's transaction,
-	// so it sees every applied entry (checkpointed or not).
-	view func(*bolt.Bucket) error
+	// so it sees every applied entry (checkpointed or not). viewClaim says
+	// who got to it first: the applier (to run it) or its caller, whose
+	// context ended (so it never runs).
+	view      func(*bolt.Bucket) error
+	viewClaim atomic.Int32
 	// flush: checkpoint before done is closed (a backup wants everything
 	// applied so far in state.db).
 	flush bool
@@ -46,6 +50,13 @@ type applyReq struct {
 	// ran.
 	fx Applied
 }
+
+// An applyReq's viewClaim.
+const (
+	viewQueued int32 = iota
+	viewRunning
+	viewAbandoned
+)
 
 // checkpoint is a durable state commit the applier reports to a group:
 // its state at index is in state.db, so its log may be released up to it.
@@ -345,6 +356,9 @@ func (a *applier) runUpdate(r *applyReq, now time.Time) error {
 }
 
 func (a *applier) runView(r *applyReq) error {
+	if !r.viewClaim.CompareAndSwap(viewQueued, viewRunning) {
+		return nil // its caller stopped waiting
+	}
 	if r.g.stopped() {
 		// A removed group's buckets may be gone already.
 		return ErrStopped

@@ -84,12 +84,16 @@
 // Acknowledge and Reveal after the batch, all on the applier goroutine, so
 // one StateMachine never sees two calls at once (Restore at open runs on
 // the AddGroup caller before the group starts); none of them may block, as
-// the applier serves every group. Readers (Group.View, StateDigest) are
-// served by the applier inside its open transaction, so a read that
+// the applier serves every group. Short readers (Group.View, StateDigest)
+// are served by the applier inside its open transaction, so a read that
 // follows an acknowledgement, or a ReadIndex, sees everything applied,
-// checkpointed or not. Snapshots to followers and backups read the last
-// checkpoint in a bbolt read transaction instead (Backup checkpoints
-// first).
+// checkpointed or not; every group's applies wait while one runs. Long
+// readers use Group.ViewCheckpoint: the applier checkpoints what it applied
+// (one commit at most), then the read runs in a bbolt read transaction of
+// its own beside the applier, seeing everything applied before the call.
+// Snapshots to followers and backups read the last checkpoint in a bbolt
+// read transaction too (Backup checkpoints first). The large initial mmap
+// (openStateDB) keeps a long read transaction from blocking a remap.
 //
 // A failing Apply, snapshot install, log write or checkpoint (a bug, a
 // damaged state file, a disk error such as ENOSPC) stops every write of the

@@ -293,21 +293,75 @@ func (g *Group) read(ctx context.Context, anyReplica bool) error {
 // View runs fn over the group's state bucket, on the applier, inside its
 // open transaction: fn sees every entry applied so far (checkpointed or
 // not), so a read after a ReadIndex or an acknowledgement sees what was
-// acknowledged. fn must not block or keep references to bucket memory,
-// and View must not be called from Apply, Acknowledge or Reveal (they run
-// on the applier, which would wait for itself).
-func (g *Group) View(fn func(b *bolt.Bucket) error) error {
+// acknowledged. Every group's applies wait while fn runs: keep it short
+// (a point read, a bounded scan) and use ViewCheckpoint for long reads.
+// fn must not block or keep references to bucket memory, and View must not
+// be called from Apply, Acknowledge or Reveal (they run on the applier,
+// which would wait for itself). When ctx ends before the applier reached
+// the read, fn does not run and View returns ctx's error; once fn runs,
+// View waits for it.
+func (g *Group) View(ctx context.Context, fn func(b *bolt.Bucket) error) error {
 	select {
 	case <-g.done:
 		return ErrStopped
 	default:
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	r := &applyReq{g: g, view: fn, done: make(chan struct{})}
 	if !g.n.ap.submit(r) {
 		return ErrStopped
 	}
-	<-r.done
-	return r.err
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		if r.viewClaim.CompareAndSwap(viewQueued, viewAbandoned) {
+			return ctx.Err() // the applier will pass it over
+		}
+		<-r.done // fn runs: its caller's variables are in use until it ends
+		return r.err
+	}
+}
+
+// ViewCheckpoint runs fn over the group's state bucket on the caller's
+// goroutine, in a bbolt read transaction of its own, beside the applier:
+// every group's applies go on while fn runs, however long. It first has
+// the applier checkpoint what it applied so far (at most one commit, and
+// none when nothing is pending), so fn sees everything applied before the
+// call, acknowledged entries included (read-your-writes), but nothing
+// applied while it runs. The read transaction keeps the pages it sees from
+// reuse until fn returns, so a long read lets state.db grow meanwhile (as
+// a backup does). fn must not keep references to bucket memory.
+func (g *Group) ViewCheckpoint(ctx context.Context, fn func(b *bolt.Bucket) error) error {
+	select {
+	case <-g.done:
+		return ErrStopped
+	default:
+	}
+	flush := &applyReq{flush: true, done: make(chan struct{})}
+	if !g.n.ap.submit(flush) {
+		return ErrStopped
+	}
+	select {
+	case <-flush.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return g.n.db.View(func(tx *bolt.Tx) error {
+		if g.stopped() {
+			return ErrStopped // a removed group's buckets may be gone
+		}
+		gb, err := openGroupBuckets(tx, g.id)
+		if err != nil {
+			return err
+		}
+		return fn(gb.state)
+	})
 }
 
 // Status returns the group's current state on this node. Once the group has

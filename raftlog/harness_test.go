@@ -113,7 +113,7 @@ func (s *recordingSM) appliedIndex() uint64 {
 func entriesOf(t testing.TB, g *Group) []string {
 	t.Helper()
 	var out []string
-	err := g.View(func(b *bolt.Bucket) error {
+	err := g.View(context.Background(), func(b *bolt.Bucket) error {
 		eb := b.Bucket(bucketEntries)
 		if eb == nil {
 			return nil

@@ -1,6 +1,7 @@
 package raftlog
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -56,7 +57,7 @@ func TestRemoveGroupDeletesTheReplica(t *testing.T) {
 	if err := n3.RemoveGroup(2); !errors.Is(err, ErrNoGroup) {
 		t.Fatalf("second RemoveGroup = %v, want ErrNoGroup", err)
 	}
-	if err := g.View(func(*bolt.Bucket) error { return nil }); !errors.Is(err, ErrStopped) {
+	if err := g.View(context.Background(), func(*bolt.Bucket) error { return nil }); !errors.Is(err, ErrStopped) {
 		t.Fatalf("View on the removed group = %v, want ErrStopped", err)
 	}
 	if ev := g.leaderEvent(); ev.IsSelf || ev.Leader != 0 {

@@ -404,7 +404,7 @@ func TestReadsSeeAppliedStateBeforeItsCheckpoint(t *testing.T) {
 	}
 	key := []byte(fmt.Sprintf("k%02d", n-1))
 	var viewed, checkpointed bool
-	if err := g.View(func(b *bolt.Bucket) error { viewed = b.Get(key) != nil; return nil }); err != nil {
+	if err := g.View(context.Background(), func(b *bolt.Bucket) error { viewed = b.Get(key) != nil; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.nodes[1].db.View(func(tx *bolt.Tx) error {

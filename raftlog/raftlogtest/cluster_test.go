@@ -39,7 +39,7 @@ func (s *counter) Restore(*bolt.Bucket) error { return nil }
 
 func (s *counter) count(t *testing.T, g *raftlog.Group) uint64 {
 	var n uint64
-	if err := g.View(func(b *bolt.Bucket) error { n = b.Sequence(); return nil }); err != nil {
+	if err := g.View(context.Background(), func(b *bolt.Bucket) error { n = b.Sequence(); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	return n
