@@ -246,6 +246,12 @@ type Knobs struct {
 	// that makes it durable (a blank replica, such as a learner's, gets
 	// its first state this way).
 	DuringSnapshotInstall func(group GroupID)
+	// AfterInstallStep runs on the group's goroutine once a step of a
+	// snapshot's load into the staging bucket is checkpointed (an install
+	// loads installStepBytes per step, InstallStepBytes when set), before
+	// the next step or the swap.
+	AfterInstallStep func(group GroupID)
+	InstallStepBytes int
 	// AfterApply runs after a group applied entries up to index.
 	AfterApply func(group GroupID, index uint64)
 	// ManualTicks: the node starts no ticker; the test advances Raft time

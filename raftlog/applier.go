@@ -2,7 +2,6 @@ package raftlog
 
 import (
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -561,24 +560,25 @@ func (a *applier) failQueued() {
 }
 
 // installSnapshot replaces the group's state bucket with snap's content,
-// inside the applier's transaction, and calls StateMachine.Restore there.
+// loaded into the staging bucket by the install's earlier steps (a move of
+// the bucket, not a copy), inside the applier's transaction, and calls
+// StateMachine.Restore there.
 func (g *Group) installSnapshot(tx *bolt.Tx, gb groupBuckets, snap *pb.Snapshot) error {
 	meta := snap.GetMetadata()
-	f, err := os.Open(string(snap.GetData()))
-	if err != nil {
-		return fmt.Errorf("raftlog: group %d: open snapshot: %w", g.id, err)
+	stage := gb.root.Bucket(bucketStaging)
+	if stage == nil || stage.Bucket(bucketState) == nil {
+		return fmt.Errorf("raftlog: group %d: install: the snapshot's staged state is missing", g.id)
 	}
-	defer f.Close()
 	if err := gb.root.DeleteBucket(bucketState); err != nil {
 		return err
 	}
-	state, err := gb.root.CreateBucket(bucketState)
-	if err != nil {
+	if err := stage.MoveBucket(bucketState, gb.root); err != nil {
+		return fmt.Errorf("raftlog: group %d: install: %w", g.id, err)
+	}
+	if err := gb.root.DeleteBucket(bucketStaging); err != nil {
 		return err
 	}
-	if err := decodeSnapshotInto(f, state); err != nil {
-		return fmt.Errorf("raftlog: group %d: %w", g.id, err)
-	}
+	state := gb.root.Bucket(bucketState)
 	if err := putConf(gb.meta, meta.GetConfState()); err != nil {
 		return err
 	}

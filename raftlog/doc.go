@@ -49,7 +49,12 @@
 //  2. Persist. The MsgStorageAppend (entries, HardState, snapshot point)
 //     goes to the log writer. If it carries a snapshot, its state is first
 //     installed and checkpointed by the applier (the group waits), so the
-//     log never starts after a state that is not on disk.
+//     log never starts after a state that is not on disk. The applier
+//     loads it into the group's staging bucket in steps of about 8 MiB,
+//     each checkpointed on its own, other groups' work running between
+//     them, then moves it in place of the state in one last step (with
+//     StateMachine.Restore); a staging bucket a crash left is dropped when
+//     the group opens.
 //  3. Acknowledge. After the write and fdatasync that cover it, the log
 //     writer sends the responses raft attached that are addressed to peers
 //     (MsgAppResp, vote responses): a follower acknowledges an entry or

@@ -46,6 +46,11 @@ var (
 	bucketPins  = []byte("pins")
 	bucketMeta  = []byte("meta")
 	bucketState = []byte("state")
+	// bucketStaging holds, under a group's root, an incoming snapshot's
+	// state (as its bucket "state") while it is loaded in steps; the
+	// install's last step moves it in place of the group's state. One left
+	// by a crash is dropped at the group's next open or install.
+	bucketStaging = []byte("staging")
 
 	keyFormat  = []byte("format")
 	keyConf    = []byte("conf")
@@ -129,8 +134,8 @@ type groupState struct {
 // no voters, blank (nothing applied, no configuration: a replica that
 // joins a running group and gets everything in a snapshot) under replica.
 func createGroupState(tx *bolt.Tx, id GroupID, voters []uint64, replica uint64) error {
-	if tx.Bucket(groupBucketName(id)) != nil {
-		return nil
+	if root := tx.Bucket(groupBucketName(id)); root != nil {
+		return dropStaging(root)
 	}
 	root, err := tx.CreateBucket(groupBucketName(id))
 	if err != nil {
@@ -247,4 +252,13 @@ func putConf(meta *bolt.Bucket, conf *pb.ConfState) error {
 		return err
 	}
 	return meta.Put(keyConf, v)
+}
+
+// dropStaging deletes a snapshot's partly loaded state under a group's
+// root, if any.
+func dropStaging(root *bolt.Bucket) error {
+	if root.Bucket(bucketStaging) == nil {
+		return nil
+	}
+	return root.DeleteBucket(bucketStaging)
 }

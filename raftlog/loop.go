@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 )
@@ -325,9 +326,65 @@ func (g *Group) handleReady() {
 	}
 }
 
+// installStepBytes is about how much of a snapshot's keys and values one
+// applier step loads: other groups' applies run between steps.
+const installStepBytes = 8 << 20
+
 // install installs snap through the applier and waits until it is
-// checkpointed.
+// checkpointed: it loads the snapshot into the group's staging bucket in
+// steps of installStepBytes, each a checkpointed transaction of its own,
+// then swaps it in place of the state in one last step (applyReq.install).
 func (g *Group) install(snap *pb.Snapshot) error {
+	f, err := os.Open(string(snap.GetData()))
+	if err != nil {
+		return fmt.Errorf("raftlog: group %d: open snapshot: %w", g.id, err)
+	}
+	defer f.Close()
+	loader := newSnapshotLoader(f)
+	stepBytes := installStepBytes
+	k := g.n.cfg.Knobs
+	if k != nil && k.InstallStepBytes > 0 {
+		stepBytes = k.InstallStepBytes
+	}
+	loaded, first := false, true
+	for ; !loaded; first = false {
+		step := &applyReq{g: g, done: make(chan struct{}), update: func(tx *bolt.Tx) error {
+			gb, err := openGroupBuckets(tx, g.id)
+			if err != nil {
+				return err
+			}
+			if first {
+				if err := dropStaging(gb.root); err != nil {
+					return err
+				}
+				if _, err := gb.root.CreateBucket(bucketStaging); err != nil {
+					return err
+				}
+				if _, err := gb.root.Bucket(bucketStaging).CreateBucket(bucketState); err != nil {
+					return err
+				}
+			}
+			stage := gb.root.Bucket(bucketStaging)
+			if stage == nil || stage.Bucket(bucketState) == nil {
+				return fmt.Errorf("raftlog: group %d: snapshot staging bucket gone", g.id)
+			}
+			loaded, err = loader.load(stage.Bucket(bucketState), stepBytes)
+			if err != nil {
+				return fmt.Errorf("raftlog: group %d: %w", g.id, err)
+			}
+			return nil
+		}}
+		if !g.n.ap.submit(step) {
+			return ErrStopped
+		}
+		<-step.done
+		if step.err != nil {
+			return step.err
+		}
+		if k != nil && k.AfterInstallStep != nil {
+			k.AfterInstallStep(g.id)
+		}
+	}
 	r := &applyReq{g: g, install: snap, done: make(chan struct{})}
 	if !g.n.ap.submit(r) {
 		return ErrStopped

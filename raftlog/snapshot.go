@@ -163,36 +163,72 @@ const snapshotFill = 0.9
 
 // decodeSnapshotInto fills the empty bucket b from r.
 func decodeSnapshotInto(r io.Reader, b *bolt.Bucket) error {
-	b.FillPercent = snapshotFill
-	br := bufio.NewReaderSize(r, 64<<10)
-	d := &snapDecoder{r: br, crc: crc32.NewIEEE()}
-	magic := d.bytes(len(snapMagic))
-	if d.err != nil || string(magic) != snapMagic {
-		return fmt.Errorf("%w: header", errBadSnapshot)
+	d := newSnapshotLoader(r)
+	done, err := d.load(b, 0)
+	if err == nil && !done {
+		err = fmt.Errorf("%w: not finished", errBadSnapshot)
 	}
-	stack := []*bolt.Bucket{b}
-	for d.err == nil {
+	return err
+}
+
+// snapshotLoader decodes a snapshot stream into a bucket, in steps: each
+// load writes about a budget of bytes and may run in a transaction of its
+// own (the bucket is found again from its path), so a large install does
+// not hold the applier, which every group shares, for its whole length.
+type snapshotLoader struct {
+	d       *snapDecoder
+	started bool
+	// path names the buckets from the root to the current one.
+	path [][]byte
+}
+
+func newSnapshotLoader(r io.Reader) *snapshotLoader {
+	return &snapshotLoader{d: &snapDecoder{r: bufio.NewReaderSize(r, 64<<10), crc: crc32.NewIEEE()}}
+}
+
+// load decodes records into root (the bucket the snapshot fills, empty at
+// the first call) until it wrote budget bytes of keys and values (0: no
+// bound) or the stream ended, checksum checked: then done.
+func (l *snapshotLoader) load(root *bolt.Bucket, budget int) (done bool, err error) {
+	d := l.d
+	if !l.started {
+		l.started = true
+		magic := d.bytes(len(snapMagic))
+		if d.err != nil || string(magic) != snapMagic {
+			return false, fmt.Errorf("%w: header", errBadSnapshot)
+		}
+	}
+	root.FillPercent = snapshotFill
+	cur := root
+	for _, name := range l.path {
+		if cur = cur.Bucket(name); cur == nil {
+			return false, fmt.Errorf("raftlog: snapshot load: bucket %q gone between steps", name)
+		}
+		cur.FillPercent = snapshotFill
+	}
+	written := 0
+	for d.err == nil && (budget == 0 || written < budget) {
 		tag := d.byte()
 		if d.err != nil {
 			break
 		}
-		cur := stack[len(stack)-1]
 		switch tag {
 		case 'K':
 			k := d.field()
 			v := d.field()
 			if d.err == nil {
 				d.err = cur.Put(k, v)
+				written += len(k) + len(v)
 			}
 		case 'B':
 			name := d.field()
 			if d.err == nil {
 				var nb *bolt.Bucket
-				nb, d.err = cur.CreateBucket(name)
-				if d.err == nil {
+				if nb, d.err = cur.CreateBucket(name); d.err == nil {
 					nb.FillPercent = snapshotFill
+					cur = nb
+					l.path = append(l.path, name)
 				}
-				stack = append(stack, nb)
 			}
 		case 'S':
 			seq := d.uvarint()
@@ -200,25 +236,32 @@ func decodeSnapshotInto(r io.Reader, b *bolt.Bucket) error {
 				d.err = cur.SetSequence(seq)
 			}
 		case 'E':
-			if len(stack) == 1 {
-				return fmt.Errorf("%w: unbalanced bucket end", errBadSnapshot)
+			if len(l.path) == 0 {
+				return false, fmt.Errorf("%w: unbalanced bucket end", errBadSnapshot)
 			}
-			stack = stack[:len(stack)-1]
+			l.path = l.path[:len(l.path)-1]
+			cur = root
+			for _, name := range l.path {
+				cur = cur.Bucket(name)
+			}
 		case 'Z':
 			want := d.crc.Sum32()
 			var got [4]byte
-			if _, err := io.ReadFull(br, got[:]); err != nil {
-				return fmt.Errorf("%w: trailer: %w", errBadSnapshot, err)
+			if _, err := io.ReadFull(d.r, got[:]); err != nil {
+				return false, fmt.Errorf("%w: trailer: %w", errBadSnapshot, err)
 			}
-			if binary.BigEndian.Uint32(got[:]) != want || len(stack) != 1 {
-				return fmt.Errorf("%w: checksum", errBadSnapshot)
+			if binary.BigEndian.Uint32(got[:]) != want || len(l.path) != 0 {
+				return false, fmt.Errorf("%w: checksum", errBadSnapshot)
 			}
-			return nil
+			return true, nil
 		default:
-			return fmt.Errorf("%w: record tag %q", errBadSnapshot, tag)
+			return false, fmt.Errorf("%w: record tag %q", errBadSnapshot, tag)
 		}
 	}
-	return fmt.Errorf("%w: %w", errBadSnapshot, d.err)
+	if d.err != nil {
+		return false, fmt.Errorf("%w: %w", errBadSnapshot, d.err)
+	}
+	return false, nil
 }
 
 type snapDecoder struct {

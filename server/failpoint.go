@@ -57,6 +57,10 @@ var failpointHits = map[string][2]int64{
 	// A blank replica (a joining node's) installing its first snapshot,
 	// before the install is durable.
 	"during-snapshot": {1, 1},
+	// Between two durable steps of a snapshot's load into the staging
+	// bucket (steps of failpointInstallStep bytes, so that even a small
+	// snapshot takes several).
+	"during-snapshot-load": {1, 1},
 	// A node deleting its replica that left the group (RemoveGroup): its
 	// state is deleted, its log not yet dropped.
 	"during-remove-group": {1, 1},
@@ -69,6 +73,10 @@ var failpointHits = map[string][2]int64{
 	// it to its identity file (reach, in join).
 	"after-join-reply": {1, 1},
 }
+
+// failpointInstallStep is the snapshot load step under the
+// during-snapshot-load failpoint.
+const failpointInstallStep = 4 << 10
 
 // maxCheckpointKillDelay bounds the delay between the during-checkpoint
 // hit and the kill: long enough to land inside bbolt's commit (its page
@@ -156,6 +164,11 @@ func (fp *Failpoint) knobs(log zerolog.Logger) *raftlog.Knobs {
 		}
 	case "during-snapshot":
 		k.DuringSnapshotInstall = func(raftlog.GroupID) { hit() }
+	case "during-snapshot-load":
+		// Between the durable steps of a snapshot's load: a staged, partly
+		// loaded state is on disk.
+		k.AfterInstallStep = func(raftlog.GroupID) { hit() }
+		k.InstallStepBytes = failpointInstallStep
 	case "during-remove-group":
 		k.AfterRemoveState = func() error { hit(); return nil }
 	case "after-join-reply", "before-record", "after-record":

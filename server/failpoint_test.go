@@ -76,6 +76,9 @@ func TestFailpointKillsAtTheNthHit(t *testing.T) {
 		if k.DuringSnapshotInstall != nil {
 			hooks["during-snapshot"] = func() { k.DuringSnapshotInstall(1) }
 		}
+		if k.AfterInstallStep != nil {
+			hooks["during-snapshot-load"] = func() { k.AfterInstallStep(1) }
+		}
 		if k.AtConfChange != nil {
 			for _, step := range []string{"add-learner", "enter-joint", "leave-joint", "remove"} {
 				for _, point := range []string{"before-" + step, "after-" + step} {

@@ -61,6 +61,7 @@ func moveMatrix() []moveCase {
 	add("before-add-learner", roleLeader)
 	add("after-add-learner", roleLeader, roleOutgoing, roleMeta)
 	add("during-snapshot", roleIncoming)
+	add("during-snapshot-load", roleIncoming)
 	add("before-enter-joint", roleLeader)
 	add("after-enter-joint", all...)
 	add("before-leave-joint", roleLeader)
