@@ -288,7 +288,7 @@ func checkLinearizable(ops []*op) (porcupine.CheckResult, []string) {
 				ret = math.MaxInt64
 			}
 		case o.Kind == kindAttach && o.Status == statusNotReady:
-			continue // the attach's own timeout passed: it claims nothing (API.md)
+			continue // the attach's own timeout passed: it claims nothing (docs/api.md)
 		case o.Status != 0:
 			out = lzOutput{known: true, status: o.Status, result: o.Body}
 		default:
