@@ -263,6 +263,25 @@ type Knobs struct {
 	// Network, when set, carries the node's Raft messages instead of gRPC
 	// (Peers' addresses are then unused).
 	Network *MemNetwork
+	// Stepped: the node starts no goroutine of its own (no group loop,
+	// log writer, applier or ticker). One test goroutine drives it with
+	// Node.Step, one component at a time, so that a seeded schedule of
+	// steps, messages (a stepped MemNetwork) and ticks replays exactly.
+	// Blocking calls (AddGroup, Propose, View, Status) run the components
+	// they wait for inline. Implies ManualTicks.
+	Stepped bool
+	// Now is the node's clock (checkpoint and compaction timing); nil is
+	// the wall clock. A stepped test supplies a virtual one.
+	Now func() time.Time
+}
+
+func (k *Knobs) stepped() bool { return k != nil && k.Stepped }
+
+func (k *Knobs) now() time.Time {
+	if k == nil || k.Now == nil {
+		return time.Now()
+	}
+	return k.Now()
 }
 
 func (k *Knobs) walFS() wal.FS {

@@ -134,8 +134,10 @@ func (p checkpointPolicy) checkpointDue(now, last time.Time, open bool, entries 
 }
 
 func newApplier(db *bolt.DB, lg zerolog.Logger, m *metrics, k *Knobs, p checkpointPolicy, onBroken func(error)) *applier {
-	a := newApplierState(db, lg, m, k, p, onBroken, time.Now())
-	go a.run()
+	a := newApplierState(db, lg, m, k, p, onBroken, k.now())
+	if !k.stepped() {
+		go a.run()
+	}
 	return a
 }
 
@@ -183,6 +185,10 @@ func (a *applier) close() {
 	a.stopped = true
 	a.mu.Unlock()
 	close(a.stop)
+	if a.knobs.stepped() {
+		a.shutdown(a.knobs.now())
+		close(a.done)
+	}
 	<-a.done
 }
 
@@ -191,20 +197,8 @@ func (a *applier) run() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		a.mu.Lock()
-		// The queue alternates between two slices: groups append to one
-		// while this goroutine applies the other (no allocation per batch).
-		batch := a.queue
-		a.queue, a.spare = a.spare, nil
-		a.busy = len(batch) > 0
-		a.mu.Unlock()
-		wakeAt := a.step(batch, time.Now())
-		clear(batch)
-		a.spare = batch[:0]
-		if len(batch) > 0 {
-			a.mu.Lock()
-			a.busy = false
-			a.mu.Unlock()
+		ran, wakeAt := a.runOnce(time.Now())
+		if ran {
 			continue
 		}
 		var timerC <-chan time.Time
@@ -217,16 +211,51 @@ func (a *applier) run() {
 		case <-timerC:
 		case <-a.stop:
 			timer.Stop()
-			a.failQueued()
-			if a.broken == nil {
-				a.checkpoint(time.Now())
-			}
-			if a.tx != nil {
-				_ = a.tx.Rollback()
-			}
+			a.shutdown(time.Now())
 			return
 		}
 		timer.Stop()
+	}
+}
+
+// runOnce takes what is queued and runs step over it at now. It reports
+// whether there was anything, and when step wants to look again.
+func (a *applier) runOnce(now time.Time) (ran bool, wakeAt time.Time) {
+	a.mu.Lock()
+	// The queue alternates between two slices: groups append to one
+	// while the applier applies the other (no allocation per batch).
+	batch := a.queue
+	a.queue, a.spare = a.spare, nil
+	a.busy = len(batch) > 0
+	a.mu.Unlock()
+	wakeAt = a.step(batch, now)
+	clear(batch)
+	a.spare = batch[:0]
+	if len(batch) == 0 {
+		return false, wakeAt
+	}
+	a.mu.Lock()
+	a.busy = false
+	a.mu.Unlock()
+	return true, time.Time{}
+}
+
+// runIfStepped runs what is queued at once when no goroutine does
+// (Knobs.Stepped): a caller about to wait for its request.
+func (a *applier) runIfStepped() {
+	if a.knobs.stepped() {
+		a.runOnce(a.knobs.now())
+	}
+}
+
+// shutdown fails what is queued and checkpoints what was applied.
+func (a *applier) shutdown(now time.Time) {
+	a.failQueued()
+	if a.broken == nil {
+		a.checkpoint(now)
+	}
+	if a.tx != nil {
+		_ = a.tx.Rollback()
 	}
 }
 

@@ -42,6 +42,7 @@ func (g *Group) StateDigest() (Digest, error) {
 	if !g.n.ap.submit(r) {
 		return d, ErrStopped
 	}
+	g.n.ap.runIfStepped()
 	<-r.done
 	return d, r.err
 }

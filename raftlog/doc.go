@@ -227,4 +227,14 @@
 // raftlog/raftlogtest builds whole clusters on both for the tests of the
 // state machines above raftlog, so that they run under the applier's real
 // order (Apply, Acknowledge, Reveal, checkpoint).
+//
+// Runs that replay exactly (step.go): with Knobs.Stepped a node starts no
+// goroutine; each of its goroutines' turns (a group's loop turn, a log
+// write, an applier batch) becomes a piece of work that the test runs, one
+// at a time, from one goroutine (Node.Pending, Node.RunWork), with a
+// stepped MemNetwork whose messages it delivers or drops itself, ticks it
+// gives, and a virtual clock (Knobs.Now). TestSteppedRunReplays draws the
+// whole schedule from a seed and runs it twice: the two traces must match
+// line for line. Elections come from Group.Campaign, as etcd raft draws
+// election timeouts from crypto/rand.
 package raftlog

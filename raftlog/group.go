@@ -57,6 +57,9 @@ type Group struct {
 	stopc    chan struct{}
 	done     chan struct{}
 	stopOnce sync.Once
+	// stepStopOnce ends a stepped group (Knobs.Stepped), which has no
+	// loop to close done.
+	stepStopOnce sync.Once
 
 	// leader is the latest LeaderEvent, published for lock-free reads.
 	leader atomic.Pointer[LeaderEvent]
@@ -189,7 +192,7 @@ func newGroup(n *Node, id GroupID, gs groupState, store *logStore, sm StateMachi
 		appliedGge:  n.metrics.appliedGauge(id),
 		store:       store,
 		checkpoint:  gs.appliedIdx,
-		lastCompact: time.Now(),
+		lastCompact: n.cfg.Knobs.now(),
 	}
 	g.setConf(gs.conf)
 	g.applied.Store(gs.appliedIdx)
@@ -239,6 +242,7 @@ func (g *Group) Propose(ctx context.Context, data []byte) (Proposal, error) {
 	if !g.enqueue(func(in *inbox) { in.props = append(in.props, p) }) {
 		return Proposal{}, ErrStopped
 	}
+	g.iterateIfStepped()
 	select {
 	case r := <-p.reply:
 		return r.p, r.err
@@ -313,6 +317,7 @@ func (g *Group) View(ctx context.Context, fn func(b *bolt.Bucket) error) error {
 	if !g.n.ap.submit(r) {
 		return ErrStopped
 	}
+	g.n.ap.runIfStepped()
 	select {
 	case <-r.done:
 		return r.err
@@ -344,6 +349,7 @@ func (g *Group) ViewCheckpoint(ctx context.Context, fn func(b *bolt.Bucket) erro
 	if !g.n.ap.submit(flush) {
 		return ErrStopped
 	}
+	g.n.ap.runIfStepped()
 	select {
 	case <-flush.done:
 	case <-ctx.Done():
@@ -574,6 +580,7 @@ func (g *Group) call(ctx context.Context, fn func()) error {
 	if !g.enqueueControl(func() { fn(); close(done) }) {
 		return ErrStopped
 	}
+	g.iterateIfStepped()
 	select {
 	case <-done:
 		return nil
@@ -596,5 +603,11 @@ func (g *Group) stopped() bool {
 
 func (g *Group) stop() {
 	g.stopOnce.Do(func() { close(g.stopc) })
+	if g.n.cfg.Knobs.stepped() {
+		g.stepStopOnce.Do(func() {
+			g.failPending(ErrStopped)
+			close(g.done)
+		})
+	}
 	<-g.done
 }

@@ -40,6 +40,8 @@ type logWriter struct {
 	log     zerolog.Logger
 	metrics *metrics
 	tr      transport
+	// stepped: no goroutine; Node.Step runs runOnce (Knobs.Stepped).
+	stepped bool
 
 	mu       sync.Mutex
 	queue    []*appendReq
@@ -65,10 +67,12 @@ type logWriter struct {
 	broken error
 }
 
-func newLogWriter(w *wal.WAL, lg zerolog.Logger, m *metrics, tr transport) *logWriter {
-	lw := &logWriter{wal: w, log: lg, metrics: m, tr: tr,
+func newLogWriter(w *wal.WAL, lg zerolog.Logger, m *metrics, tr transport, stepped bool) *logWriter {
+	lw := &logWriter{wal: w, log: lg, metrics: m, tr: tr, stepped: stepped,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	go lw.run()
+	if !stepped {
+		go lw.run()
+	}
 	return lw
 }
 
@@ -90,6 +94,9 @@ func (lw *logWriter) write(build func(*wal.Batch)) error {
 	r := &appendReq{build: build, done: make(chan struct{})}
 	if !lw.submit(r) {
 		return ErrStopped
+	}
+	if lw.stepped {
+		lw.runOnce()
 	}
 	<-r.done
 	return r.err
@@ -122,45 +129,58 @@ func (lw *logWriter) close() {
 	lw.stopped = true
 	lw.mu.Unlock()
 	close(lw.stop)
+	if lw.stepped {
+		lw.failQueued()
+		close(lw.done)
+	}
 	<-lw.done
 }
 
 func (lw *logWriter) run() {
 	defer close(lw.done)
 	for {
-		lw.mu.Lock()
-		// The queue alternates between two slices: groups append to one
-		// while this goroutine writes the other (no allocation per write).
-		batch, rels := lw.queue, lw.releases
-		lw.queue, lw.releases = lw.spare, nil
-		lw.spare = nil
-		if lw.failed != nil && lw.broken == nil {
-			lw.broken = lw.failed
+		if lw.runOnce() {
+			continue
 		}
-		lw.busy = len(batch) > 0 || len(rels) > 0
-		lw.mu.Unlock()
-		if !lw.busy {
-			lw.spare = batch
-			select {
-			case <-lw.wake:
-				continue
-			case <-lw.stop:
-				lw.failQueued()
-				return
-			}
+		select {
+		case <-lw.wake:
+		case <-lw.stop:
+			lw.failQueued()
+			return
 		}
-		if len(batch) > 0 {
-			lw.writeBatch(batch)
-		}
-		clear(batch)
-		lw.spare = batch[:0]
-		for _, r := range rels {
-			lw.wal.Release(uint32(r.group), r.index)
-		}
-		lw.mu.Lock()
-		lw.busy = false
-		lw.mu.Unlock()
 	}
+}
+
+// runOnce writes what is queued, in one batch, and the releases; it
+// reports whether there was anything.
+func (lw *logWriter) runOnce() bool {
+	lw.mu.Lock()
+	// The queue alternates between two slices: groups append to one
+	// while the writer writes the other (no allocation per write).
+	batch, rels := lw.queue, lw.releases
+	lw.queue, lw.releases = lw.spare, nil
+	lw.spare = nil
+	if lw.failed != nil && lw.broken == nil {
+		lw.broken = lw.failed
+	}
+	lw.busy = len(batch) > 0 || len(rels) > 0
+	lw.mu.Unlock()
+	if !lw.busy {
+		lw.spare = batch
+		return false
+	}
+	if len(batch) > 0 {
+		lw.writeBatch(batch)
+	}
+	clear(batch)
+	lw.spare = batch[:0]
+	for _, r := range rels {
+		lw.wal.Release(uint32(r.group), r.index)
+	}
+	lw.mu.Lock()
+	lw.busy = false
+	lw.mu.Unlock()
+	return true
 }
 
 // breakOff stops all later writes with err (the node's state file

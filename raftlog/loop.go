@@ -31,24 +31,41 @@ func (g *Group) run() {
 		case <-g.stopc:
 			return
 		}
-		// Swap the inbox for the spare one, so producers keep appending
-		// while this iteration works and neither side reallocates.
-		g.mu.Lock()
-		in := g.in
-		g.in = g.spare
-		g.mu.Unlock()
-		err := g.process(&in, time.Now())
-		g.spare = in.reset()
-		if err != nil {
-			g.fail(err)
+		if !g.iterate(time.Now()) {
 			return
 		}
-		if g.rn.HasReady() {
-			g.handleReady()
-		} else {
-			g.answerAccepted(nil)
-		}
-		g.dropUnusedSnapshots()
+	}
+}
+
+// iterate is one turn of the loop at now: it drains the inbox and handles
+// one Ready. It reports false once the group failed.
+func (g *Group) iterate(now time.Time) bool {
+	// Swap the inbox for the spare one, so producers keep appending
+	// while this iteration works and neither side reallocates.
+	g.mu.Lock()
+	in := g.in
+	g.in = g.spare
+	g.mu.Unlock()
+	err := g.process(&in, now)
+	g.spare = in.reset()
+	if err != nil {
+		g.fail(err)
+		return false
+	}
+	if g.rn.HasReady() {
+		g.handleReady()
+	} else {
+		g.answerAccepted(nil)
+	}
+	g.dropUnusedSnapshots()
+	return true
+}
+
+// iterateIfStepped runs a turn at once when no goroutine does
+// (Knobs.Stepped): a caller about to wait for the loop's answer.
+func (g *Group) iterateIfStepped() {
+	if k := g.n.cfg.Knobs; k.stepped() && !g.halted() {
+		g.iterate(k.now())
 	}
 }
 
@@ -377,6 +394,7 @@ func (g *Group) install(snap *pb.Snapshot) error {
 		if !g.n.ap.submit(step) {
 			return ErrStopped
 		}
+		g.n.ap.runIfStepped()
 		<-step.done
 		if step.err != nil {
 			return step.err
@@ -389,6 +407,7 @@ func (g *Group) install(snap *pb.Snapshot) error {
 	if !g.n.ap.submit(r) {
 		return ErrStopped
 	}
+	g.n.ap.runIfStepped()
 	<-r.done
 	if r.err != nil {
 		return r.err
@@ -661,4 +680,14 @@ func (g *Group) checkHeartbeatCommit(m *pb.Message) error {
 	}
 	m.Commit = &last
 	return nil
+}
+
+// halted reports whether the group was told to stop, or failed.
+func (g *Group) halted() bool {
+	select {
+	case <-g.stopc:
+		return true
+	default:
+		return false
+	}
 }

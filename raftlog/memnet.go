@@ -3,6 +3,7 @@ package raftlog
 import (
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,58 @@ type MemNetwork struct {
 	onSend atomic.Pointer[func(from uint64, group GroupID, m *pb.Message)]
 	// intercept, when set, sees each message about to be delivered.
 	intercept atomic.Pointer[func(from uint64, group GroupID, m *pb.Message) bool]
+	// stepped: a sent message waits in inflight until the test delivers
+	// or drops it (NewSteppedMemNetwork).
+	stepped  bool
+	inflight []InFlight
+}
+
+// InFlight is a message of a stepped network not yet delivered.
+type InFlight struct {
+	From, To uint64
+	Group    GroupID
+	Type     pb.MessageType
+	deliver  func()
+}
+
+// NewSteppedMemNetwork returns a network that delivers nothing by itself:
+// the test (driving nodes with Knobs.Stepped) delivers or drops each sent
+// message in an order of its choosing (InFlight, Deliver, Drop).
+func NewSteppedMemNetwork(seed uint64) *MemNetwork {
+	nw := NewMemNetwork(seed)
+	nw.stepped = true
+	return nw
+}
+
+// InFlight returns the messages sent and not yet delivered or dropped, in
+// the order they were sent.
+func (nw *MemNetwork) InFlight() []InFlight {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	return slices.Clone(nw.inflight)
+}
+
+// Deliver delivers the i-th message in flight (its receiver's group gets
+// it in its inbox); Drop loses it.
+func (nw *MemNetwork) Deliver(i int) {
+	nw.mu.Lock()
+	m := nw.inflight[i]
+	nw.inflight = slices.Delete(nw.inflight, i, i+1)
+	nw.mu.Unlock()
+	m.deliver()
+}
+
+func (nw *MemNetwork) Drop(i int) {
+	nw.mu.Lock()
+	nw.inflight = slices.Delete(nw.inflight, i, i+1)
+	nw.mu.Unlock()
+}
+
+// hold queues a stepped network's message.
+func (nw *MemNetwork) hold(m InFlight) {
+	nw.mu.Lock()
+	nw.inflight = append(nw.inflight, m)
+	nw.mu.Unlock()
 }
 
 // NewMemNetwork returns a network with no faults whose random faults
@@ -169,6 +222,10 @@ func (t *memTransport) send(group GroupID, msgs []*pb.Message) {
 				t.n.removedByPeer(group, cp.GetFrom())
 			}
 		}
+		if t.nw.stepped {
+			t.nw.hold(InFlight{From: t.n.cfg.NodeID, To: dst.cfg.NodeID, Group: group, Type: m.GetType(), deliver: deliver})
+			continue
+		}
 		if d == 0 {
 			deliver()
 			continue
@@ -193,12 +250,20 @@ func (t *memTransport) sendSnapshot(group GroupID, m *pb.Message) {
 		t.n.reportSnapshot(group, m.GetTo(), false)
 		return
 	}
-	t.wg.Add(1)
-	go func() {
-		defer t.wg.Done()
+	send := func() {
 		ok := t.streamSnapshot(group, m)
 		t.n.snaps.doneSend(peer)
 		t.n.reportSnapshot(group, m.GetTo(), ok)
+	}
+	if t.nw.stepped {
+		// Streamed whole when the test delivers it.
+		t.nw.hold(InFlight{From: t.n.cfg.NodeID, To: peer, Group: group, Type: m.GetType(), deliver: send})
+		return
+	}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		send()
 	}()
 }
 

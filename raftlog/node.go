@@ -169,13 +169,14 @@ func openLocked(cfg Config, newTransport func(*Node) transport) (*Node, error) {
 	}
 	n.server = &raftServer{n: n}
 	n.tr = newTransport(n)
-	n.lw = newLogWriter(w, n.log, n.metrics, n.tr)
+	stepped := cfg.Knobs.stepped()
+	n.lw = newLogWriter(w, n.log, n.metrics, n.tr, stepped)
 	n.ap = newApplier(db, n.log, n.metrics, cfg.Knobs, checkpointPolicy{interval: cfg.CheckpointInterval, entries: cfg.CheckpointEntries}, n.lw.breakOff)
 	if err := n.finishRemovals(); err != nil {
 		n.Close()
 		return nil, err
 	}
-	if cfg.Knobs == nil || !cfg.Knobs.ManualTicks {
+	if cfg.Knobs == nil || !cfg.Knobs.ManualTicks && !cfg.Knobs.Stepped {
 		n.wg.Add(1)
 		go n.tickLoop()
 	}
@@ -282,6 +283,10 @@ func (n *Node) addGroup(id GroupID, voters []uint64, replica uint64, sm StateMac
 		return nil, err
 	}
 	n.groups[id] = g
+	if n.cfg.Knobs.stepped() {
+		g.publishLeader(0, g.rn.BasicStatus().GetTerm(), false)
+		return g, nil
+	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
@@ -474,6 +479,7 @@ func (n *Node) Backup(w io.Writer, size func(int64)) (int64, error) {
 	if !n.ap.submit(flush) {
 		return 0, ErrStopped
 	}
+	n.ap.runIfStepped()
 	<-flush.done
 	var written int64
 	err := n.db.View(func(tx *bolt.Tx) error {

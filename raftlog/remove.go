@@ -139,6 +139,7 @@ func (n *Node) updateState(update func(*bolt.Tx) error) error {
 	if !n.ap.submit(r) {
 		return ErrStopped
 	}
+	n.ap.runIfStepped()
 	<-r.done
 	return r.err
 }
