@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"cmp"
+	"math"
 	"slices"
 
 	"github.com/raftgate/raftgate/rpc"
@@ -27,6 +28,13 @@ type ShareLimit struct {
 	// one (its leader is gone, or has not counted yet) keeps its share
 	// and its ceiling.
 	Reports map[uint32]Demand
+}
+
+// RateFigure is a rate limit of r tokens a second as a split limit's
+// figure: thousandths of a token a second (at least 1), so that a rate
+// splits among partitions in whole units as a concurrency limit does.
+func RateFigure(r float64) uint32 {
+	return uint32(max(1, min(math.Round(r*1000), math.MaxUint32)))
 }
 
 // StaticShare is partition p's (1..parts) part of figure n before any

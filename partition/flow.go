@@ -5,8 +5,10 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/raftgate/raftgate/cluster"
 	"github.com/raftgate/raftgate/outbox"
 	"github.com/raftgate/raftgate/rpc"
 	bolt "go.etcd.io/bbolt"
@@ -34,9 +36,14 @@ import (
 //   - perKeyConcurrency is not split: a key's invocations all live in
 //     one partition.
 //   - ratePerSecond and burst are token buckets on the leader, one per
-//     service and per handler, with the rate split as rate/P and the
-//     burst by share (at least 1). A bucket starts empty at each
-//     term, so a leader change never adds a burst.
+//     service and per handler. The rate is split among partitions as a
+//     concurrency limit is (shares.go), in thousandths of a token per
+//     second (cluster.RateFigure), under its own key (rateKey): a
+//     partition whose deliveries wait on the bucket reports them, and
+//     the metadata leader moves the rate of idle partitions to it, so a
+//     backlog in one partition runs at the whole rate. The burst is split
+//     statically (share, at least 1). A bucket starts empty at each term,
+//     so a leader change never adds a burst.
 //   - Fairness: due deliveries held by a limit wait in a fairQueue grouped
 //     by (service, key), the key being the object key, else the
 //     idempotency key (those with neither share one group per priority),
@@ -136,7 +143,9 @@ func (iv *invoker) flowOf(svc *rpc.Service, rule *rpc.Rule, rec *rpc.InvocationR
 			ds = append(ds, demand{counter: counter, limit: iv.shareOf(counter, l.GetConcurrency()), name: name})
 		}
 		if r := l.GetRatePerSecond(); r > 0 {
-			buckets = append(buckets, bucketSpec{name: counter, rate: r / float64(max(parts, 1)), burst: share(l.GetBurst(), parts, p), heldBy: rateName})
+			key := rateKey(counter)
+			rps := float64(iv.shareOf(key, cluster.RateFigure(r))) / 1000
+			buckets = append(buckets, bucketSpec{name: counter, share: key, rate: rps, burst: share(l.GetBurst(), parts, p), heldBy: rateName})
 		}
 	}
 	add("s\x00"+inv.Service, svc.GetLimits(), heldByService, heldByServiceRate)
@@ -154,9 +163,15 @@ func (iv *invoker) flowOf(svc *rpc.Service, rule *rpc.Rule, rec *rpc.InvocationR
 	return ds, buckets
 }
 
+// rateKey is the split limit key of a counter's rate: its kind in upper
+// case ("S" for a service's rate, "H" for a handler's).
+func rateKey(counter string) string { return strings.ToUpper(counter[:1]) + counter[1:] }
+
 // bucketSpec is a token bucket a delivery takes a token from.
 type bucketSpec struct {
-	name   string
+	name string
+	// share is the split limit key of its rate (rateKey).
+	share  string
 	rate   float64
 	burst  int
 	heldBy string
@@ -180,12 +195,22 @@ func (iv *invoker) bucket(spec bucketSpec, now time.Time) *rate.Limiter {
 	return l
 }
 
+// zeroRateRecheck is how soon a scan looks again at deliveries held by a
+// rate whose share here is 0 (the metadata leader moves shares about every
+// second).
+const zeroRateRecheck = time.Second
+
 // takeTokens takes one token from every bucket of specs, or none; when
 // some bucket is empty it returns when the next token is due.
 func (iv *invoker) takeTokens(specs []bucketSpec, now time.Time) (bool, time.Time) {
 	var wait time.Duration
 	for _, s := range specs {
-		if t := iv.bucket(s, now).TokensAt(now); t < 1 {
+		switch t := iv.bucket(s, now).TokensAt(now); {
+		case s.rate <= 0:
+			// This partition's share of the rate is 0 for now: look again
+			// when the split may have moved.
+			wait = max(wait, zeroRateRecheck)
+		case t < 1:
 			wait = max(wait, time.Duration((1-t)/s.rate*float64(time.Second))+time.Millisecond)
 		}
 	}

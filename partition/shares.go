@@ -95,6 +95,9 @@ func (f *flowShares) endScan(term uint64, shares map[string]adopted, counts map[
 				demand(d.counter).Waiting++
 			}
 		}
+		for _, b := range l.buckets {
+			demand(b.share).Waiting++ // a rate has nothing in flight
+		}
 	})
 	r := &rpc.FlowReport{Term: term}
 	for _, key := range slices.Sorted(maps.Keys(per)) {
@@ -114,8 +117,8 @@ func (f *flowShares) forget() {
 }
 
 // splitKey reports whether a flow-control counter is a cluster-wide
-// limit split among partitions (a service's, a handler's, a scope's),
-// not a key's, which lives in one partition.
+// concurrency limit split among partitions (a service's, a handler's, a
+// scope's), not a key's, which lives in one partition.
 func splitKey(counter string) bool {
 	return strings.HasPrefix(counter, "s\x00") || strings.HasPrefix(counter, "h\x00") || strings.HasPrefix(counter, "r\x00")
 }

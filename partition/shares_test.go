@@ -108,3 +108,61 @@ func TestAdoptedShares(t *testing.T) {
 		t.Fatalf("%d under way at once, share 3", most)
 	}
 }
+
+// A rate is split as a concurrency limit is: partition 4 of 4 starts at a
+// quarter of the rate, reports the deliveries its bucket holds under the
+// rate's key, and runs at the whole rate once it adopted all of it.
+func TestAdoptedRateShare(t *testing.T) {
+	clock := newManualClock()
+	svc := &rpc.Service{Name: "limited", Limits: &rpc.Limits{RatePerSecond: 10, Burst: 1}}
+	rs := newRecordingService(t)
+	svc.Url = rs.srv.URL
+	c := newFakeCluster(t, 1, func(_ int, cfg *Config) {
+		cfg.Services = flowServices{staticServices: staticServices{svc.Name: svc}}
+		cfg.Clock = clock.Now
+		cfg.Partitions, cfg.Partition = 4, 4
+	})
+	c.setLeader(0, false)
+	p := c.replicas[0].p
+	appendInvokes(t, p, 200, nil)
+	const rateKey = "S\x00limited"
+	testutil.WaitFor(t, 10*time.Second, "the held deliveries reported under the rate's key", func() bool {
+		r, ok := p.FlowReport()
+		if !ok {
+			return false
+		}
+		for _, d := range r.Demand {
+			if d.Key == rateKey && d.Waiting > 0 && d.InFlight == 0 {
+				return true
+			}
+		}
+		return false
+	})
+	// Starts over 4 s of the manual clock, in 50 ms steps.
+	startsOver4s := func() int {
+		_, _, before := rs.inFlight()
+		for range 80 {
+			clock.Advance(50 * time.Millisecond)
+			scanTimes(t, p, 1)
+		}
+		var after int
+		testutil.WaitFor(t, 10*time.Second, "the started deliveries arrived", func() bool {
+			_, _, after = rs.inFlight()
+			p.invoker.mu.Lock()
+			busy := len(p.invoker.inflight)
+			p.invoker.mu.Unlock()
+			return after > before && busy == 0
+		})
+		return after - before
+	}
+	if n := startsOver4s(); n < 8 || n > 12 {
+		t.Fatalf("%d starts in 4 s with the static share (2.5/s), want about 10", n)
+	}
+	if err := p.AdoptShares(ctxT(t), []*rpc.AdoptShare{{Key: rateKey, Version: 1, Share: 10_000}}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the rate adopted", func() bool { v, _ := p.AdoptedShare(rateKey); return v == 1 })
+	if n := startsOver4s(); n < 36 || n > 42 {
+		t.Fatalf("%d starts in 4 s with all of the rate (10/s), want about 40", n)
+	}
+}

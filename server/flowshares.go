@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -153,10 +154,18 @@ func (n *Server) planShares(ctx context.Context, st *cluster.State) {
 	for _, key := range slices.Sorted(maps.Keys(keys)) {
 		l := cluster.ShareLimit{Key: key, Figure: n.limitFigure(key), Reports: map[uint32]cluster.Demand{}}
 		l.Current, _ = st.FlowShares(key)
+		// A delivery waiting on a rate wants a whole token a second
+		// (cluster.RateFigure counts thousandths), so that the demand of
+		// a backlog can claim the rate.
+		unit := uint32(1)
+		if strings.HasPrefix(key, "S\x00") || strings.HasPrefix(key, "H\x00") {
+			unit = 1000
+		}
 		for p, r := range fresh {
 			d := cluster.Demand{}
 			if i := slices.IndexFunc(r.Demand, func(d *rpc.FlowDemand) bool { return d.Key == key }); i >= 0 {
-				d = cluster.Demand{Adopted: r.Demand[i].Adopted, InFlight: r.Demand[i].InFlight, Waiting: r.Demand[i].Waiting}
+				waiting := uint64(r.Demand[i].Waiting) * uint64(unit)
+				d = cluster.Demand{Adopted: r.Demand[i].Adopted, InFlight: r.Demand[i].InFlight, Waiting: uint32(min(waiting, math.MaxUint32))}
 			}
 			l.Reports[p] = d
 		}
@@ -180,11 +189,29 @@ func (n *Server) planShares(ctx context.Context, st *cluster.State) {
 	}
 }
 
-// limitFigure returns the cluster-wide concurrency of a limit key (see
-// partition/flow.go), 0 when it is no longer limited.
+// limitFigure returns the cluster-wide figure of a limit key (see
+// partition/flow.go): a concurrency, or a rate as cluster.RateFigure; 0
+// when it is no longer limited.
 func (n *Server) limitFigure(key string) uint32 {
 	kind, rest, _ := strings.Cut(key, "\x00")
+	rate := func(l *rpc.Limits) uint32 {
+		if r := l.GetRatePerSecond(); r > 0 {
+			return cluster.RateFigure(r)
+		}
+		return 0
+	}
 	switch kind {
+	case "S":
+		svc, _ := n.registry.Lookup(rest)
+		return rate(svc.GetLimits())
+	case "H":
+		name, handler, _ := strings.Cut(rest, "\x00")
+		svc, _ := n.registry.Lookup(name)
+		for _, hc := range svc.GetHandlerConfig() {
+			if hc.GetHandler() == handler {
+				return rate(hc.GetLimits())
+			}
+		}
 	case "s":
 		svc, _ := n.registry.Lookup(rest)
 		return svc.GetLimits().GetConcurrency()

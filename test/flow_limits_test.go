@@ -148,3 +148,37 @@ func (c *cluster) setRule(pattern string, concurrency int) {
 		})
 	}
 }
+
+// TestFlowRateFollowsTheBacklog: a rate is split among the partitions as
+// a concurrency limit is, so one key's backlog, all in one partition of
+// two, runs at the service's whole rate once the split moved to it (with
+// a static split it ran at half), and still no second sees more than the
+// rate plus the burst.
+func TestFlowRateFollowsTheBacklog(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-level test skipped in -short mode")
+	}
+	const rate, burst, sends = 20, 2, 240
+	c := startCluster(t, clusterOpts{nodes: 3, partitions: 2})
+	svc := newFlowService(t, 0)
+	c.registerFlow("PacedKey", limitsJSON(svc.srv.URL, fmt.Sprintf(`"kind":"object","shared":["get"],"limits":{"ratePerSecond":%d,"burst":%d}`, rate, burst)))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ids := sendAll(ctx, t, c, sends,
+		func(int) string { return "/restate/send/PacedKey/one/get" },
+		func(i int) string { return fmt.Sprintf("k-%d", i) })
+	testutil.WaitFor(t, 2*time.Minute, "every invocation delivered", func() bool { return svc.seen() == sends })
+	checkExactlyOnce(ctx, t, c, svc, ids)
+	as := svc.arrived()
+	most := maxInWindow(as, time.Second)
+	half := as[len(as)/2:]
+	span := half[len(half)-1].at.Sub(half[0].at)
+	got := float64(len(half)-1) / span.Seconds()
+	t.Logf("rate %d/s over 2 partitions, one key: the second half ran at %.1f/s; at most %d starts in a second", rate, got, most)
+	if most > rate+burst {
+		t.Errorf("%d starts within one second, want at most rate + burst = %d", most, rate+burst)
+	}
+	if got < 0.75*rate {
+		t.Errorf("one partition's backlog ran at %.1f/s, want near the whole rate %d/s (a static split gives %d/s)", got, rate, rate/2)
+	}
+}
