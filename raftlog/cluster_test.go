@@ -226,23 +226,7 @@ func TestSnapshotCatchUpAfterCompaction(t *testing.T) {
 		cfg.SnapshotEntries = 40
 		cfg.SnapshotCatchUpEntries = 5
 	})
-	lead := c.leader(1, c.ids, 5*time.Second)
-	down := c.ids[0]
-	if down == lead {
-		down = c.ids[1]
-	}
-	c.stop(down)
-	for i := range 200 {
-		if err := c.proposeAnywhere(1, fmt.Sprintf("e%d", i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lead = c.leader(1, c.running(), 5*time.Second)
-	testutil.WaitFor(t, 5*time.Second, "leader log compaction", func() bool {
-		var first uint64
-		_ = c.nodes[lead].Group(1).call(context.Background(), func() { first, _ = c.nodes[lead].Group(1).store.FirstIndex() })
-		return first > 100
-	})
+	down := c.behindCompaction(t, func(i int) string { return fmt.Sprintf("e%d", i) })
 	c.start(down)
 	got := c.converged(1, 200, 10*time.Second)
 	if got[0] != "e0" || got[len(got)-1] != "e199" {
@@ -462,4 +446,30 @@ func TestLeaderStatusTellsSilentVoter(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// behindCompaction stops a follower of group 1, proposes 200 entries
+// (entry(i) each) and waits until the leader compacted its log past
+// them, so that the follower, started again, can only catch up by
+// snapshot. It returns the stopped follower.
+func (c *cluster) behindCompaction(t *testing.T, entry func(i int) string) uint64 {
+	t.Helper()
+	lead := c.leader(1, c.ids, 5*time.Second)
+	down := c.ids[0]
+	if down == lead {
+		down = c.ids[1]
+	}
+	c.stop(down)
+	for i := range 200 {
+		if err := c.proposeAnywhere(1, entry(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lead = c.leader(1, c.running(), 5*time.Second)
+	testutil.WaitFor(t, 5*time.Second, "leader log compaction", func() bool {
+		var first uint64
+		_ = c.nodes[lead].Group(1).call(context.Background(), func() { first, _ = c.nodes[lead].Group(1).store.FirstIndex() })
+		return first > 100
+	})
+	return down
 }

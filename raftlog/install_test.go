@@ -1,14 +1,12 @@
 package raftlog
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/raftgate/raftgate/internal/testutil"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -24,23 +22,7 @@ func TestStagedSnapshotInstall(t *testing.T) {
 		cfg.SnapshotCatchUpEntries = 5
 		cfg.Knobs = &Knobs{InstallStepBytes: 64, AfterInstallStep: func(GroupID) { steps.Add(1) }}
 	})
-	lead := c.leader(1, c.ids, 5*time.Second)
-	down := c.ids[0]
-	if down == lead {
-		down = c.ids[1]
-	}
-	c.stop(down)
-	for i := range 200 {
-		if err := c.proposeAnywhere(1, fmt.Sprintf("entry-%03d", i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lead = c.leader(1, c.running(), 5*time.Second)
-	testutil.WaitFor(t, 5*time.Second, "leader log compaction", func() bool {
-		var first uint64
-		_ = c.nodes[lead].Group(1).call(context.Background(), func() { first, _ = c.nodes[lead].Group(1).store.FirstIndex() })
-		return first > 100
-	})
+	down := c.behindCompaction(t, func(i int) string { return fmt.Sprintf("entry-%03d", i) })
 	c.start(down)
 	got := c.converged(1, 200, 10*time.Second)
 	if got[0] != "entry-000" || got[len(got)-1] != "entry-199" {

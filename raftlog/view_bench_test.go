@@ -120,19 +120,9 @@ func benchLongRead(b *testing.B, mode string) {
 	b.StopTimer()
 	close(stopReads)
 	readers.Wait()
-	all := slices.Concat(lat...)
-	slices.Sort(all)
-	if len(all) == 0 {
-		b.Fatal("no proposal succeeded")
-	}
-	pct := func(q float64) float64 {
-		return float64(all[min(len(all)-1, int(q*float64(len(all))))].Microseconds()) / 1000
-	}
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
-	b.ReportMetric(pct(1), "max-ms")
+	all := reportLatencies(b, lat)
 	b.ReportMetric(float64(reads.Load()), "reads")
-	b.Logf("%s: %d acknowledgements, %d long reads", mode, len(all), reads.Load())
+	b.Logf("%s: %d acknowledgements, %d long reads", mode, all, reads.Load())
 }
 
 // BenchmarkInstallBeside: does a large snapshot install of one group hold
@@ -256,19 +246,9 @@ func benchInstallBeside(b *testing.B, step int) {
 	stop.Store(true)
 	wg.Wait()
 	b.StopTimer()
-	all := slices.Concat(lat...)
-	slices.Sort(all)
-	if len(all) == 0 {
-		b.Fatal("no proposal succeeded")
-	}
-	pct := func(q float64) float64 {
-		return float64(all[min(len(all)-1, int(q*float64(len(all))))].Microseconds()) / 1000
-	}
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
-	b.ReportMetric(pct(1), "max-ms")
+	all := reportLatencies(b, lat)
 	b.ReportMetric(float64(installed.Milliseconds()), "install-ms")
-	b.Logf("%d acknowledgements of group 2 on node 3; node 3 installed 48 MiB of group 1 in %v", len(all), installed)
+	b.Logf("%d acknowledgements of group 2 on node 3; node 3 installed 48 MiB of group 1 in %v", all, installed)
 }
 
 // spreadSM stores each entry's data as 256-byte values under keys of their
@@ -288,3 +268,20 @@ func (spreadSM) Apply(b *bolt.Bucket, ents []Entry) (Applied, error) {
 }
 
 func (spreadSM) Restore(*bolt.Bucket) error { return nil }
+
+// reportLatencies reports the p50, p99 and max of the proposers'
+// latencies and returns how many there were.
+func reportLatencies(b *testing.B, lat [][]time.Duration) int {
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	if len(all) == 0 {
+		b.Fatal("no proposal succeeded")
+	}
+	pct := func(q float64) float64 {
+		return float64(all[min(len(all)-1, int(q*float64(len(all))))].Microseconds()) / 1000
+	}
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(pct(1), "max-ms")
+	return len(all)
+}
