@@ -47,9 +47,29 @@ import (
 //     holds, so a high-priority delivery behind a low-priority one of its
 //     key waits for it. Deliveries of services without limits are not
 //     held, so priority does not reorder them.
+//   - The scan window. A scan reads the records of at most
+//     Invoker.ScanLimit due entries, and walks the keys of at most
+//     scanWalkFactor times as many. A fairness group takes at most
+//     groupCap candidates per scan (no more than it could have admitted
+//     in that scan); its later deliveries are passed over (skipped): they
+//     cannot go before its candidates, as order within a group holds.
+//     The leader remembers the group of every held delivery it read
+//     (invoker.known, with the registration it read it under), so a later
+//     scan passes over those deliveries from their keys alone, without
+//     their records, and the window reaches past a hot key's backlog to
+//     the deliveries behind it. Passing over never admits anything: the
+//     candidates are read afresh, limits are counted as before (from
+//     the reservations and the marks in state), so this is leader-local
+//     soft state, dropped at each term, on a rollback or Restore, and per
+//     delivery when an outcome applies; nothing stored changes. Known
+//     limit: a group's deliveries beyond the walk (ScanLimit *
+//     scanWalkFactor keys of held deliveries ahead) stay out of sight
+//     until the backlog ahead shrinks, as do those behind more than
+//     ScanLimit held deliveries of distinct groups.
 //   - heldBy: the scan notes, for each delivery it left waiting, the limit
 //     it found full (holderOf), as the leader's soft state for listings;
-//     the next scan replaces it.
+//     the next scan replaces it. A skipped delivery is held as the
+//     last candidate of its group.
 
 // FlowRules is what the invoker needs to enforce flow control, an optional
 // interface of Config.Services (registry.InvokerLookup implements it);
@@ -217,6 +237,44 @@ func fairGroup(inv *rpc.Invoke) string {
 		return inv.Service + "\x00\x00" + strconv.Itoa(int(inv.Priority))
 	}
 	return inv.Service + "\x00" + k
+}
+
+// scanWalkFactor: a scan walks at most this many times ScanLimit outbox
+// keys, passing over those it needs no record of (reserved, marked,
+// skipped); the leader knows the group of as many held deliveries. A key
+// passed over costs a cursor step and a map lookup, some 20 times less
+// than a record read, so a full walk costs at most about what reading
+// ScanLimit records does.
+const scanWalkFactor = 8
+
+// knownHeld is what the leader remembers of a delivery a scan read and
+// found held by a limit: its fairness group (fixed by its Invoke) and the
+// registration it was read under (another one: read it again).
+type knownHeld struct {
+	group string
+	svc   *rpc.Service
+}
+
+type knownEntry struct {
+	id string
+	knownHeld
+}
+
+// groupCap is how many candidates one scan queues of a fairness group of
+// svc: at most the scan's free slots, the service-wide limits every
+// delivery of the group counts against (the service's concurrency share,
+// its bucket's burst share: no scan admits more of it), and half of
+// ScanLimit, so that one group leaves reads to the others; at least 1.
+func (iv *invoker) groupCap(svc *rpc.Service, free int) int {
+	n := min(free, max(iv.cfg.ScanLimit/2, 1))
+	l := svc.GetLimits()
+	if c := l.GetConcurrency(); c > 0 {
+		n = min(n, iv.shareOf("s\x00"+svc.GetName(), c))
+	}
+	if l.GetRatePerSecond() > 0 {
+		n = min(n, share(l.GetBurst(), iv.p.cfg.Partitions, iv.p.cfg.Partition))
+	}
+	return max(n, 1)
 }
 
 // holderOf names the limit that holds l after the scan's admissions:

@@ -64,6 +64,18 @@ type invoker struct {
 	// heldBy names, for each delivery the last scan left waiting for a
 	// limit, the limit it found full (flow.go). Guarded by mu.
 	heldBy map[string]string
+	// known remembers the deliveries scans read and found held by a
+	// limit (flow.go, "The scan window"), so that a scan passes over those
+	// of a group with enough candidates without reading their records. At
+	// most knownLimit entries; an outcome applied drops its id. skippedBy
+	// names, for each group the last scan passed deliveries of, the limit
+	// holding its last candidate: heldByOf's answer for them. Guarded by
+	// mu.
+	known     map[string]knownHeld
+	skippedBy map[string]string
+	// lastWalk and lastReads are the keys the last scan walked and the
+	// records it read (tests). Guarded by mu.
+	lastWalk, lastReads int
 	// buckets are the leader's token buckets and fairLast the fairness
 	// group admitted last (flow.go); used by scan alone.
 	buckets  map[string]*rate.Limiter
@@ -105,6 +117,8 @@ func (iv *invoker) reset() {
 	iv.held = make(map[string]heldMark)
 	iv.starting = make(map[string]startWait)
 	iv.heldBy = nil
+	iv.known = make(map[string]knownHeld)
+	iv.skippedBy = nil
 	iv.buckets = make(map[string]*rate.Limiter)
 	iv.fairLast = ""
 	iv.from, iv.scanning, iv.lowered, iv.low = nil, false, false, nil
@@ -140,6 +154,7 @@ func lowerKey(a, b []byte) []byte {
 func (iv *invoker) rescan() {
 	iv.mu.Lock()
 	iv.lowerFrom(nil)
+	clear(iv.known) // entries it knew may be gone without an outcome
 	iv.mu.Unlock()
 	iv.kick()
 }
@@ -161,6 +176,7 @@ func (iv *invoker) applied(ids [][]byte, added bool, firstQueued int64) {
 			delete(iv.inflight, string(id))
 			delete(iv.holding, string(id))
 			delete(iv.held, string(id))
+			delete(iv.known, string(id))
 			if iv.scanning {
 				iv.done[string(id)] = struct{}{}
 			}
@@ -195,7 +211,28 @@ func (iv *invoker) isDelivering(id []byte) bool {
 func (iv *invoker) heldByOf(id []byte) string {
 	iv.mu.Lock()
 	defer iv.mu.Unlock()
-	return iv.heldBy[string(id)]
+	if h, ok := iv.heldBy[string(id)]; ok {
+		return h
+	}
+	if k, ok := iv.known[string(id)]; ok {
+		return iv.skippedBy[k.group] // passed over behind its group
+	}
+	return ""
+}
+
+// lookup reports whether id is reserved and what known holds of it.
+func (iv *invoker) lookup(id []byte) (reserved bool, k knownHeld, isKnown bool) {
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	_, reserved = iv.inflight[string(id)]
+	k, isKnown = iv.known[string(id)]
+	return reserved, k, isKnown
+}
+
+func (iv *invoker) knownLen() int {
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	return len(iv.known)
 }
 
 func (iv *invoker) reserved(id []byte) bool {
@@ -326,10 +363,30 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 		}
 	}
 	var recs []*rpc.InvocationRecord
-	var heldBy map[string]string
+	var heldBy, skippedBy map[string]string
+	// The scan window (flow.go): a held group takes at most groupCap
+	// candidates; its later deliveries are passed over (skipped), from
+	// known without reading their records.
+	candidates := make(map[string]int) // group → candidates queued
+	lastOf := make(map[string]limited) // group → its last candidate
+	skipped := make(map[string]int)    // group → deliveries passed over
+	caps := make(map[*rpc.Service]int) // groupCap of a registration
+	groupCap := func(svc *rpc.Service) int {
+		n, ok := caps[svc]
+		if !ok {
+			n = iv.groupCap(svc, free)
+			caps[svc] = n
+		}
+		return n
+	}
+	var newKnown []knownEntry
+	knownRoom := iv.cfg.ScanLimit*scanWalkFactor - iv.knownLen()
 	resume := start // where the next scan may start
+	// walked counts the due entries the scan went through, reads those it
+	// read a record of (or picked): bounded by ScanLimit*scanWalkFactor
+	// and ScanLimit.
+	walked, reads := 0, 0
 	err := iv.p.log.View(func(b *bolt.Bucket) error {
-		scanned := 0
 		// prefix: every entry read so far is reserved or picked, so the
 		// next scan may start after the last of them.
 		var last outbox.Queued
@@ -341,10 +398,11 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 				soonest(q.Due)
 				return false
 			}
-			if scanned++; scanned > iv.cfg.ScanLimit {
+			if walked++; walked > iv.cfg.ScanLimit*scanWalkFactor {
 				return false
 			}
-			if iv.reserved(q.ID) {
+			reserved, k, isKnown := iv.lookup(q.ID)
+			if reserved {
 				if prefix {
 					last = q
 				}
@@ -356,6 +414,9 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 				prefix = false
 				soonest(q.StartedUntil)
 				if !iv.isHeld(q.ID) && rules != nil {
+					if reads++; reads > iv.cfg.ScanLimit {
+						return false
+					}
 					h, err := iv.heldFromState(b, q, rules, hasRules)
 					if err != nil {
 						walkErr = err
@@ -370,6 +431,14 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 			}
 			if rules != nil {
 				if svc := registered(q.Service); svc != nil && (hasRules || underFlowControl(svc)) {
+					if isKnown && k.svc == svc && candidates[k.group] >= groupCap(svc) {
+						prefix = false
+						skipped[k.group]++
+						return true
+					}
+					if reads++; reads > iv.cfg.ScanLimit {
+						return false
+					}
 					rec, found, err := getRecord(b, q.ID)
 					if err != nil {
 						walkErr = err
@@ -382,7 +451,19 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 					if found && rec.State == rpc.InvocationRecord_PENDING {
 						if ds, bs := iv.flowOf(svc, rule, rec); len(ds)+len(bs) > 0 {
 							prefix = false
-							waiting.push(fairGroup(rec.Invoke), rec.Invoke.Priority, limited{rec: rec, demands: ds, buckets: bs})
+							g := fairGroup(rec.Invoke)
+							if (!isKnown || k.svc != svc) && knownRoom > 0 {
+								knownRoom--
+								newKnown = append(newKnown, knownEntry{id: string(q.ID), knownHeld: knownHeld{group: g, svc: svc}})
+							}
+							if candidates[g] >= groupCap(svc) {
+								skipped[g]++
+								return true
+							}
+							candidates[g]++
+							l := limited{rec: rec, demands: ds, buckets: bs}
+							lastOf[g] = l
+							waiting.push(g, rec.Invoke.Priority, l)
 							return true
 						}
 					}
@@ -391,6 +472,9 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 			if busy[string(q.Service)] >= iv.cfg.ServiceConcurrency {
 				prefix = false
 				return true
+			}
+			if reads++; reads > iv.cfg.ScanLimit {
+				return false
 			}
 			if prefix {
 				last = q
@@ -435,8 +519,12 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 			busy[l.rec.Invoke.Service]++
 			lpicks = append(lpicks, l)
 		}
-		iv.p.metrics.waitingForLimit(waiting.len())
-		iv.p.flow.endScan(iv.term.Load(), shares, counts, waiting)
+		nskipped := 0
+		for _, n := range skipped {
+			nskipped += n
+		}
+		iv.p.metrics.waitingForLimit(waiting.len() + nskipped)
+		iv.p.flow.endScan(iv.term.Load(), shares, counts, waiting, skipped, lastOf)
 		nodeFull := len(picks)+len(lpicks) >= free
 		waiting.each(func(l limited) {
 			if heldBy == nil {
@@ -444,6 +532,13 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 			}
 			heldBy[string(l.rec.Invoke.InvocationId)] = iv.holderOf(l, counts, busy, nodeFull, clock)
 		})
+		for g := range skipped {
+			if skippedBy == nil {
+				skippedBy = make(map[string]string, len(skipped))
+			}
+			// Behind the group's last candidate, held as it is.
+			skippedBy[g] = iv.holderOf(lastOf[g], counts, busy, nodeFull, clock)
+		}
 		for _, e := range picks {
 			rec, found, err := getRecord(b, e.ID)
 			if err != nil {
@@ -458,6 +553,7 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 	iv.mu.Lock()
 	defer iv.mu.Unlock()
 	iv.scanning = false
+	iv.lastWalk, iv.lastReads = min(walked, iv.cfg.ScanLimit*scanWalkFactor), min(reads, iv.cfg.ScanLimit)
 	if err != nil {
 		iv.from = nil
 		iv.p.logger.Error().Err(err).Msg("invoker: outbox scan failed")
@@ -472,7 +568,12 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 		resume = lowerKey(resume, iv.low)
 	}
 	iv.from = resume
-	iv.heldBy = heldBy
+	iv.heldBy, iv.skippedBy = heldBy, skippedBy
+	for _, k := range newKnown {
+		if _, ok := iv.done[k.id]; !ok {
+			iv.known[k.id] = k.knownHeld
+		}
+	}
 	for _, h := range newHeld {
 		if _, ok := iv.done[h.id]; !ok {
 			iv.held[h.id] = h.heldMark
