@@ -201,7 +201,24 @@
 // services' entries behind it until its backlog shrinks (head-of-line
 // within one partition).
 //
+// Deliveries held by flow control do not hide what is behind them that
+// way (flow.go, "The scan window"): a scan queues at most a few
+// candidates per fairness group and passes over the group's later
+// deliveries, from their keys alone once the leader has read them (it
+// remembers their group, leader-local). A cold key behind a hot key's
+// held backlog is so seen within a scan or two, as long as that backlog
+// is under 8 × ScanLimit (65,536) keys; beyond, it waits for the backlog
+// to shrink to that. The alternative, the group (and what limits apply)
+// kept in each outbox value at Invoke, would let a new leader skip without
+// reading any record, but changes stored state on every replica for
+// every service (its encoding, mixed versions during an upgrade, the
+// accept path's writes) to save what one read per held delivery per term
+// costs; the leader-local memory changes nothing stored and cannot exceed
+// a limit, as the candidates are read and the limits counted from state
+// as before.
+//
 // Pending requests, attach waiters and the proposal queue are bounded
-// (rpc.ErrOverloaded); the invoker reads at most ScanLimit outbox keys per
-// scan, whatever the backlog.
+// (rpc.ErrOverloaded); the invoker reads at most ScanLimit outbox entries
+// (and walks at most 8 × ScanLimit keys) per scan, whatever the backlog,
+// and remembers the group of at most 8 × ScanLimit held deliveries.
 package partition

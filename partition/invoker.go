@@ -220,11 +220,14 @@ func (iv *invoker) heldByOf(id []byte) string {
 	return ""
 }
 
-// lookup reports whether id is reserved and what known holds of it.
-func (iv *invoker) lookup(id []byte) (reserved bool, k knownHeld, isKnown bool) {
+// lookup reports whether id is reserved and, if asked, what known holds
+// of it.
+func (iv *invoker) lookup(id []byte, known bool) (reserved bool, k knownHeld, isKnown bool) {
 	iv.mu.Lock()
 	defer iv.mu.Unlock()
-	_, reserved = iv.inflight[string(id)]
+	if _, reserved = iv.inflight[string(id)]; reserved || !known {
+		return reserved, k, false
+	}
 	k, isKnown = iv.known[string(id)]
 	return reserved, k, isKnown
 }
@@ -341,11 +344,20 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 	shares := iv.p.flow.current()
 	rules, _ := iv.p.cfg.Services.(FlowRules)
 	hasRules := rules != nil && rules.HasRules()
+	// The registration of each service seen, nil when it is under no
+	// flow control (no limits, no scope rules): its deliveries are
+	// picked from their keys.
 	services := make(map[string]*rpc.Service)
-	registered := func(name []byte) *rpc.Service {
+	controlled := func(name []byte) *rpc.Service {
+		if rules == nil {
+			return nil
+		}
 		svc, ok := services[string(name)]
 		if !ok {
 			svc, _ = rules.Registered(string(name))
+			if svc != nil && !hasRules && !underFlowControl(svc) {
+				svc = nil
+			}
 			services[string(name)] = svc
 		}
 		return svc
@@ -380,11 +392,13 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 		return n
 	}
 	var newKnown []knownEntry
+	names := make(map[string]string)
 	knownRoom := iv.cfg.ScanLimit*scanWalkFactor - iv.knownLen()
 	resume := start // where the next scan may start
 	// walked counts the due entries the scan went through, reads those it
-	// read a record of (or picked): bounded by ScanLimit*scanWalkFactor
-	// and ScanLimit.
+	// read a record of, picked, or passed over for a full service:
+	// bounded by ScanLimit*scanWalkFactor and ScanLimit. Reserved,
+	// marked and skipped entries count only as walked.
 	walked, reads := 0, 0
 	err := iv.p.log.View(func(b *bolt.Bucket) error {
 		// prefix: every entry read so far is reserved or picked, so the
@@ -401,7 +415,8 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 			if walked++; walked > iv.cfg.ScanLimit*scanWalkFactor {
 				return false
 			}
-			reserved, k, isKnown := iv.lookup(q.ID)
+			svc := controlled(q.Service)
+			reserved, k, isKnown := iv.lookup(q.ID, svc != nil)
 			if reserved {
 				if prefix {
 					last = q
@@ -429,52 +444,58 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 				}
 				return true
 			}
-			if rules != nil {
-				if svc := registered(q.Service); svc != nil && (hasRules || underFlowControl(svc)) {
-					if isKnown && k.svc == svc && candidates[k.group] >= groupCap(svc) {
+			if svc != nil {
+				if isKnown && k.svc == svc && candidates[k.group] >= groupCap(svc) {
+					prefix = false
+					skipped[k.group]++
+					return true
+				}
+				if reads++; reads > iv.cfg.ScanLimit {
+					return false
+				}
+				rec, found, err := getRecord(b, q.ID)
+				if err != nil {
+					walkErr = err
+					return false
+				}
+				var rule *rpc.Rule
+				if hasRules && found {
+					rule, _ = rules.RuleFor(rec.Invoke.GetScope())
+				}
+				if found && rec.State == rpc.InvocationRecord_PENDING {
+					if ds, bs := iv.flowOf(svc, rule, rec); len(ds)+len(bs) > 0 {
 						prefix = false
-						skipped[k.group]++
-						return true
-					}
-					if reads++; reads > iv.cfg.ScanLimit {
-						return false
-					}
-					rec, found, err := getRecord(b, q.ID)
-					if err != nil {
-						walkErr = err
-						return false
-					}
-					var rule *rpc.Rule
-					if hasRules && found {
-						rule, _ = rules.RuleFor(rec.Invoke.GetScope())
-					}
-					if found && rec.State == rpc.InvocationRecord_PENDING {
-						if ds, bs := iv.flowOf(svc, rule, rec); len(ds)+len(bs) > 0 {
-							prefix = false
-							g := fairGroup(rec.Invoke)
-							if (!isKnown || k.svc != svc) && knownRoom > 0 {
-								knownRoom--
-								newKnown = append(newKnown, knownEntry{id: string(q.ID), knownHeld: knownHeld{group: g, svc: svc}})
-							}
-							if candidates[g] >= groupCap(svc) {
-								skipped[g]++
-								return true
-							}
-							candidates[g]++
-							l := limited{rec: rec, demands: ds, buckets: bs}
-							lastOf[g] = l
-							waiting.push(g, rec.Invoke.Priority, l)
+						g := fairGroup(rec.Invoke)
+						if n, ok := names[g]; ok {
+							g = n // one copy per group in known
+						} else {
+							names[g] = g
+						}
+						if (!isKnown || k.svc != svc) && knownRoom > 0 {
+							knownRoom--
+							newKnown = append(newKnown, knownEntry{id: string(q.ID), knownHeld: knownHeld{group: g, svc: svc}})
+						}
+						if candidates[g] >= groupCap(svc) {
+							skipped[g]++
 							return true
 						}
+						candidates[g]++
+						l := limited{rec: rec, demands: ds, buckets: bs}
+						lastOf[g] = l
+						waiting.push(g, rec.Invoke.Priority, l)
+						return true
 					}
 				}
+			}
+			// Passed over for a full service, as picked: against
+			// ScanLimit, so a service without limits walks no further
+			// than it did.
+			if reads++; reads > iv.cfg.ScanLimit {
+				return false
 			}
 			if busy[string(q.Service)] >= iv.cfg.ServiceConcurrency {
 				prefix = false
 				return true
-			}
-			if reads++; reads > iv.cfg.ScanLimit {
-				return false
 			}
 			if prefix {
 				last = q
