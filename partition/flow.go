@@ -445,6 +445,9 @@ func (iv *invoker) startsApplied(marks []startMark) {
 	iv.mu.Lock()
 	defer iv.mu.Unlock()
 	for _, m := range marks {
+		if _, ok := iv.inflight[string(m.id)]; !ok && m.marked {
+			iv.dropRun() // another leader's mark, maybe in the run
+		}
 		if w, ok := iv.starting[string(m.id)]; ok && w.until == m.until {
 			delete(iv.starting, string(m.id))
 			w.ch <- m.marked

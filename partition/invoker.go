@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -73,6 +75,12 @@ type invoker struct {
 	// mu.
 	known     map[string]knownHeld
 	skippedBy map[string]string
+	// skip is the skip run (skiprun.go; a scan takes it while it runs),
+	// runTo the end of the last one kept, runGen counts the drops.
+	// Guarded by mu.
+	skip   *skipRun
+	runTo  []byte
+	runGen uint64
 	// lastWalk and lastReads are the keys the last scan walked and the
 	// records it read (tests). Guarded by mu.
 	lastWalk, lastReads int
@@ -122,6 +130,7 @@ func (iv *invoker) reset() {
 	iv.buckets = make(map[string]*rate.Limiter)
 	iv.fairLast = ""
 	iv.from, iv.scanning, iv.lowered, iv.low = nil, false, false, nil
+	iv.skip, iv.runTo = nil, nil
 	iv.p.flow.forget()
 }
 
@@ -129,6 +138,9 @@ func (iv *invoker) reset() {
 // first entry). Call with mu held.
 func (iv *invoker) lowerFrom(key []byte) {
 	iv.from = lowerKey(iv.from, key)
+	if key == nil || iv.runTo != nil && bytes.Compare(key, iv.runTo) < 0 {
+		iv.dropRun() // queued into it, or every entry to be read again
+	}
 	if iv.scanning {
 		if !iv.lowered {
 			iv.low, iv.lowered = key, true
@@ -173,6 +185,9 @@ func (iv *invoker) applied(ids [][]byte, added bool, firstQueued int64) {
 	if len(ids) > 0 || added {
 		iv.mu.Lock()
 		for _, id := range ids {
+			if _, ok := iv.inflight[string(id)]; !ok {
+				iv.dropRun() // not this leader's delivery: it may lie in the run
+			}
 			delete(iv.inflight, string(id))
 			delete(iv.holding, string(id))
 			delete(iv.held, string(id))
@@ -337,6 +352,10 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 	}
 	start := iv.from
 	iv.scanning, iv.lowered, iv.low = free > 0, false, nil
+	// The scan takes the skip run; it keeps the one it ends with unless
+	// something dropped it meanwhile (runGen, lowered).
+	run, runGen := iv.skip, iv.runGen
+	iv.skip = nil
 	iv.mu.Unlock()
 	if free <= 0 {
 		return 0
@@ -400,14 +419,100 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 	// bounded by ScanLimit*scanWalkFactor and ScanLimit. Reserved,
 	// marked and skipped entries count only as walked.
 	walked, reads := 0, 0
+	var rb runBuilder // the stretch this scan walks, for the next (skiprun.go)
+	keep := func(svc *rpc.Service) int { return max(runNextMin, 2*groupCap(svc)) }
 	err := iv.p.log.View(func(b *bolt.Bucket) error {
 		// prefix: every entry read so far is reserved or picked, so the
 		// next scan may start after the last of them.
 		var last outbox.Queued
 		prefix := true
 		var walkErr error
-		// Entries under way are passed over without copying.
-		err := outbox.ScanQueuedFrom(b, start, func(q outbox.Queued) bool {
+		// jump passes over run as a walk would (skiprun.go): false when it
+		// cannot, or must stop the scan (stop).
+		jump := func() (ok, stop bool) {
+			type taken struct {
+				g    string
+				ls   []limited
+				next []runEntry
+				skip int
+			}
+			var takes []taken
+			for _, g := range slices.Sorted(maps.Keys(run.groups)) {
+				rg := run.groups[g]
+				if controlled([]byte(rg.service)) != rg.svc {
+					return false, false // registration changed
+				}
+				need := groupCap(rg.svc) - candidates[g]
+				t := taken{g: g}
+				for _, e := range rg.next {
+					if iv.reserved(e.id) {
+						t.next = append(t.next, e)
+						continue
+					}
+					if need <= 0 {
+						t.next = append(t.next, e)
+						t.skip++
+						continue
+					}
+					if reads++; reads > iv.cfg.ScanLimit {
+						return false, true
+					}
+					rec, found, err := getRecord(b, e.id)
+					if err != nil {
+						walkErr = err
+						return false, true
+					}
+					if !found || rec.State != rpc.InvocationRecord_PENDING || dueOf(rec) != e.due {
+						continue // its outcome applied: gone from the run
+					}
+					oe, queued, err := outbox.Get(b, e.due, e.id)
+					if err != nil {
+						walkErr = err
+						return false, true
+					}
+					if !queued {
+						continue
+					}
+					if oe.StartedUntil > now {
+						return false, false // marked: a walk counts it
+					}
+					var rule *rpc.Rule
+					if hasRules {
+						rule, _ = rules.RuleFor(rec.Invoke.GetScope())
+					}
+					ds, bs := iv.flowOf(rg.svc, rule, rec)
+					if len(ds)+len(bs) == 0 || fairGroup(rec.Invoke) != g {
+						return false, false
+					}
+					t.ls = append(t.ls, limited{rec: rec, demands: ds, buckets: bs})
+					t.next = append(t.next, e)
+					need--
+				}
+				if need > 0 && rg.rest > 0 {
+					return false, false // its next candidates are past next
+				}
+				t.skip += rg.rest
+				takes = append(takes, t)
+			}
+			run.n = 0
+			for _, t := range takes {
+				for _, l := range t.ls {
+					candidates[t.g]++
+					lastOf[t.g] = l
+					waiting.push(t.g, l.rec.Invoke.Priority, l)
+				}
+				if t.skip > 0 {
+					skipped[t.g] += t.skip
+				}
+				rg := run.groups[t.g]
+				rg.next = t.next
+				run.n += len(rg.next) + rg.rest
+			}
+			return true, false
+		}
+		var key []byte    // the entry's queue key, when a run lies ahead
+		var jumpTo []byte // where the walk goes on after a jump
+		visit := func(q outbox.Queued) bool {
 			if q.Due > now {
 				soonest(q.Due)
 				return false
@@ -415,17 +520,39 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 			if walked++; walked > iv.cfg.ScanLimit*scanWalkFactor {
 				return false
 			}
+			if run != nil {
+				key = q.AppendKey(key[:0])
+				if bytes.Compare(key, run.from) >= 0 {
+					if bytes.Compare(key, run.to) < 0 {
+						ok, stop := jump()
+						if stop {
+							return false
+						}
+						if ok {
+							prefix = false
+							rb.end()
+							rb.resume(run)
+							jumpTo = run.to
+							run = nil
+							return false
+						}
+					}
+					run = nil // behind the walk, or not to be jumped
+				}
+			}
 			svc := controlled(q.Service)
 			reserved, k, isKnown := iv.lookup(q.ID, svc != nil)
 			if reserved {
 				if prefix {
 					last = q
 				}
+				rb.reserved(q)
 				return true
 			}
 			if q.StartedUntil > now {
 				// Marked under way by an earlier leader or a released
 				// delivery: in flight until its mark ends.
+				rb.end()
 				prefix = false
 				soonest(q.StartedUntil)
 				if !iv.isHeld(q.ID) && rules != nil {
@@ -448,6 +575,7 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 				if isKnown && k.svc == svc && candidates[k.group] >= groupCap(svc) {
 					prefix = false
 					skipped[k.group]++
+					rb.held(q, k.group, svc, keep(svc))
 					return true
 				}
 				if reads++; reads > iv.cfg.ScanLimit {
@@ -475,6 +603,7 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 							knownRoom--
 							newKnown = append(newKnown, knownEntry{id: string(q.ID), knownHeld: knownHeld{group: g, svc: svc}})
 						}
+						rb.held(q, g, svc, keep(svc))
 						if candidates[g] >= groupCap(svc) {
 							skipped[g]++
 							return true
@@ -487,6 +616,7 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 					}
 				}
 			}
+			rb.end()
 			// Passed over for a full service, as picked: against
 			// ScanLimit, so a service without limits walks no further
 			// than it did.
@@ -504,7 +634,14 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 			busy[e.Service]++
 			picks = append(picks, e)
 			return len(picks) < free
-		})
+		}
+		// Entries under way are passed over without copying.
+		err := outbox.ScanQueuedFrom(b, start, visit)
+		for err == nil && walkErr == nil && jumpTo != nil {
+			from := jumpTo
+			jumpTo = nil
+			err = outbox.ScanQueuedFrom(b, from, visit)
+		}
 		if err == nil {
 			err = walkErr
 		}
@@ -577,6 +714,7 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 	iv.lastWalk, iv.lastReads = min(walked, iv.cfg.ScanLimit*scanWalkFactor), min(reads, iv.cfg.ScanLimit)
 	if err != nil {
 		iv.from = nil
+		iv.skip, iv.runTo = nil, nil
 		iv.p.logger.Error().Err(err).Msg("invoker: outbox scan failed")
 		return 0
 	}
@@ -590,6 +728,11 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 	}
 	iv.from = resume
 	iv.heldBy, iv.skippedBy = heldBy, skippedBy
+	if next := rb.run(); next != nil && iv.runGen == runGen && (!iv.lowered || iv.low != nil && bytes.Compare(iv.low, next.to) >= 0) {
+		iv.skip, iv.runTo = next, next.to
+	} else {
+		iv.skip, iv.runTo = nil, nil
+	}
 	for _, k := range newKnown {
 		if _, ok := iv.done[k.id]; !ok {
 			iv.known[k.id] = k.knownHeld
