@@ -55,17 +55,26 @@ import (
 //     cannot go before its candidates, as order within a group holds.
 //     The leader remembers the group of every held delivery it read
 //     (invoker.known, with the registration it read it under), so a later
-//     scan passes over those deliveries from their keys alone, without
-//     their records, and the window reaches past a hot key's backlog to
+//     walk passes over those deliveries from their keys alone, without
+//     their records; and the longest stretch of reserved and held
+//     deliveries a scan walked becomes a skip run (skiprun.go) that the
+//     next scans jump, taking each group's candidates from the few it
+//     remembers, then walk on from its end, extending it. So a hot key's
+//     backlog costs a scan its candidates' reads, and the window reaches
 //     the deliveries behind it. Passing over never admits anything: the
 //     candidates are read afresh, limits are counted as before (from
-//     the reservations and the marks in state), so this is leader-local
-//     soft state, dropped at each term, on a rollback or Restore, and per
-//     delivery when an outcome applies; nothing stored changes. Known
-//     limit: a group's deliveries beyond the walk (ScanLimit *
-//     scanWalkFactor keys of held deliveries ahead) stay out of sight
-//     until the backlog ahead shrinks, as do those behind more than
-//     ScanLimit held deliveries of distinct groups.
+//     the reservations and the marks in state); this is leader-local
+//     soft state, dropped at each term, on a rollback or Restore, per
+//     delivery when an outcome applies (and the run by whatever could
+//     put into it what a walk would not pass over); nothing stored
+//     changes. Known limits: a scan that starts without a run (the first
+//     of a term, after a drop, and at each IdleRecheck, which reads the
+//     outbox from its first entry) sees no further than its walk, and
+//     each scan after it reaches at most scanWalkFactor * ScanLimit keys
+//     of known held deliveries (ScanLimit unknown ones, as they are read)
+//     further; and deliveries behind more than about ScanLimit / groupCap
+//     held groups wait for those to shrink, as every group's candidates
+//     are read at every scan.
 //   - heldBy: the scan notes, for each delivery it left waiting, the limit
 //     it found full (holderOf), as the leader's soft state for listings;
 //     the next scan replaces it. A skipped delivery is held as the
@@ -261,12 +270,17 @@ type knownEntry struct {
 }
 
 // groupCap is how many candidates one scan queues of a fairness group of
-// svc: at most the scan's free slots, the service-wide limits every
-// delivery of the group counts against (the service's concurrency share,
-// its bucket's burst share: no scan admits more of it), and half of
-// ScanLimit, so that one group leaves reads to the others; at least 1.
+// svc: at most the scan's free slots, the limits every delivery of the
+// group counts against (the service's concurrency share, its bucket's
+// burst share; a keyed service's perKeyConcurrency, plus the one
+// exclusive invocation a key may have queued: no scan admits more of
+// it), and half of ScanLimit, so that one group leaves reads to the
+// others; at least 1.
 func (iv *invoker) groupCap(svc *rpc.Service, free int) int {
 	n := min(free, max(iv.cfg.ScanLimit/2, 1))
+	if k := svc.GetPerKeyConcurrency(); k > 0 && svc.GetKind() != rpc.Service_SERVICE {
+		n = min(n, int(k)+1) // its groups are keys (fairGroup)
+	}
 	l := svc.GetLimits()
 	if c := l.GetConcurrency(); c > 0 {
 		n = min(n, iv.shareOf("s\x00"+svc.GetName(), c))
