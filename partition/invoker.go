@@ -354,12 +354,13 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 	iv.scanning, iv.lowered, iv.low = free > 0, false, nil
 	// The scan takes the skip run; it keeps the one it ends with unless
 	// something dropped it meanwhile (runGen, lowered).
+	if free <= 0 {
+		iv.mu.Unlock()
+		return 0
+	}
 	run, runGen := iv.skip, iv.runGen
 	iv.skip = nil
 	iv.mu.Unlock()
-	if free <= 0 {
-		return 0
-	}
 	shares := iv.p.flow.current()
 	rules, _ := iv.p.cfg.Services.(FlowRules)
 	hasRules := rules != nil && rules.HasRules()
