@@ -260,3 +260,73 @@ func TestSkipRunsKeepDeliveries(t *testing.T) {
 		}
 	}
 }
+
+// A new leader builds its own scan window (known groups, skip run:
+// leader-local), counts the old leader's mark from state (nothing starts
+// until it ends), and reaches the cold key behind the hot backlog within
+// a few scans: it goes first once the mark is over.
+func TestScanWindowAcrossLeaderChange(t *testing.T) {
+	clock := newManualClock()
+	svc := &rpc.Service{Name: "limited", Kind: rpc.Service_OBJECT, Shared: []string{"greet"}, Limits: &rpc.Limits{Concurrency: 1}}
+	rs := newRecordingService(t)
+	rs.block = make(chan struct{})
+	svc.Url = rs.srv.URL
+	var mu sync.Mutex
+	var order []string
+	rs.answer = func(_ string, _ int, body []byte) (int, http.Header, []byte) {
+		mu.Lock()
+		order = append(order, string(body))
+		mu.Unlock()
+		return http.StatusOK, nil, nil
+	}
+	c := newFakeCluster(t, 3, func(_ int, cfg *Config) {
+		cfg.Services = flowServices{staticServices: staticServices{svc.Name: svc}}
+		cfg.Clock = clock.Now
+		cfg.Invoker.ScanLimit = 16
+	})
+	c.setLeader(0, false)
+	old := c.replicas[0].p
+	const hot = 100
+	appendInvokes(t, old, hot, func(i int, inv *rpc.Invoke) { keyed(inv, "hot"); inv.Body = []byte("hot " + strconv.Itoa(i)) })
+	testutil.WaitFor(t, 10*time.Second, "one hot call under way", func() bool { n, _, _ := rs.inFlight(); return n == 1 })
+	testutil.WaitFor(t, 10*time.Second, "the old leader's scan window built", func() bool {
+		var wg sync.WaitGroup
+		old.invoker.scan(ctxT(t), &wg)
+		old.invoker.mu.Lock()
+		defer old.invoker.mu.Unlock()
+		return len(old.invoker.known) == hot && old.invoker.skip != nil
+	})
+	c.waitApplied()
+	c.setLeader(1, true)
+	p := c.replicas[1].p
+	testutil.WaitFor(t, 10*time.Second, "the new leader holds the old mark", func() bool {
+		p.invoker.mu.Lock()
+		defer p.invoker.mu.Unlock()
+		return len(p.invoker.held) == 1
+	})
+	appendInvokes(t, p, 1, func(_ int, inv *rpc.Invoke) { keyed(inv, "cold"); inv.Body = []byte("cold") })
+	for range 5 { // nothing starts while the old mark holds the limit
+		var wg sync.WaitGroup
+		p.invoker.scan(ctxT(t), &wg)
+	}
+	if _, _, ids := rs.inFlight(); ids != 1 {
+		t.Fatalf("%d invocations delivered while the old leader's mark held the limit", ids)
+	}
+	// The old leader's call ends, then its mark: only then may the new
+	// leader start anything (concurrency 1).
+	close(rs.block)
+	testutil.WaitFor(t, 10*time.Second, "the old call over", func() bool { n, _, _ := rs.inFlight(); return n == 0 })
+	clock.Advance(6 * time.Second) // past the mark (attempt timeout 5 s)
+	testutil.WaitFor(t, 30*time.Second, "all delivered", func() bool { return p.OutboxDepth() == 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	// The old leader's call was cut when it lost leadership (unanswered:
+	// not in order); the new leader goes round robin from its first scan,
+	// the cold key's group sorting first.
+	if at := slices.Index(order, "cold"); at != 0 {
+		t.Fatalf("the cold key went %dth: %v", at+1, order[:min(len(order), 5)])
+	}
+	if _, most, _ := rs.inFlight(); most != 1 {
+		t.Fatalf("%d under way, limit 1", most)
+	}
+}
