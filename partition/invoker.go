@@ -81,6 +81,9 @@ type invoker struct {
 	skip   *skipRun
 	runTo  []byte
 	runGen uint64
+	// runTurn rotates the group a jump starts at, so that groups past
+	// the reads a scan has left get their turn. Guarded by mu.
+	runTurn uint
 	// lastWalk and lastReads are the keys the last scan walked and the
 	// records it read (tests). Guarded by mu.
 	lastWalk, lastReads int
@@ -358,8 +361,9 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 		iv.mu.Unlock()
 		return 0
 	}
-	run, runGen := iv.skip, iv.runGen
+	run, runGen, turn := iv.skip, iv.runGen, iv.runTurn
 	iv.skip = nil
+	iv.runTurn++
 	iv.mu.Unlock()
 	shares := iv.p.flow.current()
 	rules, _ := iv.p.cfg.Services.(FlowRules)
@@ -429,7 +433,8 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 		prefix := true
 		var walkErr error
 		// jump passes over run as a walk would (skiprun.go): false when it
-		// cannot, or must stop the scan (stop).
+		// cannot. stop: the scan ends there (an error, or no reads left:
+		// the groups it got to have their candidates, the run is kept).
 		jump := func() (ok, stop bool) {
 			type taken struct {
 				g    string
@@ -438,14 +443,18 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 				skip int
 			}
 			var takes []taken
-			for _, g := range slices.Sorted(maps.Keys(run.groups)) {
+			names := slices.Sorted(maps.Keys(run.groups))
+			exhausted := false
+		groups:
+			for i := range names {
+				g := names[(int(turn)+i)%len(names)]
 				rg := run.groups[g]
 				if controlled([]byte(rg.service)) != rg.svc {
 					return false, false // registration changed
 				}
 				need := groupCap(rg.svc) - candidates[g]
 				t := taken{g: g}
-				for _, e := range rg.next {
+				for j, e := range rg.next {
 					if iv.reserved(e.id) {
 						t.next = append(t.next, e)
 						continue
@@ -455,17 +464,7 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 						t.skip++
 						continue
 					}
-					if reads++; reads > iv.cfg.ScanLimit {
-						return false, true
-					}
-					rec, found, err := getRecord(b, e.id)
-					if err != nil {
-						walkErr = err
-						return false, true
-					}
-					if !found || rec.State != rpc.InvocationRecord_PENDING || dueOf(rec) != e.due {
-						continue // its outcome applied: gone from the run
-					}
+					// Gone (its outcome applied) costs a seek, not a read.
 					oe, queued, err := outbox.Get(b, e.due, e.id)
 					if err != nil {
 						walkErr = err
@@ -477,6 +476,18 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 					if oe.StartedUntil > now {
 						return false, false // marked: a walk counts it
 					}
+					if reads++; reads > iv.cfg.ScanLimit {
+						exhausted = true // this group and the next wait
+						break groups
+					}
+					rec, found, err := getRecord(b, e.id)
+					if err != nil {
+						walkErr = err
+						return false, true
+					}
+					if !found || rec.State != rpc.InvocationRecord_PENDING || dueOf(rec) != e.due {
+						continue // its outcome applied: gone from the run
+					}
 					var rule *rpc.Rule
 					if hasRules {
 						rule, _ = rules.RuleFor(rec.Invoke.GetScope())
@@ -487,7 +498,14 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 					}
 					t.ls = append(t.ls, limited{rec: rec, demands: ds, buckets: bs})
 					t.next = append(t.next, e)
-					need--
+					if need--; need == 0 {
+						// The rest of next is skipped (or reserved).
+						for _, e := range rg.next[j+1:] {
+							t.next = append(t.next, e)
+							t.skip++
+						}
+						break
+					}
 				}
 				if need > 0 && rg.rest > 0 {
 					return false, false // its next candidates are past next
@@ -495,7 +513,6 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 				t.skip += rg.rest
 				takes = append(takes, t)
 			}
-			run.n = 0
 			for _, t := range takes {
 				for _, l := range t.ls {
 					candidates[t.g]++
@@ -505,11 +522,13 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 				if t.skip > 0 {
 					skipped[t.g] += t.skip
 				}
-				rg := run.groups[t.g]
-				rg.next = t.next
+				run.groups[t.g].next = t.next
+			}
+			run.n = 0
+			for _, rg := range run.groups {
 				run.n += len(rg.next) + rg.rest
 			}
-			return true, false
+			return true, exhausted
 		}
 		var key []byte    // the entry's queue key, when a run lies ahead
 		var jumpTo []byte // where the walk goes on after a jump
@@ -521,32 +540,36 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 			if walked++; walked > iv.cfg.ScanLimit*scanWalkFactor {
 				return false
 			}
+			svc := controlled(q.Service)
+			reserved, k, isKnown := iv.lookup(q.ID, svc != nil)
+			if reserved && prefix {
+				last = q // the next scan starts after it, even in a run
+				rb.reserved(q)
+				return true
+			}
 			if run != nil {
 				key = q.AppendKey(key[:0])
 				if bytes.Compare(key, run.from) >= 0 {
 					if bytes.Compare(key, run.to) < 0 {
 						ok, stop := jump()
-						if stop {
-							return false
-						}
 						if ok {
 							prefix = false
 							rb.end()
-							rb.resume(run)
-							jumpTo = run.to
+							rb.resume(run) // kept, and extended by what follows
+							if !stop {
+								jumpTo = run.to
+							}
 							run = nil
+							return false
+						}
+						if stop {
 							return false
 						}
 					}
 					run = nil // behind the walk, or not to be jumped
 				}
 			}
-			svc := controlled(q.Service)
-			reserved, k, isKnown := iv.lookup(q.ID, svc != nil)
 			if reserved {
-				if prefix {
-					last = q
-				}
 				rb.reserved(q)
 				return true
 			}
@@ -729,7 +752,7 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 	}
 	iv.from = resume
 	iv.heldBy, iv.skippedBy = heldBy, skippedBy
-	if next := rb.run(); next != nil && iv.runGen == runGen && (!iv.lowered || iv.low != nil && bytes.Compare(iv.low, next.to) >= 0) {
+	if next := rb.run(min(runMin, iv.cfg.ScanLimit*scanWalkFactor/4)); next != nil && iv.runGen == runGen && (!iv.lowered || iv.low != nil && bytes.Compare(iv.low, next.to) >= 0) {
 		iv.skip, iv.runTo = next, next.to
 	} else {
 		iv.skip, iv.runTo = nil, nil

@@ -53,9 +53,10 @@ type runEntry struct {
 // again.
 const runNextMin = 64
 
-// runMin is the fewest held deliveries a stretch needs to become the run;
-// runMaxGroups the most groups it holds, so a jump costs a bounded pass
-// over their next deliveries (a stretch of more ends there).
+// runMin is the fewest held deliveries a stretch needs to become the run
+// (or a quarter of a walk, if fewer); runMaxGroups the most groups it
+// holds, so a jump costs a bounded pass over their next deliveries (a
+// stretch of more ends there).
 const (
 	runMin       = 32
 	runMaxGroups = 128
@@ -118,10 +119,11 @@ func (rb *runBuilder) end() {
 	rb.cur = nil
 }
 
-// run returns the longest stretch, nil when none is worth keeping.
-func (rb *runBuilder) run() *skipRun {
+// run returns the longest stretch, nil when it holds fewer than least
+// held deliveries.
+func (rb *runBuilder) run(least int) *skipRun {
 	rb.end()
-	if rb.best == nil || rb.best.n < runMin {
+	if rb.best == nil || rb.best.n < least {
 		return nil
 	}
 	return rb.best
