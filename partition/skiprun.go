@@ -25,10 +25,12 @@ import (
 // action), a released reservation, a rollback or Restore, and every
 // IdleRecheck (the timer's wake-up reads the outbox from the first). A
 // jump that cannot be made as a walk would (a group needs more
-// candidates than next holds, a registration changed) is not made; the
-// scan walks on and builds a new run. A jump never admits anything a walk
-// would not: the candidates are read, checked and counted against the
-// limits as any.
+// candidates than next holds, a registration changed, a mark) is not
+// made; the scan walks on and builds a new run. A jump that runs out of
+// reads (ScanLimit) keeps the candidates it took and the run, and ends
+// the scan; each jump starts at another group, so all get their turn. A
+// jump never admits anything a walk would not: the candidates are read,
+// checked and counted against the limits as any.
 type skipRun struct {
 	from, to []byte // queue keys
 	groups   map[string]*runGroup
