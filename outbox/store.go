@@ -165,7 +165,13 @@ func (q Queued) Entry() Entry {
 
 // Next returns the first queue key after q's, for ScanQueuedFrom.
 func (q Queued) Next() []byte {
-	return append(appendQueueKey(make([]byte, 0, 8+len(q.ID)+1), q.Due, q.ID), 0)
+	return append(q.AppendKey(make([]byte, 0, 8+len(q.ID)+1)), 0)
+}
+
+// AppendKey appends q's queue key to b: keys order as ScanQueuedFrom
+// walks them, and a key is a start for it.
+func (q Queued) AppendKey(b []byte) []byte {
+	return appendQueueKey(b, q.Due, q.ID)
 }
 
 // StartOf returns the first queue key a delivery due at due can have, for

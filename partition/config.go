@@ -66,8 +66,12 @@ type InvokerConfig struct {
 	// MaxResultBytes bounds a service's answer body; a longer one is a
 	// terminal failure.
 	MaxResultBytes int64
-	// ScanLimit bounds the outbox entries read in one scan, so a backlog
-	// of a saturated service costs bounded work per scan.
+	// ScanLimit bounds the outbox entries one scan reads the record of,
+	// picks or passes over for a full service, so a backlog of a
+	// saturated service costs bounded work per scan. A scan walks at
+	// most 8 times as many keys: those it passes over without a record
+	// (reserved, marked, held behind their group), and jumps the stretch
+	// of them an earlier scan found (flow.go, "The scan window").
 	ScanLimit int
 	// IdleRecheck is the longest the invoker waits without rescanning the
 	// outbox (guards against clock jumps and missed wake-ups).

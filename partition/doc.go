@@ -201,7 +201,34 @@
 // services' entries behind it until its backlog shrinks (head-of-line
 // within one partition).
 //
+// Deliveries held by flow control do not hide what is behind them that
+// way (flow.go, "The scan window"): a scan queues at most a few
+// candidates per fairness group and passes over the group's later
+// deliveries, which it cannot admit before them: from their keys alone
+// once the leader has read them (it remembers their group), and without
+// walking them when they lie in the skip run an earlier scan found
+// (skiprun.go, a second cursor: it jumps the stretch, taking each group's
+// next candidates from the ones it remembers, read and checked afresh).
+// A cold key behind a hot key's held backlog of 10,000 is so seen at the
+// next scan, and a scan over that backlog reads only its groups'
+// candidates (as many as a scan could admit) and walks none of its keys.
+// Known limit: past 8 × ScanLimit held deliveries a scan without a run
+// (the first of a term, and one every IdleRecheck) does not see, the
+// reach grows by up to that much per scan (flow.go). Both are
+// leader-local soft state, dropped at each
+// term (so a new leader reads what it needs from state again), and
+// cannot exceed a limit: the candidates are read and the limits counted
+// from state as before. The alternative, the group (and what flowOf
+// needs) kept in each outbox value at Invoke, would let a scan skip
+// without the leader's memory, but changes stored state on every replica
+// for every service (its encoding, mixed versions during an upgrade, the
+// accept path's writes), and would still walk every key of the backlog
+// at every scan; the leader's memory costs one record read per held
+// delivery per term.
+//
 // Pending requests, attach waiters and the proposal queue are bounded
-// (rpc.ErrOverloaded); the invoker reads at most ScanLimit outbox keys per
-// scan, whatever the backlog.
+// (rpc.ErrOverloaded); the invoker reads at most ScanLimit outbox entries
+// (and walks at most 8 × ScanLimit keys, besides one jump over its skip
+// run of at most 128 groups) per scan, whatever the backlog, and
+// remembers the group of at most 8 × ScanLimit held deliveries.
 package partition

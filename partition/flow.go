@@ -54,9 +54,38 @@ import (
 //     holds, so a high-priority delivery behind a low-priority one of its
 //     key waits for it. Deliveries of services without limits are not
 //     held, so priority does not reorder them.
+//   - The scan window. A scan reads the records of at most
+//     Invoker.ScanLimit due entries, and walks the keys of at most
+//     scanWalkFactor times as many. A fairness group takes at most
+//     groupCap candidates per scan (no more than it could have admitted
+//     in that scan); its later deliveries are passed over (skipped): they
+//     cannot go before its candidates, as order within a group holds.
+//     The leader remembers the group of every held delivery it read
+//     (invoker.known, with the registration it read it under), so a later
+//     walk passes over those deliveries from their keys alone, without
+//     their records; and the longest stretch of reserved and held
+//     deliveries a scan walked becomes a skip run (skiprun.go) that the
+//     next scans jump, taking each group's candidates from the few it
+//     remembers, then walk on from its end, extending it. So a hot key's
+//     backlog costs a scan its candidates' reads, and the window reaches
+//     the deliveries behind it. Passing over never admits anything: the
+//     candidates are read afresh, limits are counted as before (from
+//     the reservations and the marks in state); this is leader-local
+//     soft state, dropped at each term, on a rollback or Restore, per
+//     delivery when an outcome applies (and the run by whatever could
+//     put into it what a walk would not pass over); nothing stored
+//     changes. Known limits: a scan that starts without a run (the first
+//     of a term, after a drop, and at each IdleRecheck, which reads the
+//     outbox from its first entry) sees no further than its walk, and
+//     each scan after it reaches at most scanWalkFactor * ScanLimit keys
+//     of known held deliveries (ScanLimit unknown ones, as they are read)
+//     further; and deliveries behind more than about ScanLimit / groupCap
+//     held groups wait for those to shrink, as every group's candidates
+//     are read at every scan.
 //   - heldBy: the scan notes, for each delivery it left waiting, the limit
 //     it found full (holderOf), as the leader's soft state for listings;
-//     the next scan replaces it.
+//     the next scan replaces it. A skipped delivery is held as the
+//     last candidate of its group.
 
 // FlowRules is what the invoker needs to enforce flow control, an optional
 // interface of Config.Services (registry.InvokerLookup implements it);
@@ -244,6 +273,49 @@ func fairGroup(inv *rpc.Invoke) string {
 	return inv.Service + "\x00" + k
 }
 
+// scanWalkFactor: a scan walks at most this many times ScanLimit outbox
+// keys, passing over those it needs no record of (reserved, marked,
+// skipped); the leader knows the group of as many held deliveries. A key
+// passed over costs a cursor step and a map lookup, some 20 times less
+// than a record read, so a full walk costs at most about what reading
+// ScanLimit records does.
+const scanWalkFactor = 8
+
+// knownHeld is what the leader remembers of a delivery a scan read and
+// found held by a limit: its fairness group (fixed by its Invoke) and the
+// registration it was read under (another one: read it again).
+type knownHeld struct {
+	group string
+	svc   *rpc.Service
+}
+
+type knownEntry struct {
+	id string
+	knownHeld
+}
+
+// groupCap is how many candidates one scan queues of a fairness group of
+// svc: at most the scan's free slots, the limits every delivery of the
+// group counts against (the service's concurrency share, its bucket's
+// burst share; a keyed service's perKeyConcurrency, plus the one
+// exclusive invocation a key may have queued: no scan admits more of
+// it), and half of ScanLimit, so that one group leaves reads to the
+// others; at least 1.
+func (iv *invoker) groupCap(svc *rpc.Service, free int) int {
+	n := min(free, max(iv.cfg.ScanLimit/2, 1))
+	if k := svc.GetPerKeyConcurrency(); k > 0 && svc.GetKind() != rpc.Service_SERVICE {
+		n = min(n, int(k)+1) // its groups are keys (fairGroup)
+	}
+	l := svc.GetLimits()
+	if c := l.GetConcurrency(); c > 0 {
+		n = min(n, iv.shareOf("s\x00"+svc.GetName(), c))
+	}
+	if l.GetRatePerSecond() > 0 {
+		n = min(n, share(l.GetBurst(), iv.p.cfg.Partitions, iv.p.cfg.Partition))
+	}
+	return max(n, 1)
+}
+
 // holderOf names the limit that holds l after the scan's admissions:
 // the first full concurrency limit, else the node's caps, else an empty
 // token bucket, else the order of its group.
@@ -412,6 +484,9 @@ func (iv *invoker) startsApplied(marks []startMark) {
 	iv.mu.Lock()
 	defer iv.mu.Unlock()
 	for _, m := range marks {
+		if _, ok := iv.inflight[string(m.id)]; !ok && m.marked {
+			iv.dropRun() // another leader's mark, maybe in the run
+		}
 		if w, ok := iv.starting[string(m.id)]; ok && w.until == m.until {
 			delete(iv.starting, string(m.id))
 			w.ch <- m.marked

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -64,6 +66,27 @@ type invoker struct {
 	// heldBy names, for each delivery the last scan left waiting for a
 	// limit, the limit it found full (flow.go). Guarded by mu.
 	heldBy map[string]string
+	// known remembers the deliveries scans read and found held by a
+	// limit (flow.go, "The scan window"), so that a scan passes over those
+	// of a group with enough candidates without reading their records. At
+	// most knownLimit entries; an outcome applied drops its id. skippedBy
+	// names, for each group the last scan passed deliveries of, the limit
+	// holding its last candidate: heldByOf's answer for them. Guarded by
+	// mu.
+	known     map[string]knownHeld
+	skippedBy map[string]string
+	// skip is the skip run (skiprun.go; a scan takes it while it runs),
+	// runTo the end of the last one kept, runGen counts the drops.
+	// Guarded by mu.
+	skip   *skipRun
+	runTo  []byte
+	runGen uint64
+	// runTurn rotates the group a jump starts at, so that groups past
+	// the reads a scan has left get their turn. Guarded by mu.
+	runTurn uint
+	// lastWalk and lastReads are the keys the last scan walked and the
+	// records it read (tests). Guarded by mu.
+	lastWalk, lastReads int
 	// buckets are the leader's token buckets and fairLast the fairness
 	// group admitted last (flow.go); used by scan alone.
 	buckets  map[string]*rate.Limiter
@@ -105,9 +128,12 @@ func (iv *invoker) reset() {
 	iv.held = make(map[string]heldMark)
 	iv.starting = make(map[string]startWait)
 	iv.heldBy = nil
+	iv.known = make(map[string]knownHeld)
+	iv.skippedBy = nil
 	iv.buckets = make(map[string]*rate.Limiter)
 	iv.fairLast = ""
 	iv.from, iv.scanning, iv.lowered, iv.low = nil, false, false, nil
+	iv.skip, iv.runTo = nil, nil
 	iv.p.flow.forget()
 }
 
@@ -115,6 +141,9 @@ func (iv *invoker) reset() {
 // first entry). Call with mu held.
 func (iv *invoker) lowerFrom(key []byte) {
 	iv.from = lowerKey(iv.from, key)
+	if key == nil || iv.runTo != nil && bytes.Compare(key, iv.runTo) < 0 {
+		iv.dropRun() // queued into it, or every entry to be read again
+	}
 	if iv.scanning {
 		if !iv.lowered {
 			iv.low, iv.lowered = key, true
@@ -140,6 +169,7 @@ func lowerKey(a, b []byte) []byte {
 func (iv *invoker) rescan() {
 	iv.mu.Lock()
 	iv.lowerFrom(nil)
+	clear(iv.known) // entries it knew may be gone without an outcome
 	iv.mu.Unlock()
 	iv.kick()
 }
@@ -158,9 +188,13 @@ func (iv *invoker) applied(ids [][]byte, added bool, firstQueued int64) {
 	if len(ids) > 0 || added {
 		iv.mu.Lock()
 		for _, id := range ids {
+			if _, ok := iv.inflight[string(id)]; !ok {
+				iv.dropRun() // not this leader's delivery: it may lie in the run
+			}
 			delete(iv.inflight, string(id))
 			delete(iv.holding, string(id))
 			delete(iv.held, string(id))
+			delete(iv.known, string(id))
 			if iv.scanning {
 				iv.done[string(id)] = struct{}{}
 			}
@@ -195,7 +229,31 @@ func (iv *invoker) isDelivering(id []byte) bool {
 func (iv *invoker) heldByOf(id []byte) string {
 	iv.mu.Lock()
 	defer iv.mu.Unlock()
-	return iv.heldBy[string(id)]
+	if h, ok := iv.heldBy[string(id)]; ok {
+		return h
+	}
+	if k, ok := iv.known[string(id)]; ok {
+		return iv.skippedBy[k.group] // passed over behind its group
+	}
+	return ""
+}
+
+// lookup reports whether id is reserved and, if asked, what known holds
+// of it.
+func (iv *invoker) lookup(id []byte, known bool) (reserved bool, k knownHeld, isKnown bool) {
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	if _, reserved = iv.inflight[string(id)]; reserved || !known {
+		return reserved, k, false
+	}
+	k, isKnown = iv.known[string(id)]
+	return reserved, k, isKnown
+}
+
+func (iv *invoker) knownLen() int {
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	return len(iv.known)
 }
 
 func (iv *invoker) reserved(id []byte) bool {
@@ -297,18 +355,33 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 	}
 	start := iv.from
 	iv.scanning, iv.lowered, iv.low = free > 0, false, nil
-	iv.mu.Unlock()
+	// The scan takes the skip run; it keeps the one it ends with unless
+	// something dropped it meanwhile (runGen, lowered).
 	if free <= 0 {
+		iv.mu.Unlock()
 		return 0
 	}
+	run, runGen, turn := iv.skip, iv.runGen, iv.runTurn
+	iv.skip = nil
+	iv.runTurn++
+	iv.mu.Unlock()
 	shares := iv.p.flow.current()
 	rules, _ := iv.p.cfg.Services.(FlowRules)
 	hasRules := rules != nil && rules.HasRules()
+	// The registration of each service seen, nil when it is under no
+	// flow control (no limits, no scope rules): its deliveries are
+	// picked from their keys.
 	services := make(map[string]*rpc.Service)
-	registered := func(name []byte) *rpc.Service {
+	controlled := func(name []byte) *rpc.Service {
+		if rules == nil {
+			return nil
+		}
 		svc, ok := services[string(name)]
 		if !ok {
 			svc, _ = rules.Registered(string(name))
+			if svc != nil && !hasRules && !underFlowControl(svc) {
+				svc = nil
+			}
 			services[string(name)] = svc
 		}
 		return svc
@@ -326,36 +399,190 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 		}
 	}
 	var recs []*rpc.InvocationRecord
-	var heldBy map[string]string
+	var heldBy, skippedBy map[string]string
+	// The scan window (flow.go): a held group takes at most groupCap
+	// candidates; its later deliveries are passed over (skipped), from
+	// known without reading their records.
+	candidates := make(map[string]int) // group → candidates queued
+	lastOf := make(map[string]limited) // group → its last candidate
+	skipped := make(map[string]int)    // group → deliveries passed over
+	caps := make(map[*rpc.Service]int) // groupCap of a registration
+	groupCap := func(svc *rpc.Service) int {
+		n, ok := caps[svc]
+		if !ok {
+			n = iv.groupCap(svc, free)
+			caps[svc] = n
+		}
+		return n
+	}
+	var newKnown []knownEntry
+	names := make(map[string]string)
+	knownRoom := iv.cfg.ScanLimit*scanWalkFactor - iv.knownLen()
 	resume := start // where the next scan may start
+	// walked counts the due entries the scan went through, reads those it
+	// read a record of, picked, or passed over for a full service:
+	// bounded by ScanLimit*scanWalkFactor and ScanLimit. Reserved,
+	// marked and skipped entries count only as walked.
+	walked, reads := 0, 0
+	var rb runBuilder // the stretch this scan walks, for the next (skiprun.go)
+	keep := func(svc *rpc.Service) int { return max(runNextMin, 2*groupCap(svc)) }
 	err := iv.p.log.View(ctx, func(b *bolt.Bucket) error {
-		scanned := 0
 		// prefix: every entry read so far is reserved or picked, so the
 		// next scan may start after the last of them.
 		var last outbox.Queued
 		prefix := true
 		var walkErr error
-		// Entries under way are passed over without copying.
-		err := outbox.ScanQueuedFrom(b, start, func(q outbox.Queued) bool {
+		// jump passes over run as a walk would (skiprun.go): false when it
+		// cannot. stop: the scan ends there (an error, or no reads left:
+		// the groups it got to have their candidates, the run is kept).
+		jump := func() (ok, stop bool) {
+			type taken struct {
+				g    string
+				ls   []limited
+				next []runEntry
+				skip int
+			}
+			var takes []taken
+			names := slices.Sorted(maps.Keys(run.groups))
+			exhausted := false
+		groups:
+			for i := range names {
+				g := names[(int(turn)+i)%len(names)]
+				rg := run.groups[g]
+				if controlled([]byte(rg.service)) != rg.svc {
+					return false, false // registration changed
+				}
+				need := groupCap(rg.svc) - candidates[g]
+				t := taken{g: g}
+				for j, e := range rg.next {
+					if iv.reserved(e.id) {
+						t.next = append(t.next, e)
+						continue
+					}
+					if need <= 0 {
+						t.next = append(t.next, e)
+						t.skip++
+						continue
+					}
+					// Gone (its outcome applied) costs a seek, not a read.
+					oe, queued, err := outbox.Get(b, e.due, e.id)
+					if err != nil {
+						walkErr = err
+						return false, true
+					}
+					if !queued {
+						continue
+					}
+					if oe.StartedUntil > now {
+						return false, false // marked: a walk counts it
+					}
+					if reads++; reads > iv.cfg.ScanLimit {
+						exhausted = true // this group and the next wait
+						break groups
+					}
+					rec, found, err := getRecord(b, e.id)
+					if err != nil {
+						walkErr = err
+						return false, true
+					}
+					if !found || rec.State != rpc.InvocationRecord_PENDING || dueOf(rec) != e.due {
+						continue // its outcome applied: gone from the run
+					}
+					var rule *rpc.Rule
+					if hasRules {
+						rule, _ = rules.RuleFor(rec.Invoke.GetScope())
+					}
+					ds, bs := iv.flowOf(rg.svc, rule, rec)
+					if len(ds)+len(bs) == 0 || fairGroup(rec.Invoke) != g {
+						return false, false
+					}
+					t.ls = append(t.ls, limited{rec: rec, demands: ds, buckets: bs})
+					t.next = append(t.next, e)
+					if need--; need == 0 {
+						// The rest of next is skipped (or reserved).
+						for _, e := range rg.next[j+1:] {
+							t.next = append(t.next, e)
+							t.skip++
+						}
+						break
+					}
+				}
+				if need > 0 && rg.rest > 0 {
+					return false, false // its next candidates are past next
+				}
+				t.skip += rg.rest
+				takes = append(takes, t)
+			}
+			for _, t := range takes {
+				for _, l := range t.ls {
+					candidates[t.g]++
+					lastOf[t.g] = l
+					waiting.push(t.g, l.rec.Invoke.Priority, l)
+				}
+				if t.skip > 0 {
+					skipped[t.g] += t.skip
+				}
+				run.groups[t.g].next = t.next
+			}
+			run.n = 0
+			for _, rg := range run.groups {
+				run.n += len(rg.next) + rg.rest
+			}
+			return true, exhausted
+		}
+		var key []byte    // the entry's queue key, when a run lies ahead
+		var jumpTo []byte // where the walk goes on after a jump
+		visit := func(q outbox.Queued) bool {
 			if q.Due > now {
 				soonest(q.Due)
 				return false
 			}
-			if scanned++; scanned > iv.cfg.ScanLimit {
+			if walked++; walked > iv.cfg.ScanLimit*scanWalkFactor {
 				return false
 			}
-			if iv.reserved(q.ID) {
-				if prefix {
-					last = q
+			svc := controlled(q.Service)
+			reserved, k, isKnown := iv.lookup(q.ID, svc != nil)
+			if reserved && prefix {
+				last = q // the next scan starts after it, even in a run
+				rb.reserved(q)
+				return true
+			}
+			if run != nil {
+				key = q.AppendKey(key[:0])
+				if bytes.Compare(key, run.from) >= 0 {
+					if bytes.Compare(key, run.to) < 0 {
+						ok, stop := jump()
+						if ok {
+							prefix = false
+							rb.end()
+							rb.resume(run) // kept, and extended by what follows
+							if !stop {
+								jumpTo = run.to
+							}
+							run = nil
+							return false
+						}
+						if stop {
+							return false
+						}
+					}
+					run = nil // behind the walk, or not to be jumped
 				}
+			}
+			if reserved {
+				rb.reserved(q)
 				return true
 			}
 			if q.StartedUntil > now {
 				// Marked under way by an earlier leader or a released
 				// delivery: in flight until its mark ends.
+				rb.end()
 				prefix = false
 				soonest(q.StartedUntil)
 				if !iv.isHeld(q.ID) && rules != nil {
+					if reads++; reads > iv.cfg.ScanLimit {
+						return false
+					}
 					h, err := iv.heldFromState(b, q, rules, hasRules)
 					if err != nil {
 						walkErr = err
@@ -368,25 +595,57 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 				}
 				return true
 			}
-			if rules != nil {
-				if svc := registered(q.Service); svc != nil && (hasRules || underFlowControl(svc)) {
-					rec, found, err := getRecord(b, q.ID)
-					if err != nil {
-						walkErr = err
-						return false
-					}
-					var rule *rpc.Rule
-					if hasRules && found {
-						rule, _ = rules.RuleFor(rec.Invoke.GetScope())
-					}
-					if found && rec.State == rpc.InvocationRecord_PENDING {
-						if ds, bs := iv.flowOf(svc, rule, rec); len(ds)+len(bs) > 0 {
-							prefix = false
-							waiting.push(fairGroup(rec.Invoke), rec.Invoke.Priority, limited{rec: rec, demands: ds, buckets: bs})
+			if svc != nil {
+				if isKnown && k.svc == svc && candidates[k.group] >= groupCap(svc) {
+					prefix = false
+					skipped[k.group]++
+					rb.held(q, k.group, svc, keep(svc))
+					return true
+				}
+				if reads++; reads > iv.cfg.ScanLimit {
+					return false
+				}
+				rec, found, err := getRecord(b, q.ID)
+				if err != nil {
+					walkErr = err
+					return false
+				}
+				var rule *rpc.Rule
+				if hasRules && found {
+					rule, _ = rules.RuleFor(rec.Invoke.GetScope())
+				}
+				if found && rec.State == rpc.InvocationRecord_PENDING {
+					if ds, bs := iv.flowOf(svc, rule, rec); len(ds)+len(bs) > 0 {
+						prefix = false
+						g := fairGroup(rec.Invoke)
+						if n, ok := names[g]; ok {
+							g = n // one copy per group in known
+						} else {
+							names[g] = g
+						}
+						if (!isKnown || k.svc != svc) && knownRoom > 0 {
+							knownRoom--
+							newKnown = append(newKnown, knownEntry{id: string(q.ID), knownHeld: knownHeld{group: g, svc: svc}})
+						}
+						rb.held(q, g, svc, keep(svc))
+						if candidates[g] >= groupCap(svc) {
+							skipped[g]++
 							return true
 						}
+						candidates[g]++
+						l := limited{rec: rec, demands: ds, buckets: bs}
+						lastOf[g] = l
+						waiting.push(g, rec.Invoke.Priority, l)
+						return true
 					}
 				}
+			}
+			rb.end()
+			// Passed over for a full service, as picked: against
+			// ScanLimit, so a service without limits walks no further
+			// than it did.
+			if reads++; reads > iv.cfg.ScanLimit {
+				return false
 			}
 			if busy[string(q.Service)] >= iv.cfg.ServiceConcurrency {
 				prefix = false
@@ -399,7 +658,14 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 			busy[e.Service]++
 			picks = append(picks, e)
 			return len(picks) < free
-		})
+		}
+		// Entries under way are passed over without copying.
+		err := outbox.ScanQueuedFrom(b, start, visit)
+		for err == nil && walkErr == nil && jumpTo != nil {
+			from := jumpTo
+			jumpTo = nil
+			err = outbox.ScanQueuedFrom(b, from, visit)
+		}
 		if err == nil {
 			err = walkErr
 		}
@@ -435,8 +701,12 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 			busy[l.rec.Invoke.Service]++
 			lpicks = append(lpicks, l)
 		}
-		iv.p.metrics.waitingForLimit(waiting.len())
-		iv.p.flow.endScan(iv.term.Load(), shares, counts, waiting)
+		nskipped := 0
+		for _, n := range skipped {
+			nskipped += n
+		}
+		iv.p.metrics.waitingForLimit(waiting.len() + nskipped)
+		iv.p.flow.endScan(iv.term.Load(), shares, counts, waiting, skipped, lastOf)
 		nodeFull := len(picks)+len(lpicks) >= free
 		waiting.each(func(l limited) {
 			if heldBy == nil {
@@ -444,6 +714,13 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 			}
 			heldBy[string(l.rec.Invoke.InvocationId)] = iv.holderOf(l, counts, busy, nodeFull, clock)
 		})
+		for g := range skipped {
+			if skippedBy == nil {
+				skippedBy = make(map[string]string, len(skipped))
+			}
+			// Behind the group's last candidate, held as it is.
+			skippedBy[g] = iv.holderOf(lastOf[g], counts, busy, nodeFull, clock)
+		}
 		for _, e := range picks {
 			rec, found, err := getRecord(b, e.ID)
 			if err != nil {
@@ -458,8 +735,10 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 	iv.mu.Lock()
 	defer iv.mu.Unlock()
 	iv.scanning = false
+	iv.lastWalk, iv.lastReads = min(walked, iv.cfg.ScanLimit*scanWalkFactor), min(reads, iv.cfg.ScanLimit)
 	if err != nil {
 		iv.from = nil
+		iv.skip, iv.runTo = nil, nil
 		iv.p.logger.Error().Err(err).Msg("invoker: outbox scan failed")
 		return 0
 	}
@@ -472,7 +751,17 @@ func (iv *invoker) scan(ctx context.Context, wg *sync.WaitGroup) int64 {
 		resume = lowerKey(resume, iv.low)
 	}
 	iv.from = resume
-	iv.heldBy = heldBy
+	iv.heldBy, iv.skippedBy = heldBy, skippedBy
+	if next := rb.run(min(runMin, iv.cfg.ScanLimit*scanWalkFactor/4)); next != nil && iv.runGen == runGen && (!iv.lowered || iv.low != nil && bytes.Compare(iv.low, next.to) >= 0) {
+		iv.skip, iv.runTo = next, next.to
+	} else {
+		iv.skip, iv.runTo = nil, nil
+	}
+	for _, k := range newKnown {
+		if _, ok := iv.done[k.id]; !ok {
+			iv.known[k.id] = k.knownHeld
+		}
+	}
 	for _, h := range newHeld {
 		if _, ok := iv.done[h.id]; !ok {
 			iv.held[h.id] = h.heldMark

@@ -66,12 +66,13 @@ func (f *flowShares) current() map[string]adopted {
 }
 
 // endScan leaves what a scan counted for the demand report: counts are
-// the deliveries in flight per counter, waiting those held back, and
+// the deliveries in flight per counter, waiting those held back (with,
+// per group, the skipped ones it passed over behind lastOf), and
 // shares the adopted table when the scan began. The report names the
 // versions of that table: a share adopted during the scan may have
 // gated some of it, and the metadata leader confirms a version only
 // from a report that names it.
-func (f *flowShares) endScan(term uint64, shares map[string]adopted, counts map[string]int, waiting *fairQueue[limited]) {
+func (f *flowShares) endScan(term uint64, shares map[string]adopted, counts map[string]int, waiting *fairQueue[limited], skipped map[string]int, lastOf map[string]limited) {
 	per := map[string]*rpc.FlowDemand{}
 	demand := func(key string) *rpc.FlowDemand {
 		d, ok := per[key]
@@ -99,6 +100,14 @@ func (f *flowShares) endScan(term uint64, shares map[string]adopted, counts map[
 			demand(b.share).Waiting++ // a rate has nothing in flight
 		}
 	})
+	// The deliveries passed over wait as their group's last candidate.
+	for g, n := range skipped {
+		for _, d := range lastOf[g].demands {
+			if splitKey(d.counter) {
+				demand(d.counter).Waiting += uint32(n)
+			}
+		}
+	}
 	r := &rpc.FlowReport{Term: term}
 	for _, key := range slices.Sorted(maps.Keys(per)) {
 		r.Demand = append(r.Demand, per[key])
