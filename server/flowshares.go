@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"maps"
-	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -154,18 +153,17 @@ func (n *Server) planShares(ctx context.Context, st *cluster.State) {
 	for _, key := range slices.Sorted(maps.Keys(keys)) {
 		l := cluster.ShareLimit{Key: key, Figure: n.limitFigure(key), Reports: map[uint32]cluster.Demand{}}
 		l.Current, _ = st.FlowShares(key)
-		// A delivery waiting on a rate wants a whole token a second
-		// (cluster.RateFigure counts thousandths), so that the demand of
-		// a backlog can claim the rate.
-		unit := uint32(1)
-		if strings.HasPrefix(key, "S\x00") || strings.HasPrefix(key, "H\x00") {
-			unit = 1000
-		}
+		// A partition whose deliveries wait on a rate wants all of it (a
+		// scan reads only a few of a backlog's deliveries, so their count
+		// says little): partitions that wait split the rate evenly.
+		isRate := strings.HasPrefix(key, "S\x00") || strings.HasPrefix(key, "H\x00")
 		for p, r := range fresh {
 			d := cluster.Demand{}
 			if i := slices.IndexFunc(r.Demand, func(d *rpc.FlowDemand) bool { return d.Key == key }); i >= 0 {
-				waiting := uint64(r.Demand[i].Waiting) * uint64(unit)
-				d = cluster.Demand{Adopted: r.Demand[i].Adopted, InFlight: r.Demand[i].InFlight, Waiting: uint32(min(waiting, math.MaxUint32))}
+				d = cluster.Demand{Adopted: r.Demand[i].Adopted, InFlight: r.Demand[i].InFlight, Waiting: r.Demand[i].Waiting}
+				if isRate && d.Waiting > 0 {
+					d.Waiting = l.Figure
+				}
 			}
 			l.Reports[p] = d
 		}
