@@ -158,7 +158,7 @@ func TestFlowRateFollowsTheBacklog(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process-level test skipped in -short mode")
 	}
-	const rate, burst, sends = 20, 2, 240
+	const rate, burst, sends = 40, 4, 320
 	c := startCluster(t, clusterOpts{nodes: 3, partitions: 2})
 	svc := newFlowService(t, 0)
 	c.registerFlow("PacedKey", limitsJSON(svc.srv.URL, fmt.Sprintf(`"kind":"object","shared":["get"],"limits":{"ratePerSecond":%d,"burst":%d}`, rate, burst)))
