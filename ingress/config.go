@@ -129,6 +129,14 @@ type Config struct {
 	// with none, or with LocalPartitions nil, its key is random over all
 	// partitions. It is called on every such invocation and must not block.
 	LocalPartitions func() []uint32
+	// LocalTurn is how many such invocations in a row go to the same one
+	// of the partitions led here before the next takes its turn: a node
+	// leading several partitions then fills one partition's log entries
+	// at a time, not all of them with a few commands each (each entry
+	// costs every replica a log record, messages and an apply: see
+	// docs/benchmarks.md), and over many turns its invocations still
+	// spread evenly. Zero: DefaultConfig's.
+	LocalTurn int
 	// CallbackAllow is the allow-list of completion callback origins: a
 	// request whose x-raftgate-callback is outside it gets 400. The zero
 	// Allow refuses every callback URL.
@@ -158,6 +166,7 @@ func DefaultConfig() Config {
 		RequestTimeout:     10 * time.Second,
 		DefaultCallTimeout: 0,
 		RetryAfter:         time.Second,
+		LocalTurn:          512,
 		Clock:              time.Now,
 		Logger:             zerolog.Nop(),
 	}
@@ -184,6 +193,9 @@ func (c Config) withDefaults() Config {
 	if c.RetryAfter == 0 {
 		c.RetryAfter = d.RetryAfter
 	}
+	if c.LocalTurn == 0 {
+		c.LocalTurn = d.LocalTurn
+	}
 	if c.Clock == nil {
 		c.Clock = d.Clock
 	}
@@ -206,6 +218,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: MaxBodyBytes must be positive, got %d", ErrInvalidConfig, c.MaxBodyBytes)
 	case c.BodyReadTimeout <= 0:
 		return fmt.Errorf("%w: BodyReadTimeout must be positive, got %v", ErrInvalidConfig, c.BodyReadTimeout)
+	case c.LocalTurn < 0:
+		return fmt.Errorf("%w: LocalTurn must not be negative, got %d", ErrInvalidConfig, c.LocalTurn)
 	case c.MaxConcurrent <= 0:
 		return fmt.Errorf("%w: MaxConcurrent must be positive, got %d", ErrInvalidConfig, c.MaxConcurrent)
 	case c.RequestTimeout <= 0:

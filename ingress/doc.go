@@ -33,7 +33,8 @@
 //     object or workflow, ids in the partition of its (service, key), and
 //     one fixed id per workflow run; otherwise a random id, in a partition
 //     this node leads when Config.LocalPartitions names one, so that the
-//     append runs here without a hop) and a request id,
+//     append runs here without a hop, the led partitions taking turns of
+//     Config.LocalTurn invocations) and a request id,
 //     both reused on every retry; mark an object's exclusive handlers and a
 //     workflow's run exclusive (the partition queues them per key);
 //  3. with a Dispatcher that is a Caller (ingress/dispatch's client),

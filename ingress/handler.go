@@ -34,6 +34,8 @@ type Handler struct {
 	// forward maps the canonical names of Config.ForwardHeaders to the
 	// lower-case names sent to the service.
 	forward map[string]string
+	// fresh counts the invocations given a partition led here (freshID).
+	fresh atomic.Uint64
 }
 
 // New returns a Handler for cfg.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"slices"
 	"time"
@@ -277,7 +276,8 @@ func (h *Handler) writeSendResponse(w http.ResponseWriter, id invocation.ID, pre
 
 // freshID returns the id of an invocation whose partition is free to
 // choose: in a partition this node leads when there is one (Config.
-// LocalPartitions), so that its append skips the hop to another node.
+// LocalPartitions), so that its append skips the hop to another node, the
+// led partitions taking turns of Config.LocalTurn invocations.
 func (h *Handler) freshID() invocation.ID {
 	if h.cfg.LocalPartitions == nil {
 		return invocation.Random()
@@ -292,5 +292,6 @@ func (h *Handler) freshID() invocation.ID {
 	if len(led) == 0 {
 		return invocation.Random()
 	}
-	return invocation.RandomIn(led[rand.IntN(len(led))], h.cfg.Partitions)
+	turn := (h.fresh.Add(1) - 1) / uint64(h.cfg.LocalTurn)
+	return invocation.RandomIn(led[turn%uint64(len(led))], h.cfg.Partitions)
 }

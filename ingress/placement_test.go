@@ -10,16 +10,19 @@ import (
 
 // TestUnkeyedInvocationsGoToLocalPartitions: an invocation whose partition
 // is free to choose goes to a partition this node leads, and follows the
-// leadership as it changes; an idempotency key or an object key still
-// decides the partition; with no partition led here (or only the metadata
-// group), ids spread over every partition.
+// leadership as it changes, the led partitions taking turns of LocalTurn
+// invocations; an idempotency key or an object key still decides the
+// partition; with no partition led here (or only the metadata group), ids
+// spread over every partition.
 func TestUnkeyedInvocationsGoToLocalPartitions(t *testing.T) {
 	var led atomic.Pointer[[]uint32]
 	lead := func(ps ...uint32) { led.Store(&ps) }
 	lead(0, 3)
+	const turn = 10
 	h, fd := newTestHandler(t, func(c *Config) {
 		keyedServices(c)
 		c.LocalPartitions = func() []uint32 { return *led.Load() }
+		c.LocalTurn = turn
 	})
 	fd.complete = echoResult
 	partitionsOf := func(n int, method, path string, headers ...string) map[uint32]int {
@@ -56,8 +59,14 @@ func TestUnkeyedInvocationsGoToLocalPartitions(t *testing.T) {
 		t.Fatalf("calls while leading 0 and 3 went to %v, want partition 3 only", got)
 	}
 	lead(1, 4)
-	if got := partitionsOf(60, "POST", "/Greeter/greet/send"); !only(got, 1, 4) {
-		t.Fatalf("sends while leading 1 and 4 went to %v, want both and nothing else", got)
+	if got := partitionsOf(60, "POST", "/Greeter/greet/send"); !only(got, 1, 4) || got[1] != 30 || got[4] != 30 {
+		t.Fatalf("sends while leading 1 and 4 went to %v, want 30 to each and nothing else", got)
+	}
+	// A turn's invocations fill one partition's entries: a turn that has
+	// just begun goes on in the same partition.
+	partitionsOf(1, "POST", "/Greeter/greet/send")
+	if got := partitionsOf(turn-1, "POST", "/Greeter/greet/send"); len(got) != 1 {
+		t.Fatalf("the rest of one turn of %d sends went to %v, want one partition", turn, got)
 	}
 
 	// The partition of an idempotency key or an object key is not ours to
