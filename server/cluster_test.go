@@ -64,6 +64,7 @@ func startTestClusterLogging(t *testing.T, n int, logger func(id uint64) zerolog
 		c.IngressAddr, c.AdminAddr, c.NodeAddr, c.GossipAddr = freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
 		c.ShutdownGrace = 2 * time.Second
 		c.RequestTimeout = 5 * time.Second
+		c.Partitions = 2 // fewer groups than the default: a faster test
 		// Above the nodes' gRPC stream window (grpcStreamWindow), so a
 		// large body exercises flow control on the dispatch and raft streams.
 		c.MaxBodyBytes = 4 << 20

@@ -176,11 +176,13 @@ const (
 	DefaultAdminAddr   = "127.0.0.1:9070"
 	DefaultNodeAddr    = "127.0.0.1:5122"
 	DefaultGossipAddr  = "127.0.0.1:7946"
-	// DefaultPartitions is small on purpose: each partition is a Raft
-	// group costing CPU and fsyncs, and the cost model (docs/benchmarks.md)
-	// measured throughput falling from 1 to 16 partitions on three nodes;
-	// two keep leadership spread over more than one node.
-	DefaultPartitions = 2
+	// DefaultPartitions is the smallest count with which a cluster grown
+	// to 7 nodes (R = 3) balances: 3 replicas and 1 leader on each. On
+	// three nodes it costs within a few percent of 2 for unkeyed traffic,
+	// since led partitions take turns (ingress.Config.LocalTurn); keyed
+	// traffic spread over every partition pays for smaller batches
+	// (docs/benchmarks.md, "The partition count on three nodes").
+	DefaultPartitions = 7
 	// DefaultReplication: three replicas survive one failure.
 	DefaultReplication = 3
 	// maxPartitions keeps a typo from creating thousands of Raft groups.

@@ -1,6 +1,7 @@
 package test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -80,6 +81,9 @@ type cluster struct {
 	mu  sync.Mutex
 }
 
+// testPartitions is a process test's partition count when it sets none.
+const testPartitions = 2
+
 type clusterOpts struct {
 	nodes      int
 	partitions int
@@ -154,9 +158,10 @@ func startCluster(t testing.TB, opts clusterOpts) *cluster {
 			"--join", strings.Join(gossip, ","),
 			"--shutdown-grace", "5s",
 		}
-		if opts.partitions > 0 {
-			args = append(args, "--partitions", fmt.Sprint(opts.partitions))
-		}
+		// Two partitions unless the test says: fewer groups to elect and
+		// tick than the server's default keeps the suite fast (dev_test.go
+		// runs the default).
+		args = append(args, "--partitions", fmt.Sprint(cmp.Or(opts.partitions, testPartitions)))
 		n.extraArgs = append(args, n.extraArgs...)
 	}
 	t.Cleanup(c.stopAll)

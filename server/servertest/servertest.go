@@ -31,7 +31,7 @@ type Cluster struct {
 
 // NewCluster starts an n-node cluster with the configs of
 // server.DefaultConfig, each on ports of share, with data in a temporary
-// directory and a 2-second shutdown grace; tune (nil: none) changes each
+// directory, two partitions and a 2-second shutdown grace; tune (nil: none) changes each
 // config before its node starts. It returns once every node serves its
 // ingress. Close stops it; tests use StartCluster, which closes it at the
 // end of the test. NewCluster is for a TestMain.
@@ -61,6 +61,7 @@ func NewCluster(n int, share freeport.Share, tune func(*server.Config)) (_ *Clus
 		}
 		cfg.IngressAddr, cfg.AdminAddr, cfg.NodeAddr, cfg.GossipAddr = addrs[0], addrs[1], addrs[2], addrs[3]
 		cfg.ShutdownGrace = 2 * time.Second
+		cfg.Partitions = 2 // fewer groups than the default: faster tests
 		initial[cfg.NodeID] = cfg.NodeAddr
 		gossip = append(gossip, cfg.GossipAddr)
 		c.Configs[i] = cfg
