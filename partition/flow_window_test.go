@@ -19,27 +19,34 @@ import (
 // registered with svc, with a small ScanLimit; order records the keys in
 // the order their calls arrived.
 func windowCluster(t *testing.T, svc *rpc.Service, scanLimit int) (*Processor, *recordingService, func() []string) {
-	rs := newRecordingService(t)
-	rs.block = make(chan struct{})
-	svc.Url = rs.srv.URL
-	var mu sync.Mutex
-	var order []string
-	rs.answer = func(_ string, _ int, body []byte) (int, http.Header, []byte) {
-		mu.Lock()
-		order = append(order, string(body))
-		mu.Unlock()
-		return http.StatusOK, nil, nil
-	}
+	rs, order := orderedService(t, svc)
 	c := newFakeCluster(t, 1, func(_ int, cfg *Config) {
 		cfg.Services = flowServices{staticServices: staticServices{svc.Name: svc}}
 		cfg.Invoker.ScanLimit = scanLimit
 		cfg.Invoker.IdleRecheck = time.Hour // no timed full walk amid a test's scans
 	})
 	c.setLeader(0, false)
-	return c.replicas[0].p, rs, func() []string {
+	return c.replicas[0].p, rs, order
+}
+
+// orderedService is a blocking recording service for svc whose order
+// returns the bodies of the calls answered, in the order they arrived.
+func orderedService(t *testing.T, svc *rpc.Service) (rs *recordingService, order func() []string) {
+	rs = newRecordingService(t)
+	rs.block = make(chan struct{})
+	svc.Url = rs.srv.URL
+	var mu sync.Mutex
+	var got []string
+	rs.answer = func(_ string, _ int, body []byte) (int, http.Header, []byte) {
+		mu.Lock()
+		got = append(got, string(body))
+		mu.Unlock()
+		return http.StatusOK, nil, nil
+	}
+	return rs, func() []string {
 		mu.Lock()
 		defer mu.Unlock()
-		return slices.Clone(order)
+		return slices.Clone(got)
 	}
 }
 
@@ -273,17 +280,7 @@ func TestSkipRunsKeepDeliveries(t *testing.T) {
 func TestScanWindowAcrossLeaderChange(t *testing.T) {
 	clock := newManualClock()
 	svc := &rpc.Service{Name: "limited", Kind: rpc.Service_OBJECT, Shared: []string{"greet"}, Limits: &rpc.Limits{Concurrency: 1}}
-	rs := newRecordingService(t)
-	rs.block = make(chan struct{})
-	svc.Url = rs.srv.URL
-	var mu sync.Mutex
-	var order []string
-	rs.answer = func(_ string, _ int, body []byte) (int, http.Header, []byte) {
-		mu.Lock()
-		order = append(order, string(body))
-		mu.Unlock()
-		return http.StatusOK, nil, nil
-	}
+	rs, order := orderedService(t, svc)
 	c := newFakeCluster(t, 3, func(_ int, cfg *Config) {
 		cfg.Services = flowServices{staticServices: staticServices{svc.Name: svc}}
 		cfg.Clock = clock.Now
@@ -323,13 +320,11 @@ func TestScanWindowAcrossLeaderChange(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "the old call over", func() bool { n, _, _ := rs.inFlight(); return n == 0 })
 	clock.Advance(6 * time.Second) // past the mark (attempt timeout 5 s)
 	testutil.WaitFor(t, 30*time.Second, "all delivered", func() bool { return p.OutboxDepth() == 0 })
-	mu.Lock()
-	defer mu.Unlock()
 	// The old leader's call was cut when it lost leadership (unanswered:
 	// not in order); the new leader goes round robin from its first scan,
 	// the cold key's group sorting first.
-	if at := slices.Index(order, "cold"); at != 0 {
-		t.Fatalf("the cold key went %dth: %v", at+1, order[:min(len(order), 5)])
+	if got := order(); slices.Index(got, "cold") != 0 {
+		t.Fatalf("the cold key went %dth: %v", slices.Index(got, "cold")+1, got[:min(len(got), 5)])
 	}
 	if _, most, _ := rs.inFlight(); most != 1 {
 		t.Fatalf("%d under way, limit 1", most)
