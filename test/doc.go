@@ -22,7 +22,9 @@
 // of its steps (the whole matrix with -tags soak). flow_*_test.go check
 // flow control from a service that records its own in-flight calls and
 // arrival times (concurrency and scope rules across a leader kill, rates,
-// a hot key beside a cold one, Restate 1.7's paths and TypeScript client).
+// a rate following one partition's backlog, a hot key beside a cold one,
+// Restate 1.7's paths and TypeScript client). Clusters run two
+// partitions unless a test sets a count; dev_test.go runs the default.
 //
 // The ordinary run (`go test ./test/`) keeps each scenario short; longer
 // soaks run with `-tags soak` (RAFTGATE_SOAK_DURATION).
