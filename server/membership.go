@@ -409,7 +409,8 @@ func membershipStatus(err error) error {
 	var nl *rpc.NotLeaderError
 	var groupNL *raftlog.NotLeaderError
 	switch {
-	case errors.As(err, &nl), errors.As(err, &groupNL), errors.Is(err, rpc.ErrLostLeadership), errors.Is(err, cluster.ErrNoCluster):
+	case errors.As(err, &nl), errors.As(err, &groupNL), errors.Is(err, rpc.ErrLostLeadership), errors.Is(err, cluster.ErrNoCluster),
+		errors.Is(err, context.DeadlineExceeded): // no quorum answered in time
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, rpc.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
