@@ -45,21 +45,11 @@ func BenchmarkScanBacklog(b *testing.B) {
 				svc.Kind, svc.Shared, svc.Limits = rpc.Service_OBJECT, []string{"get"}, &rpc.Limits{Concurrency: 1}
 			}
 			c.register(b, svc)
-			invs := make([]*rpc.Invoke, backlog)
-			for i := range invs {
-				id := invocation.Random()
-				inv := &rpc.Invoke{RequestId: invocation.NewRequestID(), Service: "S", Handler: "get", Body: []byte(strconv.Itoa(i))}
-				if name == "hotkey" {
-					inv.Key = "hot"
-					id = invocation.RandomKeyed("S", inv.Key)
-				}
-				inv.InvocationId = id[:]
-				invs[i] = inv
+			key := ""
+			if name == "hotkey" {
+				key = "hot"
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
-			_, wait := c.submitting(b, ctx, invs, 64)
-			wait()
+			c.submitGets(b, backlog, key)
 			var p *Processor
 			testutil.WaitFor(b, 20*time.Second, "the backlog queued", func() bool {
 				if n := c.partitionLeader(); n != nil {
@@ -69,7 +59,7 @@ func BenchmarkScanBacklog(b *testing.B) {
 			})
 			scan := func() {
 				var wg sync.WaitGroup
-				p.invoker.scan(ctx, &wg)
+				p.invoker.scan(b.Context(), &wg)
 			}
 			for range 10 { // as the leader would have, while the backlog came
 				scan()
@@ -101,17 +91,7 @@ func BenchmarkHotKeyDrain(b *testing.B) {
 				cfg.Invoker.Retry.AttemptTimeout = time.Hour
 			})
 			c.register(b, &rpc.Service{Name: "S", Url: srv.URL, Kind: rpc.Service_OBJECT, Shared: []string{"get"}, Limits: &rpc.Limits{Concurrency: 4}})
-			invs := make([]*rpc.Invoke, n)
-			for i := range invs {
-				inv := &rpc.Invoke{RequestId: invocation.NewRequestID(), Service: "S", Handler: "get", Key: "hot", Body: []byte(strconv.Itoa(i))}
-				id := invocation.RandomKeyed("S", inv.Key)
-				inv.InvocationId = id[:]
-				invs[i] = inv
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
-			_, wait := c.submitting(b, ctx, invs, 64)
-			wait()
+			c.submitGets(b, n, "hot")
 			b.ResetTimer()
 			start := time.Now()
 			close(gate)
@@ -120,4 +100,23 @@ func BenchmarkHotKeyDrain(b *testing.B) {
 			b.ReportMetric(float64(n)/time.Since(start).Seconds(), "deliveries/s")
 		})
 	}
+}
+
+// submitGets appends n invocations of S/get (of key, or unkeyed when key
+// is empty) through the cluster and waits until all are accepted.
+func (c *raftCluster) submitGets(b *testing.B, n int, key string) {
+	invs := make([]*rpc.Invoke, n)
+	for i := range invs {
+		inv := &rpc.Invoke{RequestId: invocation.NewRequestID(), Service: "S", Handler: "get", Key: key, Body: []byte(strconv.Itoa(i))}
+		id := invocation.Random()
+		if key != "" {
+			id = invocation.RandomKeyed("S", key)
+		}
+		inv.InvocationId = id[:]
+		invs[i] = inv
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	_, wait := c.submitting(b, ctx, invs, 64)
+	wait()
 }
