@@ -345,17 +345,7 @@ func (g *Group) ViewCheckpoint(ctx context.Context, fn func(b *bolt.Bucket) erro
 		return ErrStopped
 	default:
 	}
-	flush := &applyReq{flush: true, done: make(chan struct{})}
-	if !g.n.ap.submit(flush) {
-		return ErrStopped
-	}
-	g.n.ap.runIfStepped()
-	select {
-	case <-flush.done:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if err := ctx.Err(); err != nil {
+	if err := g.n.checkpointNow(ctx); err != nil {
 		return err
 	}
 	return g.n.db.View(func(tx *bolt.Tx) error {

@@ -475,12 +475,9 @@ func (n *Node) Backup(w io.Writer, size func(int64)) (int64, error) {
 		return 0, ErrStopped
 	}
 	// Checkpoint first, so the copy holds everything applied until now.
-	flush := &applyReq{flush: true, done: make(chan struct{})}
-	if !n.ap.submit(flush) {
-		return 0, ErrStopped
+	if err := n.checkpointNow(context.Background()); err != nil {
+		return 0, err
 	}
-	n.ap.runIfStepped()
-	<-flush.done
 	var written int64
 	err := n.db.View(func(tx *bolt.Tx) error {
 		size(tx.Size())
@@ -493,6 +490,22 @@ func (n *Node) Backup(w io.Writer, size func(int64)) (int64, error) {
 		return written, fmt.Errorf("%w (backup ended: %v)", ErrStopped, err)
 	}
 	return written, err
+}
+
+// checkpointNow has the applier checkpoint everything it applied so far
+// (nothing to do when nothing is pending) and waits for it, or for ctx.
+func (n *Node) checkpointNow(ctx context.Context) error {
+	flush := &applyReq{flush: true, done: make(chan struct{})}
+	if !n.ap.submit(flush) {
+		return ErrStopped
+	}
+	n.ap.runIfStepped()
+	select {
+	case <-flush.done:
+		return ctx.Err()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // stopWriter fails once stop is closed, so that a copy to a slow reader
